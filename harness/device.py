@@ -1,0 +1,100 @@
+"""The accelerator a rank trains on: a real CUDA device, or an emulated one (DESIGN.md section 7).
+
+The emulated device runs the real step on the CPU and pads it to the modelled step time of the catalogue
+entry. The padding happens inside a DDP communication hook, just before the gradient allreduce, so the
+allreduce itself stays real and a slow rank still holds up the others, as on real GPUs.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from harness.accelerators import Accelerator
+
+
+class EmulatedDevice:
+    emulated = True
+
+    def __init__(self, accelerator: Accelerator, workload: str):
+        self.accelerator = accelerator
+        self.workload = workload
+        self.torch_device = torch.device("cpu")
+        self.peak_bytes = 0
+        self.overruns = 0  # steps whose real CPU time exceeded the modelled time
+        self._deadline = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.accelerator.name} (emulated)"
+
+    def begin_step(self, samples: int, padded_pixels: int) -> float:
+        """Model the step: raise OutOfMemoryError as a real GPU would; return the modelled seconds."""
+        need = self.accelerator.memory_needed(self.workload, samples, padded_pixels)
+        if need > self.accelerator.memory_bytes:
+            raise torch.OutOfMemoryError(
+                f"emulated {self.accelerator.name}: batch needs {need / 1e9:.1f} GB of "
+                f"{self.accelerator.memory_bytes / 1e9:.0f} GB")
+        self.peak_bytes = max(self.peak_bytes, need)
+        modelled = self.accelerator.step_seconds(self.workload, samples, padded_pixels)
+        self._deadline = time.perf_counter() + modelled
+        return modelled
+
+    def pad(self) -> None:
+        """Sleep until the modelled compute time of this step has passed (once per step)."""
+        if self._deadline is None:
+            return
+        remaining = self._deadline - time.perf_counter()
+        self._deadline = None
+        if remaining > 0:
+            time.sleep(remaining)
+        else:
+            self.overruns += 1
+
+    def install(self, ddp_model) -> None:
+        device = self
+
+        def padded_allreduce(_state, bucket):
+            device.pad()
+            tensor = bucket.buffer().div_(dist.get_world_size())
+            fut = dist.all_reduce(tensor, async_op=True).get_future()
+            return fut.then(lambda f: f.value()[0])
+
+        ddp_model.register_comm_hook(None, padded_allreduce)
+
+    def synchronize(self) -> None:
+        self.pad()  # a single-rank group runs no allreduce; pad here instead
+
+    def reset_peak(self) -> None:
+        self.peak_bytes = 0
+        self.overruns = 0
+
+
+class CudaDevice:
+    emulated = False
+
+    def __init__(self, local_rank: int):
+        torch.cuda.set_device(local_rank)
+        self.torch_device = torch.device("cuda", local_rank)
+        self.overruns = 0
+
+    @property
+    def name(self) -> str:
+        return torch.cuda.get_device_name(self.torch_device)
+
+    @property
+    def peak_bytes(self) -> int:
+        return torch.cuda.max_memory_allocated(self.torch_device)
+
+    def begin_step(self, samples: int, padded_pixels: int) -> float:
+        return 0.0
+
+    def install(self, ddp_model) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize(self.torch_device)
+
+    def reset_peak(self) -> None:
+        torch.cuda.reset_peak_memory_stats(self.torch_device)

@@ -1,0 +1,142 @@
+"""Start the rank processes once per scenario and run every cell on every rank.
+
+One node: ``world_size`` processes are spawned (torch.multiprocessing, start method spawn) on a fresh free
+port. Under torchrun the processes already exist and call :func:`rank_main` directly. gloo on CPU, NCCL on
+CUDA. After each cell the ranks gather their records to rank 0, which appends the cell to cells.jsonl at once.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from harness import metrics, results
+from harness.device import CudaDevice, EmulatedDevice
+from harness.errors import UsageError
+from harness.matrix import Cell
+from harness.scenario import Scenario
+from harness.trainloop import RankContext, run_cell
+
+PG_TIMEOUT = timedelta(seconds=300)
+
+
+@dataclass
+class LaunchConfig:
+    scenario: Scenario
+    cells: list[Cell]
+    run_dir: Path
+    data_paths: dict[str, Path]
+    device: str  # "cuda" or "emulated"
+    plugins: list[str] = field(default_factory=list)
+    progress: bool = True
+
+
+def resolve_device(mode: str, world_size: int) -> str:
+    """auto: real CUDA if there are enough GPUs for every rank, else the emulated accelerator."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if mode == "emulated":
+        return "emulated"
+    if mode == "cuda":
+        if gpus < world_size:
+            raise UsageError(f"--device cuda needs {world_size} GPUs for {world_size} ranks but {gpus} "
+                             f"are visible; lower --world-size or use --device emulated")
+        return "cuda"
+    return "cuda" if gpus >= world_size else "emulated"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def threads_per_rank(world_size: int) -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, cores // world_size)
+
+
+def spawn(config: LaunchConfig) -> None:
+    """Run all cells in world_size spawned processes on this node; raises if a rank crashed."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(free_port())
+    world = config.scenario.world_size
+    mp.start_processes(_spawned, args=(world, config), nprocs=world, start_method="spawn", join=True)
+
+
+def _spawned(local_rank: int, world: int, config: LaunchConfig) -> None:
+    rank_main(local_rank, local_rank, world, config)
+
+
+def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig) -> None:
+    from strategies import registry
+
+    for module in config.plugins:
+        registry.load_plugin(module)
+    torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
+    cuda = config.device == "cuda"
+    if cuda:
+        device = CudaDevice(local_rank)
+    else:
+        device = EmulatedDevice(config.scenario.accelerator, config.scenario.training.workload)
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=PG_TIMEOUT,
+                            **({"device_id": device.torch_device} if cuda else {}))
+    try:
+        for i, cell in enumerate(config.cells):
+            show = config.progress and rank == 0
+            if show:
+                print(f"[{i + 1}/{len(config.cells)}] {cell.id} ...", file=sys.stderr, flush=True)
+            started = time.perf_counter()
+            ctx = RankContext(rank, world, config.scenario, device, config.data_paths,
+                              progress=_progress_line if show and sys.stderr.isatty() else None)
+            record = run_cell(ctx, cell)
+            gathered = [None] * world if rank == 0 else None
+            dist.gather_object(record, gathered, dst=0)
+            if rank == 0:
+                line = cell_line(config, cell, device.name, gathered, time.perf_counter() - started)
+                results.append_cell(config.run_dir, line)
+                if show:
+                    print("\r" + summary_text(line), file=sys.stderr, flush=True)
+    finally:
+        dist.destroy_process_group()
+
+
+def _progress_line(step: int, total: int) -> None:
+    print(f"\r    step {step}/{total}", end="", file=sys.stderr, flush=True)
+
+
+def cell_line(config: LaunchConfig, cell: Cell, device_name: str, records: list[dict],
+              elapsed: float) -> dict:
+    """The JSON object appended to cells.jsonl for one cell."""
+    errors = sorted({r["error"] for r in records if r.get("error")})
+    ranks = [{k: v for k, v in r.items() if k != "indices"} for r in records]
+    return {
+        "scenario": config.scenario.name,
+        "cell": cell.id,
+        "strategies": cell.strategies(),
+        "params": {c.axis: dict(c.params) for c in cell.choices},
+        "device": device_name,
+        "emulated": config.device != "cuda",
+        "workload": config.scenario.training.workload,
+        "batch_size": config.scenario.training.batch_size,
+        "world_size": len(records),
+        "elapsed_s": round(elapsed, 3),
+        "figures": metrics.cell_figures(records),
+        "error": "; ".join(errors) or None,
+        "ranks": ranks,
+    }
+
+
+def summary_text(line: dict) -> str:
+    f = line["figures"]
+    if line["error"]:
+        return f"    {line['error']} ({line['elapsed_s']:.1f} s)"
+    return (f"    {f.get('throughput', 0):.0f} samples/s, stall {f.get('stall_mean_pct', 0):.0f}%, "
+            f"AU {f.get('au_pct', 0):.0f}% ({line['elapsed_s']:.1f} s)")

@@ -1,0 +1,152 @@
+"""Materialise a dataset spec into a storage format, once, and reuse it afterwards.
+
+``materialise(spec, "hdf5", data_dir)`` returns ``data_dir / f"{spec.key()}-hdf5"``. A
+finished materialisation holds a ``manifest.json``; it is written into a temporary
+sibling directory and renamed into place atomically, so a directory with a manifest is
+always complete. Generation streams sample by sample (bounded memory).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Iterable, Iterator, TextIO
+
+from harness.dataset import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples
+from harness.errors import UsageError
+from strategies import registry
+from strategies.sample import Sample
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+# Per-file sizes are listed in the manifest up to this many files (raw storage has 4 per sample).
+MAX_LISTED_FILES = 10_000
+
+
+def load_manifest(path: Path) -> dict:
+    with open(Path(path) / MANIFEST) as f:
+        return json.load(f)
+
+
+def _valid_manifest(path: Path, spec: DatasetSpec, storage_name: str) -> bool:
+    try:
+        m = load_manifest(path)
+    except (OSError, ValueError):
+        return False
+    return (
+        m.get("key") == spec.key()
+        and m.get("storage") == storage_name
+        and m.get("count") == spec.samples
+        and m.get("generator_version") == GENERATOR_VERSION
+    )
+
+
+def _progress(samples: Iterable[Sample], total: int, label: str, stream: TextIO) -> Iterator[Sample]:
+    width = 30
+    last = 0.0
+    done = 0
+
+    def draw(n: int) -> None:
+        filled = width * n // total if total else width
+        stream.write(f"\r{label} [{'#' * filled}{' ' * (width - filled)}] {n}/{total}")
+        stream.flush()
+
+    for done, s in enumerate(samples, start=1):
+        yield s
+        now = time.monotonic()
+        if now - last >= 0.1:
+            last = now
+            draw(done)
+    draw(done)
+    stream.write("\n")
+    stream.flush()
+
+
+def _sample_digest(h: "hashlib._Hash", s: Sample) -> None:
+    h.update(str(s.index).encode())
+    h.update(s.jpeg or b"")
+    h.update((s.caption or "").encode("utf-8"))
+    for arr in (s.image_emb, s.text_emb):
+        if arr is not None:
+            h.update(arr.tobytes())
+
+
+def _build_manifest(spec: DatasetSpec, storage_name: str, storage, tmp: Path) -> dict:
+    files = sorted(storage.files(tmp))
+    sizes = [(str(p.relative_to(tmp)), p.stat().st_size) for p in files]
+    h = hashlib.sha256()
+    for rel, size in sizes:
+        h.update(f"{rel}\0{size}\n".encode())
+    # Read the first and last samples back: a cheap round-trip check of the format.
+    if spec.samples:
+        ends = sorted({0, spec.samples - 1})
+        reader = storage.open(tmp)
+        try:
+            got = reader.read_batch(ends)
+        finally:
+            reader.close()
+        for s, i in zip(got, ends):
+            if not s.same_as(generate_sample(spec, i)):
+                raise RuntimeError(f"{storage_name} storage read back sample {i} differently from what it was given")
+            _sample_digest(h, s)
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "key": spec.key(),
+        "spec": spec.to_dict(),
+        "generator_version": GENERATOR_VERSION,
+        "storage": storage_name,
+        "count": spec.samples,
+        "total_bytes": sum(size for _, size in sizes),
+        "file_count": len(sizes),
+        "checksum": "sha256:" + h.hexdigest(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    if len(sizes) <= MAX_LISTED_FILES:
+        manifest["files"] = dict(sizes)
+    return manifest
+
+
+def materialise(spec: DatasetSpec, storage_name: str, data_dir: Path, progress: bool = True) -> Path:
+    """The directory holding ``spec`` in ``storage_name`` format, generating it if needed."""
+    data_dir = Path(data_dir)
+    final = data_dir / f"{spec.key()}-{storage_name}"
+    if _valid_manifest(final, spec, storage_name):
+        return final
+    storage = registry.create("storage", storage_name)
+    tmp = data_dir / f"{final.name}.tmp-{os.getpid()}"
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+    except OSError as e:
+        raise UsageError(
+            f"data directory {data_dir} is not writable ({e.strerror or e}); pass --data-dir with a writable path"
+        ) from None
+    try:
+        samples: Iterable[Sample] = iter_samples(spec)
+        if progress:
+            samples = _progress(samples, spec.samples, f"materialise {storage_name}", sys.stderr)
+        storage.write(samples, tmp, spec.samples)
+        manifest = _build_manifest(spec, storage_name, storage, tmp)
+        with open(tmp / MANIFEST, "w") as f:
+            json.dump(manifest, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        if final.exists() and not _valid_manifest(final, spec, storage_name):
+            shutil.rmtree(final, ignore_errors=True)  # an unfinished leftover, not a rival's result
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if _valid_manifest(final, spec, storage_name):  # another process won the race
+                shutil.rmtree(tmp, ignore_errors=True)
+                return final
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final

@@ -1,0 +1,91 @@
+"""The Dataset between a reader and the DataLoader, and the collate functions of the two workloads.
+
+``SampleDataset.__getitems__`` hands the whole batch's indices to ``reader.read_batch`` in one call.
+pixels: decode the JPEG, resize keeping the aspect ratio (longest side = image_size), pad-collate to the
+batch's largest image. features: the precomputed image and text embeddings.
+"""
+from __future__ import annotations
+
+import io
+import zlib
+from typing import Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+from torch.utils.data import Dataset
+
+from strategies.sample import Sample
+
+VOCAB_SIZE = 4096
+MAX_TOKENS = 48
+FIELDS_FOR = {"pixels": ("jpeg", "caption"), "features": ("image_emb", "text_emb")}
+
+
+def tokenize(caption: str) -> list[int]:
+    """Words hashed into a fixed vocabulary (stable across processes, unlike hash())."""
+    return [zlib.crc32(w.encode()) % (VOCAB_SIZE - 1) + 1 for w in caption.split()[:MAX_TOKENS]]
+
+
+def decode_resize(jpeg: bytes, image_size: int) -> np.ndarray:
+    """JPEG bytes -> uint8 HWC, longest side image_size, aspect ratio kept."""
+    img = Image.open(io.BytesIO(jpeg))
+    w, h = img.size
+    scale = image_size / max(w, h)
+    size = (max(1, round(w * scale)), max(1, round(h * scale)))
+    img.draft("RGB", size)  # let libjpeg decode at a reduced scale when it can
+    img = img.convert("RGB").resize(size, Image.BILINEAR)
+    return np.array(img)  # an owned, writable copy
+
+
+class SampleDataset(Dataset):
+    def __init__(self, reader, workload: str, image_size: int):
+        self.reader = reader
+        self.workload = workload
+        self.image_size = image_size
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def __getitem__(self, index: int):
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
+        samples = self.reader.read_batch(list(indices))
+        return [self._prepare(s) for s in samples]
+
+    def _prepare(self, s: Sample) -> dict:
+        item = {"index": s.index, "nbytes": s.nbytes}
+        if self.workload == "pixels":
+            item["image"] = torch.from_numpy(decode_resize(s.jpeg, self.image_size))
+            item["tokens"] = tokenize(s.caption)
+        else:
+            item["image_emb"] = torch.from_numpy(s.image_emb)
+            item["text_emb"] = torch.from_numpy(s.text_emb)
+        return item
+
+
+def collate(items: list[dict]) -> dict:
+    """Stack a batch; pixels are zero-padded to the largest height and width of the batch."""
+    batch = {
+        "index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
+        "nbytes": sum(it["nbytes"] for it in items),
+    }
+    if "image" in items[0]:
+        h = max(it["image"].shape[0] for it in items)
+        w = max(it["image"].shape[1] for it in items)
+        images = torch.zeros((len(items), 3, h, w), dtype=torch.uint8)
+        tokens = torch.zeros((len(items), MAX_TOKENS), dtype=torch.int64)
+        real_pixels = 0
+        for i, it in enumerate(items):
+            ih, iw, _ = it["image"].shape
+            images[i, :, :ih, :iw] = it["image"].permute(2, 0, 1)
+            real_pixels += ih * iw
+            tokens[i, : len(it["tokens"])] = torch.tensor(it["tokens"], dtype=torch.int64)
+        batch.update(images=images, tokens=tokens, padded_pixels=len(items) * h * w,
+                     real_pixels=real_pixels)
+    else:
+        batch.update(image_emb=torch.stack([it["image_emb"] for it in items]),
+                     text_emb=torch.stack([it["text_emb"] for it in items]),
+                     padded_pixels=0, real_pixels=0)
+    return batch

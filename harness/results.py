@@ -1,0 +1,106 @@
+"""A run's directory under results/: env.json, cells.jsonl (appended per cell), summary.csv, report.md."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+from harness.errors import UsageError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def new_run_dir(out_root: Path, scenario_name: str) -> Path:
+    """Create results/<UTC time>-<scenario>/; a one-line UsageError if out_root is not writable."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    run_dir = Path(out_root) / f"{stamp}-{scenario_name}"
+    n = 1
+    while run_dir.exists():
+        n += 1
+        run_dir = Path(out_root) / f"{stamp}-{scenario_name}-{n}"
+    try:
+        run_dir.mkdir(parents=True)
+        probe = run_dir / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"output directory {out_root} is not writable ({err.strerror}); "
+                         f"pass --out with a writable directory") from None
+    return run_dir
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _git_commit() -> dict:
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                                  timeout=5).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def environment(argv: list[str], device: dict) -> dict:
+    import torch
+
+    try:
+        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError):
+        mem_gb = None
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    return {
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": [sys.executable, *argv],
+        "python": platform.python_version(),
+        "versions": {d: _version(d) for d in ("torch", "h5py", "numpy", "pandas", "tabulate", "pillow")},
+        "platform": platform.platform(),
+        "hostname": platform.node(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_gb": mem_gb,
+        "gpus": gpus,
+        "device": device,
+        "git": _git_commit(),
+    }
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def append_cell(run_dir: Path, cell: dict) -> None:
+    """Append one cell as one JSON line and flush it to disk at once."""
+    with open(run_dir / "cells.jsonl", "a") as f:
+        f.write(json.dumps(cell, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_cells(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "cells.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

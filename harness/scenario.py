@@ -1,0 +1,247 @@
+"""Scenarios: TOML files in scenarios/, read with tomllib and validated into typed objects.
+
+Every mistake becomes one UsageError naming the file, the field (or the command-line flag that set it)
+and the remedy.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.accelerators import Accelerator, get_accelerator
+from harness.dataset import PROFILES, DatasetSpec
+from harness.errors import UsageError
+from strategies import registry
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+NOT_SCENARIOS = {"accelerators"}
+WORKLOADS = ("pixels", "features")
+
+# section -> field -> (type, default); a default of REQUIRED must be given in the file.
+REQUIRED = object()
+SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
+    "hardware": {"accelerator": (str, REQUIRED), "count": (int, REQUIRED)},
+    "dataset": {"samples": (int, REQUIRED), "seed": (int, 0), "profile": (str, "cc3m"),
+                "image_scale": (float, 1.0)},
+    "training": {"workload": (str, "pixels"), "batch_size": (int, REQUIRED), "image_size": (int, 160),
+                 "warmup_steps": (int, 3), "steps": (int, 0), "epochs": (int, 0), "workers": (int, 1),
+                 "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
+                 "seed": (int, 0)},
+}
+TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix"}
+
+# command-line flag -> (section, field)
+OVERRIDES = {
+    "samples": ("dataset", "samples"), "steps": ("training", "steps"), "epochs": ("training", "epochs"),
+    "batch_size": ("training", "batch_size"), "workers": ("training", "workers"),
+    "world_size": ("hardware", "count"), "workload": ("training", "workload"),
+    "warmup_steps": ("training", "warmup_steps"),
+}
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """One strategy on one axis with its parameters."""
+
+    axis: str
+    name: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def label(self) -> str:
+        if not self.params:
+            return self.name
+        return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
+
+    def create(self) -> Any:
+        return registry.create(self.axis, self.name, **dict(self.params))
+
+
+@dataclass(frozen=True)
+class Training:
+    workload: str
+    batch_size: int
+    image_size: int
+    warmup_steps: int
+    steps: int
+    epochs: int
+    workers: int
+    prefetch_factor: int
+    persistent_workers: bool
+    lr: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    path: Path
+    accelerator: Accelerator
+    world_size: int
+    dataset: DatasetSpec
+    training: Training
+    matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
+
+
+def available() -> dict[str, Path]:
+    """Scenario name -> file, for every scenario shipped in scenarios/."""
+    return {p.stem: p for p in sorted(SCENARIO_DIR.glob("*.toml")) if p.stem not in NOT_SCENARIOS}
+
+
+def describe_all() -> list[tuple[str, str]]:
+    out = []
+    for name, path in available().items():
+        try:
+            out.append((name, str(_read_toml(path).get("description", ""))))
+        except UsageError as err:
+            out.append((name, f"(invalid: {err})"))
+    return out
+
+
+def resolve_path(ref: str) -> Path:
+    """A scenario name from scenarios/ or a path to a TOML file."""
+    scenarios = available()
+    if ref in scenarios:
+        return scenarios[ref]
+    path = Path(ref)
+    if path.suffix == ".toml" or "/" in ref:
+        if not path.is_file():
+            raise UsageError(f"scenario file {ref} does not exist; pass a TOML file or one of: "
+                             f"{', '.join(scenarios)}")
+        return path
+    raise UsageError(f"unknown scenario {ref!r}; available: {', '.join(scenarios)} "
+                     f"(or pass a path to a .toml file)")
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"{path}: malformed TOML: {err}; fix the file") from None
+    except OSError as err:
+        raise UsageError(f"{path}: cannot read scenario: {err.strerror}") from None
+
+
+def load(ref: str, overrides: dict[str, Any] | None = None) -> Scenario:
+    """Read, override and validate a scenario."""
+    path = resolve_path(ref)
+    raw = _read_toml(path)
+    origin: dict[tuple[str, str], str] = {}
+    for flag, value in (overrides or {}).items():
+        if value is None:
+            continue
+        section, key = OVERRIDES[flag]
+        raw.setdefault(section, {})[key] = value
+        origin[(section, key)] = "--" + flag.replace("_", "-")
+    return _validate(path, raw, origin)
+
+
+def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str]) -> Scenario:
+    def where(section: str, key: str) -> str:
+        return origin.get((section, key)) or f"{path} [{section}] {key}"
+
+    unknown = set(raw) - TOP_LEVEL
+    if unknown:
+        raise UsageError(f"{path}: unknown section or field {sorted(unknown)[0]!r}; "
+                         f"known: {', '.join(sorted(TOP_LEVEL))}")
+    values: dict[str, dict[str, Any]] = {}
+    for section, fields in SCHEMA.items():
+        given = raw.get(section, {})
+        if not isinstance(given, dict):
+            raise UsageError(f"{path}: [{section}] must be a table")
+        extra = set(given) - set(fields)
+        if extra:
+            raise UsageError(f"{path}: unknown field [{section}] {sorted(extra)[0]}; "
+                             f"known: {', '.join(fields)}")
+        values[section] = {}
+        for key, (kind, default) in fields.items():
+            if key not in given:
+                if default is REQUIRED:
+                    raise UsageError(f"{path}: missing required field [{section}] {key}")
+                values[section][key] = default
+                continue
+            values[section][key] = _typed(given[key], kind, where(section, key))
+
+    hw, ds, tr = values["hardware"], values["dataset"], values["training"]
+    for section, key in (("hardware", "count"), ("dataset", "samples"), ("training", "batch_size"),
+                         ("training", "image_size"), ("training", "prefetch_factor")):
+        if values[section][key] <= 0:
+            raise UsageError(f"{where(section, key)} = {values[section][key]} must be a positive integer")
+    for section, key in (("training", "warmup_steps"), ("training", "steps"), ("training", "epochs"),
+                         ("training", "workers")):
+        if values[section][key] < 0:
+            raise UsageError(f"{where(section, key)} = {values[section][key]} must be zero or more")
+    if tr["steps"] and tr["epochs"]:
+        raise UsageError(f"{path}: set either steps or epochs in [training], not both "
+                         f"(--steps and --epochs override one another)")
+    if not tr["steps"] and not tr["epochs"]:
+        raise UsageError(f"{where('training', 'steps')}: give steps > 0 or epochs > 0")
+    if tr["workload"] not in WORKLOADS:
+        raise UsageError(f"{where('training', 'workload')} = {tr['workload']!r}; "
+                         f"choose one of: {', '.join(WORKLOADS)}")
+    if ds["profile"] not in PROFILES:
+        raise UsageError(f"{where('dataset', 'profile')} = {ds['profile']!r}; "
+                         f"choose one of: {', '.join(PROFILES)}")
+    if ds["image_scale"] <= 0:
+        raise UsageError(f"{where('dataset', 'image_scale')} must be > 0")
+    if hw["count"] > ds["samples"]:
+        raise UsageError(f"{where('hardware', 'count')} = {hw['count']} ranks exceeds "
+                         f"{ds['samples']} samples; use more samples or fewer ranks")
+    try:
+        accelerator = get_accelerator(hw["accelerator"])
+    except UsageError as err:
+        raise UsageError(f"{path}: {err}") from None
+
+    return Scenario(
+        name=path.stem,
+        description=str(raw.get("description", "")),
+        path=path,
+        accelerator=accelerator,
+        world_size=hw["count"],
+        dataset=DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
+                            image_scale=ds["image_scale"]),
+        training=Training(**tr),
+        matrix=_matrix(path, raw.get("matrix", {})),
+    )
+
+
+def _typed(value: Any, kind: type, where: str) -> Any:
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
+        raise UsageError(f"{where} = {value!r} must be of type {kind.__name__}")
+    return value
+
+
+def _matrix(path: Path, raw: Any) -> dict[str, list[StrategyChoice]]:
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: [matrix] must be a table of axis = [strategies]")
+    defaults = {"storage": ["raw"], "cache": ["none"], "batching": ["fixed"], "sampler": ["default"]}
+    matrix: dict[str, list[StrategyChoice]] = {}
+    for axis in raw:
+        if axis not in registry.AXES:
+            raise UsageError(f"{path}: unknown axis [matrix] {axis}; axes are {', '.join(registry.AXES)}")
+    for axis in registry.AXES:
+        entries = raw.get(axis, defaults[axis])
+        if isinstance(entries, (str, dict)):
+            entries = [entries]
+        if not isinstance(entries, list) or not entries:
+            raise UsageError(f"{path}: [matrix] {axis} must be a non-empty list of strategies")
+        known = registry.names(axis)
+        choices = []
+        for entry in entries:
+            if isinstance(entry, dict):
+                params = dict(entry)
+                name = params.pop("name", None)
+            else:
+                name, params = entry, {}
+            if name not in known:
+                raise UsageError(f"{path}: [matrix] {axis} has unknown strategy {name!r}; "
+                                 f"known: {', '.join(known) or 'none'}")
+            choices.append(StrategyChoice(axis, name, tuple(sorted(params.items()))))
+        matrix[axis] = choices
+    return matrix

@@ -1,0 +1,12 @@
+"""Fixed batches of the scenario's batch size, as torch's BatchSampler makes them."""
+from __future__ import annotations
+
+from torch.utils.data import BatchSampler
+
+from strategies.registry import register
+
+
+@register("batching", "fixed")
+class FixedBatching:
+    def batch_sampler(self, sampler, batch_size: int, **_context):
+        return BatchSampler(sampler, batch_size, drop_last=False)

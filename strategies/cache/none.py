@@ -1,0 +1,12 @@
+"""No cache: every read goes to storage."""
+from __future__ import annotations
+
+from strategies.registry import register
+
+
+@register("cache", "none")
+class NoCache:
+    scope = "none"
+
+    def wrap(self, reader):
+        return reader

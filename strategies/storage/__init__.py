@@ -1,0 +1,1 @@
+"""Storage strategies: how samples lie on disk and how a batch is read back."""
