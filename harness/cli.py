@@ -6,6 +6,8 @@ import os
 import sys
 from pathlib import Path
 
+import torch.multiprocessing as mp
+
 from harness import launch, report, results, scenario
 from harness.errors import UsageError
 from harness.matrix import expand
@@ -52,7 +54,6 @@ def cmd_list() -> int:
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    from harness.materialise import materialise
     from strategies import registry
 
     for module in args.plugin:
@@ -69,7 +70,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     cells = expand(sc)
     rank = int(os.environ.get("RANK", 0))
     run_dir = results.new_run_dir(args.out, sc.name) if rank == 0 else args.out
-    progress = not args.quiet
+    env, failed = None, False
     if rank == 0:
         env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
                                          "world_size": sc.world_size})
@@ -77,22 +78,27 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
         print(f"{sc.name}: {len(cells)} cells x {sc.world_size} ranks on {note}; results in {run_dir}",
               file=sys.stderr)
-    storages = sorted({c.choice("storage").name for c in cells})
-    if not torchrun or int(os.environ.get("LOCAL_RANK", 0)) == 0:
-        data_paths = {s: materialise(sc.dataset, s, args.data_dir, progress=progress) for s in storages}
-    config = launch.LaunchConfig(sc, cells, run_dir, {}, device, plugins=args.plugin, progress=progress)
+    config = launch.LaunchConfig(sc, cells, run_dir, args.data_dir, device, plugins=args.plugin,
+                                 progress=not args.quiet)
     if torchrun:
-        config.data_dir = args.data_dir
         launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
         if rank != 0:
             return 0
     else:
-        config.data_paths = data_paths
-        launch.spawn(config)
+        try:
+            launch.spawn(config)
+        except mp.ProcessRaisedException as err:  # a bug in a rank: keep its traceback, keep the cells
+            print(f"run_bench.py: a rank process failed; the cells measured before it are kept.\n{err}",
+                  file=sys.stderr)
+            failed = True
+        except mp.ProcessExitedException as err:
+            print(f"run_bench.py: a rank process died ({err}); the cells measured before it are kept.",
+                  file=sys.stderr)
+            failed = True
     cells_done = results.read_cells(run_dir)
     print(report.write_all(run_dir, cells_done, env))
     print(f"\nresults: {run_dir}", file=sys.stderr)
-    return 0
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ class EmulatedDevice:
         self.torch_device = torch.device("cpu")
         self.peak_bytes = 0
         self.overruns = 0  # steps whose real CPU time exceeded the modelled time
+        self.padded_s = 0.0  # sleep added to the current step
         self._deadline = None
 
     @property
@@ -39,6 +40,7 @@ class EmulatedDevice:
         self.peak_bytes = max(self.peak_bytes, need)
         modelled = self.accelerator.step_seconds(self.workload, samples, padded_pixels)
         self._deadline = time.perf_counter() + modelled
+        self.padded_s = 0.0
         return modelled
 
     def pad(self) -> None:
@@ -49,6 +51,7 @@ class EmulatedDevice:
         self._deadline = None
         if remaining > 0:
             time.sleep(remaining)
+            self.padded_s = remaining
         else:
             self.overruns += 1
 
@@ -78,6 +81,7 @@ class CudaDevice:
         torch.cuda.set_device(local_rank)
         self.torch_device = torch.device("cuda", local_rank)
         self.overruns = 0
+        self.padded_s = 0.0
 
     @property
     def name(self) -> str:

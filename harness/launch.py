@@ -33,10 +33,17 @@ class LaunchConfig:
     scenario: Scenario
     cells: list[Cell]
     run_dir: Path
-    data_paths: dict[str, Path]
+    data_dir: Path
     device: str  # "cuda" or "emulated"
     plugins: list[str] = field(default_factory=list)
     progress: bool = True
+
+    def materialise_all(self, progress: bool) -> dict[str, Path]:
+        """Every storage of the matrix materialised (reused when it already exists)."""
+        from harness.materialise import materialise
+
+        storages = sorted({c.choice("storage").name for c in self.cells})
+        return {s: materialise(self.scenario.dataset, s, self.data_dir, progress=progress) for s in storages}
 
 
 def resolve_device(mode: str, world_size: int) -> str:
@@ -65,17 +72,22 @@ def threads_per_rank(world_size: int) -> int:
 
 def spawn(config: LaunchConfig) -> None:
     """Run all cells in world_size spawned processes on this node; raises if a rank crashed."""
+    data_paths = config.materialise_all(progress=config.progress)  # before the ranks start
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
     world = config.scenario.world_size
-    mp.start_processes(_spawned, args=(world, config), nprocs=world, start_method="spawn", join=True)
+    mp.start_processes(_spawned, args=(world, config, data_paths), nprocs=world, start_method="spawn",
+                       join=True)
 
 
-def _spawned(local_rank: int, world: int, config: LaunchConfig) -> None:
-    rank_main(local_rank, local_rank, world, config)
+def _spawned(local_rank: int, world: int, config: LaunchConfig, data_paths: dict[str, Path]) -> None:
+    rank_main(local_rank, local_rank, world, config, data_paths)
 
 
-def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig) -> None:
+def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
+              data_paths: dict[str, Path] | None = None) -> None:
+    """One rank: join the process group, then run every cell. Under torchrun (data_paths None) the first
+    process of each node materialises the data while the others wait at a barrier."""
     from strategies import registry
 
     for module in config.plugins:
@@ -89,12 +101,18 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig) -> N
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=PG_TIMEOUT,
                             **({"device_id": device.torch_device} if cuda else {}))
     try:
+        if data_paths is None:
+            if local_rank == 0:
+                data_paths = config.materialise_all(progress=config.progress)
+            dist.barrier()
+            if local_rank != 0:
+                data_paths = config.materialise_all(progress=False)  # finds them, reuses them
         for i, cell in enumerate(config.cells):
             show = config.progress and rank == 0
             if show:
                 print(f"[{i + 1}/{len(config.cells)}] {cell.id} ...", file=sys.stderr, flush=True)
             started = time.perf_counter()
-            ctx = RankContext(rank, world, config.scenario, device, config.data_paths,
+            ctx = RankContext(rank, world, config.scenario, device, data_paths,
                               progress=_progress_line if show and sys.stderr.isatty() else None)
             record = run_cell(ctx, cell)
             gathered = [None] * world if rank == 0 else None

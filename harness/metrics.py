@@ -44,5 +44,6 @@ def cell_figures(records: list[dict]) -> dict:
         padding_waste_pct=(1 - real / padded) * 100 if padded else 0.0,
         mean_batch=samples / steps,
         overrun_steps=sum(r["overruns"] for r in records),
+        overrun_pct=sum(r["overruns"] for r in records) / steps * 100,
     )
     return out

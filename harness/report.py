@@ -9,6 +9,7 @@ from tabulate import tabulate
 from strategies.registry import AXES
 
 EMULATED_MARK = "*"
+OVERRUN_WARN_PCT = 10
 
 
 def _axes_shown(cells: list[dict]) -> list[str]:
@@ -30,6 +31,11 @@ def header_lines(cells: list[dict], env: dict | None = None) -> list[str]:
         lines.append(f"ACCELERATOR EMULATED: no such GPU here; each step's real CPU compute is padded to the "
                      f"modelled step time and device memory is modelled. Columns marked {EMULATED_MARK} "
                      f"depend on that model. The DDP allreduce, data loading and host memory are real.")
+        worst = max((c["figures"].get("overrun_pct", 0) for c in cells), default=0)
+        if worst > OVERRUN_WARN_PCT:
+            lines.append(f"WARNING: in up to {worst:.0f}% of steps (column CPU>model %) the real CPU step took "
+                         f"longer than the modelled accelerator step: this host cannot emulate it at full speed, "
+                         f"so throughput and AU understate the accelerator. Use fewer ranks or a bigger host.")
     if env:
         lines.append(f"Host: {env.get('cpu_count')} CPUs ({env.get('cpu_model')}), "
                      f"{env.get('memory_gb') or 0:.0f} GB RAM, torch {env['versions'].get('torch')}")
@@ -40,7 +46,7 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
     axes = _axes_shown(cells)
     headers = [*axes, f"samples/s{m}", f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
-               f"AU %{m}", "imbalance", "read MB/s"]
+               f"AU %{m}", "imbalance", "read MB/s"] + (["CPU>model %"] if m else [])
     rows = []
     for c in cells:
         f = c["figures"]
@@ -51,7 +57,8 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
         rows.append(row + [
             _fmt(f["throughput"], ".0f"), _fmt(f["step_p50_ms"], ".1f"), _fmt(f["step_p95_ms"], ".1f"),
             _fmt(f["step_p99_ms"], ".1f"), f"{f['stall_mean_pct']:.0f} / {f['stall_max_pct']:.0f}",
-            _fmt(f["au_pct"], ".0f"), _fmt(f["imbalance"], ".2f"), _fmt(f["read_mb_s"], ".1f")])
+            _fmt(f["au_pct"], ".0f"), _fmt(f["imbalance"], ".2f"), _fmt(f["read_mb_s"], ".1f")]
+            + ([_fmt(f["overrun_pct"], ".0f")] if m else []))
     return headers, rows
 
 

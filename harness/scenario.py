@@ -137,6 +137,10 @@ def load(ref: str, overrides: dict[str, Any] | None = None) -> Scenario:
         section, key = OVERRIDES[flag]
         raw.setdefault(section, {})[key] = value
         origin[(section, key)] = "--" + flag.replace("_", "-")
+    given = overrides or {}
+    for flag, other in (("steps", "epochs"), ("epochs", "steps")):
+        if given.get(flag) is not None and given.get(other) is None:
+            raw.setdefault("training", {})[other] = 0  # --steps replaces the file's epochs and vice versa
     return _validate(path, raw, origin)
 
 
@@ -177,7 +181,7 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
             raise UsageError(f"{where(section, key)} = {values[section][key]} must be zero or more")
     if tr["steps"] and tr["epochs"]:
         raise UsageError(f"{path}: set either steps or epochs in [training], not both "
-                         f"(--steps and --epochs override one another)")
+                         f"(pass only one of --steps and --epochs)")
     if not tr["steps"] and not tr["epochs"]:
         raise UsageError(f"{where('training', 'steps')}: give steps > 0 or epochs > 0")
     if tr["workload"] not in WORKLOADS:

@@ -42,7 +42,7 @@ class RankContext:
 class StepRecorder:
     """Per-step timings of the measured window in preallocated arrays."""
 
-    FIELDS = ("wait", "h2d", "compute", "sync", "samples", "padded_pixels", "real_pixels", "nbytes")
+    FIELDS = ("wait", "h2d", "compute", "sync", "padded", "samples", "padded_pixels", "real_pixels", "nbytes")
 
     def __init__(self, steps: int):
         self.arrays = {name: np.zeros(steps, dtype=np.float64) for name in self.FIELDS}
@@ -56,7 +56,7 @@ class StepRecorder:
     def as_record(self) -> dict:
         a = {k: v[: self.n] for k, v in self.arrays.items()}
         step = a["wait"] + a["h2d"] + a["compute"]
-        rec = {k: np.round(v, 6).tolist() for k, v in a.items() if k in ("wait", "h2d", "compute", "sync")}
+        rec = {k: np.round(v, 6).tolist() for k, v in a.items() if k in ("wait", "h2d", "compute", "sync", "padded")}
         rec["step"] = np.round(step, 6).tolist()
         for k in ("samples", "padded_pixels", "real_pixels", "nbytes"):
             rec[k] = int(a[k].sum())
@@ -85,7 +85,8 @@ def build_loader(ctx: RankContext, cell: Cell) -> tuple[DataLoader, object, obje
         dataset, batch_sampler=batch_sampler, num_workers=workers, collate_fn=collate,
         pin_memory=not ctx.device.emulated,
         persistent_workers=tr.persistent_workers and workers > 0,
-        prefetch_factor=tr.prefetch_factor if workers > 0 else None)
+        prefetch_factor=tr.prefetch_factor if workers > 0 else None,
+        multiprocessing_context="forkserver" if workers > 0 else None)
     return loader, sampler, batch_sampler
 
 
@@ -160,6 +161,7 @@ def run_cell(ctx: RankContext, cell: Cell) -> dict:
             t_end = time.perf_counter()
             if step >= tr.warmup_steps:
                 recorder.add(wait=t_ready - t_prev, h2d=t_h2d - t_ready, compute=t_end - t_h2d, sync=sync,
+                             padded=device.padded_s,
                              samples=samples, padded_pixels=batch["padded_pixels"],
                              real_pixels=batch["real_pixels"], nbytes=batch["nbytes"])
                 consumed.append(batch["index"].tolist())
