@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 
 from harness import launch, report, results, scenario
 from harness.errors import UsageError
-from harness.matrix import expand
+from harness.matrix import expand, select
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -42,6 +42,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import a module that registers extra strategies (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    cells = p.add_argument_group("selecting cells of the matrix")
+    cells.add_argument("--only", action="append", default=[], metavar="AXIS=NAME[,NAME]",
+                       help="run only cells with these strategies on that axis (repeatable)")
+    cells.add_argument("--exclude", action="append", default=[], metavar="AXIS=NAME[,NAME]",
+                       help="skip cells with these strategies on that axis (repeatable)")
+    cells.add_argument("--dry-run", action="store_true", help="print the cells and exit without running")
     return p
 
 
@@ -67,7 +73,12 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         overrides["world_size"] = int(os.environ["WORLD_SIZE"])
     sc = scenario.load(args.scenario, overrides)
     device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
-    cells = expand(sc)
+    cells = select(expand(sc), args.only, args.exclude)
+    if args.dry_run:
+        for i, cell in enumerate(cells, 1):
+            print(f"{i:3d}  {cell.id}")
+        print(f"{len(cells)} cells x {sc.world_size} ranks ({device})", file=sys.stderr)
+        return 0
     rank = int(os.environ.get("RANK", 0))
     run_dir = results.new_run_dir(args.out, sc.name) if rank == 0 else args.out
     env, failed = None, False
@@ -98,7 +109,11 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     cells_done = results.read_cells(run_dir)
     print(report.write_all(run_dir, cells_done, env))
     print(f"\nresults: {run_dir}", file=sys.stderr)
-    return 1 if failed else 0
+    broken = [c["cell"] for c in cells_done if not c.get("coverage", {}).get("ok", True)]
+    if broken:
+        print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
+              file=sys.stderr)
+    return 1 if failed or broken else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,19 +24,34 @@ class EmulatedDevice:
         self.peak_bytes = 0
         self.overruns = 0  # steps whose real CPU time exceeded the modelled time
         self.padded_s = 0.0  # sleep added to the current step
+        self.last_bytes = 0
         self._deadline = None
 
     @property
     def name(self) -> str:
         return f"{self.accelerator.name} (emulated)"
 
+    @property
+    def capacity_bytes(self) -> int:
+        return self.accelerator.memory_bytes
+
+    def fits(self, samples: int, padded_pixels: int) -> bool:
+        return self.accelerator.memory_needed(self.workload, samples, padded_pixels) <= self.capacity_bytes
+
+    def oom_message(self, samples: int, padded_pixels: int) -> str:
+        need = self.accelerator.memory_needed(self.workload, samples, padded_pixels)
+        return (f"emulated {self.accelerator.name}: a batch of {samples} needs {need / 1e9:.1f} GB of "
+                f"{self.capacity_bytes / 1e9:.1f} GB")
+
+    def empty_cache(self) -> None:
+        pass
+
     def begin_step(self, samples: int, padded_pixels: int) -> float:
         """Model the step: raise OutOfMemoryError as a real GPU would; return the modelled seconds."""
+        if not self.fits(samples, padded_pixels):
+            raise torch.OutOfMemoryError(self.oom_message(samples, padded_pixels))
         need = self.accelerator.memory_needed(self.workload, samples, padded_pixels)
-        if need > self.accelerator.memory_bytes:
-            raise torch.OutOfMemoryError(
-                f"emulated {self.accelerator.name}: batch needs {need / 1e9:.1f} GB of "
-                f"{self.accelerator.memory_bytes / 1e9:.0f} GB")
+        self.last_bytes = need
         self.peak_bytes = max(self.peak_bytes, need)
         modelled = self.accelerator.step_seconds(self.workload, samples, padded_pixels)
         self._deadline = time.perf_counter() + modelled
@@ -90,6 +105,26 @@ class CudaDevice:
     @property
     def peak_bytes(self) -> int:
         return torch.cuda.max_memory_allocated(self.torch_device)
+
+    @property
+    def last_bytes(self) -> int:
+        return torch.cuda.max_memory_allocated(self.torch_device)
+
+    @property
+    def capacity_bytes(self) -> int:
+        return torch.cuda.get_device_properties(self.torch_device).total_memory
+
+    def fits(self, samples: int, padded_pixels: int) -> bool:
+        return True  # a real GPU tells by raising OutOfMemoryError
+
+    def oom_message(self, samples: int, padded_pixels: int) -> str:
+        return f"CUDA out of memory with a batch of {samples}"
+
+    def empty_cache(self) -> None:
+        torch.cuda.empty_cache()
+
+    def pad(self) -> None:
+        pass
 
     def begin_step(self, samples: int, padded_pixels: int) -> float:
         return 0.0

@@ -137,7 +137,7 @@ def cell_line(config: LaunchConfig, cell: Cell, device_name: str, records: list[
               elapsed: float) -> dict:
     """The JSON object appended to cells.jsonl for one cell."""
     errors = sorted({r["error"] for r in records if r.get("error")})
-    ranks = [{k: v for k, v in r.items() if k != "indices"} for r in records]
+    ranks = [{k: v for k, v in r.items() if k != "consumed"} for r in records]
     return {
         "scenario": config.scenario.name,
         "cell": cell.id,
@@ -150,6 +150,8 @@ def cell_line(config: LaunchConfig, cell: Cell, device_name: str, records: list[
         "world_size": len(records),
         "elapsed_s": round(elapsed, 3),
         "figures": metrics.cell_figures(records),
+        "coverage": metrics.coverage(records, config.scenario.dataset.samples),
+        "cache": metrics.cache_figures(records),
         "error": "; ".join(errors) or None,
         "ranks": ranks,
     }

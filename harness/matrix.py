@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from harness.errors import UsageError
 from harness.scenario import Scenario, StrategyChoice
 from strategies.registry import AXES
 
@@ -25,3 +26,32 @@ class Cell:
 
 def expand(scenario: Scenario) -> list[Cell]:
     return [Cell(tuple(combo)) for combo in itertools.product(*(scenario.matrix[a] for a in AXES))]
+
+
+def parse_filter(text: str, flag: str) -> tuple[str, set[str]]:
+    """'storage=hdf5,mmap' -> ('storage', {'hdf5', 'mmap'}); a UsageError names the flag otherwise."""
+    axis, sep, values = text.partition("=")
+    if not sep or not values or axis not in AXES:
+        raise UsageError(f"{flag} {text!r}: write AXIS=NAME[,NAME...] with AXIS one of {', '.join(AXES)}")
+    return axis, {v.strip() for v in values.split(",") if v.strip()}
+
+
+def select(cells: list[Cell], only: list[str], exclude: list[str]) -> list[Cell]:
+    """Keep cells matching every --only filter and no --exclude filter (by strategy name or label)."""
+    def matches(cell: Cell, axis: str, names: set[str]) -> bool:
+        c = cell.choice(axis)
+        return c.name in names or c.label in names
+
+    for flag, filters in (("--only", only), ("--exclude", exclude)):
+        for text in filters:
+            axis, names = parse_filter(text, flag)
+            present = {cell.choice(axis).name for cell in cells} | {cell.choice(axis).label for cell in cells}
+            unknown = names - present
+            if unknown:
+                raise UsageError(f"{flag} {text}: {', '.join(sorted(unknown))} is not in the matrix's {axis} "
+                                 f"axis (it has: {', '.join(sorted({c.choice(axis).label for c in cells}))})")
+            keep = flag == "--only"
+            cells = [cell for cell in cells if matches(cell, axis, names) == keep]
+    if not cells:
+        raise UsageError("the --only/--exclude filters leave no cell to run; loosen them (see --dry-run)")
+    return cells

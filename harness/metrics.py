@@ -42,8 +42,56 @@ def cell_figures(records: list[dict]) -> dict:
         device_peak_gb=max(r["device_peak_bytes"] for r in records) / 1e9,
         read_mb_s=nbytes / window_s / 1e6 if window_s else 0.0,
         padding_waste_pct=(1 - real / padded) * 100 if padded else 0.0,
-        mean_batch=samples / steps,
+        mean_batch=samples / max(1, steps - sum(r.get("shadow_steps", 0) for r in records)),
+        max_batch=max((max(r["batch_sizes"], default=0) for r in records), default=0),
+        oom_events=sum(r.get("oom_events", 0) for r in records),
+        shadow_steps=sum(r.get("shadow_steps", 0) for r in records),
         overrun_steps=sum(r["overruns"] for r in records),
         overrun_pct=sum(r["overruns"] for r in records) / steps * 100,
     )
     return out
+
+
+def cache_figures(records: list[dict]) -> dict | None:
+    """Hits, misses and evictions summed over all workers of all ranks, over the window."""
+    caches = [r["cache"] for r in records if r.get("cache")]
+    if not caches:
+        return None
+    hits = sum(c["hits"] for c in caches)
+    misses = sum(c["misses"] for c in caches)
+    return {"hits": hits, "misses": misses, "evictions": sum(c["evictions"] for c in caches),
+            "hit_pct": hits / (hits + misses) * 100 if hits + misses else 0.0,
+            "resident_mb": sum(c["resident_bytes"] for c in caches) / 1e6,
+            "caches": sum(c["processes"] for c in caches), "scope": caches[0]["scope"]}
+
+
+def coverage(records: list[dict], dataset_size: int) -> dict:
+    """DistributedSampler's contract, checked on the indices every rank consumed (warm-up included).
+
+    Per epoch: every index exactly once across ranks, apart from the padding torch adds to make the
+    epoch divisible by the world size. Missing indices are only judged for epochs every rank finished.
+    """
+    world = len(records)
+    padding = -(-dataset_size // world) * world - dataset_size
+    completed = min(r.get("completed_epochs", 0) for r in records)
+    epochs = sorted({int(e) for r in records for e in r.get("consumed", {})})
+    per_epoch, ok = [], True
+    for epoch in epochs:
+        idx = np.concatenate([np.asarray(r.get("consumed", {}).get(epoch, r.get("consumed", {}).get(
+            str(epoch), [])), dtype=np.int64) for r in records])
+        out_of_range = int(((idx < 0) | (idx >= dataset_size)).sum())
+        counts = np.bincount(idx[(idx >= 0) & (idx < dataset_size)], minlength=dataset_size)
+        unique = int((counts > 0).sum())
+        duplicates = int((counts[counts > 1] - 1).sum())
+        complete = epoch < completed
+        missing = dataset_size - unique if complete else None
+        broken = out_of_range > 0 or duplicates > padding or bool(missing)
+        ok = ok and not broken
+        per_epoch.append({"epoch": epoch, "complete": complete, "consumed": int(idx.size), "unique": unique,
+                          "duplicates": duplicates, "missing": missing, "out_of_range": out_of_range,
+                          "broken": broken})
+    full = [e for e in per_epoch if e["complete"]]
+    return {"ok": ok, "padding_allowed": padding, "epochs": per_epoch,
+            "coverage_pct": min(e["unique"] for e in full) / dataset_size * 100 if full else None,
+            "duplicates": sum(e["duplicates"] for e in per_epoch),
+            "missing": sum(e["missing"] or 0 for e in per_epoch)}

@@ -7,6 +7,7 @@ batch's largest image. features: the precomputed image and text embeddings.
 from __future__ import annotations
 
 import io
+import os
 import zlib
 from typing import Sequence
 
@@ -38,11 +39,43 @@ def decode_resize(jpeg: bytes, image_size: int) -> np.ndarray:
     return np.array(img)  # an owned, writable copy
 
 
+def sample_nbytes(sample: Sample) -> int:
+    return sample.nbytes
+
+
+def item_nbytes(item: dict) -> int:
+    """Bytes a decoded item holds (what a decoded-level cache keeps)."""
+    n = 0
+    for value in item.values():
+        if isinstance(value, torch.Tensor):
+            n += value.numel() * value.element_size()
+        elif isinstance(value, list):
+            n += 8 * len(value)
+        else:
+            n += 8
+    return n
+
+
+class ItemBatch(list):
+    """The items of one batch, carrying a snapshot of the cache statistics of the process that read it."""
+
+    cache_stats: dict | None = None
+
+
 class SampleDataset(Dataset):
-    def __init__(self, reader, workload: str, image_size: int):
+    """reader -> optional cache (of stored samples or of decoded items) -> prepared items."""
+
+    def __init__(self, reader, workload: str, image_size: int, cache=None):
         self.reader = reader
         self.workload = workload
         self.image_size = image_size
+        self.level = None if cache is None or cache.scope == "none" else cache.level
+        if self.level == "stored":
+            self._cached = cache.wrap(reader.read_batch, sample_nbytes)
+        elif self.level == "decoded":
+            self._cached = cache.wrap(self._read_prepared, item_nbytes)
+        else:
+            self._cached = None
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -50,9 +83,22 @@ class SampleDataset(Dataset):
     def __getitem__(self, index: int):
         return self.__getitems__([index])[0]
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict]:
-        samples = self.reader.read_batch(list(indices))
-        return [self._prepare(s) for s in samples]
+    def _read_prepared(self, indices: list[int]) -> list[dict]:
+        return [self._prepare(s) for s in self.reader.read_batch(indices)]
+
+    def __getitems__(self, indices: Sequence[int]) -> ItemBatch:
+        indices = list(indices)
+        if self.level is None:
+            batch = ItemBatch(self._read_prepared(indices))
+        elif self.level == "stored":
+            batch = ItemBatch(self._prepare(s) for s in self._cached(indices))
+        else:
+            batch = ItemBatch(self._cached(indices))
+        if self._cached is not None:
+            stats = dict(self._cached.stats())
+            stats["key"] = "shared" if stats.get("scope") == "shared" else f"pid{os.getpid()}"
+            batch.cache_stats = stats
+        return batch
 
     def _prepare(self, s: Sample) -> dict:
         item = {"index": s.index, "nbytes": s.nbytes}
@@ -70,6 +116,7 @@ def collate(items: list[dict]) -> dict:
     batch = {
         "index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
         "nbytes": sum(it["nbytes"] for it in items),
+        "cache_stats": getattr(items, "cache_stats", None),
     }
     if "image" in items[0]:
         h = max(it["image"].shape[0] for it in items)

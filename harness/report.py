@@ -46,18 +46,18 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
     axes = _axes_shown(cells)
     headers = [*axes, f"samples/s{m}", f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
-               f"AU %{m}", "imbalance", "read MB/s"] + (["CPU>model %"] if m else [])
+               f"AU %{m}", "imbalance", "cache hit %", "read MB/s"] + (["CPU>model %"] if m else [])
     rows = []
     for c in cells:
         f = c["figures"]
         row = [c["strategies"][a] for a in axes]
         if c.get("error") or "throughput" not in f:
-            rows.append(row + [c.get("error") or "no steps"] + ["-"] * (len(headers) - len(row) - 1))
+            rows.append(row + [_short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
             continue
         rows.append(row + [
             _fmt(f["throughput"], ".0f"), _fmt(f["step_p50_ms"], ".1f"), _fmt(f["step_p95_ms"], ".1f"),
             _fmt(f["step_p99_ms"], ".1f"), f"{f['stall_mean_pct']:.0f} / {f['stall_max_pct']:.0f}",
-            _fmt(f["au_pct"], ".0f"), _fmt(f["imbalance"], ".2f"), _fmt(f["read_mb_s"], ".1f")]
+            _fmt(f["au_pct"], ".0f"), _fmt(f["imbalance"], ".2f"), _hit(c), _fmt(f["read_mb_s"], ".1f")]
             + ([_fmt(f["overrun_pct"], ".0f")] if m else []))
     return headers, rows
 
@@ -66,17 +66,49 @@ def memory_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     emulated = bool(cells and cells[0]["emulated"])
     axes = _axes_shown(cells)
     device_col = f"device peak GB{EMULATED_MARK} (modelled)" if emulated else "device peak GB"
-    headers = [*axes, "host PSS/rank MB", "host PSS all ranks MB", "host RSS/rank MB", device_col]
+    headers = [*axes, "host PSS/rank MB", "host PSS all ranks MB", "host RSS/rank MB", "cache resident MB",
+               device_col]
     rows = []
     for c in cells:
         f = c["figures"]
+        cache = c.get("cache") or {}
         rows.append([c["strategies"][a] for a in axes] + [
             _fmt(f.get("host_pss_peak_mb"), ".0f"), _fmt(f.get("host_pss_total_mb"), ".0f"),
-            _fmt(f.get("host_rss_peak_mb"), ".0f"), _fmt(f.get("device_peak_gb"), ".2f")])
+            _fmt(f.get("host_rss_peak_mb"), ".0f"),
+            f"{cache['resident_mb']:.0f} in {cache['caches']}" if cache else "-",
+            _fmt(f.get("device_peak_gb"), ".2f")])
     return headers, rows
 
 
-TABLES = (("Throughput and utilisation", throughput_table), ("Memory (peaks over the window)", memory_table))
+def batching_table(cells: list[dict]) -> tuple[list[str], list[list]]:
+    axes = _axes_shown(cells)
+    headers = [*axes, "mean batch", "max batch", "padding waste %", "OOM events", "shadow steps",
+               "coverage %", "duplicates", "missing", "sampler contract"]
+    rows = []
+    for c in cells:
+        f, cov = c["figures"], c.get("coverage") or {}
+        rows.append([c["strategies"][a] for a in axes] + [
+            _fmt(f.get("mean_batch"), ".1f"), _fmt(f.get("max_batch"), "d"),
+            _fmt(f.get("padding_waste_pct"), ".0f"),
+            "OOM (cell stopped)" if (c.get("error") or "").startswith("OOM") else _fmt(f.get("oom_events"), "d"),
+            _fmt(f.get("shadow_steps"), "d"), _fmt(cov.get("coverage_pct"), ".1f"),
+            _fmt(cov.get("duplicates"), "d"), _fmt(cov.get("missing"), "d"),
+            "-" if not cov else ("ok" if cov.get("ok") else "BROKEN")])
+    return headers, rows
+
+
+def _hit(cell: dict) -> str:
+    cache = cell.get("cache")
+    return f"{cache['hit_pct']:.0f} ({cache['scope']})" if cache else "-"
+
+
+def _short_error(cell: dict) -> str:
+    error = cell.get("error") or "no steps"
+    return "OOM" if error.startswith("OOM") else error[:60]
+
+
+TABLES = (("Throughput and utilisation", throughput_table), ("Memory (peaks over the window)", memory_table),
+          ("Batching and correctness", batching_table))
 
 
 def render_text(cells: list[dict], env: dict | None = None) -> str:
@@ -104,6 +136,10 @@ def summary_frame(cells: list[dict]) -> pd.DataFrame:
         row = {"cell": c["cell"], **c["strategies"], "device": c["device"], "emulated": c["emulated"],
                "error": c.get("error")}
         row.update(c["figures"])
+        cov, cache = c.get("coverage") or {}, c.get("cache") or {}
+        row.update(coverage_ok=cov.get("ok"), coverage_pct=cov.get("coverage_pct"),
+                   duplicates=cov.get("duplicates"), missing=cov.get("missing"),
+                   cache_hit_pct=cache.get("hit_pct"), cache_resident_mb=cache.get("resident_mb"))
         rows.append(row)
     return pd.DataFrame(rows)
 

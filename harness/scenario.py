@@ -6,7 +6,7 @@ and the remedy.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ WORKLOADS = ("pixels", "features")
 # section -> field -> (type, default); a default of REQUIRED must be given in the file.
 REQUIRED = object()
 SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
-    "hardware": {"accelerator": (str, REQUIRED), "count": (int, REQUIRED)},
+    "hardware": {"accelerator": (str, REQUIRED), "count": (int, REQUIRED), "memory_gb": (float, 0.0)},
     "dataset": {"samples": (int, REQUIRED), "seed": (int, 0), "profile": (str, "cc3m"),
                 "image_scale": (float, 1.0)},
     "training": {"workload": (str, "pixels"), "batch_size": (int, REQUIRED), "image_size": (int, 160),
@@ -199,6 +199,10 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         accelerator = get_accelerator(hw["accelerator"])
     except UsageError as err:
         raise UsageError(f"{path}: {err}") from None
+    if hw["memory_gb"] < 0:
+        raise UsageError(f"{where('hardware', 'memory_gb')} must be > 0 (or left out for the catalogue's)")
+    if hw["memory_gb"]:  # e.g. a MIG slice or a GPU shared with another job
+        accelerator = replace(accelerator, memory_bytes=int(hw["memory_gb"] * 1e9))
 
     return Scenario(
         name=path.stem,

@@ -7,6 +7,7 @@ from strategies.registry import register
 @register("cache", "none")
 class NoCache:
     scope = "none"
+    level = "stored"
 
-    def wrap(self, reader):
-        return reader
+    def wrap(self, fetch, sizeof):
+        return fetch

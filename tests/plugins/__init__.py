@@ -1,0 +1,1 @@
+"""Strategies that exist only to prove the harness catches them (loaded with --plugin)."""
