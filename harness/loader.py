@@ -45,13 +45,22 @@ class Pipeline:
     sampler: object
     batch_sampler: object
     batching: object
+    cache: object
+
+    def close(self) -> None:
+        """Stop what the cell started: DataLoader workers (by dropping the loader) and cache servers."""
+        close = getattr(self.cache, "close", None)
+        self.loader = None
+        if close is not None:
+            close()
 
 
 def build(ctx, cell: Cell) -> Pipeline:
     sc, tr = ctx.scenario, ctx.scenario.training
     storage_choice = cell.choice("storage")
     reader = storage_choice.create().open(ctx.data_paths[storage_choice.name], fields=FIELDS_FOR[tr.workload])
-    dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cell.choice("cache").create())
+    cache = cell.choice("cache").create()
+    dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache)
     shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
     sampler_strategy = cell.choice("sampler").create()
     if getattr(sampler_strategy, "cost", "auto") == "bytes" or shapes is None:
@@ -74,4 +83,4 @@ def build(ctx, cell: Cell) -> Pipeline:
         prefetch_factor=tr.prefetch_factor if workers > 0 else None,
         # forking a rank that already runs gloo threads aborts at worker exit; the forkserver is clean
         multiprocessing_context="forkserver" if workers > 0 else None)
-    return Pipeline(loader, sampler, batch_sampler, batching)
+    return Pipeline(loader, sampler, batch_sampler, batching, cache)

@@ -278,7 +278,8 @@ def run_cell(ctx: RankContext, cell: Cell) -> dict:
             if ctx.progress is not None:
                 ctx.progress(step, total_steps)
     consumed, completed_epochs = source.consumed, source.completed_epochs
-    del source, pipe
+    del source
+    pipe.close()
 
     record = recorder.as_record()
     record.update(

@@ -18,8 +18,12 @@ _BUILTINS = (
     "strategies.storage.mmap",
     "strategies.storage.hdf5",
     "strategies.cache.none",
+    "strategies.cache.lru",
     "strategies.batching.fixed",
+    "strategies.batching.dynamic",
+    "strategies.batching.adaptive",
     "strategies.sampler.default",
+    "strategies.sampler.balanced",
 )
 
 

@@ -215,3 +215,23 @@ def test_shared_scope_hits_more_than_per_worker_in_a_real_dataloader():
     shared_rate = shared2["hits"] / (shared2["hits"] + shared2["misses"])
     assert worker2["hits"] + worker2["misses"] == 192
     assert worker_rate < shared_rate  # each worker only hits the half it read itself
+
+
+def fetch_decoded(indices):
+    return [{"index": i, "image": torch.full((4, 5, 3), i, dtype=torch.uint8).transpose(0, 1),
+             "emb": torch.ones(3, dtype=torch.bfloat16) * i, "tokens": [i, 2 * i]} for i in indices]
+
+
+def test_decoded_items_survive_the_shared_cache():
+    cache = LRUCache(capacity_mb=1, scope="shared", level="decoded")
+    try:
+        cf = cache.wrap(fetch_decoded, lambda it: it["image"].numel() + 6)
+        cf([1, 2])
+        out = cf([2, 1])
+        assert cf.stats()["hits"] == 2 and cf.stats()["level"] == "decoded"
+        for got, want in zip(out, fetch_decoded([2, 1])):
+            assert got["index"] == want["index"] and got["tokens"] == want["tokens"]
+            for k in ("image", "emb"):
+                assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k])
+    finally:
+        cache.close()

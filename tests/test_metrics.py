@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.metrics import cell_figures
+from harness.metrics import cell_figures, coverage
 
 
 def record(rank, wait, compute, sync, window_s, samples_per_step=4, pss=100e6, rss=150e6):
@@ -12,7 +12,8 @@ def record(rank, wait, compute, sync, window_s, samples_per_step=4, pss=100e6, r
             "padded": [0.0] * len(wait), "step": step, "steps": len(wait), "window_s": window_s,
             "samples": samples_per_step * len(wait), "padded_pixels": 1000 * len(wait),
             "real_pixels": 800 * len(wait), "nbytes": 10_000 * len(wait), "host_pss_peak": pss,
-            "host_rss_peak": rss, "device_peak_bytes": 2e9, "overruns": 1}
+            "host_rss_peak": rss, "device_peak_bytes": 2e9, "overruns": 1,
+            "batch_sizes": [samples_per_step] * len(wait), "oom_events": 0, "shadow_steps": 0}
 
 
 def test_known_values():
@@ -42,3 +43,31 @@ def test_no_steps_gives_no_rates():
     r = record(0, wait=[], compute=[], sync=[], window_s=0.0)
     f = cell_figures([r])
     assert "throughput" not in f and f["window_steps"] == 0
+
+
+def consumed_record(rank, epochs, completed):
+    return {"rank": rank, "consumed": epochs, "completed_epochs": completed}
+
+
+def test_coverage_accepts_distributed_sampler_padding():
+    # 5 samples on 2 ranks: torch pads one index (0) so both ranks get 3
+    records = [consumed_record(0, {0: [3, 0, 4]}, 1), consumed_record(1, {0: [1, 2, 0]}, 1)]
+    cov = coverage(records, 5)
+    assert cov["ok"] and cov["padding_allowed"] == 1 and cov["coverage_pct"] == 100.0
+    assert cov["epochs"][0]["duplicates"] == 1 and cov["epochs"][0]["missing"] == 0
+
+
+def test_coverage_flags_duplicates_and_missing():
+    records = [consumed_record(0, {0: [0, 1, 2]}, 1), consumed_record(1, {0: [0, 1, 2]}, 1)]
+    cov = coverage(records, 6)
+    e = cov["epochs"][0]
+    assert not cov["ok"] and e["duplicates"] == 3 and e["missing"] == 3 and e["broken"]
+
+
+def test_partial_epoch_judges_duplicates_only():
+    records = [consumed_record(0, {"0": [0, 1], "1": [5]}, 1), consumed_record(1, {"0": [2, 3], "1": [3]}, 1)]
+    cov = coverage(records, 4)
+    assert not cov["ok"]  # index 5 does not exist
+    assert cov["epochs"][1]["out_of_range"] == 1 and cov["epochs"][1]["missing"] is None
+    records[0]["consumed"]["1"] = [1]
+    assert coverage(records, 4)["ok"]

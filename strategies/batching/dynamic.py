@@ -71,6 +71,8 @@ class DynamicBatchSampler:
 class DynamicBatching:
     """``max_batch`` 0 means 4 x batch_size; ``bucket_window`` 0 means 8 x batch_size."""
 
+    splits_on_oom = True  # the training step's safety net splits a batch that does not fit
+
     def __init__(self, max_batch: int = 0, min_batch: int = 1, bucket: bool = True, bucket_window: int = 0,
                  budget_fraction: float = 0.9) -> None:
         if min_batch < 1 or max_batch < 0 or bucket_window < 0:
