@@ -17,6 +17,24 @@ def _axes_shown(cells: list[dict]) -> list[str]:
     return varying or ["storage"]
 
 
+def _name(cells: list[dict], cell: dict, axis: str) -> str:
+    """The strategy's plain name where that is unambiguous in this run, else its label with parameters."""
+    name = cell["strategies"][axis].split("(")[0]
+    labels = {c["strategies"][axis] for c in cells if c["strategies"][axis].split("(")[0] == name}
+    return name if len(labels) == 1 else cell["strategies"][axis]
+
+
+def strategy_notes(cells: list[dict]) -> list[str]:
+    """One line per strategy shown by its plain name but run with parameters."""
+    notes = {}
+    for a in AXES:
+        for c in cells:
+            label = c["strategies"][a]
+            if "(" in label and _name(cells, c, a) != label:  # shown by its plain name
+                notes[f"{a}={label.split('(')[0]}"] = label
+    return [f"{k}: {v}" for k, v in notes.items()]
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -36,6 +54,9 @@ def header_lines(cells: list[dict], env: dict | None = None) -> list[str]:
             lines.append(f"WARNING: in up to {worst:.0f}% of steps (column CPU>model %) the real CPU step took "
                          f"longer than the modelled accelerator step: this host cannot emulate it at full speed, "
                          f"so throughput and AU understate the accelerator. Use fewer ranks or a bigger host.")
+    notes = strategy_notes(cells)
+    if notes:
+        lines.append("Parameters: " + "; ".join(notes))
     if env:
         lines.append(f"Host: {env.get('cpu_count')} CPUs ({env.get('cpu_model')}), "
                      f"{env.get('memory_gb') or 0:.0f} GB RAM, torch {env['versions'].get('torch')}")
@@ -50,7 +71,7 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     rows = []
     for c in cells:
         f = c["figures"]
-        row = [c["strategies"][a] for a in axes]
+        row = [_name(cells, c, a) for a in axes]
         if c.get("error") or "throughput" not in f:
             rows.append(row + [_short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
             continue
@@ -72,7 +93,7 @@ def memory_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     for c in cells:
         f = c["figures"]
         cache = c.get("cache") or {}
-        rows.append([c["strategies"][a] for a in axes] + [
+        rows.append([_name(cells, c, a) for a in axes] + [
             _fmt(f.get("host_pss_peak_mb"), ".0f"), _fmt(f.get("host_pss_total_mb"), ".0f"),
             _fmt(f.get("host_rss_peak_mb"), ".0f"),
             f"{cache['resident_mb']:.0f} in {cache['caches']}" if cache else "-",
@@ -87,7 +108,7 @@ def batching_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     rows = []
     for c in cells:
         f, cov = c["figures"], c.get("coverage") or {}
-        rows.append([c["strategies"][a] for a in axes] + [
+        rows.append([_name(cells, c, a) for a in axes] + [
             _fmt(f.get("mean_batch"), ".1f"), _fmt(f.get("max_batch"), "d"),
             _fmt(f.get("padding_waste_pct"), ".0f"),
             "OOM (cell stopped)" if (c.get("error") or "").startswith("OOM") else _fmt(f.get("oom_events"), "d"),
