@@ -1,4 +1,14 @@
-"""Command line: `python run_bench.py --scenario 4xV100` and friends. Thin: parse, then call the harness."""
+"""Command line. Thin: parse, then call the harness. One function per command.
+
+    run_bench.py --scenario NAME [options]     run a scenario's matrix (the default command)
+    run_bench.py --list                        list the scenarios
+    run_bench.py --self-test                   check the harness's own figures on a calibrated workload
+    run_bench.py report RUN_DIR                rebuild every table and plot from cells.jsonl alone
+    run_bench.py compare RUN_A RUN_B           compare run B with run A, cell by cell
+
+Exit codes: 0 success, nothing regressed; 1 a significant regression, a broken sampler contract, a failed
+self-test or a crashed rank; 2 usage or run error; 3 baseline missing or not comparable.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,23 +18,27 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
-from harness import launch, report, results, scenario
+from harness import compare, launch, report, results, scenario
 from harness.errors import UsageError
 from harness.matrix import expand, select
 
 REPO = Path(__file__).resolve().parent.parent
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_BASELINE = 0, 1, 2, 3
 
 
 class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):  # argparse's default prints the whole usage
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="run_bench.py", description="Benchmark data-loading strategies under real DDP "
-                      "training and print throughput, utilisation and memory tables.")
+                      "training and print throughput, utilisation and memory tables. Also: "
+                      "`run_bench.py report RUN_DIR` and `run_bench.py compare RUN_A RUN_B`.")
     p.add_argument("--scenario", help="a name from scenarios/ (see --list) or a path to a TOML file")
     p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--self-test", action="store_true",
+                   help="check measured throughput, stall and AU against a calibrated synthetic workload")
     knobs = p.add_argument_group("overrides of the scenario's settings")
     knobs.add_argument("--samples", type=int, help="dataset size")
     knobs.add_argument("--steps", type=int, help="measured steps per cell (after warm-up)")
@@ -48,7 +62,28 @@ def build_parser() -> argparse.ArgumentParser:
     cells.add_argument("--exclude", action="append", default=[], metavar="AXIS=NAME[,NAME]",
                        help="skip cells with these strategies on that axis (repeatable)")
     cells.add_argument("--dry-run", action="store_true", help="print the cells and exit without running")
+    depth = p.add_argument_group("measurement depth")
+    depth.add_argument("--cache-state", choices=("as-is", "warm", "cold"), default="as-is",
+                       help="page cache before each cell: cold drops the dataset's files (posix_fadvise), "
+                            "warm pre-reads them (default: as-is)")
+    depth.add_argument("--decompose", action="store_true",
+                       help="per cell, also measure compute alone and the pipeline warm and cold")
+    depth.add_argument("--profile", action="store_true",
+                       help="torch.profiler traces per cell and rank under RUN_DIR/traces/")
+    gate = p.add_argument_group("repeats, baselines and the CI gate")
+    gate.add_argument("--repeats", type=int, default=1, help="run every cell N times, interleaved")
+    gate.add_argument("--save-baseline", type=Path, metavar="FILE", help="write this run as a baseline")
+    gate.add_argument("--baseline", type=Path, metavar="FILE",
+                      help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
+    add_compare_options(gate)
     return p
+
+
+def add_compare_options(group) -> None:
+    group.add_argument("--raw", action="store_true",
+                       help="compare raw samples/s instead of samples/s relative to the machine probe")
+    group.add_argument("--min-effect", type=float, default=0.05, help="smallest change that counts (0.05)")
+    group.add_argument("--alpha", type=float, default=0.05, help="significance level of the rank test")
 
 
 def cmd_list() -> int:
@@ -56,7 +91,30 @@ def cmd_list() -> int:
     width = max(len(name) for name, _ in rows)
     for name, description in rows:
         print(f"{name:<{width}}  {description}")
-    return 0
+    return EXIT_OK
+
+
+def cmd_self_test() -> int:
+    from harness import selftest
+
+    rows = selftest.run()
+    print(selftest.render(rows))
+    return EXIT_OK if all(r["ok"] for r in rows) else EXIT_REGRESSION
+
+
+def comparable_of(sc: scenario.Scenario, device: str) -> dict:
+    """What a baseline and a run must share to be compared."""
+    return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": sc.training.workload,
+            "batch_size": sc.training.batch_size, "accelerator": sc.accelerator.name,
+            "emulated": device != "cuda"}
+
+
+def run_as_baseline(run_dir: Path) -> dict:
+    env, cells = results.read_env(run_dir), results.read_cells(run_dir)
+    if not cells:
+        raise UsageError(f"{run_dir} has no cells.jsonl; pass a run directory under results/")
+    return compare.build_baseline(cells, env, results.read_probe(run_dir), env["comparable"],
+                                  env["scenario"])
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -67,6 +125,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             registry.load_plugin(module)
         except ImportError as err:
             raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH")
+    if args.repeats < 1:
+        raise UsageError(f"--repeats = {args.repeats} must be a positive integer")
     overrides = {k: getattr(args, k) for k in scenario.OVERRIDES}
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if torchrun:
@@ -77,27 +137,36 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.dry_run:
         for i, cell in enumerate(cells, 1):
             print(f"{i:3d}  {cell.id}")
-        print(f"{len(cells)} cells x {sc.world_size} ranks ({device})", file=sys.stderr)
-        return 0
+        print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
+        return EXIT_OK
+    comparable = comparable_of(sc, device)
+    baseline = compare.load_baseline(args.baseline) if args.baseline else None
+    if baseline is not None:  # fail fast, before anything runs
+        compare.check_comparable({"scenario": sc.name, "comparable": comparable}, baseline)
     rank = int(os.environ.get("RANK", 0))
     run_dir = results.new_run_dir(args.out, sc.name) if rank == 0 else args.out
     env, failed = None, False
     if rank == 0:
         env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
                                          "world_size": sc.world_size})
+        env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
+                   cache_state=args.cache_state, repeats=args.repeats)
         results.write_json(run_dir / "env.json", env)
         note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
-        print(f"{sc.name}: {len(cells)} cells x {sc.world_size} ranks on {note}; results in {run_dir}",
-              file=sys.stderr)
+        print(f"{sc.name}: {len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
+              f"results in {run_dir}", file=sys.stderr)
     config = launch.LaunchConfig(sc, cells, run_dir, args.data_dir, device, plugins=args.plugin,
-                                 progress=not args.quiet)
+                                 progress=not args.quiet, cache_state=args.cache_state,
+                                 decompose=args.decompose, profile=args.profile, repeats=args.repeats)
     if torchrun:
         launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
         if rank != 0:
-            return 0
+            return EXIT_OK
     else:
         try:
-            launch.spawn(config)
+            data_paths = launch.spawn(config)
+            env["dataset_gb"] = launch.dataset_gb(data_paths)
+            results.write_json(run_dir / "env.json", env)
         except mp.ProcessRaisedException as err:  # a bug in a rank: keep its traceback, keep the cells
             print(f"run_bench.py: a rank process failed; the cells measured before it are kept.\n{err}",
                   file=sys.stderr)
@@ -108,23 +177,81 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             failed = True
     cells_done = results.read_cells(run_dir)
     print(report.write_all(run_dir, cells_done, env))
-    print(f"\nresults: {run_dir}", file=sys.stderr)
+    code = EXIT_REGRESSION if failed else EXIT_OK
     broken = [c["cell"] for c in cells_done if not c.get("coverage", {}).get("ok", True)]
     if broken:
         print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
               file=sys.stderr)
-    return 1 if failed or broken else 0
+        code = EXIT_REGRESSION
+    if args.save_baseline or baseline is not None:
+        current = run_as_baseline(run_dir)
+        if args.save_baseline:
+            compare.save_baseline(current, args.save_baseline)
+            print(f"baseline written: {args.save_baseline}", file=sys.stderr)
+        if baseline is not None:
+            code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
+                                                             args.alpha), run_dir / "comparison.md"))
+    print(f"\nresults: {run_dir}", file=sys.stderr)
+    return code
+
+
+def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:
+    print("\n" + compare.render(comparison, "text"))
+    for warning in comparison.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    if markdown_path is not None:
+        markdown_path.write_text(compare.render(comparison, "markdown") + "\n")
+    return comparison.exit_code
+
+
+def cmd_report(argv: list[str]) -> int:
+    p = OneLineParser(prog="run_bench.py report", description="Rebuild the tables, summary.csv, report.md "
+                      "and plots of a run from its cells.jsonl alone.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--with-1x", type=Path, metavar="RUN_DIR",
+                   help="a one-rank run of the same matrix, for the scaling-efficiency table")
+    args = p.parse_args(argv)
+    cells = results.read_cells(args.run_dir)
+    if not cells:
+        raise UsageError(f"{args.run_dir}/cells.jsonl is missing or empty; pass a run directory under results/")
+    print(report.write_all(args.run_dir, cells, results.read_env(args.run_dir),
+                           cells_1x=results.read_cells(args.with_1x) if args.with_1x else None))
+    return EXIT_OK
+
+
+def cmd_compare(argv: list[str]) -> int:
+    p = OneLineParser(prog="run_bench.py compare", description="Compare run B with run A, cell by cell.")
+    p.add_argument("run_a", type=Path)
+    p.add_argument("run_b", type=Path)
+    p.add_argument("--markdown", action="store_true", help="print markdown (for a pull-request comment)")
+    add_compare_options(p)
+    args = p.parse_args(argv)
+    comparison = compare.compare(run_as_baseline(args.run_b), run_as_baseline(args.run_a), args.raw,
+                                 args.min_effect, args.alpha)
+    if args.markdown:
+        print(compare.render(comparison, "markdown"))
+        return comparison.exit_code
+    return show_comparison(comparison, None)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
     try:
+        if argv and argv[0] == "report":
+            return cmd_report(argv[1:])
+        if argv and argv[0] == "compare":
+            return cmd_compare(argv[1:])
+        args = build_parser().parse_args(argv)
         if args.list:
             return cmd_list()
+        if args.self_test:
+            return cmd_self_test()
         if not args.scenario:
-            raise UsageError("give --scenario NAME (see --list) or --list")
+            raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
         return cmd_run(args, argv)
     except UsageError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except compare.BaselineError as err:
+        print(f"run_bench.py: error: {err}", file=sys.stderr)
+        return EXIT_BASELINE

@@ -1,15 +1,15 @@
 """The accelerator a rank trains on: a real CUDA device, or an emulated one (DESIGN.md section 7).
 
-The emulated device runs the real step on the CPU and pads it to the modelled step time of the catalogue
-entry. The padding happens inside a DDP communication hook, just before the gradient allreduce, so the
-allreduce itself stays real and a slow rank still holds up the others, as on real GPUs.
+The emulated device runs the real step on the CPU (forward, backward with DDP's real gradient allreduce,
+optimizer step) and then pads it to the modelled step time of the catalogue entry, so the whole step lasts
+max(real CPU time, modelled time). The ranks agree before every step, so a rank whose data came late holds
+up the others there, as a straggler does on real GPUs.
 """
 from __future__ import annotations
 
 import time
 
 import torch
-import torch.distributed as dist
 
 from harness.accelerators import Accelerator
 
@@ -71,18 +71,10 @@ class EmulatedDevice:
             self.overruns += 1
 
     def install(self, ddp_model) -> None:
-        device = self
-
-        def padded_allreduce(_state, bucket):
-            device.pad()
-            tensor = bucket.buffer().div_(dist.get_world_size())
-            fut = dist.all_reduce(tensor, async_op=True).get_future()
-            return fut.then(lambda f: f.value()[0])
-
-        ddp_model.register_comm_hook(None, padded_allreduce)
+        pass
 
     def synchronize(self) -> None:
-        self.pad()  # a single-rank group runs no allreduce; pad here instead
+        self.pad()  # the end of the step: wait out the rest of the modelled time
 
     def reset_peak(self) -> None:
         self.peak_bytes = 0

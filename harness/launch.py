@@ -18,10 +18,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness import metrics, results
+from harness import metrics, probe, results
 from harness.device import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
 from harness.matrix import Cell
+from harness.profiling import CellProfiler
 from harness.scenario import Scenario
 from harness.trainloop import RankContext, run_cell
 
@@ -37,6 +38,10 @@ class LaunchConfig:
     device: str  # "cuda" or "emulated"
     plugins: list[str] = field(default_factory=list)
     progress: bool = True
+    cache_state: str = "as-is"
+    decompose: bool = False
+    profile: bool = False
+    repeats: int = 1
 
     def materialise_all(self, progress: bool) -> dict[str, Path]:
         """Every storage of the matrix materialised (reused when it already exists)."""
@@ -70,14 +75,24 @@ def threads_per_rank(world_size: int) -> int:
     return max(1, cores // world_size)
 
 
-def spawn(config: LaunchConfig) -> None:
+def dataset_gb(data_paths: dict[str, Path]) -> float:
+    """Size on disk of the largest materialisation the run used."""
+    from harness.materialise import load_manifest
+
+    return max((load_manifest(p)["total_bytes"] for p in data_paths.values()), default=0) / 1e9
+
+
+def spawn(config: LaunchConfig) -> dict[str, Path]:
     """Run all cells in world_size spawned processes on this node; raises if a rank crashed."""
     data_paths = config.materialise_all(progress=config.progress)  # before the ranks start
+    if config.profile:  # read when the ranks load torch: keeps the profiler's start/stop chatter off stderr
+        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
     world = config.scenario.world_size
     mp.start_processes(_spawned, args=(world, config, data_paths), nprocs=world, start_method="spawn",
                        join=True)
+    return data_paths
 
 
 def _spawned(local_rank: int, world: int, config: LaunchConfig, data_paths: dict[str, Path]) -> None:
@@ -92,6 +107,7 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
 
     for module in config.plugins:
         registry.load_plugin(module)
+
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
     # worker exit); preloading makes each worker a cheap fork of a process that has imported the pipeline.
     mp.set_forkserver_preload(["torch", "harness.pipeline", "strategies.registry", *config.plugins])
@@ -110,18 +126,30 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
             dist.barrier()
             if local_rank != 0:
                 data_paths = config.materialise_all(progress=False)  # finds them, reuses them
-        for i, cell in enumerate(config.cells):
+        # repeats interleave across cells (A B C A B C) so that machine drift spreads evenly
+        plan = [(repeat, cell) for repeat in range(config.repeats) for cell in config.cells]
+        for i, (repeat, cell) in enumerate(plan):
             show = config.progress and rank == 0
+            if cell is config.cells[0]:
+                if rank == 0:  # the machine probe, once per repeat, while the other ranks wait
+                    results.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
+                dist.barrier()
             if show:
-                print(f"[{i + 1}/{len(config.cells)}] {cell.id} ...", file=sys.stderr, flush=True)
+                print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)
             started = time.perf_counter()
             ctx = RankContext(rank, world, config.scenario, device, data_paths,
-                              progress=_progress_line if show and sys.stderr.isatty() else None)
-            record = run_cell(ctx, cell)
+                              progress=_progress_line if show and sys.stderr.isatty() else None,
+                              local_rank=local_rank, cache_state=config.cache_state,
+                              decompose=config.decompose)
+            profiler = (CellProfiler(config.run_dir / "traces" / cell.id.replace("/", "_"), rank,
+                                     skip_first=config.scenario.training.warmup_steps)
+                        if config.profile and repeat == 0 else None)
+            record = run_cell(ctx, cell, profiler=profiler)
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(record, gathered, dst=0)
             if rank == 0:
                 line = cell_line(config, cell, device.name, gathered, time.perf_counter() - started)
+                line["repeat"] = repeat
                 results.append_cell(config.run_dir, line)
                 if show:
                     print("\r" + summary_text(line), file=sys.stderr, flush=True)
@@ -152,6 +180,8 @@ def cell_line(config: LaunchConfig, cell: Cell, device_name: str, records: list[
         "figures": metrics.cell_figures(records),
         "coverage": metrics.coverage(records, config.scenario.dataset.samples),
         "cache": metrics.cache_figures(records),
+        "page_cache": records[0].get("page_cache"),
+        "decomposition": metrics.decomposition(records),
         "error": "; ".join(errors) or None,
         "ranks": ranks,
     }

@@ -1,7 +1,9 @@
-"""Host memory of a rank and its DataLoader workers, sampled in a thread at a fixed interval.
+"""Host memory and disk reads of a rank and its DataLoader workers, sampled in a thread at a fixed interval.
 
 PSS (proportional set size) counts a page shared by n processes as 1/n in each, so memory-mapped pages
-shared between workers are not counted twice; RSS is kept beside it for comparison.
+shared between workers are not counted twice; RSS is kept beside it for comparison. Disk reads come from
+/proc/<pid>/io read_bytes (bytes that really came from the block device, not from the page cache), summed
+over every process of the tree from the moment it was first seen (or from the window's start).
 """
 from __future__ import annotations
 
@@ -23,6 +25,18 @@ def _read_rollup(pid: int) -> tuple[int, int]:
     except (OSError, ValueError):
         pass
     return pss, rss
+
+
+def read_bytes(pid: int) -> int | None:
+    """Bytes this process caused to be read from storage (/proc/<pid>/io read_bytes)."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def descendants(pid: int) -> list[int]:
@@ -52,7 +66,10 @@ def tree_memory(pid: int) -> tuple[int, int]:
 
 
 class MemorySampler:
-    """Samples tree_memory(own pid) every `interval` seconds in a daemon thread; keeps the peaks."""
+    """Samples the process tree of this rank every `interval` seconds in a daemon thread.
+
+    Keeps the peaks of PSS and RSS and the disk bytes read since `mark_window()` (or since start).
+    """
 
     supported = os.path.exists(f"/proc/{os.getpid()}/smaps_rollup")
 
@@ -61,14 +78,43 @@ class MemorySampler:
         self.peak_pss = 0
         self.peak_rss = 0
         self.samples = 0
+        self._io_base: dict[int, int] = {}  # pid -> read_bytes when first seen / at window start
+        self._io_last: dict[int, int] = {}
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def _sample(self) -> None:
-        pss, rss = tree_memory(os.getpid())
-        self.peak_pss = max(self.peak_pss, pss)
-        self.peak_rss = max(self.peak_rss, rss)
-        self.samples += 1
+        pids = [os.getpid(), *descendants(os.getpid())]
+        pss = rss = 0
+        for p in pids:
+            a, b = _read_rollup(p)
+            pss += a
+            rss += b
+        with self._lock:
+            for p in pids:
+                n = read_bytes(p)
+                if n is not None:
+                    self._io_base.setdefault(p, n if self.samples == 0 else 0)
+                    self._io_last[p] = n
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_rss = max(self.peak_rss, rss)
+            self.samples += 1
+
+    def mark_window(self) -> None:
+        """Start counting disk reads afresh, and the peaks too (warm-up excluded)."""
+        if not self.supported:
+            return
+        self._sample()
+        with self._lock:
+            self._io_base = dict(self._io_last)
+            self.peak_pss = self.peak_rss = 0
+        self._sample()
+
+    @property
+    def disk_read_bytes(self) -> int:
+        with self._lock:
+            return sum(max(0, last - self._io_base.get(p, 0)) for p, last in self._io_last.items())
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

@@ -41,6 +41,9 @@ def cell_figures(records: list[dict]) -> dict:
         host_rss_peak_mb=max(r["host_rss_peak"] for r in records) / 1e6,
         device_peak_gb=max(r["device_peak_bytes"] for r in records) / 1e9,
         read_mb_s=nbytes / window_s / 1e6 if window_s else 0.0,
+        logical_read_mb=nbytes / 1e6,
+        disk_read_mb=sum(r.get("disk_read_bytes", 0) for r in records) / 1e6,
+        disk_read_mb_s=sum(r.get("disk_read_bytes", 0) for r in records) / window_s / 1e6 if window_s else 0.0,
         padding_waste_pct=(1 - real / padded) * 100 if padded else 0.0,
         mean_batch=samples / max(1, steps - sum(r.get("shadow_steps", 0) for r in records)),
         max_batch=max((max(r["batch_sizes"], default=0) for r in records), default=0),
@@ -95,3 +98,29 @@ def coverage(records: list[dict], dataset_size: int) -> dict:
             "coverage_pct": min(e["unique"] for e in full) / dataset_size * 100 if full else None,
             "duplicates": sum(e["duplicates"] for e in per_epoch),
             "missing": sum(e["missing"] or 0 for e in per_epoch)}
+
+
+def decomposition(records: list[dict]) -> dict | None:
+    """Stall decomposition from the three phases of a --decompose cell (seconds per step and %).
+
+    Per phase, the time per step is the slowest rank's window / its steps. compute = compute alone on
+    batches in memory; prep stall = warm - compute (decoding, collation, workers); fetch stall = cold - warm
+    (reading from the device). Percentages are of the cold step time.
+    """
+    if not all(r.get("phases") for r in records):
+        return None
+    per_step, rate = {}, {}
+    for name in ("compute", "warm", "cold"):
+        phases = [r["phases"][name] for r in records]
+        if any(p["error"] or not p["steps"] for p in phases):
+            return {"error": next((p["error"] for p in phases if p["error"]), "no steps")}
+        per_step[name] = max(p["window_s"] / p["steps"] for p in phases)
+        rate[name] = sum(p["samples"] for p in phases) / max(p["window_s"] for p in phases)
+    cold = per_step["cold"]
+    prep = per_step["warm"] - per_step["compute"]
+    fetch = per_step["cold"] - per_step["warm"]
+    return {"compute_s": per_step["compute"], "warm_s": per_step["warm"], "cold_s": cold,
+            "prep_stall_s": prep, "fetch_stall_s": fetch,
+            "compute_pct": per_step["compute"] / cold * 100, "prep_stall_pct": prep / cold * 100,
+            "fetch_stall_pct": fetch / cold * 100, "compute_bound_samples_s": rate["compute"],
+            "warm_samples_s": rate["warm"], "cold_samples_s": rate["cold"]}

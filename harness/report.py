@@ -3,13 +3,48 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from harness import stats
 from strategies.registry import AXES
 
 EMULATED_MARK = "*"
 OVERRUN_WARN_PCT = 10
+
+
+def aggregate(cells: list[dict]) -> list[dict]:
+    """One cell per id: with repeats, figures are the medians over repeats, and the throughput carries
+    its 95% confidence interval and coefficient of variation (harness.stats)."""
+    groups: dict[str, list[dict]] = {}
+    for c in cells:
+        groups.setdefault(c["cell"], []).append(c)
+    out = []
+    for reps in groups.values():
+        if len(reps) == 1:
+            out.append(reps[0])
+            continue
+        ok = [r for r in reps if not r.get("error") and "throughput" in r["figures"]]
+        merged = dict(reps[0], repeats=len(reps), error=next((r["error"] for r in reps if r.get("error")), None))
+        if ok:
+            keys = [k for k, v in ok[0]["figures"].items() if isinstance(v, (int, float))]
+            merged["figures"] = {k: _median_like([r["figures"][k] for r in ok]) for k in keys}
+            if len(ok) >= 2:
+                merged["figures"]["throughput_summary"] = stats.summary([r["figures"]["throughput"] for r in ok])
+        out.append(merged)
+    return out
+
+
+def _median_like(values: list) -> float | int:
+    """The median, kept an integer when every value is one (step counts, events)."""
+    m = float(np.median(values))
+    return int(round(m)) if all(isinstance(v, int) for v in values) else m
+
+
+def _throughput(f: dict) -> str:
+    s = f.get("throughput_summary")
+    return f"{s['median']:.0f} ± {s['half_ci']:.0f}" if s else _fmt(f["throughput"], ".0f")
 
 
 def _axes_shown(cells: list[dict]) -> list[str]:
@@ -54,6 +89,10 @@ def header_lines(cells: list[dict], env: dict | None = None) -> list[str]:
             lines.append(f"WARNING: in up to {worst:.0f}% of steps (column CPU>model %) the real CPU step took "
                          f"longer than the modelled accelerator step: this host cannot emulate it at full speed, "
                          f"so throughput and AU understate the accelerator. Use fewer ranks or a bigger host.")
+    lines += page_cache_lines(cells, env)
+    repeats = max(c.get("repeats", 1) for c in cells)
+    if repeats > 1:
+        lines.append(f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats")
     notes = strategy_notes(cells)
     if notes:
         lines.append("Parameters: " + "; ".join(notes))
@@ -63,10 +102,26 @@ def header_lines(cells: list[dict], env: dict | None = None) -> list[str]:
     return lines
 
 
+def page_cache_lines(cells: list[dict], env: dict | None) -> list[str]:
+    states = sorted({(c.get("page_cache") or {}).get("state", "as-is") for c in cells})
+    decomposed = any(c.get("decomposition") for c in cells)
+    lines = [f"Page cache before each cell: {', '.join(states)}"
+             + (" (decomposition cells ran compute-only, warm and cold phases)" if decomposed else "")]
+    unverified = [c["cell"] for c in cells if (c.get("page_cache") or {}).get("verified") is False]
+    if unverified:
+        lines.append(f"WARNING: the cold drop could not be verified for {len(unverified)} cell(s)")
+    data_gb, ram_gb = (env or {}).get("dataset_gb"), (env or {}).get("memory_gb")
+    if data_gb and ram_gb and data_gb < ram_gb and "cold" not in states:
+        lines.append(f"NOTE: the dataset ({data_gb * 1000:.0f} MB) fits in this host's RAM ({ram_gb:.0f} GB): without "
+                     f"--cache-state cold the figures may reflect the page cache, not the storage device")
+    return lines
+
+
 def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
     axes = _axes_shown(cells)
-    headers = [*axes, f"samples/s{m}", f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
+    ci = " (median ± 95% CI)" if any("throughput_summary" in c["figures"] for c in cells) else ""
+    headers = [*axes, f"samples/s{m}{ci}", f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
                f"AU %{m}", "imbalance", "cache hit %", "read MB/s"] + (["CPU>model %"] if m else [])
     rows = []
     for c in cells:
@@ -76,7 +131,7 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
             rows.append(row + [_short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
             continue
         rows.append(row + [
-            _fmt(f["throughput"], ".0f"), _fmt(f["step_p50_ms"], ".1f"), _fmt(f["step_p95_ms"], ".1f"),
+            _throughput(f), _fmt(f["step_p50_ms"], ".1f"), _fmt(f["step_p95_ms"], ".1f"),
             _fmt(f["step_p99_ms"], ".1f"), f"{f['stall_mean_pct']:.0f} / {f['stall_max_pct']:.0f}",
             _fmt(f["au_pct"], ".0f"), _fmt(f["imbalance"], ".2f"), _hit(c), _fmt(f["read_mb_s"], ".1f")]
             + ([_fmt(f["overrun_pct"], ".0f")] if m else []))
@@ -88,7 +143,7 @@ def memory_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     axes = _axes_shown(cells)
     device_col = f"device peak GB{EMULATED_MARK} (modelled)" if emulated else "device peak GB"
     headers = [*axes, "host PSS/rank MB", "host PSS all ranks MB", "host RSS/rank MB", "cache resident MB",
-               device_col]
+               device_col, "disk read MB", "requested MB"]
     rows = []
     for c in cells:
         f = c["figures"]
@@ -97,7 +152,8 @@ def memory_table(cells: list[dict]) -> tuple[list[str], list[list]]:
             _fmt(f.get("host_pss_peak_mb"), ".0f"), _fmt(f.get("host_pss_total_mb"), ".0f"),
             _fmt(f.get("host_rss_peak_mb"), ".0f"),
             f"{cache['resident_mb']:.0f} in {cache['caches']}" if cache else "-",
-            _fmt(f.get("device_peak_gb"), ".2f")])
+            _fmt(f.get("device_peak_gb"), ".2f"), _fmt(f.get("disk_read_mb"), ".1f"),
+            _fmt(f.get("logical_read_mb"), ".1f")])
     return headers, rows
 
 
@@ -109,11 +165,11 @@ def batching_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     for c in cells:
         f, cov = c["figures"], c.get("coverage") or {}
         rows.append([_name(cells, c, a) for a in axes] + [
-            _fmt(f.get("mean_batch"), ".1f"), _fmt(f.get("max_batch"), "d"),
+            _fmt(f.get("mean_batch"), ".1f"), _fmt(f.get("max_batch"), ".0f"),
             _fmt(f.get("padding_waste_pct"), ".0f"),
-            "OOM (cell stopped)" if (c.get("error") or "").startswith("OOM") else _fmt(f.get("oom_events"), "d"),
-            _fmt(f.get("shadow_steps"), "d"), _fmt(cov.get("coverage_pct"), ".1f"),
-            _fmt(cov.get("duplicates"), "d"), _fmt(cov.get("missing"), "d"),
+            "OOM (cell stopped)" if (c.get("error") or "").startswith("OOM") else _fmt(f.get("oom_events"), ".0f"),
+            _fmt(f.get("shadow_steps"), ".0f"), _fmt(cov.get("coverage_pct"), ".1f"),
+            _fmt(cov.get("duplicates"), ".0f"), _fmt(cov.get("missing"), ".0f"),
             "-" if not cov else ("ok" if cov.get("ok") else "BROKEN")])
     return headers, rows
 
@@ -128,24 +184,48 @@ def _short_error(cell: dict) -> str:
     return "OOM" if error.startswith("OOM") else error[:60]
 
 
-TABLES = (("Throughput and utilisation", throughput_table), ("Memory (peaks over the window)", memory_table),
-          ("Batching and correctness", batching_table))
+def decomposition_table(cells: list[dict]) -> tuple[list[str], list[list]]:
+    m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
+    axes = _axes_shown(cells)
+    headers = [*axes, f"compute s/step{m}", "prep stall s/step (%)", "fetch stall s/step (%)",
+               f"compute-bound samples/s{m}", f"warm samples/s{m}", f"cold samples/s{m}"]
+    rows = []
+    for c in cells:
+        d = c.get("decomposition")
+        if not d:
+            continue
+        row = [_name(cells, c, a) for a in axes]
+        if "error" in d:
+            rows.append(row + [d["error"]] + ["-"] * 5)
+            continue
+        rows.append(row + [f"{d['compute_s']:.4f}", f"{d['prep_stall_s']:.4f} ({d['prep_stall_pct']:.0f}%)",
+                           f"{d['fetch_stall_s']:.4f} ({d['fetch_stall_pct']:.0f}%)",
+                           f"{d['compute_bound_samples_s']:.0f}", f"{d['warm_samples_s']:.0f}",
+                           f"{d['cold_samples_s']:.0f}"])
+    return headers, rows
+
+
+TABLES = (("Throughput and utilisation", throughput_table), ("Memory and I/O (peaks over the window)", memory_table),
+          ("Batching and correctness", batching_table),
+          ("Stall decomposition (compute alone / page cache warm / page cache dropped)", decomposition_table))
 
 
 def render_text(cells: list[dict], env: dict | None = None) -> str:
+    cells = aggregate(cells)
     parts = header_lines(cells, env)
     for title, table in TABLES:
-        if cells:
-            headers, rows = table(cells)
+        headers, rows = table(cells) if cells else ([], [])
+        if rows:
             parts += ["", title, tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True)]
     return "\n".join(parts)
 
 
 def render_markdown(cells: list[dict], env: dict | None = None) -> str:
+    cells = aggregate(cells)
     parts = ["# Data-loading benchmark report", ""] + [f"{line}  " for line in header_lines(cells, env)]
     for title, table in TABLES:
-        if cells:
-            headers, rows = table(cells)
+        headers, rows = table(cells) if cells else ([], [])
+        if rows:
             parts += ["", f"## {title}", "",
                       tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)]
     return "\n".join(parts) + "\n"
@@ -154,8 +234,8 @@ def render_markdown(cells: list[dict], env: dict | None = None) -> str:
 def summary_frame(cells: list[dict]) -> pd.DataFrame:
     rows = []
     for c in cells:
-        row = {"cell": c["cell"], **c["strategies"], "device": c["device"], "emulated": c["emulated"],
-               "error": c.get("error")}
+        row = {"cell": c["cell"], "repeat": c.get("repeat", 0), **c["strategies"], "device": c["device"],
+               "emulated": c["emulated"], "error": c.get("error")}
         row.update(c["figures"])
         cov, cache = c.get("coverage") or {}, c.get("cache") or {}
         row.update(coverage_ok=cov.get("ok"), coverage_pct=cov.get("coverage_pct"),
@@ -165,8 +245,16 @@ def summary_frame(cells: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_all(run_dir: Path, cells: list[dict], env: dict | None = None) -> str:
-    """Write summary.csv and report.md into run_dir; return the terminal text."""
+def write_all(run_dir: Path, cells: list[dict], env: dict | None = None,
+              cells_1x: list[dict] | None = None) -> str:
+    """Write summary.csv, report.md (with the seeds' tables, measured) and plots/; return the terminal text."""
+    from harness import plots, seedtables
+
     summary_frame(cells).to_csv(run_dir / "summary.csv", index=False)
-    (run_dir / "report.md").write_text(render_markdown(cells, env))
-    return render_text(cells, env)
+    samples = (env or {}).get("dataset", {}).get("samples")
+    seeds_md = seedtables.render_seed_tables(cells, cells_1x, dataset_samples=samples, fmt="markdown")
+    (run_dir / "report.md").write_text(render_markdown(cells, env) + "\n## The seeds' tables, measured\n\n"
+                                       + seeds_md + "\n")
+    plots.write_plots(cells, run_dir / "plots")
+    return (render_text(cells, env) + "\n\nThe seeds' tables, measured\n"
+            + seedtables.render_seed_tables(cells, cells_1x, dataset_samples=samples, fmt="text"))

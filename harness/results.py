@@ -72,7 +72,7 @@ def environment(argv: list[str], device: dict) -> dict:
         if torch.cuda.is_available() else []
     return {
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": [sys.executable, *argv],
+        "command": [sys.executable, sys.argv[0], *argv],
         "python": platform.python_version(),
         "versions": {d: _version(d) for d in ("torch", "h5py", "numpy", "pandas", "tabulate", "pillow")},
         "platform": platform.platform(),
@@ -91,16 +91,34 @@ def write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def append_cell(run_dir: Path, cell: dict) -> None:
-    """Append one cell as one JSON line and flush it to disk at once."""
-    with open(run_dir / "cells.jsonl", "a") as f:
-        f.write(json.dumps(cell, sort_keys=True) + "\n")
+def append_line(path: Path, obj: dict) -> None:
+    """Append one object as one JSON line and flush it to disk at once."""
+    with open(path, "a") as f:
+        f.write(json.dumps(obj, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
 
 
-def read_cells(run_dir: Path) -> list[dict]:
-    path = Path(run_dir) / "cells.jsonl"
+def append_cell(run_dir: Path, cell: dict) -> None:
+    append_line(Path(run_dir) / "cells.jsonl", cell)
+
+
+def read_lines(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_cells(run_dir: Path) -> list[dict]:
+    return read_lines(Path(run_dir) / "cells.jsonl")
+
+
+def read_probe(run_dir: Path) -> dict:
+    """probe.jsonl as {"ideal_samples_per_s": [per repeat], "memcpy_gb_s": [per repeat]}."""
+    lines = sorted(read_lines(Path(run_dir) / "probe.jsonl"), key=lambda p: p["repeat"])
+    return {k: [p[k] for p in lines] for k in ("ideal_samples_per_s", "memcpy_gb_s")}
+
+
+def read_env(run_dir: Path) -> dict:
+    path = Path(run_dir) / "env.json"
+    return json.loads(path.read_text()) if path.exists() else {}

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -24,8 +25,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness import loader as pipeline_builder
+from harness import pagecache
 from harness.matrix import Cell
 from harness.memory import MemorySampler
+from harness.recorder import CacheTally, StepRecorder
 from harness.model import TwoTower
 from harness.scenario import Scenario
 
@@ -40,59 +43,15 @@ class RankContext:
     device: object  # EmulatedDevice | CudaDevice
     data_paths: dict[str, Path]  # storage name -> materialised directory
     progress: Callable[[int, int], None] | None = None
+    local_rank: int = 0
+    cache_state: str = "as-is"  # page cache before each cell: as-is, warm or cold
+    decompose: bool = False
+    build_pipeline: Callable | None = None  # the self-test's synthetic pipeline; None: the real one
 
-
-class StepRecorder:
-    """Per-step figures of the measured window in preallocated arrays."""
-
-    TIMES = ("wait", "h2d", "compute", "sync", "padded")
-    COUNTS = ("samples", "padded_pixels", "real_pixels", "nbytes")
-
-    def __init__(self, steps: int):
-        self.arrays = {name: np.zeros(steps, dtype=np.float64) for name in self.TIMES + self.COUNTS}
-        self.n = 0
-
-    def add(self, **values: float) -> None:
-        for name, value in values.items():
-            self.arrays[name][self.n] = value
-        self.n += 1
-
-    def as_record(self) -> dict:
-        a = {k: v[: self.n] for k, v in self.arrays.items()}
-        rec = {k: np.round(a[k], 6).tolist() for k in self.TIMES}
-        rec["step"] = np.round(a["wait"] + a["h2d"] + a["compute"], 6).tolist()
-        rec["batch_sizes"] = a["samples"].astype(int).tolist()
-        for k in self.COUNTS:
-            rec[k] = int(a[k].sum())
-        return rec
-
-
-@dataclass
-class CacheTally:
-    """Latest cache statistics per reading process; totals at the window's start are subtracted."""
-
-    latest: dict[str, dict] = field(default_factory=dict)
-    at_window_start: dict[str, float] = field(default_factory=dict)
-
-    def update(self, stats: dict | None) -> None:
-        if stats:
-            self.latest[stats["key"]] = stats
-
-    def totals(self) -> dict[str, float]:
-        keys = ("hits", "misses", "evictions", "resident_bytes")
-        return {k: float(sum(s.get(k, 0) for s in self.latest.values())) for k in keys}
-
-    def mark_window(self) -> None:
-        self.at_window_start = self.totals()
-
-    def record(self) -> dict | None:
-        if not self.latest:
-            return None
-        end = self.totals()
-        window = {k: end[k] - self.at_window_start.get(k, 0.0) for k in ("hits", "misses", "evictions")}
-        scope = next(iter(self.latest.values())).get("scope")
-        return {**window, "resident_bytes": end["resident_bytes"], "processes": len(self.latest),
-                "scope": scope}
+    def files_of(self, cell: Cell) -> list[Path]:
+        """The data files of the cell's storage (for page-cache control)."""
+        storage = cell.choice("storage")
+        return storage.create().files(self.data_paths[storage.name])
 
 
 def param_digest(model: torch.nn.Module) -> str:
@@ -209,87 +168,179 @@ def shadow_step(ddp, optimizer, device, tensors: dict) -> None:
     optimizer.step()
 
 
-def run_cell(ctx: RankContext, cell: Cell) -> dict:
-    """Train one cell on this rank; returns this rank's record (an OOM ends the cell, never the run)."""
-    tr = ctx.scenario.training
-    device = ctx.device
-    torch.manual_seed(tr.seed)  # same initial weights on every rank (DDP also broadcasts them)
-    model = TwoTower(tr.workload).to(device.torch_device)
-    ddp = DDP(model)
-    device.install(ddp)
-    optimizer = torch.optim.SGD(ddp.parameters(), lr=tr.lr, momentum=0.9)
-    pipe = pipeline_builder.build(ctx, cell)
-    split_on_oom = bool(getattr(pipe.batching, "splits_on_oom", False))
-    window = window_steps(ctx, pipe.batch_sampler)
-    total_steps = tr.warmup_steps + window
-    recorder, tally, source = StepRecorder(window), CacheTally(), BatchSource(pipe)
-    error, oom_events, shadow_steps, last_tensors = None, 0, 0, None
-    window_start = window_end = None
+class InMemoryBatches:
+    """A few real batches held in memory and replayed: the pipeline with data loading taken out."""
 
-    with MemorySampler() as memory:
-        t_prev = time.perf_counter()
-        step = 0
-        while step < total_steps:
-            if step == tr.warmup_steps and window_start is None:
-                device.reset_peak()
-                tally.mark_window()
-                t_prev = window_start = time.perf_counter()
-            batch = source.next()
-            t_ready = time.perf_counter()
-            tensors = _to_device(batch, device) if batch is not None else None
-            t_h2d = time.perf_counter()
-            samples = len(batch["index"]) if batch is not None else 0
-            doomed = batch is not None and not split_on_oom and not device.fits(samples, batch["padded_pixels"])
-            any_batch, any_doomed = agree(int(batch is not None), int(doomed))
-            sync = time.perf_counter() - t_h2d
-            if any_doomed:  # a batch that cannot fit ends the cell on every rank together
-                error = "OOM: " + (device.oom_message(samples, batch["padded_pixels"]) if doomed
-                                   else "a batch did not fit on another rank")
+    def __init__(self, batches: list[dict]):
+        self.batches = batches
+        self.i = 0
+        self.epoch = self.completed_epochs = 0
+        self.consumed: dict[int, list[int]] = {}
+
+    def next(self) -> dict:
+        batch = self.batches[self.i % len(self.batches)]
+        self.i += 1
+        return batch
+
+    def new_epoch(self) -> None:  # never reached: next() never runs dry
+        pass
+
+
+def collect_batches(pipe: pipeline_builder.Pipeline, n: int) -> list[dict]:
+    source, out = BatchSource(pipe), []
+    while len(out) < n:
+        batch = source.next()
+        if batch is None:
+            if not out:
                 break
-            if not any_batch:  # every rank finished its epoch
-                source.new_epoch()
-                continue
-            try:
-                if batch is None:
-                    shadow_step(ddp, optimizer, device, last_tensors)
-                    shadow_steps += 1
-                else:
-                    oom_events += train_step(ddp, optimizer, device, tensors, samples,
-                                             batch["padded_pixels"], split_on_oom)
-                    last_tensors = tensors
-            except torch.OutOfMemoryError as err:  # a real one the model did not foresee: fatal
-                raise RuntimeError(f"out of device memory in {cell.id}: {err}") from err
-            device.synchronize()
-            t_end = time.perf_counter()
-            if batch is not None:
-                tally.update(batch["cache_stats"])
-            observe = getattr(pipe.batch_sampler, "observe", None)
-            if observe is not None:
-                observe(device.last_bytes / device.capacity_bytes)
-            if step >= tr.warmup_steps:
-                recorder.add(wait=t_ready - t_prev, h2d=t_h2d - t_ready, compute=t_end - t_h2d, sync=sync,
-                             padded=device.padded_s, samples=samples,
-                             padded_pixels=batch["padded_pixels"] if batch else 0,
-                             real_pixels=batch["real_pixels"] if batch else 0,
-                             nbytes=batch["nbytes"] if batch else 0)
-                window_end = t_end
-            t_prev = t_end
-            step += 1
-            if ctx.progress is not None:
-                ctx.progress(step, total_steps)
-    consumed, completed_epochs = source.consumed, source.completed_epochs
-    del source
-    pipe.close()
+            source.new_epoch()
+            continue
+        out.append(batch)
+    return out
 
-    record = recorder.as_record()
-    record.update(
-        rank=ctx.rank,
-        window_s=(window_end - window_start) if window_end and window_start else 0.0,
-        steps=recorder.n,
-        host_pss_peak=memory.peak_pss, host_rss_peak=memory.peak_rss, memory_samples=memory.samples,
-        device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
-        overruns=device.overruns, oom_events=oom_events, shadow_steps=shadow_steps,
-        cache=tally.record(), error=error, param_digest=param_digest(model),
-        consumed=consumed, completed_epochs=completed_epochs,
-    )
+
+class Trainer:
+    """The model, its DDP wrapper and optimizer for one cell on one rank; runs measured phases."""
+
+    def __init__(self, ctx: RankContext, cell: Cell):
+        self.ctx, self.cell, self.tr = ctx, cell, ctx.scenario.training
+        self.device = ctx.device
+        torch.manual_seed(self.tr.seed)  # same initial weights on every rank (DDP also broadcasts them)
+        self.model = TwoTower(self.tr.workload).to(self.device.torch_device)
+        self.ddp = DDP(self.model)
+        self.device.install(self.ddp)
+        self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=self.tr.lr, momentum=0.9)
+
+    def build(self) -> pipeline_builder.Pipeline:
+        return (self.ctx.build_pipeline or pipeline_builder.build)(self.ctx, self.cell)
+
+    def prepare_page_cache(self, state: str) -> dict:
+        """One process per node brings the cell's files into `state`; the others wait for it."""
+        info = {"state": state}
+        if state != "as-is":
+            if self.ctx.local_rank == 0:
+                info = pagecache.prepare(self.ctx.files_of(self.cell), state)
+            dist.barrier()
+        return info
+
+    def phase(self, state: str, in_memory: bool = False, profiler=None) -> dict:
+        """Warm-up then the measured window, from the real pipeline or from batches held in memory."""
+        pipe = self.build()
+        if in_memory:
+            source = InMemoryBatches(collect_batches(pipe, max(1, min(8, self.tr.batch_size))))
+            page_cache = {"state": "in-memory"}
+        else:
+            page_cache = self.prepare_page_cache(state)
+            source = BatchSource(pipe)
+        try:
+            record = self._run(pipe, source, profiler)
+        finally:
+            pipe.close()
+        record["page_cache"] = page_cache
+        return record
+
+    def _run(self, pipe, source, profiler) -> dict:
+        tr, device, ctx = self.tr, self.device, self.ctx
+        split_on_oom = bool(getattr(pipe.batching, "splits_on_oom", False))
+        window = window_steps(ctx, pipe.batch_sampler)
+        total_steps = tr.warmup_steps + window
+        recorder, tally = StepRecorder(window), CacheTally()
+        error, oom_events, shadow_steps, last_tensors = None, 0, 0, None
+        window_start = window_end = None
+        observe = getattr(pipe.batch_sampler, "observe", None)
+        profiler = profiler or nullcontext()
+
+        with MemorySampler() as memory, profiler as prof:
+            t_prev = time.perf_counter()
+            step = 0
+            while step < total_steps:
+                if step == tr.warmup_steps and window_start is None:
+                    device.reset_peak()
+                    tally.mark_window()
+                    memory.mark_window()
+                    t_prev = window_start = time.perf_counter()
+                batch = source.next()
+                t_ready = time.perf_counter()
+                tensors = _to_device(batch, device) if batch is not None else None
+                t_h2d = time.perf_counter()
+                samples = len(batch["index"]) if batch is not None else 0
+                doomed = (batch is not None and not split_on_oom
+                          and not device.fits(samples, batch["padded_pixels"]))
+                any_batch, any_doomed = agree(int(batch is not None), int(doomed))
+                sync = time.perf_counter() - t_h2d
+                if any_doomed:  # a batch that cannot fit ends the cell on every rank together
+                    error = "OOM: " + (device.oom_message(samples, batch["padded_pixels"]) if doomed
+                                       else "a batch did not fit on another rank")
+                    break
+                if not any_batch:  # every rank finished its epoch
+                    source.new_epoch()
+                    continue
+                try:
+                    if batch is None:
+                        shadow_step(self.ddp, self.optimizer, device, last_tensors)
+                        shadow_steps += 1
+                    else:
+                        oom_events += train_step(self.ddp, self.optimizer, device, tensors, samples,
+                                                 batch["padded_pixels"], split_on_oom)
+                        last_tensors = tensors
+                except torch.OutOfMemoryError as err:  # a real one the model did not foresee: fatal
+                    raise RuntimeError(f"out of device memory in {self.cell.id}: {err}") from err
+                device.synchronize()
+                t_end = time.perf_counter()
+                if batch is not None:
+                    tally.update(batch["cache_stats"])
+                if observe is not None:
+                    observe(device.last_bytes / device.capacity_bytes)
+                if step >= tr.warmup_steps:
+                    recorder.add(wait=t_ready - t_prev, h2d=t_h2d - t_ready, compute=t_end - t_h2d,
+                                 sync=sync, padded=device.padded_s, samples=samples,
+                                 padded_pixels=batch["padded_pixels"] if batch else 0,
+                                 real_pixels=batch["real_pixels"] if batch else 0,
+                                 nbytes=batch["nbytes"] if batch else 0)
+                    window_end = t_end
+                t_prev = t_end
+                step += 1
+                if prof is not None:
+                    prof.step()
+                if ctx.progress is not None:
+                    ctx.progress(step, total_steps)
+
+        record = recorder.as_record()
+        record.update(
+            rank=ctx.rank,
+            window_s=(window_end - window_start) if window_end and window_start else 0.0,
+            steps=recorder.n,
+            host_pss_peak=memory.peak_pss, host_rss_peak=memory.peak_rss, memory_samples=memory.samples,
+            disk_read_bytes=memory.disk_read_bytes,
+            device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
+            overruns=device.overruns, oom_events=oom_events, shadow_steps=shadow_steps,
+            cache=tally.record(), error=error, consumed=source.consumed,
+            completed_epochs=source.completed_epochs,
+        )
+        return record
+
+
+def _phase_summary(record: dict) -> dict:
+    return {k: record[k] for k in ("window_s", "steps", "samples", "error")}
+
+
+def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> dict:
+    """Train one cell on this rank and return its record (an OOM ends the cell, never the run).
+
+    With ctx.decompose, three phases follow one another (the differential method of "Analyzing and
+    Mitigating Data Stalls in DNN Training", VLDB 2021): compute alone on batches held in memory, the
+    pipeline with the dataset in the page cache, and with the page cache dropped. The cell's figures come
+    from the phase matching ctx.cache_state (warm unless cold was asked for).
+    """
+    trainer = Trainer(ctx, cell)
+    if not ctx.decompose:
+        record = trainer.phase(ctx.cache_state, profiler=profiler)
+    else:
+        compute = trainer.phase("as-is", in_memory=True)
+        warm = trainer.phase("warm", profiler=profiler if ctx.cache_state != "cold" else None)
+        cold = trainer.phase("cold", profiler=profiler if ctx.cache_state == "cold" else None)
+        record = cold if ctx.cache_state == "cold" else warm
+        record["phases"] = {"compute": _phase_summary(compute), "warm": _phase_summary(warm),
+                            "cold": _phase_summary(cold)}
+    record["param_digest"] = param_digest(trainer.model)
     return record

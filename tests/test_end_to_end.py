@@ -11,7 +11,7 @@ from conftest import run_bench
 def test_prints_both_tables_with_emulated_labels(smoke_run):
     proc, _, _ = smoke_run
     out = proc.stdout
-    assert "Throughput and utilisation" in out and "Memory (peaks over the window)" in out
+    assert "Throughput and utilisation" in out and "Memory and I/O (peaks over the window)" in out
     assert "ACCELERATOR EMULATED" in out
     assert "AU %*" in out and "device peak GB* (modelled)" in out
     for storage in ("raw", "mmap", "hdf5"):

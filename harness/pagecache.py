@@ -1,0 +1,78 @@
+"""The page-cache state of a dataset before a cell: cold (dropped) or warm (pre-read).
+
+Cold uses posix_fadvise(POSIX_FADV_DONTNEED), which needs no root: the kernel drops the clean cached pages of
+each file (pages still mapped by a live process stay). The drop is verified by reading a small piece of the
+largest file and checking, in /proc/self/io, that the read really went to the device.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from harness.memory import read_bytes
+
+STATES = ("as-is", "warm", "cold")
+PROBE_BYTES = 256 * 1024
+
+
+def drop(files: list[Path]) -> None:
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # dirty pages cannot be dropped; flush them first (allowed on a read-only fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def warm(files: list[Path]) -> int:
+    """Read every file once so it sits in the page cache; returns the bytes read."""
+    total = 0
+    for path in files:
+        with open(path, "rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):
+                total += len(chunk)
+    return total
+
+
+def probe_read(files: list[Path]) -> dict:
+    """Read PROBE_BYTES of the largest file; report whether it came from the device, and how fast."""
+    path = max(files, key=lambda p: p.stat().st_size)
+    before = read_bytes(os.getpid())
+    start = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        n = len(f.read(PROBE_BYTES))
+    seconds = time.perf_counter() - start
+    after = read_bytes(os.getpid())
+    from_device = None if before is None or after is None else after - before
+    return {"bytes": n, "seconds": seconds, "device_bytes": from_device,
+            "mb_s": n / seconds / 1e6 if seconds > 0 else None}
+
+
+def prepare(files: list[Path], state: str) -> dict:
+    """Bring the files into `state` and return what was done and verified (for the cell's record)."""
+    if state == "as-is" or not files:
+        return {"state": "as-is"}
+    if state == "warm":
+        nbytes = warm(files)
+        return {"state": "warm", "bytes": nbytes, "check": probe_read(files)}
+    drop(files)
+    check = probe_read(files)
+    drop(files[:1] if files else [])  # the probe re-cached a little of that file; drop it again
+    verified = check["device_bytes"] is not None and check["device_bytes"] > 0
+    return {"state": "cold", "check": check, "verified": verified}
+
+
+def total_bytes(files: list[Path]) -> int:
+    return sum(p.stat().st_size for p in files)
+
+
+def available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,59 @@
+"""What a rank records while it trains one cell: per-step timings and the cache statistics of its workers."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+class StepRecorder:
+    """Per-step figures of the measured window in preallocated arrays."""
+
+    TIMES = ("wait", "h2d", "compute", "sync", "padded")
+    COUNTS = ("samples", "padded_pixels", "real_pixels", "nbytes")
+
+    def __init__(self, steps: int):
+        self.arrays = {name: np.zeros(steps, dtype=np.float64) for name in self.TIMES + self.COUNTS}
+        self.n = 0
+
+    def add(self, **values: float) -> None:
+        for name, value in values.items():
+            self.arrays[name][self.n] = value
+        self.n += 1
+
+    def as_record(self) -> dict:
+        a = {k: v[: self.n] for k, v in self.arrays.items()}
+        rec = {k: np.round(a[k], 6).tolist() for k in self.TIMES}
+        rec["step"] = np.round(a["wait"] + a["h2d"] + a["compute"], 6).tolist()
+        rec["batch_sizes"] = a["samples"].astype(int).tolist()
+        for k in self.COUNTS:
+            rec[k] = int(a[k].sum())
+        return rec
+
+
+@dataclass
+class CacheTally:
+    """Latest cache statistics per reading process; totals at the window's start are subtracted."""
+
+    latest: dict[str, dict] = field(default_factory=dict)
+    at_window_start: dict[str, float] = field(default_factory=dict)
+
+    def update(self, stats: dict | None) -> None:
+        if stats:
+            self.latest[stats["key"]] = stats
+
+    def totals(self) -> dict[str, float]:
+        keys = ("hits", "misses", "evictions", "resident_bytes")
+        return {k: float(sum(s.get(k, 0) for s in self.latest.values())) for k in keys}
+
+    def mark_window(self) -> None:
+        self.at_window_start = self.totals()
+
+    def record(self) -> dict | None:
+        if not self.latest:
+            return None
+        end = self.totals()
+        window = {k: end[k] - self.at_window_start.get(k, 0.0) for k in ("hits", "misses", "evictions")}
+        scope = next(iter(self.latest.values())).get("scope")
+        return {**window, "resident_bytes": end["resident_bytes"], "processes": len(self.latest),
+                "scope": scope}

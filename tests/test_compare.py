@@ -1,0 +1,194 @@
+"""harness.compare: baselines on disk, verdicts and exit codes on planted changes, rendering."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from harness import compare as cmp
+from harness.compare import BaselineError
+
+ENV = {"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3,
+       "versions": {"numpy": "2.4.6"}, "git": {"commit": "abc", "dirty": False},
+       "device": {"accelerator": "V100-16GB", "mode": "emulated", "world_size": 2}}
+COMPARABLE = {"dataset_key": "0123456789ab", "world_size": 2, "workload": "pixels", "batch_size": 8,
+              "accelerator": "V100-16GB", "emulated": True}
+CELLS = ["storage=raw,cache=none", "storage=hdf5,cache=none", "storage=mmap,cache=lru"]
+BASE_TP = {c: 100.0 * (i + 1) for i, c in enumerate(CELLS)}
+
+
+def run(factors=None, repeats=5, noise=0.005, seed=0, machine=1.0, cells=CELLS, errors=(), env=ENV,
+        comparable=COMPARABLE, scenario="ci"):
+    """A baseline-shaped run: each cell's throughput = base x factor x machine speed x (1 + noise)."""
+    rng = np.random.default_rng(seed)
+    factors = factors or {}
+    lines = []
+    ideal = [1000.0 * machine * (1 + rng.normal(0, noise)) for _ in range(repeats)]
+    for rep in range(repeats):
+        for c in cells:
+            tp = BASE_TP.get(c, 50.0) * factors.get(c, 1.0) * machine * (1 + rng.normal(0, noise))
+            lines.append({"cell": c, "repeat": rep, "error": "OOM: batch too big" if c in errors else None,
+                          "figures": {"throughput": tp, "step_p50_ms": 1000.0 / tp}})
+    probe = {"ideal_samples_per_s": ideal, "memcpy_gb_s": [10.0 * machine] * repeats}
+    return cmp.build_baseline(lines, env, probe, comparable, scenario, created="2026-01-01T00:00:00Z")
+
+
+def verdicts(comparison):
+    return {r.cell: r.verdict for r in comparison.rows}
+
+
+def test_build_baseline_shape():
+    b = run(repeats=3)
+    assert b["format"] == "dlbench-baseline/1" and b["scenario"] == "ci" and b["comparable"] == COMPARABLE
+    assert b["machine"] == {"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3}
+    cell = b["cells"][CELLS[0]]
+    assert len(cell["throughput"]) == len(cell["normalised"]) == len(cell["step_p50_ms"]) == 3
+    ideal = b["probe"]["ideal_samples_per_s"]
+    assert cell["normalised"] == pytest.approx([t / i for t, i in zip(cell["throughput"], ideal)])
+    assert cell["error"] is None
+    json.dumps(b)  # serialisable as is
+
+
+def test_build_baseline_orders_by_repeat_and_keeps_errors():
+    lines = [{"cell": "a", "repeat": 1, "error": None, "figures": {"throughput": 20.0, "step_p50_ms": 1.0}},
+             {"cell": "a", "repeat": 0, "error": None, "figures": {"throughput": 10.0, "step_p50_ms": 2.0}},
+             {"cell": "b", "repeat": 0, "error": "OOM", "figures": {}}]
+    b = cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
+    assert b["cells"]["a"]["throughput"] == [10.0, 20.0]
+    assert b["cells"]["a"]["normalised"] == [0.1, 0.1]
+    assert b["cells"]["b"] == {"throughput": [], "normalised": [], "step_p50_ms": [], "error": "OOM"}
+    with pytest.raises(ValueError, match="repeat 1"):
+        cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
+
+
+def test_comparable_from_run():
+    cells = [{"world_size": 2, "workload": "pixels", "batch_size": 8, "emulated": True}]
+    assert cmp.comparable_from_run(cells, ENV, "0123456789ab") == COMPARABLE
+
+
+def test_save_and_load_round_trip(tmp_path):
+    b = run()
+    path = tmp_path / "baselines" / "ci.json"
+    cmp.save_baseline(b, path)
+    assert cmp.load_baseline(path) == b
+
+
+def test_identical_runs_are_unchanged():
+    c = cmp.compare(run(seed=1), run(seed=1))
+    assert set(verdicts(c).values()) == {"unchanged"} and c.exit_code == 0
+    assert all(r.ratio == pytest.approx(1.0) and r.p == pytest.approx(1.0) for r in c.rows)
+
+
+def test_same_setup_other_noise_is_unchanged():
+    c = cmp.compare(run(seed=2), run(seed=1))
+    assert set(verdicts(c).values()) == {"unchanged"} and c.exit_code == 0
+
+
+def test_planted_regression_is_slower():
+    c = cmp.compare(run({CELLS[1]: 0.8}, seed=2), run(seed=1))
+    assert verdicts(c) == {CELLS[0]: "unchanged", CELLS[1]: "slower", CELLS[2]: "unchanged"}
+    row = c.rows[1]
+    assert row.ratio == pytest.approx(0.8, abs=0.02) and row.p < 0.05
+    assert c.exit_code == 1
+
+
+def test_planted_speed_up_is_faster():
+    c = cmp.compare(run({CELLS[0]: 1.2}, seed=2), run(seed=1))
+    assert verdicts(c)[CELLS[0]] == "faster" and c.exit_code == 0
+
+
+def test_small_significant_change_is_unchanged():
+    c = cmp.compare(run({CELLS[0]: 0.98}, noise=0.0001, seed=2), run(noise=0.0001, seed=1))
+    row = c.rows[0]
+    assert row.p < 0.05 and row.verdict == "unchanged" and row.note == "below min effect"
+    assert c.exit_code == 0
+
+
+def test_too_few_repeats_decide_on_twice_the_effect():
+    one = cmp.compare(run({CELLS[0]: 0.92, CELLS[1]: 0.85}, repeats=1, seed=2), run(repeats=1, seed=1))
+    assert verdicts(one)[CELLS[0]] == "unchanged" and verdicts(one)[CELLS[1]] == "slower"
+    assert one.rows[0].p is None and "no test (n<2)" in one.rows[0].note
+    # 3 vs 3 repeats can never reach p < 0.05 (at best 0.1): the same rule applies
+    three = cmp.compare(run({CELLS[1]: 0.85}, repeats=3, seed=2), run(repeats=3, seed=1))
+    assert verdicts(three)[CELLS[1]] == "slower" and three.rows[1].p is None and three.exit_code == 1
+
+
+def test_new_and_missing_cells():
+    c = cmp.compare(run(cells=CELLS[:2] + ["storage=raw,cache=lru"], seed=2), run(seed=1))
+    v = verdicts(c)
+    assert v[CELLS[2]] == "missing" and v["storage=raw,cache=lru"] == "new"
+    assert c.exit_code == 0  # missing is reported, not a regression
+
+
+def test_errored_cell_is_a_regression():
+    c = cmp.compare(run(errors={CELLS[0]}, seed=2), run(seed=1))
+    assert verdicts(c)[CELLS[0]] == "error" and "OOM" in c.rows[0].note and c.exit_code == 1
+
+
+def test_cell_errored_in_both_is_not_a_regression_and_a_fixed_one_is_new():
+    c = cmp.compare(run(errors={CELLS[0]}, seed=2), run(errors={CELLS[0]}, seed=1))
+    assert verdicts(c)[CELLS[0]] == "error" and c.exit_code == 0
+    fixed = cmp.compare(run(seed=2), run(errors={CELLS[0]}, seed=1))
+    assert verdicts(fixed)[CELLS[0]] == "new" and fixed.exit_code == 0
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("world_size", 4, "baseline is for world_size=2, this run has 4"),
+    ("dataset_key", "ffffffffffff", "baseline is for dataset_key=0123456789ab, this run has ffffffffffff"),
+    ("emulated", False, "baseline is for emulated=true, this run has false"),
+])
+def test_non_comparable_baseline(key, value, words):
+    with pytest.raises(BaselineError) as err:
+        cmp.compare(run(comparable={**COMPARABLE, key: value}), run())
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_other_scenario_is_not_comparable():
+    with pytest.raises(BaselineError, match="scenario ci, this run is smoke"):
+        cmp.compare(run(scenario="smoke"), run())
+
+
+def test_load_errors_name_the_file_and_the_remedy(tmp_path):
+    missing = tmp_path / "nope.json"
+    with pytest.raises(BaselineError, match="nope.json does not exist; create it with --save-baseline"):
+        cmp.load_baseline(missing)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(BaselineError, match="bad.json is not valid JSON.*--save-baseline"):
+        cmp.load_baseline(bad)
+    for i, obj in enumerate([{"format": "dlbench-baseline/9", "scenario": "ci", "comparable": {}, "cells": {}},
+                             {"scenario": "ci"}, [1, 2], {"format": "dlbench-baseline/1", "scenario": "ci"}]):
+        path = tmp_path / f"odd{i}.json"
+        path.write_text(json.dumps(obj))
+        with pytest.raises(BaselineError) as err:
+            cmp.load_baseline(path)
+        assert f"odd{i}.json" in str(err.value) and "--save-baseline" in str(err.value)
+        assert "\n" not in str(err.value)
+
+
+def test_normalised_versus_raw_on_a_faster_machine():
+    other = dict(ENV, hostname="big", cpu_count=64)
+    fast = run(machine=2.0, seed=2, env=other)
+    normalised = cmp.compare(fast, run(seed=1))
+    assert set(verdicts(normalised).values()) == {"unchanged"} and normalised.exit_code == 0
+    assert not normalised.warnings
+    raw = cmp.compare(fast, run(seed=1), raw=True)
+    assert set(verdicts(raw).values()) == {"faster"} and raw.exit_code == 0
+    assert raw.rows[0].ratio == pytest.approx(2.0, rel=0.02)
+    assert raw.warnings and "drop --raw" in raw.warnings[0]
+
+
+def test_render_markdown_and_text():
+    c = cmp.compare(run({CELLS[1]: 0.8, CELLS[2]: 1.2}, seed=2), run(seed=1))
+    md = cmp.render(c, "markdown")
+    first = md.splitlines()[0]
+    assert first == ("**1 slower, 1 faster, 1 unchanged (metric: normalised throughput, min effect 5%, "
+                     "alpha 0.05)**")
+    assert "| cell" in md and "|---" in md.replace(" ", "") and "**slower**" in md
+    assert all(cell in md for cell in CELLS) and re.search(r"\| -(19|20)\.\d% ", md)
+    text = cmp.render(c)
+    assert text.splitlines()[0].startswith("1 slower, 1 faster, 1 unchanged") and "|" not in text
+    with pytest.raises(ValueError):
+        cmp.render(c, "html")
