@@ -12,7 +12,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.seedtables import emulated, measured, merge_repeats, shown_axes, stack_label
+from harness.report import aggregate, measured
+from harness.seedtables import emulated, shown_axes, stack_label
 
 PARTS = (("wait", "wait (data stall)", "#d62728"), ("h2d", "host-to-device", "#ff7f0e"),
          ("compute", "compute", "#1f77b4"), ("sync", "sync (waiting for other ranks)", "#9edae5"))
@@ -135,7 +136,7 @@ PLOTS = (("throughput.png", throughput_plot), ("step_times.png", step_time_plot)
 
 def write_plots(cells: list[dict], out_dir: Path) -> list[Path]:
     """Write the PNG figures of the measured cells into out_dir; return their paths (none without cells)."""
-    shown = [c for c in merge_repeats(cells) if measured(c)]
+    shown = [c for c in aggregate(cells) if measured(c)]
     if not shown:
         return []
     out_dir = Path(out_dir)

@@ -14,24 +14,31 @@ EMULATED_MARK = "*"
 OVERRUN_WARN_PCT = 10
 
 
+def measured(cell: dict | None) -> bool:
+    return bool(cell) and not cell.get("error") and "throughput" in (cell.get("figures") or {})
+
+
 def aggregate(cells: list[dict]) -> list[dict]:
-    """One cell per id: with repeats, figures are the medians over repeats, and the throughput carries
-    its 95% confidence interval and coefficient of variation (harness.stats)."""
+    """One cell per id, in first-seen order. With repeats, figures are the medians over the measured
+    repeats (a cell counts as errored only when no repeat was measured; failed_repeats says how many failed), the throughput carries its 95% confidence interval and CV (harness.stats), and the ranks
+    of every repeat are pooled (for step-time distributions)."""
     groups: dict[str, list[dict]] = {}
     for c in cells:
         groups.setdefault(c["cell"], []).append(c)
     out = []
     for reps in groups.values():
-        if len(reps) == 1:
-            out.append(reps[0])
-            continue
-        ok = [r for r in reps if not r.get("error") and "throughput" in r["figures"]]
-        merged = dict(reps[0], repeats=len(reps), error=next((r["error"] for r in reps if r.get("error")), None))
-        if ok:
-            keys = [k for k, v in ok[0]["figures"].items() if isinstance(v, (int, float))]
-            merged["figures"] = {k: _median_like([r["figures"][k] for r in ok]) for k in keys}
-            if len(ok) >= 2:
-                merged["figures"]["throughput_summary"] = stats.summary([r["figures"]["throughput"] for r in ok])
+        ok = [r for r in reps if measured(r)]
+        merged = dict((ok or reps)[0], repeats=len(ok), failed_repeats=len(reps) - len(ok),
+                      throughput_repeats=[r["figures"]["throughput"] for r in ok])
+        if len(ok) > 1:
+            figures = {}
+            for key, value in ok[0]["figures"].items():
+                values = [r["figures"].get(key) for r in ok]
+                numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+                figures[key] = _median_like(values) if numeric else value
+            figures["throughput_summary"] = stats.summary(merged["throughput_repeats"])
+            merged["figures"] = figures
+            merged["ranks"] = [rank for r in ok for rank in r.get("ranks") or []]
         out.append(merged)
     return out
 

@@ -6,41 +6,13 @@ repeats' figures; a cell that ran once counts as n=1.
 """
 from __future__ import annotations
 
-import statistics
 
 from tabulate import tabulate
 
-from harness.report import EMULATED_MARK, OVERRUN_WARN_PCT, _name, strategy_notes
+from harness.report import EMULATED_MARK, OVERRUN_WARN_PCT, _name, aggregate, measured, strategy_notes
 from strategies.registry import AXES
 
 BASELINE = {"storage": "raw", "cache": "none", "batching": "fixed", "sampler": "default"}
-
-
-def merge_repeats(cells: list[dict]) -> list[dict]:
-    """One cell per cell id, in first-seen order: the median of its measured repeats' figures."""
-    groups: dict[str, list[dict]] = {}
-    for c in cells:
-        groups.setdefault(c["cell"], []).append(c)
-    merged = []
-    for group in groups.values():
-        ok = [c for c in group if measured(c)]
-        cell = dict((ok or group)[0])
-        cell["repeats"] = len(ok)
-        cell["throughput_repeats"] = [c["figures"]["throughput"] for c in ok]
-        if len(ok) > 1:
-            figures = {}
-            for key, value in ok[0]["figures"].items():
-                values = [c["figures"].get(key) for c in ok]
-                numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-                figures[key] = statistics.median(values) if numeric else value
-            cell["figures"] = figures
-            cell["ranks"] = [r for c in ok for r in c.get("ranks") or []]
-        merged.append(cell)
-    return merged
-
-
-def measured(cell: dict | None) -> bool:
-    return bool(cell) and not cell.get("error") and "throughput" in (cell.get("figures") or {})
 
 
 def figure(cell: dict | None, key: str):
@@ -91,7 +63,7 @@ def infer_dataset_samples(cells: list[dict]) -> int | None:
 
 def scaling_table(cells_1x: list[dict], cells_4x: list[dict]) -> tuple[str, list[str], list[list]]:
     """Throughput per strategy stack at 1 rank and at N ranks; efficiency = thr_N / (N x thr_1)."""
-    one, many = merge_repeats(cells_1x), merge_repeats(cells_4x)
+    one, many = aggregate(cells_1x), aggregate(cells_4x)
     n1, n = (cs[0].get("world_size") or 1 if cs else 1 for cs in (one, many))
     both = one + many
     axes, m = shown_axes(both), EMULATED_MARK if emulated(both) else ""
@@ -116,7 +88,7 @@ def scaling_table(cells_1x: list[dict], cells_4x: list[dict]) -> tuple[str, list
 
 def memory_table(cells: list[dict]) -> tuple[str, list[str], list[list]]:
     """Device memory of fixed vs dynamic batching per (storage, cache, sampler) stack, with mean batches."""
-    cells = merge_repeats(cells)
+    cells = aggregate(cells)
     m = EMULATED_MARK if emulated(cells) else ""
     fixed = next((c["strategies"]["batching"] for c in cells if _plain(c, "batching") == "fixed"), None)
     others = list(dict.fromkeys(c["strategies"]["batching"] for c in cells if _plain(c, "batching") != "fixed"))
@@ -164,7 +136,7 @@ def ladder_steps(cells: list[dict]) -> list[tuple[str, dict, dict | None]]:
 
 def ladder_table(cells: list[dict], dataset_samples: int | None = None) -> tuple[str, list[str], list[list]]:
     """Baseline, + cache, + dynamic batching, + everything: time per epoch, AU, memory, speed-up."""
-    cells = merge_repeats(cells)
+    cells = aggregate(cells)
     m = EMULATED_MARK if emulated(cells) else ""
     samples = dataset_samples or infer_dataset_samples(cells)
     axes = [a for a in AXES if cells and all(a in c["strategies"] for c in cells)]
@@ -193,7 +165,7 @@ def ladder_table(cells: list[dict], dataset_samples: int | None = None) -> tuple
 
 def ranking_table(cells: list[dict]) -> tuple[str, list[str], list[list]]:
     """Every cell by throughput, fastest first, with its speed-up over the baseline; errored cells last."""
-    cells = merge_repeats(cells)
+    cells = aggregate(cells)
     m = EMULATED_MARK if emulated(cells) else ""
     axes = shown_axes(cells)
     ok = sorted((c for c in cells if measured(c)), key=lambda c: -c["figures"]["throughput"])
@@ -246,7 +218,7 @@ def seed_tables(cells: list[dict], cells_1x: list[dict] | None = None,
     plain = {_plain(c, "batching") for c in cells}
     if "fixed" in plain and len(plain) > 1:
         tables.append(memory_table(cells))
-    if sum(cell is not None for _, _, cell in ladder_steps(merge_repeats(cells))) >= 2:
+    if sum(cell is not None for _, _, cell in ladder_steps(aggregate(cells))) >= 2:
         tables.append(ladder_table(cells, dataset_samples))
     if cells:
         tables.append(ranking_table(cells))

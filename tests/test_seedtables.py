@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.seedtables import (ladder_table, memory_table, merge_repeats, ranking_table, render_seed_tables,
+from harness.report import aggregate
+from harness.seedtables import (ladder_table, memory_table, ranking_table, render_seed_tables,
                                 scaling_table)
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -136,7 +137,7 @@ def test_no_baseline_ranks_against_slowest_and_old_cells_without_fields():
 def test_repeats_are_merged_by_median():
     cells = [cell(thr=t, repeat=i) for i, t in enumerate([100, 130, 90])] + [cell(storage="mmap", thr=50),
                                                                           cell(storage="mmap", error="x")]
-    merged = merge_repeats(cells)
+    merged = aggregate(cells)
     assert len(merged) == 2 and merged[0]["figures"]["throughput"] == 100 and merged[0]["repeats"] == 3
     assert merged[1]["repeats"] == 1 and merged[1]["figures"]["throughput"] == 50
     title, headers, rows = ranking_table(cells)
