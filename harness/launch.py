@@ -97,6 +97,12 @@ def spawn(config: LaunchConfig) -> dict[str, Path]:
 
 def _spawned(local_rank: int, world: int, config: LaunchConfig, data_paths: dict[str, Path]) -> None:
     rank_main(local_rank, local_rank, world, config, data_paths)
+    # Everything is written (cells.jsonl is fsynced per cell). Leave without running C++ static
+    # destructors: torch's background threads sometimes abort there ("terminate called without an
+    # active exception"), which would turn a finished run into a crashed rank.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,

@@ -103,8 +103,12 @@ def _pipeline_for(regime: Regime):
     return build
 
 
-def run_regime(regime: Regime, steps: int, handoff_s: float, batch_size: int = 4, warmup: int = 5) -> dict:
-    """One regime through run_cell in this process (a one-rank gloo group must already exist)."""
+def run_regime(regime: Regime, steps: int, handoff_s: float, batch_size: int = 4, warmup: int = 6) -> dict:
+    """One regime through run_cell in this process (a one-rank gloo group must already exist).
+
+    The W workers start together and stay in phase, so batches arrive in groups of W: warm-up and window
+    are whole multiples of W steps, so the window holds whole arrival cycles."""
+    steps, warmup = -(-steps // regime.workers) * regime.workers, -(-warmup // regime.workers) * regime.workers
     accelerator = replace(get_accelerator("V100-16GB"), name="calibrated", step_overhead_s=regime.compute_s,
                           features_flops_per_sample=0.0)
     training = Training(workload="features", batch_size=batch_size, image_size=64, warmup_steps=warmup,

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import REPO, run_bench
+from conftest import run_bench
 
 SCENARIO = """
 description = "correctness checks"

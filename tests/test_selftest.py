@@ -5,7 +5,7 @@ from harness import selftest
 
 
 def test_measured_figures_match_the_analytic_ones():
-    rows = selftest.run(steps=15)
+    rows = selftest.run(steps=16)
     assert {(r["regime"], r["figure"]) for r in rows} == {
         (regime.name, figure) for regime in selftest.REGIMES
         for figure in ("throughput", "stall_mean_pct", "au_pct")}

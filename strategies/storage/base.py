@@ -7,9 +7,12 @@ and reopen after a fork: file handles never cross ``fork``.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Iterable, Protocol, Sequence
+
+import numpy as np
 
 from strategies.sample import FIELDS, Sample
 
@@ -60,3 +63,30 @@ class LazyHandle:
 
     def __getstate__(self):
         return {"_opener": self._opener, "_pid": None, "_value": None}
+
+
+def checked_fields(fields: Sequence[str]) -> tuple[str, ...]:
+    """The fields as a tuple, or ValueError naming the unknown ones."""
+    bad = [f for f in fields if f not in FIELDS]
+    if bad:
+        raise ValueError(f"unknown sample field(s) {bad}; fields are {', '.join(FIELDS)}")
+    return tuple(fields)
+
+
+def checked_indices(indices: Sequence[int], count: int) -> np.ndarray:
+    """The indices as int64, or IndexError when one is outside [0, count)."""
+    idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= count):
+        raise IndexError(f"indices out of range for {count} samples")
+    return idx
+
+
+def write_meta(path: Path, fmt: str, count: int) -> None:
+    """meta.json: the storage format and sample count (so len() never opens the data files)."""
+    with open(Path(path) / "meta.json", "w") as f:
+        json.dump({"format": fmt, "version": 1, "count": count}, f)
+
+
+def read_count(path: Path) -> int:
+    with open(Path(path) / "meta.json") as f:
+        return int(json.load(f)["count"])

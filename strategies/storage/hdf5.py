@@ -13,7 +13,6 @@ next read), so no HDF5 file state crosses a fork even if the parent read first.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import weakref
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle
+from strategies.storage.base import LazyHandle, checked_fields, checked_indices, read_count, write_meta
 
 WRITE_BATCH = 512
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
@@ -41,19 +40,11 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_close_before_fork)
 
 
-def _check_fields(fields: Sequence[str]) -> tuple[str, ...]:
-    bad = [f for f in fields if f not in FIELDS]
-    if bad:
-        raise ValueError(f"unknown sample field(s) {bad}; fields are {', '.join(FIELDS)}")
-    return tuple(fields)
-
-
 class Hdf5Reader:
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
-        self.fields = _check_fields(fields)
-        with open(self.path / "meta.json") as f:
-            self._count = int(json.load(f)["count"])
+        self.fields = checked_fields(fields)
+        self._count = read_count(self.path)
         self._file = LazyHandle(functools.partial(h5py.File, str(self.path / "data.h5"), "r"))
         self._stored: list[int] | None = None
 
@@ -61,9 +52,7 @@ class Hdf5Reader:
         return self._count
 
     def read_batch(self, indices: Sequence[int]) -> list[Sample]:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if idx.size and (idx.min() < 0 or idx.max() >= self._count):
-            raise IndexError(f"indices out of range for {self._count} samples")
+        idx = checked_indices(indices, self._count)
         out = [Sample(index=int(i)) for i in idx]
         if not idx.size:
             return out
@@ -168,8 +157,7 @@ class Hdf5Storage:
             if n != count:
                 raise ValueError(f"got {n} samples, expected {count}")
         np.save(path / "stored_bytes.npy", stored)
-        with open(path / "meta.json", "w") as f:
-            json.dump({"format": "hdf5", "version": 1, "count": count}, f)
+        write_meta(path, "hdf5", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> Hdf5Reader:
         return Hdf5Reader(path, fields)

@@ -10,7 +10,6 @@ Layout under ``path``::
 from __future__ import annotations
 
 import functools
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -19,17 +18,10 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle
+from strategies.storage.base import LazyHandle, checked_fields, checked_indices, read_count, write_meta
 
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
 _VAR = ("jpeg", "caption")
-
-
-def _check_fields(fields: Sequence[str]) -> tuple[str, ...]:
-    bad = [f for f in fields if f not in FIELDS]
-    if bad:
-        raise ValueError(f"unknown sample field(s) {bad}; fields are {', '.join(FIELDS)}")
-    return tuple(fields)
 
 
 def _open_flat(path: str) -> np.ndarray:
@@ -42,9 +34,8 @@ def _open_flat(path: str) -> np.ndarray:
 class MmapReader:
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
-        self.fields = _check_fields(fields)
-        with open(self.path / "meta.json") as f:
-            self._count = int(json.load(f)["count"])
+        self.fields = checked_fields(fields)
+        self._count = read_count(self.path)
         self._h: dict[str, LazyHandle] = {}
         for name in _VAR:
             self._h[name] = LazyHandle(functools.partial(_open_flat, str(self.path / f"{name}.bin")))
@@ -59,9 +50,7 @@ class MmapReader:
         return self._count
 
     def read_batch(self, indices: Sequence[int]) -> list[Sample]:
-        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if idx.size and (idx.min() < 0 or idx.max() >= self._count):
-            raise IndexError(f"indices out of range for {self._count} samples")
+        idx = checked_indices(indices, self._count)
         out = [Sample(index=int(i)) for i in idx]
         for name in _VAR:
             if name not in self.fields:
@@ -148,8 +137,7 @@ class MmapStorage:
             del embs
         for name, w in flat.items():
             np.save(path / f"{name}_offsets.npy", w.offsets)
-        with open(path / "meta.json", "w") as f:
-            json.dump({"format": "mmap", "version": 1, "count": count}, f)
+        write_meta(path, "mmap", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> MmapReader:
         return MmapReader(path, fields)

@@ -8,7 +8,6 @@ Layout under ``path``::
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -17,16 +16,10 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
+from strategies.storage.base import checked_fields, read_count, write_meta
 
 SHARD = 1000
 _SUFFIX = {"jpeg": ".jpg", "caption": ".txt", "image_emb": ".img.f32", "text_emb": ".txt.f32"}
-
-
-def _check_fields(fields: Sequence[str]) -> tuple[str, ...]:
-    bad = [f for f in fields if f not in FIELDS]
-    if bad:
-        raise ValueError(f"unknown sample field(s) {bad}; fields are {', '.join(FIELDS)}")
-    return tuple(fields)
 
 
 def _sample_path(root: Path, index: int, field: str) -> Path:
@@ -41,9 +34,8 @@ def _read_bytes(p: Path) -> bytes:
 class RawReader:
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
-        self.fields = _check_fields(fields)
-        with open(self.path / "meta.json") as f:
-            self._count = int(json.load(f)["count"])
+        self.fields = checked_fields(fields)
+        self._count = read_count(self.path)
         self._stored: list[int] | None = None
 
     def __len__(self) -> int:
@@ -105,8 +97,7 @@ class RawStorage:
         if n != count:
             raise ValueError(f"got {n} samples, expected {count}")
         np.save(path / "stored_bytes.npy", stored)
-        with open(path / "meta.json", "w") as f:
-            json.dump({"format": "raw", "version": 1, "count": count}, f)
+        write_meta(path, "raw", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> RawReader:
         return RawReader(path, fields)
