@@ -76,19 +76,41 @@ class EmulatedDevice:
     def synchronize(self) -> None:
         self.pad()  # the end of the step: wait out the rest of the modelled time
 
+    nvml_index = None  # no NVML telemetry for an emulated device
+
+    def start_timer(self) -> None:
+        pass
+
+    def timed_compute_s(self) -> float:
+        return 0.0  # only a real GPU has an event-timed compute
+
     def reset_peak(self) -> None:
         self.peak_bytes = 0
         self.overruns = 0
 
 
 class CudaDevice:
+    """A real GPU: compute timed with CUDA events, memory from the caching allocator's peak."""
+
     emulated = False
 
     def __init__(self, local_rank: int):
         torch.cuda.set_device(local_rank)
         self.torch_device = torch.device("cuda", local_rank)
+        self.nvml_index = local_rank
         self.overruns = 0
         self.padded_s = 0.0
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def start_timer(self) -> None:
+        self._start.record()
+
+    def timed_compute_s(self) -> float:
+        """GPU time between start_timer() and now (synchronises with the device)."""
+        self._end.record()
+        self._end.synchronize()
+        return self._start.elapsed_time(self._end) / 1e3
 
     @property
     def name(self) -> str:

@@ -8,6 +8,11 @@ def _arr(records: list[dict], key: str) -> list[np.ndarray]:
     return [np.asarray(r[key], dtype=np.float64) for r in records]
 
 
+def _mean_or_none(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
 def cell_figures(records: list[dict]) -> dict:
     """Figures of one cell from the records of all its ranks (warm-up already excluded)."""
     records = sorted(records, key=lambda r: r["rank"])
@@ -49,6 +54,10 @@ def cell_figures(records: list[dict]) -> dict:
         max_batch=max((max(r["batch_sizes"], default=0) for r in records), default=0),
         oom_events=sum(r.get("oom_events", 0) for r in records),
         shadow_steps=sum(r.get("shadow_steps", 0) for r in records),
+        nvml_util_pct=_mean_or_none([(r.get("nvml") or {}).get("nvml_util_mean_pct") for r in records]),
+        gpu_compute_au_pct=_mean_or_none([sum(r.get("gpu_compute") or []) / r["window_s"] * 100
+                                          if r.get("gpu_compute") and any(r["gpu_compute"]) and r["window_s"]
+                                          else None for r in records]),
         overrun_steps=sum(r["overruns"] for r in records),
         overrun_pct=sum(r["overruns"] for r in records) / steps * 100,
     )

@@ -9,7 +9,7 @@ import numpy as np
 class StepRecorder:
     """Per-step figures of the measured window in preallocated arrays."""
 
-    TIMES = ("wait", "h2d", "compute", "sync", "padded")
+    TIMES = ("wait", "h2d", "compute", "sync", "padded", "gpu_compute")
     COUNTS = ("samples", "padded_pixels", "real_pixels", "nbytes")
 
     def __init__(self, steps: int):

@@ -128,8 +128,9 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
     axes = _axes_shown(cells)
     ci = " (median ± 95% CI)" if any("throughput_summary" in c["figures"] for c in cells) else ""
+    au = f"AU %{m}" if m else "AU % (timers / CUDA events / NVML)"
     headers = [*axes, f"samples/s{m}{ci}", f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
-               f"AU %{m}", "imbalance", "cache hit %", "read MB/s"] + (["CPU>model %"] if m else [])
+               au, "imbalance", "cache hit %", "read MB/s"] + (["CPU>model %"] if m else [])
     rows = []
     for c in cells:
         f = c["figures"]
@@ -140,7 +141,7 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
         rows.append(row + [
             _throughput(f), _fmt(f["step_p50_ms"], ".1f"), _fmt(f["step_p95_ms"], ".1f"),
             _fmt(f["step_p99_ms"], ".1f"), f"{f['stall_mean_pct']:.0f} / {f['stall_max_pct']:.0f}",
-            _fmt(f["au_pct"], ".0f"), _fmt(f["imbalance"], ".2f"), _hit(c), _fmt(f["read_mb_s"], ".1f")]
+            _au(f), _fmt(f["imbalance"], ".2f"), _hit(c), _fmt(f["read_mb_s"], ".1f")]
             + ([_fmt(f["overrun_pct"], ".0f")] if m else []))
     return headers, rows
 
@@ -179,6 +180,12 @@ def batching_table(cells: list[dict]) -> tuple[list[str], list[list]]:
             _fmt(cov.get("duplicates"), ".0f"), _fmt(cov.get("missing"), ".0f"),
             "-" if not cov else ("ok" if cov.get("ok") else "BROKEN")])
     return headers, rows
+
+
+def _au(f: dict) -> str:
+    """AU from the step timers; on real GPUs also from CUDA events and NVML's sampled utilisation."""
+    extra = [f"{f[k]:.0f}" for k in ("gpu_compute_au_pct", "nvml_util_pct") if f.get(k) is not None]
+    return " / ".join([f"{f['au_pct']:.0f}", *extra])
 
 
 def _hit(cell: dict) -> str:

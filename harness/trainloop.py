@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from harness import loader as pipeline_builder
 from harness import pagecache
 from harness.matrix import Cell
+from harness.gpu import NvmlSampler
 from harness.memory import MemorySampler
 from harness.recorder import CacheTally, StepRecorder
 from harness.model import TwoTower
@@ -249,7 +250,7 @@ class Trainer:
         observe = getattr(pipe.batch_sampler, "observe", None)
         profiler = profiler or nullcontext()
 
-        with MemorySampler() as memory, profiler as prof:
+        with MemorySampler() as memory, NvmlSampler(device.nvml_index) as nvml, profiler as prof:
             t_prev = time.perf_counter()
             step = 0
             while step < total_steps:
@@ -257,6 +258,7 @@ class Trainer:
                     device.reset_peak()
                     tally.mark_window()
                     memory.mark_window()
+                    nvml.mark_window()
                     t_prev = window_start = time.perf_counter()
                 batch = source.next()
                 t_ready = time.perf_counter()
@@ -274,6 +276,7 @@ class Trainer:
                 if not any_batch:  # every rank finished its epoch
                     source.new_epoch()
                     continue
+                device.start_timer()
                 try:
                     if batch is None:
                         shadow_step(self.ddp, self.optimizer, device, last_tensors)
@@ -286,13 +289,14 @@ class Trainer:
                     raise RuntimeError(f"out of device memory in {self.cell.id}: {err}") from err
                 device.synchronize()
                 t_end = time.perf_counter()
+                gpu_compute = device.timed_compute_s()
                 if batch is not None:
                     tally.update(batch["cache_stats"])
                 if observe is not None:
                     observe(device.last_bytes / device.capacity_bytes)
                 if step >= tr.warmup_steps:
                     recorder.add(wait=t_ready - t_prev, h2d=t_h2d - t_ready, compute=t_end - t_h2d,
-                                 sync=sync, padded=device.padded_s, samples=samples,
+                                 sync=sync, padded=device.padded_s, gpu_compute=gpu_compute, samples=samples,
                                  padded_pixels=batch["padded_pixels"] if batch else 0,
                                  real_pixels=batch["real_pixels"] if batch else 0,
                                  nbytes=batch["nbytes"] if batch else 0)
@@ -313,7 +317,7 @@ class Trainer:
             disk_read_bytes=memory.disk_read_bytes,
             device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
             overruns=device.overruns, oom_events=oom_events, shadow_steps=shadow_steps,
-            cache=tally.record(), error=error, consumed=source.consumed,
+            cache=tally.record(), error=error, consumed=source.consumed, nvml=nvml.figures(),
             completed_epochs=source.completed_epochs,
         )
         return record

@@ -18,6 +18,6 @@ def test_measured_figures_match_the_analytic_ones():
 def test_expected_values_follow_the_formula():
     overlapped, starved = selftest.REGIMES
     e = starved.expected(batch_size=4, handoff_s=0.002)
-    assert e["throughput"] == 4 / 0.1 and e["stall_mean_pct"] == 50.0 and e["au_pct"] == 50.0
+    assert e["throughput"] == 4 / 0.2 and e["stall_mean_pct"] == 50.0 and e["au_pct"] == 50.0
     e = overlapped.expected(batch_size=4, handoff_s=0.002)
-    assert abs(e["throughput"] - 4 / 0.052) < 1e-9 and abs(e["au_pct"] - 50 / 52 * 100) < 1e-9
+    assert abs(e["throughput"] - 4 / 0.102) < 1e-9 and abs(e["au_pct"] - 100 / 102 * 100) < 1e-9
