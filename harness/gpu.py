@@ -5,19 +5,17 @@ nothing and the tables show no NVML column.
 """
 from __future__ import annotations
 
-import threading
+from harness.memory import IntervalSampler
 
 
-class NvmlSampler:
+class NvmlSampler(IntervalSampler):
     """Mean and peak `utilization.gpu` of one device, sampled every `interval` seconds in a daemon thread."""
 
     def __init__(self, device_index: int | None, interval: float = 0.05):
+        super().__init__(interval)
         self.device_index = device_index
-        self.interval = interval
         self.samples: list[int] = []
         self._window_start = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._handle = None
 
     def _open(self):
@@ -31,14 +29,17 @@ class NvmlSampler:
         except Exception:  # no driver, no library, no such device: no telemetry
             return None
 
-    def _loop(self) -> None:
+    def _ready(self) -> bool:
+        self._handle = self._open()
+        return self._handle is not None
+
+    def _sample(self) -> None:
         import pynvml
 
-        while not self._stop.wait(self.interval):
-            try:
-                self.samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
-            except Exception:
-                return
+        try:
+            self.samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+        except Exception:  # the device went away: stop sampling
+            self._stop.set()
 
     def mark_window(self) -> None:
         self._window_start = len(self.samples)
@@ -49,15 +50,3 @@ class NvmlSampler:
             return None
         return {"nvml_util_mean_pct": sum(window) / len(window), "nvml_util_max_pct": max(window),
                 "nvml_samples": len(window), "nvml_interval_s": self.interval}
-
-    def __enter__(self) -> "NvmlSampler":
-        self._handle = self._open()
-        if self._handle is not None:
-            self._thread = threading.Thread(target=self._loop, name="nvml-sampler", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()

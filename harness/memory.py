@@ -65,7 +65,40 @@ def tree_memory(pid: int) -> tuple[int, int]:
     return pss, rss
 
 
-class MemorySampler:
+class IntervalSampler:
+    """Calls `_sample()` every `interval` seconds in a daemon thread, from `__enter__` to `__exit__`
+    (once more at each end), never per training step. Subclasses say whether they can sample here."""
+
+    def __init__(self, interval: float):
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _ready(self) -> bool:
+        return True
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self):
+        if self._ready():
+            self._sample()
+            self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._sample()
+
+
+class MemorySampler(IntervalSampler):
     """Samples the process tree of this rank every `interval` seconds in a daemon thread.
 
     Keeps the peaks of PSS and RSS and the disk bytes read since `mark_window()` (or since start).
@@ -74,15 +107,16 @@ class MemorySampler:
     supported = os.path.exists(f"/proc/{os.getpid()}/smaps_rollup")
 
     def __init__(self, interval: float = 0.2):
-        self.interval = interval
+        super().__init__(interval)
         self.peak_pss = 0
         self.peak_rss = 0
         self.samples = 0
         self._io_base: dict[int, int] = {}  # pid -> read_bytes when first seen / at window start
         self._io_last: dict[int, int] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+
+    def _ready(self) -> bool:
+        return self.supported
 
     def _sample(self) -> None:
         pids = [os.getpid(), *descendants(os.getpid())]
@@ -115,20 +149,3 @@ class MemorySampler:
     def disk_read_bytes(self) -> int:
         with self._lock:
             return sum(max(0, last - self._io_base.get(p, 0)) for p, last in self._io_last.items())
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
-
-    def __enter__(self) -> "MemorySampler":
-        if self.supported:
-            self._sample()
-            self._thread = threading.Thread(target=self._loop, name="memory-sampler", daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._sample()
