@@ -67,3 +67,21 @@ def test_reuses_materialised_data(data_dir, tmp_path, smoke_run):
     assert proc.returncode == 0, proc.stderr
     after = {p.name: (p / "manifest.json").stat().st_mtime for p in data_dir.iterdir()}
     assert before == after
+
+
+def test_decompose_cold_cache_and_disk_reads(data_dir, tmp_path, smoke_run):
+    """--decompose runs compute-only, warm and cold phases; cold drops the page cache (verified through
+    /proc/self/io) so the raw files are read from the device again, which the I/O accounting sees."""
+    proc = run_bench("--scenario", "smoke", "--data-dir", str(data_dir), "--out", str(tmp_path),
+                     "--only", "storage=raw", "--decompose", "--cache-state", "cold", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "Stall decomposition" in proc.stdout and "Page cache before each cell: cold" in proc.stdout
+    (run_dir,) = list(tmp_path.iterdir())
+    (cell,) = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
+    assert cell["page_cache"]["state"] == "cold" and cell["page_cache"]["verified"] is True
+    d = cell["decomposition"]
+    assert d["compute_s"] > 0 and d["cold_s"] > 0
+    assert abs(d["compute_s"] + d["prep_stall_s"] + d["fetch_stall_s"] - d["cold_s"]) < 1e-9
+    assert abs(d["compute_pct"] + d["prep_stall_pct"] + d["fetch_stall_pct"] - 100) < 1e-6
+    assert cell["figures"]["disk_read_mb"] > 0  # the cold phase's reads came from the device
+    assert cell["figures"]["logical_read_mb"] > 0
