@@ -162,6 +162,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
         if rank != 0:
             return EXIT_OK
+        env["dataset_gb"] = launch.dataset_gb(config.materialise_all(progress=False))  # reused, not rebuilt
+        results.write_json(run_dir / "env.json", env)
     else:
         try:
             data_paths = launch.spawn(config)

@@ -126,7 +126,10 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=PG_TIMEOUT,
                             **({"device_id": device.torch_device} if cuda else {}))
     try:
-        if data_paths is None:
+        if data_paths is None:  # under torchrun only rank 0 created the run directory: share its path
+            shared = [config.run_dir]
+            dist.broadcast_object_list(shared, src=0)
+            config.run_dir = shared[0]
             if local_rank == 0:
                 data_paths = config.materialise_all(progress=config.progress)
             dist.barrier()

@@ -75,3 +75,22 @@ def test_out_of_memory_fixed_stops_dynamic_splits_and_matrix_goes_on(tmp_path, d
     assert f["device_peak_gb"] <= 0.91
     assert f["mean_batch"] >= 4 and f["window_steps"] == 10
     assert len({r["param_digest"] for r in dynamic["ranks"]}) == 1
+
+
+def test_runs_under_torchrun(tmp_path, data_dir):
+    """Under torchrun the rank processes already exist: the harness joins them instead of spawning."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "run_bench.py", "--scenario", "smoke", "--only", "storage=mmap", "--steps", "3",
+         "--data-dir", str(data_dir), "--out", str(out), "--quiet"],
+        cwd=Path(__file__).resolve().parent.parent, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run_dir,) = list(out.iterdir())
+    (cell,) = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
+    assert cell["world_size"] == 2 and [r["steps"] for r in cell["ranks"]] == [3, 3]
+    assert len({r["param_digest"] for r in cell["ranks"]}) == 1
+    assert json.loads((run_dir / "env.json").read_text())["dataset_gb"] > 0
