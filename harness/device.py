@@ -70,9 +70,6 @@ class EmulatedDevice:
         else:
             self.overruns += 1
 
-    def install(self, ddp_model) -> None:
-        pass
-
     def synchronize(self) -> None:
         self.pad()  # the end of the step: wait out the rest of the modelled time
 
@@ -142,9 +139,6 @@ class CudaDevice:
 
     def begin_step(self, samples: int, padded_pixels: int) -> float:
         return 0.0
-
-    def install(self, ddp_model) -> None:
-        pass
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.torch_device)

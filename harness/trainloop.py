@@ -63,8 +63,9 @@ def param_digest(model: torch.nn.Module) -> str:
 
 
 def agree(*values: int) -> list[int]:
-    """The maximum of each integer over all ranks (one allreduce)."""
-    t = torch.tensor(values, dtype=torch.int64)
+    """The maximum of each integer over all ranks (one allreduce; on the GPU where NCCL needs it)."""
+    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    t = torch.tensor(values, dtype=torch.int64, device=on)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
 
@@ -208,7 +209,6 @@ class Trainer:
         torch.manual_seed(self.tr.seed)  # same initial weights on every rank (DDP also broadcasts them)
         self.model = TwoTower(self.tr.workload).to(self.device.torch_device)
         self.ddp = DDP(self.model)
-        self.device.install(self.ddp)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=self.tr.lr, momentum=0.9)
 
     def build(self) -> pipeline_builder.Pipeline:
