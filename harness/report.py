@@ -51,7 +51,22 @@ def _median_like(values: list) -> float | int:
 
 def _throughput(f: dict) -> str:
     s = f.get("throughput_summary")
-    return f"{s['median']:.0f} ± {s['half_ci']:.0f}" if s else _fmt(f["throughput"], ".0f")
+    if not s:
+        return _fmt(f["throughput"], ".0f")
+    return f"{s['median']:.0f} ± {s['half_ci']:.0f} (CV {s['cv'] * 100:.0f}%)"
+
+
+def relative_to_probe(cells: list[dict], probe: dict) -> list[dict]:
+    """Each measured cell's throughput as a multiple of its repeat's in-memory ideal loader (probe.jsonl):
+    the figure that stays comparable across machines."""
+    ideal = probe.get("ideal_samples_per_s") or []
+    out = []
+    for c in cells:
+        repeat, f = c.get("repeat", 0), c.get("figures", {})
+        if "throughput" in f and repeat < len(ideal) and ideal[repeat]:
+            c = dict(c, figures=dict(f, vs_probe=f["throughput"] / ideal[repeat]))
+        out.append(c)
+    return out
 
 
 def _axes_shown(cells: list[dict]) -> list[str]:
@@ -81,7 +96,7 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def header_lines(cells: list[dict], env: dict | None = None) -> list[str]:
+def header_lines(cells: list[dict], env: dict | None = None, probe: dict | None = None) -> list[str]:
     if not cells:
         return ["no cells were measured"]
     c0 = cells[0]
@@ -100,6 +115,8 @@ def header_lines(cells: list[dict], env: dict | None = None) -> list[str]:
     repeats = max(c.get("repeats", 1) for c in cells)
     if repeats > 1:
         lines.append(f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats")
+    if probe and probe.get("ideal_samples_per_s"):
+        lines.append(probe_line(probe))
     notes = strategy_notes(cells)
     if notes:
         lines.append("Parameters: " + "; ".join(notes))
@@ -128,8 +145,9 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
     axes = _axes_shown(cells)
     ci = " (median ± 95% CI)" if any("throughput_summary" in c["figures"] for c in cells) else ""
+    probe = ["x ideal loader"] if any("vs_probe" in c["figures"] for c in cells) else []
     au = f"AU %{m}" if m else "AU % (timers / CUDA events / NVML)"
-    headers = [*axes, f"samples/s{m}{ci}", f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
+    headers = [*axes, f"samples/s{m}{ci}", *probe, f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
                au, "imbalance", "cache hit %", "read MB/s"] + (["CPU>model %"] if m else [])
     rows = []
     for c in cells:
@@ -139,7 +157,7 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
             rows.append(row + [_short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
             continue
         rows.append(row + [
-            _throughput(f), _fmt(f["step_p50_ms"], ".1f"), _fmt(f["step_p95_ms"], ".1f"),
+            _throughput(f), *([_fmt(f.get("vs_probe"), ".2f")] if probe else []), _fmt(f["step_p50_ms"], ".1f"), _fmt(f["step_p95_ms"], ".1f"),
             _fmt(f["step_p99_ms"], ".1f"), f"{f['stall_mean_pct']:.0f} / {f['stall_max_pct']:.0f}",
             _au(f), _fmt(f["imbalance"], ".2f"), _hit(c), _fmt(f["read_mb_s"], ".1f")]
             + ([_fmt(f["overrun_pct"], ".0f")] if m else []))
@@ -224,9 +242,9 @@ TABLES = (("Throughput and utilisation", throughput_table), ("Memory and I/O (pe
           ("Stall decomposition (compute alone / page cache warm / page cache dropped)", decomposition_table))
 
 
-def render_text(cells: list[dict], env: dict | None = None) -> str:
+def render_text(cells: list[dict], env: dict | None = None, probe: dict | None = None) -> str:
     cells = aggregate(cells)
-    parts = header_lines(cells, env)
+    parts = header_lines(cells, env, probe)
     for title, table in TABLES:
         headers, rows = table(cells) if cells else ([], [])
         if rows:
@@ -234,9 +252,9 @@ def render_text(cells: list[dict], env: dict | None = None) -> str:
     return "\n".join(parts)
 
 
-def render_markdown(cells: list[dict], env: dict | None = None) -> str:
+def render_markdown(cells: list[dict], env: dict | None = None, probe: dict | None = None) -> str:
     cells = aggregate(cells)
-    parts = ["# Data-loading benchmark report", ""] + [f"{line}  " for line in header_lines(cells, env)]
+    parts = ["# Data-loading benchmark report", ""] + [f"{line}  " for line in header_lines(cells, env, probe)]
     for title, table in TABLES:
         headers, rows = table(cells) if cells else ([], [])
         if rows:
@@ -262,13 +280,21 @@ def summary_frame(cells: list[dict]) -> pd.DataFrame:
 def write_all(run_dir: Path, cells: list[dict], env: dict | None = None,
               cells_1x: list[dict] | None = None) -> str:
     """Write summary.csv, report.md (with the seeds' tables, measured) and plots/; return the terminal text."""
-    from harness import plots, seedtables
+    from harness import plots, results, seedtables
 
+    probe = results.read_probe(run_dir)
+    cells = relative_to_probe(cells, probe)
     summary_frame(cells).to_csv(run_dir / "summary.csv", index=False)
     samples = (env or {}).get("dataset", {}).get("samples")
     seeds_md = seedtables.render_seed_tables(cells, cells_1x, dataset_samples=samples, fmt="markdown")
-    (run_dir / "report.md").write_text(render_markdown(cells, env) + "\n## The seeds' tables, measured\n\n"
+    (run_dir / "report.md").write_text(render_markdown(cells, env, probe) + "\n## The seeds' tables, measured\n\n"
                                        + seeds_md + "\n")
     plots.write_plots(cells, run_dir / "plots")
-    return (render_text(cells, env) + "\n\nThe seeds' tables, measured\n"
+    return (render_text(cells, env, probe) + "\n\nThe seeds' tables, measured\n"
             + seedtables.render_seed_tables(cells, cells_1x, dataset_samples=samples, fmt="text"))
+
+
+def probe_line(probe: dict) -> str:
+    ideal, memcpy = probe["ideal_samples_per_s"], probe.get("memcpy_gb_s") or [0]
+    return (f"Machine probe (per repeat, median): in-memory ideal loader {np.median(ideal):.0f} samples/s in one "
+            f"process, memory copy {np.median(memcpy):.1f} GB/s; 'x ideal loader' = samples/s / that figure")
