@@ -159,10 +159,10 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
                                  progress=not args.quiet, cache_state=args.cache_state,
                                  decompose=args.decompose, profile=args.profile, repeats=args.repeats)
     if torchrun:
-        launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
+        data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
         if rank != 0:
             return EXIT_OK
-        env["dataset_gb"] = launch.dataset_gb(config.materialise_all(progress=False))  # reused, not rebuilt
+        env["dataset_gb"] = launch.dataset_gb(data_paths)
         results.write_json(run_dir / "env.json", env)
     else:
         try:
@@ -250,7 +250,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_self_test()
         if not args.scenario:
             raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
-        return cmd_run(args, argv)
+        code = cmd_run(args, argv)
+        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
+            # background threads sometimes abort ("terminate called without an active exception")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        return code
     except UsageError as err:
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return EXIT_USAGE

@@ -52,16 +52,6 @@ class BaselineError(Exception):
     """A baseline that cannot be used (missing, unreadable, wrong format, not comparable); the CLI exits 3."""
 
 
-def comparable_from_run(cells: list[dict], env: dict, dataset_key: str) -> dict:
-    """The `comparable` section from a run's cells.jsonl objects and env.json."""
-    c0 = cells[0] if cells else {}
-    device = env.get("device", {})
-    return {"dataset_key": dataset_key, "world_size": device.get("world_size", c0.get("world_size")),
-            "workload": c0.get("workload"), "batch_size": c0.get("batch_size"),
-            "accelerator": device.get("accelerator"),
-            "emulated": device.get("mode", "emulated") != "cuda" if device else c0.get("emulated")}
-
-
 def build_baseline(cells: list[dict], env: dict, probe: dict, comparable: dict, scenario: str,
                    created: str | None = None) -> dict:
     """A baseline-shaped dict from cells.jsonl objects (one per cell and repeat; "repeat" defaults to 0)."""

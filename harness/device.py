@@ -97,6 +97,7 @@ class CudaDevice:
         self.nvml_index = local_rank
         self.overruns = 0
         self.padded_s = 0.0
+        self._window_peak = 0
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
 
@@ -114,12 +115,13 @@ class CudaDevice:
         return torch.cuda.get_device_name(self.torch_device)
 
     @property
-    def peak_bytes(self) -> int:
+    def last_bytes(self) -> int:
+        """Peak bytes allocated during the current (or last) step: the allocator's peak is reset per step."""
         return torch.cuda.max_memory_allocated(self.torch_device)
 
     @property
-    def last_bytes(self) -> int:
-        return torch.cuda.max_memory_allocated(self.torch_device)
+    def peak_bytes(self) -> int:
+        return max(self._window_peak, self.last_bytes)
 
     @property
     def capacity_bytes(self) -> int:
@@ -138,10 +140,13 @@ class CudaDevice:
         pass
 
     def begin_step(self, samples: int, padded_pixels: int) -> float:
+        self._window_peak = self.peak_bytes
+        torch.cuda.reset_peak_memory_stats(self.torch_device)
         return 0.0
 
     def synchronize(self) -> None:
         torch.cuda.synchronize(self.torch_device)
 
     def reset_peak(self) -> None:
+        self._window_peak = 0
         torch.cuda.reset_peak_memory_stats(self.torch_device)

@@ -41,6 +41,13 @@ class NvmlSampler(IntervalSampler):
         except Exception:  # the device went away: stop sampling
             self._stop.set()
 
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        if self._handle is not None:
+            import pynvml
+
+            pynvml.nvmlShutdown()
+
     def mark_window(self) -> None:
         self._window_start = len(self.samples)
 

@@ -106,7 +106,7 @@ def _spawned(local_rank: int, world: int, config: LaunchConfig, data_paths: dict
 
 
 def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
-              data_paths: dict[str, Path] | None = None) -> None:
+              data_paths: dict[str, Path] | None = None) -> dict[str, Path]:
     """One rank: join the process group, then run every cell. Under torchrun (data_paths None) the first
     process of each node materialises the data while the others wait at a barrier."""
     from strategies import registry
@@ -164,6 +164,7 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
                     print("\r" + summary_text(line), file=sys.stderr, flush=True)
     finally:
         dist.destroy_process_group()
+    return data_paths
 
 
 def _progress_line(step: int, total: int) -> None:

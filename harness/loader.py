@@ -48,7 +48,8 @@ class Pipeline:
     cache: object
 
     def close(self) -> None:
-        """Stop what the cell started: DataLoader workers (by dropping the loader) and cache servers."""
+        """Stop what the cell started: drop the loader (its workers stop once the iterator is closed too,
+        see BatchSource.close) and stop a shared cache's server."""
         close = getattr(self.cache, "close", None)
         self.loader = None
         if close is not None:

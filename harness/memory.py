@@ -3,7 +3,9 @@
 PSS (proportional set size) counts a page shared by n processes as 1/n in each, so memory-mapped pages
 shared between workers are not counted twice; RSS is kept beside it for comparison. Disk reads come from
 /proc/<pid>/io read_bytes (bytes that really came from the block device, not from the page cache), summed
-over every process of the tree from the moment it was first seen (or from the window's start).
+over the processes of the tree alive at the last sample: each since the window's start, or since it
+started if it was born later. A process that exits is not counted itself: the kernel adds its counters
+to the parent that reaps it (the rank, or the DataLoader's forkserver), which is counted.
 """
 from __future__ import annotations
 
@@ -55,10 +57,10 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-def tree_memory(pid: int) -> tuple[int, int]:
-    """(pss, rss) of pid plus all its descendants."""
+def tree_memory(pid: int, pids: list[int] | None = None) -> tuple[int, int]:
+    """(pss, rss) of pid plus all its descendants (or of the given pids)."""
     pss = rss = 0
-    for p in [pid, *descendants(pid)]:
+    for p in pids if pids is not None else [pid, *descendants(pid)]:
         a, b = _read_rollup(p)
         pss += a
         rss += b
@@ -120,17 +122,15 @@ class MemorySampler(IntervalSampler):
 
     def _sample(self) -> None:
         pids = [os.getpid(), *descendants(os.getpid())]
-        pss = rss = 0
-        for p in pids:
-            a, b = _read_rollup(p)
-            pss += a
-            rss += b
+        pss, rss = tree_memory(os.getpid(), pids)
         with self._lock:
+            alive = {}
             for p in pids:
                 n = read_bytes(p)
                 if n is not None:
                     self._io_base.setdefault(p, n if self.samples == 0 else 0)
-                    self._io_last[p] = n
+                    alive[p] = n
+            self._io_last = alive
             self.peak_pss = max(self.peak_pss, pss)
             self.peak_rss = max(self.peak_rss, rss)
             self.samples += 1

@@ -46,7 +46,7 @@ def probe_read(files: list[Path]) -> dict:
     seconds = time.perf_counter() - start
     after = read_bytes(os.getpid())
     from_device = None if before is None or after is None else after - before
-    return {"bytes": n, "seconds": seconds, "device_bytes": from_device,
+    return {"path": str(path), "bytes": n, "seconds": seconds, "device_bytes": from_device,
             "mb_s": n / seconds / 1e6 if seconds > 0 else None}
 
 
@@ -59,20 +59,6 @@ def prepare(files: list[Path], state: str) -> dict:
         return {"state": "warm", "bytes": nbytes, "check": probe_read(files)}
     drop(files)
     check = probe_read(files)
-    drop(files[:1] if files else [])  # the probe re-cached a little of that file; drop it again
+    drop([Path(check["path"])])  # the probe re-cached a little of that file; drop it again
     verified = check["device_bytes"] is not None and check["device_bytes"] > 0
     return {"state": "cold", "check": check, "verified": verified}
-
-
-def total_bytes(files: list[Path]) -> int:
-    return sum(p.stat().st_size for p in files)
-
-
-def available_memory() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None

@@ -69,6 +69,7 @@ class SampleDataset(Dataset):
         self.reader = reader
         self.workload = workload
         self.image_size = image_size
+        self.scope = None if cache is None else cache.scope
         self.level = None if cache is None or cache.scope == "none" else cache.level
         if self.level == "stored":
             self._cached = cache.wrap(reader.read_batch, sample_nbytes)
@@ -79,6 +80,12 @@ class SampleDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.reader)
+
+    def shared_stats(self) -> dict | None:
+        """Statistics of a rank-wide shared cache, read from the rank process (one round trip)."""
+        if self._cached is None or self.scope != "shared":
+            return None
+        return dict(self._cached.stats(), key="shared")
 
     def __getitem__(self, index: int):
         return self.__getitems__([index])[0]
@@ -94,9 +101,9 @@ class SampleDataset(Dataset):
             batch = ItemBatch(self._prepare(s) for s in self._cached(indices))
         else:
             batch = ItemBatch(self._cached(indices))
-        if self._cached is not None:
-            stats = dict(self._cached.stats())
-            stats["key"] = "shared" if stats.get("scope") == "shared" else f"pid{os.getpid()}"
+        if self._cached is not None and self.scope == "worker":  # local and cheap; a shared cache is asked
+            stats = dict(self._cached.stats())                    # by the rank itself (shared_stats)
+            stats["key"] = f"pid{os.getpid()}"
             batch.cache_stats = stats
         return batch
 

@@ -2,7 +2,7 @@
 
 Drawn on matplotlib's Agg canvas directly (no pyplot, no GUI backend, the global backend is left alone).
 Errored cells are left out. Repeats of a cell (several lines with its id) are merged: the bar is the median,
-the whiskers the 95% CI of harness.stats.median_ci when that exists, else the repeats' min and max.
+the whiskers the confidence interval of the median that harness.report.aggregate computed (harness.stats).
 """
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.report import aggregate, measured
-from harness.seedtables import emulated, shown_axes, stack_label
+from harness import stats
+from harness.report import aggregate, measured, shown_axes
+from harness.seedtables import emulated, stack_label
 
 PARTS = (("wait", "wait (data stall)", "#d62728"), ("h2d", "host-to-device", "#ff7f0e"),
          ("compute", "compute", "#1f77b4"), ("sync", "sync (waiting for other ranks)", "#9edae5"))
@@ -26,18 +27,13 @@ def new_figure(rows: int, width: float = 9.0) -> Figure:
     return fig
 
 
-def _whiskers(values: list[float]) -> tuple[float, float, str] | None:
-    """(low, high, what) around the median, or None for a single repeat."""
-    if len(values) < 2:
+def _whiskers(cell: dict) -> tuple[float, float, str] | None:
+    """(low, high, what) around the median from the cell's aggregated summary; None for one repeat."""
+    summary = cell["figures"].get("throughput_summary")
+    if not summary:
         return None
-    try:
-        from harness import stats  # written separately; fall back to min-max until it has median_ci
-        low, high = stats.median_ci(values)
-        ranks = getattr(stats, "median_ci_ranks", None)  # below n=6 the 95% CI is the full range
-        coverage = ranks(len(values))[2] * 100 if ranks else 95
-        return float(low), float(high), f"CI of the median ({min(coverage, 95):.0f}% at n={len(values)})"
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return min(values), max(values), f"min-max of {len(values)} repeats"
+    coverage = stats.median_ci_ranks(summary["n"])[2] * 100  # below n=6 the "95%" CI is the full range
+    return summary["lo"], summary["hi"], f"CI of the median ({min(coverage, 95):.0f}% at n={summary['n']})"
 
 
 def _setup(fig: Figure, labels: list[str], axes: list[str], title: str, xlabel: str, cells: list[dict]):
@@ -67,7 +63,7 @@ def throughput_plot(cells: list[dict], labels: list[str], axes: list[str], path:
     ax.barh(range(len(cells)), medians, color="#1f77b4", height=0.7)
     notes: dict[int, str] = {}
     for i, c in enumerate(cells):
-        whisker = _whiskers(c.get("throughput_repeats") or [])
+        whisker = _whiskers(c)
         end = medians[i]
         if whisker:
             low, high, what = whisker

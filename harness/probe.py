@@ -7,6 +7,7 @@ Measured once per repeat so cells can be reported relative to the machine they r
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -27,9 +28,15 @@ class _InMemoryReader:
         return [self.samples[i] for i in indices]
 
 
+@functools.lru_cache(maxsize=4)
+def _pool(spec, size: int) -> list:
+    """The probe's samples, generated once per process (the other ranks wait while rank 0 probes)."""
+    return [generate_sample(spec, i) for i in range(min(size, spec.samples))]
+
+
 def ideal_samples_per_s(scenario: Scenario, seconds: float = 0.4, pool: int = 64) -> float:
     tr = scenario.training
-    samples = [generate_sample(scenario.dataset, i) for i in range(min(pool, scenario.dataset.samples))]
+    samples = _pool(scenario.dataset, pool)
     dataset = SampleDataset(_InMemoryReader(samples), tr.workload, tr.image_size)
     batch = [i % len(samples) for i in range(tr.batch_size)]
     collate(dataset.__getitems__(batch))  # warm-up

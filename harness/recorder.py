@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -33,10 +34,18 @@ class StepRecorder:
 
 @dataclass
 class CacheTally:
-    """Latest cache statistics per reading process; totals at the window's start are subtracted."""
+    """Latest cache statistics per reading process; totals at the window's start are subtracted.
 
+    Worker-scope caches report with each batch (update); a shared cache is asked directly (shared_stats)
+    at the window's start and end."""
+
+    shared_stats: Callable[[], dict | None] | None = None
     latest: dict[str, dict] = field(default_factory=dict)
     at_window_start: dict[str, float] = field(default_factory=dict)
+
+    def _refresh_shared(self) -> None:
+        if self.shared_stats is not None:
+            self.update(self.shared_stats())
 
     def update(self, stats: dict | None) -> None:
         if stats:
@@ -47,9 +56,11 @@ class CacheTally:
         return {k: float(sum(s.get(k, 0) for s in self.latest.values())) for k in keys}
 
     def mark_window(self) -> None:
+        self._refresh_shared()
         self.at_window_start = self.totals()
 
     def record(self) -> dict | None:
+        self._refresh_shared()
         if not self.latest:
             return None
         end = self.totals()

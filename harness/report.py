@@ -69,9 +69,11 @@ def relative_to_probe(cells: list[dict], probe: dict) -> list[dict]:
     return out
 
 
-def _axes_shown(cells: list[dict]) -> list[str]:
-    varying = [a for a in AXES if len({c["strategies"][a] for c in cells}) > 1]
-    return varying or ["storage"]
+def shown_axes(cells: list[dict]) -> list[str]:
+    """Axes every cell has, in AXES order; only those whose strategy varies (at least the first)."""
+    common = [a for a in AXES if cells and all(a in c["strategies"] for c in cells)]
+    varying = [a for a in common if len({c["strategies"][a] for c in cells}) > 1]
+    return varying or common[:1]
 
 
 def _name(cells: list[dict], cell: dict, axis: str) -> str:
@@ -143,7 +145,7 @@ def page_cache_lines(cells: list[dict], env: dict | None) -> list[str]:
 
 def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
-    axes = _axes_shown(cells)
+    axes = shown_axes(cells)
     ci = " (median ± 95% CI)" if any("throughput_summary" in c["figures"] for c in cells) else ""
     probe = ["x ideal loader"] if any("vs_probe" in c["figures"] for c in cells) else []
     au = f"AU %{m}" if m else "AU % (timers / CUDA events / NVML)"
@@ -166,7 +168,7 @@ def throughput_table(cells: list[dict]) -> tuple[list[str], list[list]]:
 
 def memory_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     emulated = bool(cells and cells[0]["emulated"])
-    axes = _axes_shown(cells)
+    axes = shown_axes(cells)
     device_col = f"device peak GB{EMULATED_MARK} (modelled)" if emulated else "device peak GB"
     headers = [*axes, "host PSS/rank MB", "host PSS all ranks MB", "host RSS/rank MB", "cache resident MB",
                device_col, "disk read MB", "requested MB"]
@@ -184,7 +186,7 @@ def memory_table(cells: list[dict]) -> tuple[list[str], list[list]]:
 
 
 def batching_table(cells: list[dict]) -> tuple[list[str], list[list]]:
-    axes = _axes_shown(cells)
+    axes = shown_axes(cells)
     headers = [*axes, "mean batch", "max batch", "padding waste %", "OOM events", "shadow steps",
                "coverage %", "duplicates", "missing", "sampler contract"]
     rows = []
@@ -218,7 +220,7 @@ def _short_error(cell: dict) -> str:
 
 def decomposition_table(cells: list[dict]) -> tuple[list[str], list[list]]:
     m = EMULATED_MARK if cells and cells[0]["emulated"] else ""
-    axes = _axes_shown(cells)
+    axes = shown_axes(cells)
     headers = [*axes, f"compute s/step{m}", "prep stall s/step (%)", "fetch stall s/step (%)",
                f"compute-bound samples/s{m}", f"warm samples/s{m}", f"cold samples/s{m}"]
     rows = []

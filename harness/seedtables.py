@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
-from harness.report import EMULATED_MARK, OVERRUN_WARN_PCT, _name, aggregate, measured, strategy_notes
+from harness.report import (EMULATED_MARK, OVERRUN_WARN_PCT, _fmt, _name, _short_error, aggregate, measured,
+                            shown_axes, strategy_notes)
 from strategies.registry import AXES
 
 BASELINE = {"storage": "raw", "cache": "none", "batching": "fixed", "sampler": "default"}
@@ -23,24 +24,8 @@ def emulated(cells: list[dict]) -> bool:
     return any(c.get("emulated") for c in cells)
 
 
-def shown_axes(cells: list[dict]) -> list[str]:
-    """Axes every cell has, in AXES order; only those whose strategy varies (at least storage)."""
-    common = [a for a in AXES if cells and all(a in c["strategies"] for c in cells)]
-    varying = [a for a in common if len({c["strategies"][a] for c in cells}) > 1]
-    return varying or common[:1]
-
-
 def stack_label(cells: list[dict], cell: dict, axes: list[str]) -> str:
     return "/".join(_name(cells, cell, a) for a in axes)
-
-
-def _fmt(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _error(cell: dict) -> str:
-    error = cell.get("error") or "no steps"
-    return "OOM" if error.startswith("OOM") else error[:60]
 
 
 def _plain(cell: dict, axis: str) -> str:
@@ -77,8 +62,8 @@ def scaling_table(cells_1x: list[dict], cells_4x: list[dict]) -> tuple[str, list
         t1, tn = figure(a, "throughput"), figure(b, "throughput")
         efficiency = (tn / n) / (t1 / n1) * 100 if t1 and tn else None
         rows.append([stack_label(both, b or a, axes),
-                     _fmt(t1, ".0f") if a is None or measured(a) else _error(a),
-                     _fmt(tn, ".0f") if b is None or measured(b) else _error(b), _fmt(efficiency, ".0f")])
+                     _fmt(t1, ".0f") if a is None or measured(a) else _short_error(a),
+                     _fmt(tn, ".0f") if b is None or measured(b) else _short_error(b), _fmt(efficiency, ".0f")])
     title = f"Scaling: {n1} vs {n} ranks (efficiency = per-rank throughput at {n} / per-rank at {n1})"
     batches = {c.get("batch_size") for c in both} - {None}
     if len(batches) > 1:
@@ -110,8 +95,8 @@ def memory_table(cells: list[dict]) -> tuple[str, list[str], list[list]]:
             change = (gd - gf) / gf * 100 if gf and gd is not None else None
             batching = [_name(cells, d, "batching") if d else "-"] if several else []
             rows.append([stack_label(cells, shown, rest), *batching,
-                _fmt(gf, ".2f") if f is None or measured(f) else _error(f),
-                _fmt(gd, ".2f") if d is None or measured(d) else _error(d),
+                _fmt(gf, ".2f") if f is None or measured(f) else _short_error(f),
+                _fmt(gd, ".2f") if d is None or measured(d) else _short_error(d),
                 _fmt(change, "+.0f"), _fmt(figure(f, "mean_batch"), ".1f"), _fmt(figure(d, "mean_batch"), ".1f")])
     title = "Device memory: fixed vs dynamic batching (peak over the window; mean batch shows what was packed)"
     return title, headers, rows
@@ -152,7 +137,7 @@ def ladder_table(cells: list[dict], dataset_samples: int | None = None) -> tuple
             continue
         label = stack_label(cells, cell, axes)
         if not measured(cell):
-            rows.append([name, f"{label}: {_error(cell)}"] + ["-"] * (len(headers) - 2))
+            rows.append([name, f"{label}: {_short_error(cell)}"] + ["-"] * (len(headers) - 2))
             continue
         thr = cell["figures"]["throughput"]
         rows.append([name, label, _fmt(samples / thr if samples and thr else None, ".1f"),
@@ -186,7 +171,7 @@ def ranking_table(cells: list[dict]) -> tuple[str, list[str], list[list]]:
                     + ([str(c["repeats"])] if repeats else []))
     for c in cells:
         if not measured(c):
-            rows.append(["-", stack_label(cells, c, axes), _error(c)] + ["-"] * (len(headers) - 3))
+            rows.append(["-", stack_label(cells, c, axes), _short_error(c)] + ["-"] * (len(headers) - 3))
     return f"All cells by throughput (speed-up over the {against} cell)", headers, rows
 
 

@@ -106,6 +106,10 @@ class BatchSource:
         self.epoch += 1
         self.completed_epochs += 1
 
+    def close(self) -> None:
+        """Drop the DataLoader iterator, which shuts its workers down."""
+        self._it = None
+
 
 def _to_device(batch: dict, device) -> dict:
     tensors = {k: batch[k].to(device.torch_device, non_blocking=True) for k in TENSOR_KEYS if k in batch}
@@ -113,41 +117,14 @@ def _to_device(batch: dict, device) -> dict:
     return tensors
 
 
-def _micro_batches(tensors: dict, samples: int, fits: Callable[[int], bool]) -> list[dict] | None:
-    """Split a batch into the fewest equal power-of-two parts that fit; None if one sample does not."""
-    parts = 1
-    while not fits((samples + parts - 1) // parts):
-        if parts >= samples:
-            return None
-        parts *= 2
-    size = (samples + parts - 1) // parts
+def _split(tensors: dict, samples: int, parts: int) -> list[dict]:
+    size = -(-samples // parts)
     return [{k: v[i:i + size] for k, v in tensors.items()} for i in range(0, samples, size)]
 
 
-def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixels: int,
-               split_on_oom: bool) -> int:
-    """Forward, backward (one synchronised allreduce) and optimizer step. Returns the OOM events handled.
-
-    When the batch does not fit (modelled by the emulated device, or a real CUDA OutOfMemoryError in the
-    forward pass) and the batching strategy allows it, the batch is split into micro-batches whose
-    gradients accumulate locally (no_sync) before the last one joins the allreduce.
-    """
-    optimizer.zero_grad(set_to_none=True)
-    if not (split_on_oom and not device.fits(samples, padded_pixels)):
-        try:
-            device.begin_step(samples, padded_pixels)
-            ddp(tensors).backward()
-            optimizer.step()
-            return 0
-        except torch.OutOfMemoryError:
-            if not split_on_oom:
-                raise
-            optimizer.zero_grad(set_to_none=True)
-            device.empty_cache()
-    per_sample = padded_pixels // max(samples, 1)
-    parts = _micro_batches(tensors, samples, lambda n: device.fits(n, n * per_sample))
-    if parts is None:
-        raise torch.OutOfMemoryError("a single sample does not fit the device")
+def _accumulate(ddp, device, parts: list[dict], samples: int, per_sample: int) -> None:
+    """Forward and backward of each micro-batch; gradients accumulate locally (no_sync) and the last
+    micro-batch's backward joins the allreduce."""
     for i, part in enumerate(parts):
         n = len(next(iter(part.values())))
         device.begin_step(n, n * per_sample)
@@ -157,6 +134,42 @@ def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixel
             with ddp.no_sync():
                 (ddp(part) * (n / samples)).backward()
             device.pad()
+
+
+def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixels: int,
+               split_on_oom: bool) -> int:
+    """Forward, backward (one synchronised allreduce) and optimizer step. Returns the OOM events handled.
+
+    When the batch does not fit and the batching strategy allows it, the batch is split into 2, 4, 8...
+    micro-batches whose gradients accumulate locally (no_sync) before the last one joins the allreduce.
+    The emulated device knows in advance what fits; on a real GPU each split is tried until one runs
+    without torch.OutOfMemoryError. Without splitting, the error propagates to the caller.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    per_sample = padded_pixels // max(samples, 1)
+    parts = 1
+    while parts <= samples and not device.fits(-(-samples // parts), -(-samples // parts) * per_sample):
+        parts *= 2
+    if parts == 1 or not split_on_oom:
+        try:
+            device.begin_step(samples, padded_pixels)
+            ddp(tensors).backward()
+            optimizer.step()
+            return 0
+        except torch.OutOfMemoryError:
+            if not split_on_oom:
+                raise
+            parts = 2
+    while True:
+        if parts > samples:
+            raise torch.OutOfMemoryError("a single sample does not fit the device")
+        optimizer.zero_grad(set_to_none=True)
+        device.empty_cache()
+        try:
+            _accumulate(ddp, device, _split(tensors, samples, parts), samples, per_sample)
+            break
+        except torch.OutOfMemoryError:  # a real GPU: try smaller micro-batches
+            parts *= 2
     optimizer.step()
     return 1
 
@@ -186,6 +199,9 @@ class InMemoryBatches:
     def new_epoch(self) -> None:  # never reached: next() never runs dry
         pass
 
+    def close(self) -> None:
+        self.batches = []
+
 
 def collect_batches(pipe: pipeline_builder.Pipeline, n: int) -> list[dict]:
     source, out = BatchSource(pipe), []
@@ -197,6 +213,7 @@ def collect_batches(pipe: pipeline_builder.Pipeline, n: int) -> list[dict]:
             source.new_epoch()
             continue
         out.append(batch)
+    source.close()
     return out
 
 
@@ -227,7 +244,7 @@ class Trainer:
         """Warm-up then the measured window, from the real pipeline or from batches held in memory."""
         pipe = self.build()
         if in_memory:
-            source = InMemoryBatches(collect_batches(pipe, max(1, min(8, self.tr.batch_size))))
+            source = InMemoryBatches(collect_batches(pipe, max(1, min(8, len(pipe.batch_sampler)))))
             page_cache = {"state": "in-memory"}
         else:
             page_cache = self.prepare_page_cache(state)
@@ -235,6 +252,7 @@ class Trainer:
         try:
             record = self._run(pipe, source, profiler)
         finally:
+            source.close()
             pipe.close()
         record["page_cache"] = page_cache
         return record
@@ -244,8 +262,9 @@ class Trainer:
         split_on_oom = bool(getattr(pipe.batching, "splits_on_oom", False))
         window = window_steps(ctx, pipe.batch_sampler)
         total_steps = tr.warmup_steps + window
-        recorder, tally = StepRecorder(window), CacheTally()
-        error, oom_events, shadow_steps, last_tensors = None, 0, 0, None
+        recorder = StepRecorder(window)
+        tally = CacheTally(shared_stats=getattr(pipe.loader.dataset, "shared_stats", None))
+        error, oom_events, shadow_steps, last_tensors, failed = None, 0, 0, None, None
         window_start = window_end = None
         observe = getattr(pipe.batch_sampler, "observe", None)
         profiler = profiler or nullcontext()
@@ -265,36 +284,42 @@ class Trainer:
                 tensors = _to_device(batch, device) if batch is not None else None
                 t_h2d = time.perf_counter()
                 samples = len(batch["index"]) if batch is not None else 0
-                doomed = (batch is not None and not split_on_oom
-                          and not device.fits(samples, batch["padded_pixels"]))
-                any_batch, any_doomed = agree(int(batch is not None), int(doomed))
+                if failed is None and batch is not None and not split_on_oom \
+                        and not device.fits(samples, batch["padded_pixels"]):
+                    failed = "OOM: " + device.oom_message(samples, batch["padded_pixels"])
+                any_batch, any_failed = agree(int(batch is not None), int(failed is not None))
                 sync = time.perf_counter() - t_h2d
-                if any_doomed:  # a batch that cannot fit ends the cell on every rank together
-                    error = "OOM: " + (device.oom_message(samples, batch["padded_pixels"]) if doomed
-                                       else "a batch did not fit on another rank")
+                if any_failed:  # a batch that cannot fit ends the cell on every rank together
+                    error = failed or "OOM: a batch did not fit on another rank"
                     break
                 if not any_batch:  # every rank finished its epoch
                     source.new_epoch()
                     continue
                 device.start_timer()
-                try:
-                    if batch is None:
-                        shadow_step(self.ddp, self.optimizer, device, last_tensors)
-                        shadow_steps += 1
-                    else:
-                        oom_events += train_step(self.ddp, self.optimizer, device, tensors, samples,
-                                                 batch["padded_pixels"], split_on_oom)
+                measured = step >= tr.warmup_steps
+                if batch is None:
+                    shadow_step(self.ddp, self.optimizer, device, last_tensors)
+                    shadow_steps += measured
+                else:
+                    try:
+                        handled = train_step(self.ddp, self.optimizer, device, tensors, samples,
+                                             batch["padded_pixels"], split_on_oom)
+                        oom_events += handled if measured else 0
                         last_tensors = tensors
-                except torch.OutOfMemoryError as err:  # a real one the model did not foresee: fatal
-                    raise RuntimeError(f"out of device memory in {self.cell.id}: {err}") from err
+                    except torch.OutOfMemoryError as err:  # real, unforeseen, no split allowed
+                        # the others wait in this step's gradient allreduce: join it with a zero-weight
+                        # step on one sample, then stop the cell on every rank at the next agreement
+                        failed = f"OOM: {err}"
+                        device.empty_cache()
+                        shadow_step(self.ddp, self.optimizer, device, {k: v[:1] for k, v in tensors.items()})
                 device.synchronize()
                 t_end = time.perf_counter()
                 gpu_compute = device.timed_compute_s()
                 if batch is not None:
                     tally.update(batch["cache_stats"])
-                if observe is not None:
-                    observe(device.last_bytes / device.capacity_bytes)
-                if step >= tr.warmup_steps:
+                    if observe is not None:  # not on shadow steps: they hold no batch
+                        observe(device.last_bytes / device.capacity_bytes)
+                if measured:
                     recorder.add(wait=t_ready - t_prev, h2d=t_h2d - t_ready, compute=t_end - t_h2d,
                                  sync=sync, padded=device.padded_s, gpu_compute=gpu_compute, samples=samples,
                                  padded_pixels=batch["padded_pixels"] if batch else 0,

@@ -63,11 +63,6 @@ def test_build_baseline_orders_by_repeat_and_keeps_errors():
         cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
 
 
-def test_comparable_from_run():
-    cells = [{"world_size": 2, "workload": "pixels", "batch_size": 8, "emulated": True}]
-    assert cmp.comparable_from_run(cells, ENV, "0123456789ab") == COMPARABLE
-
-
 def test_save_and_load_round_trip(tmp_path):
     b = run()
     path = tmp_path / "baselines" / "ci.json"
