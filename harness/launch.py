@@ -85,8 +85,6 @@ def dataset_gb(data_paths: dict[str, Path]) -> float:
 def spawn(config: LaunchConfig) -> dict[str, Path]:
     """Run all cells in world_size spawned processes on this node; raises if a rank crashed."""
     data_paths = config.materialise_all(progress=config.progress)  # before the ranks start
-    if config.profile:  # read when the ranks load torch: keeps the profiler's start/stop chatter off stderr
-        os.environ.setdefault("KINETO_LOG_LEVEL", "5")
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
     world = config.scenario.world_size
