@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 
@@ -79,6 +79,20 @@ def checked_indices(indices: Sequence[int], count: int) -> np.ndarray:
     if idx.size and (idx.min() < 0 or idx.max() >= count):
         raise IndexError(f"indices out of range for {count} samples")
     return idx
+
+
+def in_order(samples: Iterable[Sample], count: int) -> Iterator[tuple[int, Sample]]:
+    """(index, sample) for a writer's stream, checking it holds exactly samples 0..count-1 in order."""
+    n = 0
+    for n, s in enumerate(samples, start=1):
+        i = n - 1
+        if i >= count:
+            raise ValueError(f"more than the announced {count} samples")
+        if s.index != i:
+            raise ValueError(f"samples out of order: got index {s.index}, expected {i}")
+        yield i, s
+    if n != count:
+        raise ValueError(f"got {n} samples, expected {count}")
 
 
 def write_meta(path: Path, fmt: str, count: int) -> None:

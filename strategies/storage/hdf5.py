@@ -23,7 +23,7 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle, checked_fields, checked_indices, read_count, write_meta
+from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
 
 WRITE_BATCH = 512
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
@@ -109,7 +109,6 @@ class Hdf5Storage:
         path.mkdir(parents=True, exist_ok=True)
         stored = np.zeros(count, dtype=np.int64)
         rows = max(1, self.chunk_rows)
-        n = 0
         with h5py.File(path / "data.h5", "w") as f:
             ds = {
                 "jpeg": f.create_dataset(
@@ -143,19 +142,12 @@ class Hdf5Storage:
                 batch.clear()
 
             fixed = 4 * (IMAGE_EMB_DIM + TEXT_EMB_DIM)
-            for n, s in enumerate(samples, start=1):
-                i = n - 1
-                if i >= count:
-                    raise ValueError(f"more than the announced {count} samples")
-                if s.index != i:
-                    raise ValueError(f"samples out of order: got index {s.index}, expected {i}")
+            for i, s in in_order(samples, count):
                 stored[i] = len(s.jpeg) + len(s.caption.encode("utf-8")) + fixed
                 batch.append(s)
                 if len(batch) >= WRITE_BATCH:
                     flush()
             flush()
-            if n != count:
-                raise ValueError(f"got {n} samples, expected {count}")
         np.save(path / "stored_bytes.npy", stored)
         write_meta(path, "hdf5", count)
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle, checked_fields, checked_indices, read_count, write_meta
+from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
 
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
 _VAR = ("jpeg", "caption")
@@ -112,23 +112,15 @@ class MmapStorage:
             name: np.lib.format.open_memmap(path / f"{name}.npy", mode="w+", dtype=np.float32, shape=(count, dim))
             for name, dim in _EMB_DIMS.items()
         }
-        n = 0
         try:
-            for n, s in enumerate(samples, start=1):
-                i = n - 1
-                if i >= count:
-                    raise ValueError(f"more than the announced {count} samples")
-                if s.index != i:
-                    raise ValueError(f"samples out of order: got index {s.index}, expected {i}")
+            for i, s in in_order(samples, count):
                 flat["jpeg"].add(i, s.jpeg)
                 flat["caption"].add(i, s.caption.encode("utf-8"))
                 embs["image_emb"][i] = s.image_emb
                 embs["text_emb"][i] = s.text_emb
-                if n % 4096 == 0:
+                if (i + 1) % 4096 == 0:
                     for m in embs.values():
                         m.flush()
-            if n != count:
-                raise ValueError(f"got {n} samples, expected {count}")
         finally:
             for w in flat.values():
                 w.f.close()

@@ -16,7 +16,7 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
-from strategies.storage.base import checked_fields, read_count, write_meta
+from strategies.storage.base import checked_fields, in_order, read_count, write_meta
 
 SHARD = 1000
 _SUFFIX = {"jpeg": ".jpg", "caption": ".txt", "image_emb": ".img.f32", "text_emb": ".txt.f32"}
@@ -75,13 +75,7 @@ class RawStorage:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         stored = np.zeros(count, dtype=np.int64)
-        n = 0
-        for n, s in enumerate(samples, start=1):
-            i = n - 1
-            if i >= count:
-                raise ValueError(f"more than the announced {count} samples")
-            if s.index != i:
-                raise ValueError(f"samples out of order: got index {s.index}, expected {i}")
+        for i, s in in_order(samples, count):
             if i % SHARD == 0:
                 (path / f"{i // SHARD:05d}").mkdir(exist_ok=True)
             payload = {
@@ -94,8 +88,6 @@ class RawStorage:
                 with open(_sample_path(path, i, field), "wb") as f:
                     f.write(data)
                 stored[i] += len(data)
-        if n != count:
-            raise ValueError(f"got {n} samples, expected {count}")
         np.save(path / "stored_bytes.npy", stored)
         write_meta(path, "raw", count)
 
