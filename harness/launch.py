@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness import metrics, probe, results
+from harness import probe, records, results
 from harness.device import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
 from harness.matrix import Cell
@@ -155,11 +155,12 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
             gathered = [None] * world if rank == 0 else None
             dist.gather_object(record, gathered, dst=0)
             if rank == 0:
-                line = cell_line(config, cell, device.name, gathered, time.perf_counter() - started)
+                line = records.cell_line(config.scenario, cell, device.name, config.device != "cuda",
+                                         gathered, time.perf_counter() - started)
                 line["repeat"] = repeat
                 results.append_cell(config.run_dir, line)
                 if show:
-                    print("\r" + summary_text(line), file=sys.stderr, flush=True)
+                    print("\r" + records.summary_text(line), file=sys.stderr, flush=True)
     finally:
         dist.destroy_process_group()
     return data_paths
@@ -167,37 +168,3 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
 
 def _progress_line(step: int, total: int) -> None:
     print(f"\r    step {step}/{total}", end="", file=sys.stderr, flush=True)
-
-
-def cell_line(config: LaunchConfig, cell: Cell, device_name: str, records: list[dict],
-              elapsed: float) -> dict:
-    """The JSON object appended to cells.jsonl for one cell."""
-    errors = sorted({r["error"] for r in records if r.get("error")})
-    ranks = [{k: v for k, v in r.items() if k != "consumed"} for r in records]
-    return {
-        "scenario": config.scenario.name,
-        "cell": cell.id,
-        "strategies": cell.strategies(),
-        "params": {c.axis: dict(c.params) for c in cell.choices},
-        "device": device_name,
-        "emulated": config.device != "cuda",
-        "workload": config.scenario.training.workload,
-        "batch_size": config.scenario.training.batch_size,
-        "world_size": len(records),
-        "elapsed_s": round(elapsed, 3),
-        "figures": metrics.cell_figures(records),
-        "coverage": metrics.coverage(records, config.scenario.dataset.samples),
-        "cache": metrics.cache_figures(records),
-        "page_cache": records[0].get("page_cache"),
-        "decomposition": metrics.decomposition(records),
-        "error": "; ".join(errors) or None,
-        "ranks": ranks,
-    }
-
-
-def summary_text(line: dict) -> str:
-    f = line["figures"]
-    if line["error"]:
-        return f"    {line['error']} ({line['elapsed_s']:.1f} s)"
-    return (f"    {f.get('throughput', 0):.0f} samples/s, stall {f.get('stall_mean_pct', 0):.0f}%, "
-            f"AU {f.get('au_pct', 0):.0f}% ({line['elapsed_s']:.1f} s)")
