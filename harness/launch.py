@@ -114,7 +114,7 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
 
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
     # worker exit); preloading makes each worker a cheap fork of a process that has imported the pipeline.
-    mp.set_forkserver_preload(["torch", "harness.pipeline", "strategies.registry", *config.plugins])
+    mp.set_forkserver_preload(["torch", "harness.items", "strategies.registry", *config.plugins])
     torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
     cuda = config.device == "cuda"
     if cuda:

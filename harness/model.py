@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.pipeline import VOCAB_SIZE
+from harness.items import VOCAB_SIZE
 
 EMBED = 128
 

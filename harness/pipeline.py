@@ -1,145 +1,87 @@
-"""The Dataset between a reader and the DataLoader, and the collate functions of the two workloads.
+"""Build one cell's input pipeline on one rank:
+storage reader -> cache -> SampleDataset(__getitems__) -> sampler -> batching -> DataLoader workers.
 
-``SampleDataset.__getitems__`` hands the whole batch's indices to ``reader.read_batch`` in one call.
-pixels: decode the JPEG, resize keeping the aspect ratio (longest side = image_size), pad-collate to the
-batch's largest image. features: the precomputed image and text embeddings.
+It also derives what the cost-aware strategies need: per-sample costs (resized pixel area or stored
+bytes), the modelled device cost of a batch and the budget that fits the accelerator's memory.
 """
 from __future__ import annotations
 
-import io
-import os
-import zlib
-from typing import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-import torch
-from PIL import Image
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader
 
-from strategies.sample import Sample
-
-VOCAB_SIZE = 4096
-MAX_TOKENS = 48
-FIELDS_FOR = {"pixels": ("jpeg", "caption"), "features": ("image_emb", "text_emb")}
+from harness.dataset import DatasetSpec, image_sides
+from harness.matrix import Cell
+from harness.items import FIELDS_FOR, SampleDataset, collate
 
 
-def tokenize(caption: str) -> list[int]:
-    """Words hashed into a fixed vocabulary (stable across processes, unlike hash())."""
-    return [zlib.crc32(w.encode()) % (VOCAB_SIZE - 1) + 1 for w in caption.split()[:MAX_TOKENS]]
+def resized_shapes(spec: DatasetSpec, image_size: int) -> np.ndarray:
+    """int64[N, 2] (height, width) after the pixels workload's resize (same rounding as decode_resize)."""
+    sides = image_sides(spec).astype(np.float64)
+    scale = image_size / sides.max(axis=1)
+    return np.maximum(1, np.round(sides * scale[:, None])).astype(np.int64)
 
 
-def decode_resize(jpeg: bytes, image_size: int) -> np.ndarray:
-    """JPEG bytes -> uint8 HWC, longest side image_size, aspect ratio kept."""
-    img = Image.open(io.BytesIO(jpeg))
-    w, h = img.size
-    scale = image_size / max(w, h)
-    size = (max(1, round(w * scale)), max(1, round(h * scale)))
-    img.draft("RGB", size)  # let libjpeg decode at a reduced scale when it can
-    img = img.convert("RGB").resize(size, Image.BILINEAR)
-    return np.array(img)  # an owned, writable copy
+@dataclass
+class BatchCost:
+    """Modelled device bytes of a batch, from the resized image shapes (picklable, no closures)."""
+
+    accelerator: object
+    workload: str
+    shapes: np.ndarray | None
+
+    def __call__(self, indices: list[int]) -> float:
+        n = len(indices)
+        if self.workload != "pixels" or n == 0:
+            return float(self.accelerator.memory_needed(self.workload, n, 0))
+        hw = self.shapes[indices]
+        return float(self.accelerator.memory_needed(self.workload, n, n * int(hw[:, 0].max() * hw[:, 1].max())))
 
 
-def sample_nbytes(sample: Sample) -> int:
-    return sample.nbytes
+@dataclass
+class Pipeline:
+    loader: DataLoader
+    sampler: object
+    batch_sampler: object
+    batching: object
+    cache: object
+
+    def close(self) -> None:
+        """Stop what the cell started: drop the loader (its workers stop once the iterator is closed too,
+        see BatchSource.close) and stop a shared cache's server."""
+        close = getattr(self.cache, "close", None)
+        self.loader = None
+        if close is not None:
+            close()
 
 
-def item_nbytes(item: dict) -> int:
-    """Bytes a decoded item holds (what a decoded-level cache keeps)."""
-    n = 0
-    for value in item.values():
-        if isinstance(value, torch.Tensor):
-            n += value.numel() * value.element_size()
-        elif isinstance(value, list):
-            n += 8 * len(value)
-        else:
-            n += 8
-    return n
-
-
-class ItemBatch(list):
-    """The items of one batch, carrying a snapshot of the cache statistics of the process that read it."""
-
-    cache_stats: dict | None = None
-
-
-class SampleDataset(Dataset):
-    """reader -> optional cache (of stored samples or of decoded items) -> prepared items."""
-
-    def __init__(self, reader, workload: str, image_size: int, cache=None):
-        self.reader = reader
-        self.workload = workload
-        self.image_size = image_size
-        self.scope = None if cache is None else cache.scope
-        self.level = None if cache is None or cache.scope == "none" else cache.level
-        if self.level == "stored":
-            self._cached = cache.wrap(reader.read_batch, sample_nbytes)
-        elif self.level == "decoded":
-            self._cached = cache.wrap(self._read_prepared, item_nbytes)
-        else:
-            self._cached = None
-
-    def __len__(self) -> int:
-        return len(self.reader)
-
-    def shared_stats(self) -> dict | None:
-        """Statistics of a rank-wide shared cache, read from the rank process (one round trip)."""
-        if self._cached is None or self.scope != "shared":
-            return None
-        return dict(self._cached.stats(), key="shared")
-
-    def __getitem__(self, index: int):
-        return self.__getitems__([index])[0]
-
-    def _read_prepared(self, indices: list[int]) -> list[dict]:
-        return [self._prepare(s) for s in self.reader.read_batch(indices)]
-
-    def __getitems__(self, indices: Sequence[int]) -> ItemBatch:
-        indices = list(indices)
-        if self.level is None:
-            batch = ItemBatch(self._read_prepared(indices))
-        elif self.level == "stored":
-            batch = ItemBatch(self._prepare(s) for s in self._cached(indices))
-        else:
-            batch = ItemBatch(self._cached(indices))
-        if self._cached is not None and self.scope == "worker":  # local and cheap; a shared cache is asked
-            stats = dict(self._cached.stats())                    # by the rank itself (shared_stats)
-            stats["key"] = f"pid{os.getpid()}"
-            batch.cache_stats = stats
-        return batch
-
-    def _prepare(self, s: Sample) -> dict:
-        item = {"index": s.index, "nbytes": s.nbytes}
-        if self.workload == "pixels":
-            item["image"] = torch.from_numpy(decode_resize(s.jpeg, self.image_size))
-            item["tokens"] = tokenize(s.caption)
-        else:
-            item["image_emb"] = torch.from_numpy(s.image_emb)
-            item["text_emb"] = torch.from_numpy(s.text_emb)
-        return item
-
-
-def collate(items: list[dict]) -> dict:
-    """Stack a batch; pixels are zero-padded to the largest height and width of the batch."""
-    batch = {
-        "index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
-        "nbytes": sum(it["nbytes"] for it in items),
-        "cache_stats": getattr(items, "cache_stats", None),
-    }
-    if "image" in items[0]:
-        h = max(it["image"].shape[0] for it in items)
-        w = max(it["image"].shape[1] for it in items)
-        images = torch.zeros((len(items), 3, h, w), dtype=torch.uint8)
-        tokens = torch.zeros((len(items), MAX_TOKENS), dtype=torch.int64)
-        real_pixels = 0
-        for i, it in enumerate(items):
-            ih, iw, _ = it["image"].shape
-            images[i, :, :ih, :iw] = it["image"].permute(2, 0, 1)
-            real_pixels += ih * iw
-            tokens[i, : len(it["tokens"])] = torch.tensor(it["tokens"], dtype=torch.int64)
-        batch.update(images=images, tokens=tokens, padded_pixels=len(items) * h * w,
-                     real_pixels=real_pixels)
+def build(ctx, cell: Cell) -> Pipeline:
+    sc, tr = ctx.scenario, ctx.scenario.training
+    storage_choice = cell.choice("storage")
+    reader = storage_choice.create().open(ctx.data_paths[storage_choice.name], fields=FIELDS_FOR[tr.workload])
+    cache = cell.choice("cache").create()
+    dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache)
+    shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
+    sampler_strategy = cell.choice("sampler").create()
+    if getattr(sampler_strategy, "cost", "auto") == "bytes" or shapes is None:
+        costs = np.asarray(reader.stored_bytes(), dtype=np.float64)
     else:
-        batch.update(image_emb=torch.stack([it["image_emb"] for it in items]),
-                     text_emb=torch.stack([it["text_emb"] for it in items]),
-                     padded_pixels=0, real_pixels=0)
-    return batch
+        costs = (shapes[:, 0] * shapes[:, 1]).astype(np.float64)
+    sampler = sampler_strategy.sampler(size=len(dataset), num_replicas=ctx.world_size, rank=ctx.rank,
+                                       seed=tr.seed, costs=costs, batch_size=tr.batch_size)
+    batching = cell.choice("batching").create()
+    sort_key = shapes[:, 0] / shapes[:, 1] if shapes is not None else costs
+    batch_sampler = batching.batch_sampler(
+        sampler, tr.batch_size, batch_cost=BatchCost(sc.accelerator, tr.workload, shapes),
+        budget=float(sc.accelerator.memory_bytes), sort_key=sort_key, rank=ctx.rank,
+        world_size=ctx.world_size)
+    workers = tr.workers
+    loader = DataLoader(
+        dataset, batch_sampler=batch_sampler, num_workers=workers, collate_fn=collate,
+        pin_memory=not ctx.device.emulated,
+        persistent_workers=tr.persistent_workers and workers > 0,
+        prefetch_factor=tr.prefetch_factor if workers > 0 else None,
+        # forking a rank that already runs gloo threads aborts at worker exit; the forkserver is clean
+        multiprocessing_context="forkserver" if workers > 0 else None)
+    return Pipeline(loader, sampler, batch_sampler, batching, cache)

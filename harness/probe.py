@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from harness.dataset import generate_sample
-from harness.pipeline import SampleDataset, collate
+from harness.items import SampleDataset, collate
 from harness.scenario import Scenario
 
 

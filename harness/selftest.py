@@ -29,9 +29,9 @@ from harness.accelerators import get_accelerator
 from harness.dataset import DatasetSpec
 from harness.device import EmulatedDevice
 from harness.launch import free_port
-from harness.loader import Pipeline
+from harness.pipeline import Pipeline
 from harness.matrix import Cell
-from harness.pipeline import collate
+from harness.items import collate
 from harness.scenario import Scenario, StrategyChoice, Training
 from harness.trainloop import RankContext, run_cell
 from strategies.batching.fixed import FixedBatching

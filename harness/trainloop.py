@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness import loader as pipeline_builder
+from harness import pipeline
 from harness import pagecache
 from harness.matrix import Cell
 from harness.gpu import NvmlSampler
@@ -79,7 +79,7 @@ def window_steps(ctx: RankContext, batch_sampler) -> int:
 class BatchSource:
     """This rank's batches across epochs; None once its epoch is over, until every rank's is."""
 
-    def __init__(self, pipe: pipeline_builder.Pipeline):
+    def __init__(self, pipe: pipeline.Pipeline):
         self.pipe = pipe
         self.epoch = 0
         self.completed_epochs = 0
@@ -203,7 +203,7 @@ class InMemoryBatches:
         self.batches = []
 
 
-def collect_batches(pipe: pipeline_builder.Pipeline, n: int) -> list[dict]:
+def collect_batches(pipe: pipeline.Pipeline, n: int) -> list[dict]:
     source, out = BatchSource(pipe), []
     while len(out) < n:
         batch = source.next()
@@ -228,8 +228,8 @@ class Trainer:
         self.ddp = DDP(self.model)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=self.tr.lr, momentum=0.9)
 
-    def build(self) -> pipeline_builder.Pipeline:
-        return (self.ctx.build_pipeline or pipeline_builder.build)(self.ctx, self.cell)
+    def build(self) -> pipeline.Pipeline:
+        return (self.ctx.build_pipeline or pipeline.build)(self.ctx, self.cell)
 
     def prepare_page_cache(self, state: str) -> dict:
         """One process per node brings the cell's files into `state`; the others wait for it."""

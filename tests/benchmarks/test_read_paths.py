@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.pipeline import FIELDS_FOR, SampleDataset, sample_nbytes
+from harness.items import FIELDS_FOR, SampleDataset, sample_nbytes
 from strategies.cache.lru import LRUCache
 
 STORAGES = ("raw", "mmap", "hdf5")
