@@ -1,9 +1,15 @@
-"""The accelerator a rank trains on: a real CUDA device, or an emulated one (DESIGN.md section 7).
+"""The accelerator a rank trains on: a real CUDA device, or an emulated one.
 
-The emulated device runs the real step on the CPU (forward, backward with DDP's real gradient allreduce,
-optimizer step) and then pads it to the modelled step time of the catalogue entry, so the whole step lasts
-max(real CPU time, modelled time). The ranks agree before every step, so a rank whose data came late holds
+The emulated device behaves like a GPU host. The rank runs a real step on the CPU (forward, backward with
+DDP's real gradient allreduce over gloo, optimizer step) of a deliberately cheap stand-in model, so that its
+host work is a small part of the modelled step, then sleeps until the modelled step time of the catalogue
+entry has passed: the CPU is left to the DataLoader workers, as on a real GPU node. The step lasts
+max(host work, modelled time); a step whose host work outlasts the model is an overrun, and that excess is
+host overhead, never device time. The ranks agree before every step, so a rank whose data came late holds
 up the others there, as a straggler does on real GPUs.
+
+Both devices answer `timed_compute_s()`: the seconds the accelerator computed since `start_timer()`,
+modelled on the emulated device, CUDA-event time on a GPU. That is the `device` part of a step.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ class EmulatedDevice:
         self.padded_s = 0.0  # sleep added to the current step
         self.last_bytes = 0
         self._deadline = None
+        self._busy_s = 0.0  # modelled device seconds since start_timer()
 
     @property
     def name(self) -> str:
@@ -55,6 +62,7 @@ class EmulatedDevice:
         self.peak_bytes = max(self.peak_bytes, need)
         modelled = self.accelerator.step_seconds(self.workload, samples, padded_pixels)
         self._deadline = time.perf_counter() + modelled
+        self._busy_s += modelled
         self.padded_s = 0.0
         return modelled
 
@@ -76,10 +84,11 @@ class EmulatedDevice:
     nvml_index = None  # no NVML telemetry for an emulated device
 
     def start_timer(self) -> None:
-        pass
+        self._busy_s = 0.0
 
     def timed_compute_s(self) -> float:
-        return 0.0  # only a real GPU has an event-timed compute
+        """Modelled device seconds of the micro-batches begun since start_timer()."""
+        return self._busy_s
 
     def reset_peak(self) -> None:
         self.peak_bytes = 0
