@@ -42,14 +42,15 @@ def select(cells: list[Cell], only: list[str], exclude: list[str]) -> list[Cell]
         c = cell.choice(axis)
         return c.name in names or c.label in names
 
+    full = cells  # every filter's names are checked against the whole matrix, not the cells left so far
     for flag, filters in (("--only", only), ("--exclude", exclude)):
         for text in filters:
             axis, names = parse_filter(text, flag)
-            present = {cell.choice(axis).name for cell in cells} | {cell.choice(axis).label for cell in cells}
+            present = {cell.choice(axis).name for cell in full} | {cell.choice(axis).label for cell in full}
             unknown = names - present
             if unknown:
                 raise UsageError(f"{flag} {text}: {', '.join(sorted(unknown))} is not in the matrix's {axis} "
-                                 f"axis (it has: {', '.join(sorted({c.choice(axis).label for c in cells}))})")
+                                 f"axis (it has: {', '.join(sorted({c.choice(axis).label for c in full}))})")
             keep = flag == "--only"
             cells = [cell for cell in cells if matches(cell, axis, names) == keep]
     if not cells:

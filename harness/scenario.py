@@ -239,7 +239,10 @@ def _matrix(path: Path, raw: Any) -> dict[str, list[StrategyChoice]]:
             entries = [entries]
         if not isinstance(entries, list) or not entries:
             raise UsageError(f"{path}: [matrix] {axis} must be a non-empty list of strategies")
-        known = registry.names(axis)
+        try:
+            known = registry.names(axis)
+        except registry.PluginError as err:
+            raise UsageError(str(err)) from None
         choices = []
         for entry in entries:
             if isinstance(entry, dict):
@@ -250,6 +253,10 @@ def _matrix(path: Path, raw: Any) -> dict[str, list[StrategyChoice]]:
             if name not in known:
                 raise UsageError(f"{path}: [matrix] {axis} has unknown strategy {name!r}; "
                                  f"known: {', '.join(known) or 'none'}")
+            try:
+                registry.validate(axis, name, params)
+            except registry.InvalidParams as err:
+                raise UsageError(f"{path}: matrix.{axis}: {err}") from None
             choices.append(StrategyChoice(axis, name, tuple(sorted(params.items()))))
         matrix[axis] = choices
     return matrix

@@ -34,7 +34,7 @@ from harness.matrix import Cell
 from harness.items import collate
 from harness.scenario import Scenario, StrategyChoice, Training
 from harness.trainloop import RankContext, run_cell
-from strategies.batching.fixed import FixedBatching
+from strategies import registry
 
 TOLERANCE = 3.0  # % for throughput, percentage points for stall and AU
 
@@ -101,7 +101,7 @@ def _pipeline_for(regime: Regime):
         tr = ctx.scenario.training
         loader, sampler, batch_sampler = _loader(ctx.scenario.dataset.samples, tr.batch_size,
                                                  regime.latency_s, regime.workers)
-        return Pipeline(loader, sampler, batch_sampler, FixedBatching(), None)
+        return Pipeline(loader, sampler, batch_sampler, registry.create("batching", "fixed"), None)
     return build
 
 

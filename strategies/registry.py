@@ -1,15 +1,22 @@
 """Registry of strategies: axis -> name -> factory.
 
-A strategy module registers itself with ``@register("storage", "hdf5")``.
-Built-in strategies are imported by :func:`load_builtins`; third-party ones by
-``load_plugin("package.module")`` (the module registers on import).
+A strategy module registers itself with ``@register("storage", "hdf5")``. Built-in strategies and those of
+installed distributions (entry-point group ``dlbench.strategies``, each entry point naming a module that
+registers on import) are loaded by :func:`load_builtins`; others by ``load_plugin("package.module")``.
+:func:`validate` checks a strategy's parameters by constructing it once, so a scenario fails at load time.
 """
 from __future__ import annotations
 
 import importlib
+import inspect
+import sys
+from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from strategies.protocols import PROTOCOLS, missing
+
 AXES = ("storage", "cache", "batching", "sampler")
+ENTRY_POINT_GROUP = "dlbench.strategies"
 
 _REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {axis: {} for axis in AXES}
 
@@ -25,6 +32,7 @@ _BUILTINS = (
     "strategies.sampler.default",
     "strategies.sampler.balanced",
 )
+_scanned_path: tuple[str, ...] | None = None  # sys.path at the last entry-point scan
 
 
 class UnknownStrategy(KeyError):
@@ -32,6 +40,14 @@ class UnknownStrategy(KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its message; keep it plain
         return str(self.args[0])
+
+
+class InvalidParams(ValueError):
+    """A strategy's parameters are wrong (unknown key or bad value); the message is one line."""
+
+
+class PluginError(ImportError):
+    """An entry point of group ``dlbench.strategies`` failed to import; the message is one line."""
 
 
 def register(axis: str, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -48,6 +64,24 @@ def register(axis: str, name: str) -> Callable[[Callable[..., Any]], Callable[..
 def load_builtins() -> None:
     for module in _BUILTINS:
         importlib.import_module(module)
+    load_entry_points()
+
+
+def load_entry_points() -> None:
+    """Import the module of every ``dlbench.strategies`` entry point; rescans when sys.path changed."""
+    global _scanned_path
+    path = tuple(sys.path)
+    if path == _scanned_path:
+        return
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            importlib.import_module(ep.module)
+        except Exception as err:  # noqa: BLE001 - any failure of third-party code becomes one line
+            dist = ep.dist.name if ep.dist is not None else "unknown distribution"
+            reason = " ".join(f"{type(err).__name__}: {err}".split())
+            raise PluginError(f"entry point {ep.name} = {ep.value} of {dist} (group {ENTRY_POINT_GROUP}) "
+                              f"failed to import: {reason}") from None
+    _scanned_path = path
 
 
 def load_plugin(module: str) -> None:
@@ -73,3 +107,38 @@ def get(axis: str, name: str) -> Callable[..., Any]:
 def create(axis: str, name: str, **params: Any) -> Any:
     """Instantiate a strategy with its parameters."""
     return get(axis, name)(**params)
+
+
+def accepted(factory: Callable[..., Any]) -> list[str] | None:
+    """The keyword parameters a factory takes, or None when it takes any (``**kwargs``)."""
+    keys = []
+    for p in inspect.signature(factory).parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            return None
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            keys.append(p.name)
+    return sorted(keys)
+
+
+def validate(axis: str, name: str, params: dict[str, Any]) -> None:
+    """Construct the strategy once; a wrong key, a bad value or a missing protocol member is InvalidParams.
+
+    Messages are one line, e.g. ``cache strategy 'lru' has no parameter 'capacity_MB'; accepted:
+    capacity_mb, level, scope``.
+    """
+    factory = get(axis, name)
+    keys = accepted(factory)
+    if keys is not None:
+        for key in params:
+            if key not in keys:
+                raise InvalidParams(f"{axis} strategy {name!r} has no parameter {key!r}; "
+                                    f"accepted: {', '.join(keys) or 'none'}")
+    try:
+        strategy = factory(**params)
+    except (ValueError, TypeError) as err:
+        reason = " ".join(str(err).split())
+        raise InvalidParams(f"{axis} strategy {name!r}: {reason}") from None
+    lacks = missing(strategy, PROTOCOLS[axis])
+    if lacks:
+        raise InvalidParams(f"{axis} strategy {name!r} does not implement the {axis} protocol: missing "
+                            f"{', '.join(lacks)} (see strategies.protocols)")

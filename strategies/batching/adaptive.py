@@ -1,11 +1,12 @@
 """Feedback-controlled batch size (seed 004's DynamicBatchSampler, for comparison, minus its bugs).
 
 The batch size starts at ``batch_size``. The training loop reports the device-memory use of each step
-by calling ``observe(memory_fraction)`` (used / capacity; report > 1 after an OOM) on the object that
-``batch_sampler`` returns. When the next batch is started, the latest unconsumed report is applied
-once: below ``low`` the size doubles (up to ``max_batch``), above ``high`` it halves (down to
-``min_batch``); with no new report the size stays. Every index of the sampler's stream lands in exactly
-one batch; the last batch of an epoch may be short. The size carries over from one epoch to the next.
+by calling ``observe(memory_fraction)`` (used / capacity; report > 1 after an OOM) on the strategy, which
+forwards it to the batch sampler it built last (the batch sampler's own ``observe`` works too). When
+the next batch is started, the latest unconsumed report is applied once: below ``low`` the size doubles
+(up to ``max_batch``), above ``high`` it halves (down to ``min_batch``); with no new report the size
+stays. Every index of the sampler's stream lands in exactly one batch; the last batch of an epoch may be
+short. The size carries over from one epoch to the next.
 
 Lag: with DataLoader workers the batch sampler runs in the main process and the loader builds
 ``prefetch_factor * num_workers`` batches ahead, so a report takes effect only that many batches later
@@ -22,6 +23,8 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
+from strategies.params import integer, number
+from strategies.protocols import BatchingBase
 from strategies.registry import register
 
 
@@ -63,15 +66,17 @@ class AdaptiveBatchSampler:
 
 
 @register("batching", "adaptive")
-class AdaptiveBatching:
+class AdaptiveBatching(BatchingBase):
     """``min_batch`` 0 means max(1, batch_size // 4); ``max_batch`` 0 means 4 x batch_size."""
 
     def __init__(self, min_batch: int = 0, max_batch: int = 0, low: float = 0.6, high: float = 0.85) -> None:
-        if not 0 <= low < high:
-            raise ValueError(f"need 0 <= low < high, got low={low} high={high}")
-        if min_batch < 0 or max_batch < 0:
-            raise ValueError("min_batch and max_batch must be >= 0")
-        self.min_batch, self.max_batch, self.low, self.high = min_batch, max_batch, low, high
+        self.min_batch, self.max_batch = integer("min_batch", min_batch, 0), integer("max_batch", max_batch, 0)
+        if min_batch and max_batch and min_batch > max_batch:
+            raise ValueError(f"min_batch {min_batch} exceeds max_batch {max_batch}")
+        self.low, self.high = number("low", low, 0), number("high", high, 0)
+        if not low < high:
+            raise ValueError(f"need low < high, got low={low} high={high}")
+        self._built: AdaptiveBatchSampler | None = None  # the batch sampler observe() reports to
 
     def batch_sampler(self, sampler, batch_size: int, **_context) -> AdaptiveBatchSampler:
         min_batch = self.min_batch or max(1, batch_size // 4)
@@ -79,4 +84,10 @@ class AdaptiveBatching:
         if not min_batch <= batch_size <= max_batch:
             raise ValueError(f"need min_batch <= batch_size <= max_batch, got {min_batch}, {batch_size}, "
                              f"{max_batch}")
-        return AdaptiveBatchSampler(sampler, batch_size, min_batch, max_batch, self.low, self.high)
+        self._built = AdaptiveBatchSampler(sampler, batch_size, min_batch, max_batch, self.low, self.high)
+        return self._built
+
+    def observe(self, memory_fraction: float) -> None:
+        """Report the device-memory use of the step just taken to the batch sampler built last."""
+        if self._built is not None:
+            self._built.observe(memory_fraction)

@@ -21,6 +21,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from strategies.params import flag, integer, number
+from strategies.protocols import BatchingBase
 from strategies.registry import register
 
 
@@ -68,19 +70,18 @@ class DynamicBatchSampler:
 
 
 @register("batching", "dynamic")
-class DynamicBatching:
+class DynamicBatching(BatchingBase):
     """``max_batch`` 0 means 4 x batch_size; ``bucket_window`` 0 means 8 x batch_size."""
 
     splits_on_oom = True  # the training step's safety net splits a batch that does not fit
 
     def __init__(self, max_batch: int = 0, min_batch: int = 1, bucket: bool = True, bucket_window: int = 0,
                  budget_fraction: float = 0.9) -> None:
-        if min_batch < 1 or max_batch < 0 or bucket_window < 0:
-            raise ValueError("min_batch must be >= 1; max_batch and bucket_window >= 0")
-        if not 0 < budget_fraction <= 1:
-            raise ValueError(f"budget_fraction must be in (0, 1], got {budget_fraction}")
-        self.max_batch, self.min_batch = max_batch, min_batch
-        self.bucket, self.bucket_window, self.budget_fraction = bucket, bucket_window, budget_fraction
+        self.max_batch, self.min_batch = integer("max_batch", max_batch, 0), integer("min_batch", min_batch, 1)
+        if max_batch and min_batch > max_batch:
+            raise ValueError(f"min_batch {min_batch} exceeds max_batch {max_batch}")
+        self.bucket, self.bucket_window = flag("bucket", bucket), integer("bucket_window", bucket_window, 0)
+        self.budget_fraction = number("budget_fraction", budget_fraction, 0, 1, low_open=True)
 
     def batch_sampler(self, sampler, batch_size: int, *, batch_cost: Callable[[list[int]], float],
                       budget: float, sort_key: np.ndarray | None = None, **_context) -> DynamicBatchSampler:

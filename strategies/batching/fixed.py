@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from torch.utils.data import BatchSampler
 
+from strategies.protocols import BatchingBase
 from strategies.registry import register
 
 
 @register("batching", "fixed")
-class FixedBatching:
-    def batch_sampler(self, sampler, batch_size: int, **_context):
+class FixedBatching(BatchingBase):
+    def batch_sampler(self, sampler, batch_size: int, **_context) -> BatchSampler:
         return BatchSampler(sampler, batch_size, drop_last=False)

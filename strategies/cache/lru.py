@@ -13,77 +13,16 @@ every DataLoader worker starts empty. scope "shared": one store per rank, served
 """
 from __future__ import annotations
 
-import math
-import threading
-from collections import OrderedDict
-from typing import Any, Callable, Hashable, Iterable
+from typing import Any, Callable
 
+from strategies.cache.lru_shared import CacheServer
+from strategies.cache.store import LRUStore
+from strategies.params import choice, number
+from strategies.protocols import CacheBase
 from strategies.registry import register
 
 SCOPES = ("worker", "shared")
 LEVELS = ("stored", "decoded")
-
-
-class LRUStore:
-    """An LRU map key -> (value, nbytes); resident bytes never exceed the capacity. Thread-safe."""
-
-    def __init__(self, capacity_bytes: int):
-        self.capacity_bytes = int(capacity_bytes)
-        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.resident_bytes = self.hits = self.misses = self.evictions = 0
-
-    def get_many(self, keys: Iterable[Hashable]) -> dict:
-        """The cached values among ``keys`` (each hit becomes most recent); counts hits and misses."""
-        keys = list(keys)
-        found: dict = {}
-        missing: set = set()
-        with self._lock:
-            for k in keys:
-                if k in found or k in missing:
-                    continue
-                entry = self._data.get(k)
-                if entry is None:
-                    missing.add(k)
-                else:
-                    self._data.move_to_end(k)
-                    found[k] = entry[0]
-            self.misses += len(missing)
-            self.hits += len(keys) - len(missing)
-        return found
-
-    def put_many(self, items: Iterable[tuple[Hashable, Any, int]]) -> None:
-        """Insert (key, value, nbytes) triples, most recent last; evict the least recent to fit."""
-        with self._lock:
-            for key, value, nbytes in items:
-                old = self._data.pop(key, None)
-                if old is not None:
-                    self.resident_bytes -= old[1]
-                if nbytes > self.capacity_bytes:
-                    continue  # larger than the whole cache: never cached
-                self._data[key] = (value, nbytes)
-                self.resident_bytes += nbytes
-                while self.resident_bytes > self.capacity_bytes:
-                    _, (_, evicted) = self._data.popitem(last=False)
-                    self.resident_bytes -= evicted
-                    self.evictions += 1
-
-    def keys(self) -> list:
-        """Keys from least to most recently used."""
-        with self._lock:
-            return list(self._data)
-
-    def stats(self) -> dict:
-        with self._lock:
-            return {"hits": self.hits, "misses": self.misses, "evictions": self.evictions,
-                    "resident_bytes": self.resident_bytes, "capacity_bytes": self.capacity_bytes,
-                    "items": len(self._data)}
-
-    def __getstate__(self) -> dict:  # a pickled store is an empty store of the same capacity
-        return {"capacity_bytes": self.capacity_bytes}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["capacity_bytes"])
 
 
 class CachedFetch:
@@ -112,18 +51,13 @@ class CachedFetch:
 
 
 @register("cache", "lru")
-class LRUCache:
+class LRUCache(CacheBase):
     """Strategy: an LRU cache of ``capacity_mb`` MiB per worker (scope "worker") or per rank ("shared")."""
 
     def __init__(self, capacity_mb: float = 64, scope: str = "worker", level: str = "stored"):
-        if isinstance(capacity_mb, bool) or not isinstance(capacity_mb, (int, float)) \
-                or not math.isfinite(capacity_mb) or capacity_mb < 0:
-            raise ValueError(f"cache lru: capacity_mb must be a finite number >= 0, got {capacity_mb!r}")
-        if scope not in SCOPES:
-            raise ValueError(f"cache lru: scope must be one of {', '.join(SCOPES)}; got {scope!r}")
-        if level not in LEVELS:
-            raise ValueError(f"cache lru: level must be one of {', '.join(LEVELS)}; got {level!r}")
-        self.capacity_mb, self.scope, self.level = capacity_mb, scope, level
+        number("capacity_mb", capacity_mb, 0)
+        self.capacity_mb, self.scope, self.level = capacity_mb, choice("scope", scope, SCOPES), \
+            choice("level", level, LEVELS)
         self.capacity_bytes = int(capacity_mb * 1024 * 1024)
         self._server = None  # the rank's cache server (scope "shared"), started by the first wrap
 
@@ -131,8 +65,6 @@ class LRUCache:
         if self.scope == "worker":
             store = LRUStore(self.capacity_bytes)
         else:
-            from strategies.cache.lru_shared import CacheServer
-
             if self._server is None:
                 self._server = CacheServer()
             store = self._server.new_store(self.capacity_bytes)

@@ -26,6 +26,8 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
+from strategies.params import choice
+from strategies.protocols import SamplerBase
 from strategies.registry import register
 
 
@@ -93,14 +95,12 @@ class BalancedDistributedSampler(Sampler[int]):
 
 
 @register("sampler", "balanced")
-class BalancedSampler:
+class BalancedSampler(SamplerBase):
     """``cost``: which per-sample cost the harness passes ("auto", "pixels" or "bytes"); unused here."""
 
     def __init__(self, cost: str = "auto") -> None:
-        if cost not in ("auto", "pixels", "bytes"):
-            raise ValueError(f"cost must be 'auto', 'pixels' or 'bytes', got {cost!r}")
-        self.cost = cost
+        self.cost = choice("cost", cost, ("auto", "pixels", "bytes"))
 
-    def sampler(self, size: int, num_replicas: int, rank: int, seed: int, *, costs: np.ndarray,
-                batch_size: int, **_context) -> BalancedDistributedSampler:
+    def sampler(self, size: int, num_replicas: int, rank: int, seed: int, costs: np.ndarray,
+                batch_size: int) -> BalancedDistributedSampler:
         return BalancedDistributedSampler(size, num_replicas, rank, seed, costs, batch_size)

@@ -1,4 +1,4 @@
-"""The storage protocol.
+"""Helpers shared by the storages (the protocol itself is in :mod:`strategies.protocols`).
 
 A storage writes a stream of samples into ``path`` (a directory it owns) and
 opens a reader over it. Readers are created in the rank process but open their
@@ -10,35 +10,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Iterator, Protocol, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from strategies.protocols import Reader, Storage  # noqa: F401  (re-exported)
 from strategies.sample import FIELDS, Sample
-
-
-class Reader(Protocol):
-    def __len__(self) -> int: ...
-
-    def read_batch(self, indices: Sequence[int]) -> list[Sample]:
-        """Samples for ``indices``, in the given order (duplicates allowed)."""
-
-    def stored_bytes(self) -> "list[int]":
-        """Bytes each sample occupies on disk (for cost estimates), index-aligned."""
-
-    def close(self) -> None: ...
-
-
-class Storage(Protocol):
-    name: str
-
-    def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
-        """Materialise ``count`` samples (streamed, bounded memory) under ``path``."""
-
-    def open(self, path: Path, fields: Sequence[str] = FIELDS) -> Reader: ...
-
-    def files(self, path: Path) -> list[Path]:
-        """The data files of a materialisation (for page-cache control, sizes)."""
 
 
 class LazyHandle:

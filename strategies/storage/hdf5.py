@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 import h5py
 import numpy as np
 
+from strategies.params import integer
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
@@ -102,7 +103,7 @@ class Hdf5Storage:
         # Rows per embedding chunk. A random read of one row pulls a whole chunk from disk,
         # so big chunks (64 rows = 512 KiB of image_emb) inflate random-access reads; 16 keeps
         # the chunk at 128 KiB / 48 KiB while the chunk index stays small.
-        self.chunk_rows = int(chunk_rows)
+        self.chunk_rows = integer("chunk_rows", chunk_rows, 1)
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         path = Path(path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from torch.utils.data import BatchSampler, Sampler
 
+from strategies.protocols import BatchingBase, SamplerBase
 from strategies.registry import register
 
 
@@ -39,12 +40,12 @@ class _PrefixSampler(Sampler):
 
 
 @register("sampler", "seed_balance")
-class SeedBalanceSampler:
-    def sampler(self, size, num_replicas, rank, seed, *, costs, **_context):
+class SeedBalanceSampler(SamplerBase):
+    def sampler(self, size, num_replicas, rank, seed, costs, batch_size):
         return _PrefixSampler([int(c) for c in costs], num_replicas)
 
 
 @register("batching", "uneven")
-class UnevenBatching:
+class UnevenBatching(BatchingBase):
     def batch_sampler(self, sampler, batch_size, *, rank, **_context):
         return BatchSampler(sampler, max(1, batch_size // 2) if rank == 0 else batch_size, drop_last=False)

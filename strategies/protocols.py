@@ -1,0 +1,137 @@
+"""One protocol per axis: what the harness may call on a strategy, and nothing else.
+
+Every member a harness uses is declared here. Optional capabilities have a default implementation in the
+axis's small base class (``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy that subclasses it
+gets them and the harness never probes with ``getattr``. A strategy may also satisfy its protocol
+structurally; :func:`missing` names the members it lacks. The protocols are ``runtime_checkable``:
+``isinstance(obj, Cache)`` checks that every member exists (not its signature).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+
+from strategies.sample import FIELDS, Sample
+
+# ---- storage: how samples lie on disk and how a batch is read back (no optional members) ----
+
+
+@runtime_checkable
+class Reader(Protocol):
+    def __len__(self) -> int: ...
+
+    def read_batch(self, indices: Sequence[int]) -> list[Sample]:
+        """Samples for ``indices``, in the given order (duplicates allowed)."""
+
+    def stored_bytes(self) -> list[int]:
+        """Bytes each sample occupies on disk (for cost estimates), index-aligned."""
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Storage(Protocol):
+    name: str
+
+    def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        """Materialise ``count`` samples (streamed, bounded memory) under ``path``."""
+
+    def open(self, path: Path, fields: Sequence[str] = FIELDS) -> Reader: ...
+
+    def files(self, path: Path) -> list[Path]:
+        """The data files of a materialisation (for page-cache control, sizes)."""
+
+
+# ---- cache: a fetch of a batch of indices, behind an optional cache ----
+
+
+@runtime_checkable
+class Fetch(Protocol):
+    """What ``Cache.wrap`` returns: called with a batch of indices, returns the items in that order."""
+
+    def __call__(self, indices: Sequence[int]) -> list: ...
+
+    def stats(self) -> dict | None:
+        """Hit/miss counters of the cache behind this fetch, or None when there is no cache."""
+
+
+@runtime_checkable
+class Cache(Protocol):
+    scope: str  # "worker" (one cache per DataLoader worker) or "shared" (one per rank); "none" for no cache
+    level: str  # "stored" (samples as read) or "decoded" (prepared items)
+
+    def wrap(self, fetch: Callable[[list], list], sizeof: Callable[[Any], int]) -> Fetch: ...
+
+    def close(self) -> None:
+        """Release what the cache started (a server process); a no-op for most caches."""
+
+
+class CacheBase:
+    scope = "worker"
+    level = "stored"
+
+    def close(self) -> None:
+        pass
+
+
+# ---- batching: how the sampler's index stream is cut into batches ----
+
+
+@runtime_checkable
+class Batching(Protocol):
+    splits_on_oom: bool  # True: the training step splits a batch that does not fit into micro-batches
+
+    def batch_sampler(self, sampler: Iterable[int], batch_size: int, **context: Any) -> Iterable[list[int]]:
+        """The batches of one rank; ``context`` holds batch_cost, budget, sort_key, rank, world_size."""
+
+    def observe(self, memory_fraction: float) -> None:
+        """The device-memory use (used / capacity; > 1 after an OOM) of the step just taken."""
+
+
+class BatchingBase:
+    splits_on_oom = False
+
+    def observe(self, memory_fraction: float) -> None:
+        pass
+
+
+# ---- sampler: which indices each rank reads, per epoch ----
+
+
+@runtime_checkable
+class EpochSampler(Protocol):
+    """What ``Sampler.sampler`` returns: this rank's indices for the current epoch."""
+
+    def __iter__(self) -> Iterator[int]: ...
+
+    def __len__(self) -> int: ...
+
+    def set_epoch(self, epoch: int) -> None: ...
+
+
+@runtime_checkable
+class Sampler(Protocol):
+    cost: str  # the per-sample cost the harness passes: "auto" (pixels or bytes by workload) or "bytes"
+
+    def sampler(self, size: int, num_replicas: int, rank: int, seed: int, costs: Any,
+                batch_size: int) -> EpochSampler: ...
+
+
+class SamplerBase:
+    cost = "auto"
+
+
+PROTOCOLS: dict[str, type] = {"storage": Storage, "cache": Cache, "batching": Batching, "sampler": Sampler}
+
+
+def members(protocol: type) -> list[str]:
+    """The declared members of a protocol: its annotated attributes and its methods."""
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {k for k, v in vars(protocol).items()
+              if callable(v) and (not k.startswith("_") or k in ("__len__", "__iter__", "__call__"))}
+    return sorted(names)
+
+
+def missing(obj: Any, protocol: type) -> list[str]:
+    """The members of ``protocol`` that ``obj`` lacks."""
+    return [m for m in members(protocol) if not hasattr(obj, m)]
