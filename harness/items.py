@@ -63,29 +63,36 @@ class ItemBatch(list):
 
 
 class SampleDataset(Dataset):
-    """reader -> optional cache (of stored samples or of decoded items) -> prepared items."""
+    """reader -> cache -> prepared items.
+
+    The cache strategy wraps the read: at level "decoded" it keeps prepared items (the wrapped call reads
+    and prepares), at any other level what storage returned (prepared after the cache). A worker-scope
+    cache's statistics travel with each batch; a shared cache is asked by the rank (shared_stats).
+    Without a cache strategy (cache=None) every read goes to storage.
+    """
 
     def __init__(self, reader, workload: str, image_size: int, cache=None):
         self.reader = reader
         self.workload = workload
         self.image_size = image_size
         self.scope = None if cache is None else cache.scope
-        self.level = None if cache is None or cache.scope == "none" else cache.level
-        if self.level == "stored":
-            self._cached = cache.wrap(reader.read_batch, sample_nbytes)
-        elif self.level == "decoded":
-            self._cached = cache.wrap(self._read_prepared, item_nbytes)
+        self.decoded = cache is not None and cache.level == "decoded"
+        if cache is None:
+            self._fetch = reader.read_batch
+        elif self.decoded:
+            self._fetch = cache.wrap(self._read_prepared, item_nbytes)
         else:
-            self._cached = None
+            self._fetch = cache.wrap(reader.read_batch, sample_nbytes)
 
     def __len__(self) -> int:
         return len(self.reader)
 
     def shared_stats(self) -> dict | None:
         """Statistics of a rank-wide shared cache, read from the rank process (one round trip)."""
-        if self._cached is None or self.scope != "shared":
+        if self.scope != "shared":
             return None
-        return dict(self._cached.stats(), key="shared")
+        stats = self._fetch.stats()
+        return None if stats is None else dict(stats, key="shared")
 
     def __getitem__(self, index: int):
         return self.__getitems__([index])[0]
@@ -94,17 +101,12 @@ class SampleDataset(Dataset):
         return [self._prepare(s) for s in self.reader.read_batch(indices)]
 
     def __getitems__(self, indices: Sequence[int]) -> ItemBatch:
-        indices = list(indices)
-        if self.level is None:
-            batch = ItemBatch(self._read_prepared(indices))
-        elif self.level == "stored":
-            batch = ItemBatch(self._prepare(s) for s in self._cached(indices))
-        else:
-            batch = ItemBatch(self._cached(indices))
-        if self._cached is not None and self.scope == "worker":  # local and cheap; a shared cache is asked
-            stats = dict(self._cached.stats())                    # by the rank itself (shared_stats)
-            stats["key"] = f"pid{os.getpid()}"
-            batch.cache_stats = stats
+        fetched = self._fetch(list(indices))
+        batch = ItemBatch(fetched if self.decoded else (self._prepare(s) for s in fetched))
+        if self.scope == "worker":  # local and cheap; a shared cache is asked by the rank (shared_stats)
+            stats = self._fetch.stats()
+            if stats is not None:
+                batch.cache_stats = dict(stats, key=f"pid{os.getpid()}")
         return batch
 
     def _prepare(self, s: Sample) -> dict:

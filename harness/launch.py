@@ -2,14 +2,13 @@
 
 One node: ``world_size`` processes are spawned (torch.multiprocessing, start method spawn) on a fresh free
 port. Under torchrun the processes already exist and call :func:`rank_main` directly. gloo on CPU, NCCL on
-CUDA. After each cell the ranks gather their records to rank 0, which appends the cell to cells.jsonl at once.
+CUDA. What each rank does with the cells once it has joined is in harness.cellruns.
 """
 from __future__ import annotations
 
 import os
 import socket
 import sys
-import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -18,13 +17,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness import probe, records, results
+from harness import cellruns
 from harness.device import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
 from harness.matrix import Cell
-from harness.profiling import CellProfiler
 from harness.scenario import Scenario
-from harness.trainloop import RankContext, run_cell
 
 PG_TIMEOUT = timedelta(seconds=300)
 
@@ -113,7 +110,7 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
         registry.load_plugin(module)
 
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
-    # worker exit); preloading makes each worker a cheap fork of a process that has imported the pipeline.
+    # worker exit); preloading makes each worker a cheap fork of a process that has imported the items.
     mp.set_forkserver_preload(["torch", "harness.items", "strategies.registry", *config.plugins])
     torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
     cuda = config.device == "cuda"
@@ -124,47 +121,22 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=PG_TIMEOUT,
                             **({"device_id": device.torch_device} if cuda else {}))
     try:
-        if data_paths is None:  # under torchrun only rank 0 created the run directory: share its path
-            shared = [config.run_dir]
-            dist.broadcast_object_list(shared, src=0)
-            config.run_dir = shared[0]
-            if local_rank == 0:
-                data_paths = config.materialise_all(progress=config.progress)
-            dist.barrier()
-            if local_rank != 0:
-                data_paths = config.materialise_all(progress=False)  # finds them, reuses them
-        # repeats interleave across cells (A B C A B C) so that machine drift spreads evenly
-        plan = [(repeat, cell) for repeat in range(config.repeats) for cell in config.cells]
-        for i, (repeat, cell) in enumerate(plan):
-            show = config.progress and rank == 0
-            if cell is config.cells[0]:
-                if rank == 0:  # the machine probe, once per repeat, while the other ranks wait
-                    results.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
-                dist.barrier()
-            if show:
-                print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)
-            started = time.perf_counter()
-            ctx = RankContext(rank, world, config.scenario, device, data_paths,
-                              progress=_progress_line if show and sys.stderr.isatty() else None,
-                              local_rank=local_rank, cache_state=config.cache_state,
-                              decompose=config.decompose)
-            profiler = (CellProfiler(config.run_dir / "traces" / cell.id.replace("/", "_"), rank,
-                                     skip_first=config.scenario.training.warmup_steps)
-                        if config.profile and repeat == 0 else None)
-            record = run_cell(ctx, cell, profiler=profiler)
-            gathered = [None] * world if rank == 0 else None
-            dist.gather_object(record, gathered, dst=0)
-            if rank == 0:
-                line = records.cell_line(config.scenario, cell, device.name, config.device != "cuda",
-                                         gathered, time.perf_counter() - started)
-                line["repeat"] = repeat
-                results.append_cell(config.run_dir, line)
-                if show:
-                    print("\r" + records.summary_text(line), file=sys.stderr, flush=True)
+        if data_paths is None:
+            data_paths = _join_torchrun_run(config, local_rank)
+        cellruns.run_all(rank, local_rank, world, config, device, data_paths)
     finally:
         dist.destroy_process_group()
     return data_paths
 
 
-def _progress_line(step: int, total: int) -> None:
-    print(f"\r    step {step}/{total}", end="", file=sys.stderr, flush=True)
+def _join_torchrun_run(config: LaunchConfig, local_rank: int) -> dict[str, Path]:
+    """Under torchrun only rank 0 created the run directory: share its path; the first process of each
+    node materialises the data, the others then find and reuse it."""
+    shared = [config.run_dir]
+    dist.broadcast_object_list(shared, src=0)
+    config.run_dir = shared[0]
+    data_paths = config.materialise_all(progress=config.progress) if local_rank == 0 else None
+    dist.barrier()
+    if local_rank != 0:
+        data_paths = config.materialise_all(progress=False)
+    return data_paths

@@ -18,6 +18,7 @@ from typing import Iterable, Iterator, TextIO
 
 from harness.dataset import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples
 from harness.errors import UsageError
+from harness.progress import Progress
 from strategies import registry
 from strategies.sample import Sample
 
@@ -46,24 +47,12 @@ def _valid_manifest(path: Path, spec: DatasetSpec, storage_name: str) -> bool:
 
 
 def _progress(samples: Iterable[Sample], total: int, label: str, stream: TextIO) -> Iterator[Sample]:
-    width = 30
-    last = 0.0
-    done = 0
-
-    def draw(n: int) -> None:
-        filled = width * n // total if total else width
-        stream.write(f"\r{label} [{'#' * filled}{' ' * (width - filled)}] {n}/{total}")
-        stream.flush()
-
+    """Yield the samples while reporting how many have gone by (see harness.progress)."""
+    bar = Progress(label, total, stream)
     for done, s in enumerate(samples, start=1):
         yield s
-        now = time.monotonic()
-        if now - last >= 0.1:
-            last = now
-            draw(done)
-    draw(done)
-    stream.write("\n")
-    stream.flush()
+        bar.update(done)
+    bar.close()
 
 
 def _sample_digest(h: "hashlib._Hash", s: Sample) -> None:

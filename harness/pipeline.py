@@ -47,13 +47,17 @@ class Pipeline:
     batching: object
     cache: object
 
+    def shared_cache_stats(self):
+        """A call that reads the rank-wide shared cache's statistics, or None (no SampleDataset here)."""
+        dataset = self.loader.dataset
+        return dataset.shared_stats if isinstance(dataset, SampleDataset) else None
+
     def close(self) -> None:
         """Stop what the cell started: drop the loader (its workers stop once the iterator is closed too,
-        see BatchSource.close) and stop a shared cache's server."""
-        close = getattr(self.cache, "close", None)
+        see BatchSource.close) and close the cache strategy (a shared cache stops its server)."""
         self.loader = None
-        if close is not None:
-            close()
+        if self.cache is not None:  # None: a synthetic pipeline without a cache strategy
+            self.cache.close()
 
 
 def build(ctx, cell: Cell) -> Pipeline:
@@ -64,7 +68,7 @@ def build(ctx, cell: Cell) -> Pipeline:
     dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache)
     shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
     sampler_strategy = cell.choice("sampler").create()
-    if getattr(sampler_strategy, "cost", "auto") == "bytes" or shapes is None:
+    if sampler_strategy.cost == "bytes" or shapes is None:
         costs = np.asarray(reader.stored_bytes(), dtype=np.float64)
     else:
         costs = (shapes[:, 0] * shapes[:, 1]).astype(np.float64)

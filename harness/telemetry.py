@@ -1,4 +1,7 @@
-"""Host memory and disk reads of a rank and its DataLoader workers, sampled in a thread at a fixed interval.
+"""Telemetry sampled in a thread at a fixed interval during a cell, never per training step.
+
+IntervalSampler is the thread. MemorySampler: host memory and disk reads of a rank and its DataLoader
+workers. NvmlSampler: a real GPU's utilisation through NVML (nothing, cleanly, without an NVIDIA driver).
 
 PSS (proportional set size) counts a page shared by n processes as 1/n in each, so memory-mapped pages
 shared between workers are not counted twice; RSS is kept beside it for comparison. Disk reads come from
@@ -149,3 +152,57 @@ class MemorySampler(IntervalSampler):
     def disk_read_bytes(self) -> int:
         with self._lock:
             return sum(max(0, last - self._io_base.get(p, 0)) for p, last in self._io_last.items())
+
+
+class NvmlSampler(IntervalSampler):
+    """Mean and peak `utilization.gpu` of one device, sampled every `interval` seconds (10 Hz or faster).
+
+    Where there is no NVIDIA driver or library (or no device index) it samples nothing and `figures()` is
+    None, so the tables show no NVML column."""
+
+    def __init__(self, device_index: int | None, interval: float = 0.05):
+        super().__init__(interval)
+        self.device_index = device_index
+        self.samples: list[int] = []
+        self._window_start = 0
+        self._handle = None
+
+    def _open(self):
+        if self.device_index is None:
+            return None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            return pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
+        except Exception:  # no driver, no library, no such device: no telemetry
+            return None
+
+    def _ready(self) -> bool:
+        self._handle = self._open()
+        return self._handle is not None
+
+    def _sample(self) -> None:
+        import pynvml
+
+        try:
+            self.samples.append(int(pynvml.nvmlDeviceGetUtilizationRates(self._handle).gpu))
+        except Exception:  # the device went away: stop sampling
+            self._stop.set()
+
+    def __exit__(self, *exc) -> None:
+        super().__exit__(*exc)
+        if self._handle is not None:
+            import pynvml
+
+            pynvml.nvmlShutdown()
+
+    def mark_window(self) -> None:
+        self._window_start = len(self.samples)
+
+    def figures(self) -> dict | None:
+        window = self.samples[self._window_start:]
+        if not window:
+            return None
+        return {"nvml_util_mean_pct": sum(window) / len(window), "nvml_util_max_pct": max(window),
+                "nvml_samples": len(window), "nvml_interval_s": self.interval}

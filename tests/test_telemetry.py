@@ -1,4 +1,4 @@
-"""Real-GPU telemetry is skipped cleanly on a machine without an NVIDIA driver, and works where there is one."""
+"""Telemetry: real-GPU NVML sampling is skipped cleanly on a machine without an NVIDIA driver, and works where there is one."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from harness.gpu import NvmlSampler
+from harness.telemetry import NvmlSampler
 
 
 def test_nvml_sampler_without_a_device_reports_nothing():

@@ -1,0 +1,86 @@
+"""Every cell of a run on one rank, in the already-joined process group.
+
+Repeats interleave across cells (A B C A B C) so that machine drift spreads evenly. Rank 0 records the
+machine probe once per repeat while the others wait; after each cell the ranks gather their records to
+rank 0, which appends the cell's line to cells.jsonl at once (nothing measured is lost if a later cell dies).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch.distributed as dist
+
+from harness import probe, records, results
+from harness.matrix import Cell
+from harness.profiling import CellProfiler
+from harness.progress import Progress
+from harness.trainloop import RankContext, run_cell
+
+if TYPE_CHECKING:
+    from harness.launch import LaunchConfig
+
+
+class StepProgress:
+    """The per-step progress callback of a cell: a new bar whenever a phase starts again at step 1."""
+
+    def __init__(self, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.bar: Progress | None = None
+
+    def __call__(self, step: int, total: int) -> None:
+        if self.bar is None or step == 1:
+            self.close()
+            self.bar = Progress("    step", total, self.stream, bar_width=0)
+        self.bar.update(step)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
+            data_paths: dict[str, Path]) -> None:
+    plan = [(repeat, cell) for repeat in range(config.repeats) for cell in config.cells]
+    for i, (repeat, cell) in enumerate(plan):
+        if cell is config.cells[0]:
+            if rank == 0:  # the machine probe, once per repeat, while the other ranks wait
+                results.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
+            dist.barrier()
+        show = config.progress and rank == 0
+        if show:
+            print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)
+        ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
+                          cache_state=config.cache_state, decompose=config.decompose)
+        run_one(ctx, config, cell, repeat, device, show)
+
+
+def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellProfiler | None:
+    if not config.profile or repeat != 0:
+        return None
+    return CellProfiler(config.run_dir / "traces" / cell.id.replace("/", "_"), rank,
+                        skip_first=config.scenario.training.warmup_steps)
+
+
+def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, device, show: bool) -> None:
+    """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line."""
+    started = time.perf_counter()
+    progress = StepProgress() if show else None
+    ctx.progress = progress
+    try:
+        record = run_cell(ctx, cell, profiler=_profiler(config, cell, ctx.rank, repeat))
+    finally:
+        if progress is not None:
+            progress.close()
+    gathered = [None] * ctx.world_size if ctx.rank == 0 else None
+    dist.gather_object(record, gathered, dst=0)
+    if ctx.rank == 0:
+        line = records.cell_line(config.scenario, cell, device.name, config.device != "cuda",
+                                 gathered, time.perf_counter() - started)
+        line["repeat"] = repeat
+        results.append_cell(config.run_dir, line)
+        if show:
+            print(records.summary_text(line), file=sys.stderr, flush=True)
