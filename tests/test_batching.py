@@ -10,6 +10,7 @@ import strategies.batching.adaptive  # noqa: F401  (register before they are bui
 import strategies.batching.dynamic  # noqa: F401
 import strategies.sampler.balanced  # noqa: F401
 from strategies import registry
+from strategies.protocols import Batching
 
 IMAGE_SIZE = 224
 
@@ -123,12 +124,14 @@ def adaptive(n, batch_size=8, **params):
         SequentialSampler(range(n)), batch_size, batch_cost=len, budget=1.0, sort_key=np.zeros(n))
 
 
-def test_adaptive_follows_observe():
-    bs = adaptive(1000, batch_size=8)  # min 2, max 32
+def test_adaptive_follows_observe_on_the_strategy():
+    strategy = registry.create("batching", "adaptive")
+    strategy.observe(0.1)  # before any batch sampler exists: nothing to report to, no error
+    bs = strategy.batch_sampler(SequentialSampler(range(1000)), 8)  # min 2, max 32
     it = iter(bs)
     sizes = [len(next(it))]
     for reading in [0.1, 0.1, 0.1, 0.7, 0.5, 0.9, 0.99, 0.99, 0.99, 0.99, 0.7]:
-        bs.observe(reading)
+        strategy.observe(reading)  # what the training loop calls
         sizes.append(len(next(it)))
     assert sizes == [8, 16, 32, 32, 32, 32, 16, 8, 4, 2, 2, 2]
     sizes.append(len(next(it)))  # no new report: the size stays
@@ -168,8 +171,29 @@ def test_adaptive_in_a_dataloader_without_workers():
     assert sizes[:4] == [8, 16, 32, 32] and sum(sizes) == 200
 
 
+@pytest.mark.parametrize("name, splits", [("fixed", False), ("dynamic", True), ("adaptive", False)])
+def test_protocol_members(name, splits):
+    strategy = registry.create("batching", name)
+    assert isinstance(strategy, Batching) and strategy.splits_on_oom is splits
+    bs = strategy.batch_sampler(SequentialSampler(range(10)), 4, batch_cost=len, budget=100.0,
+                                sort_key=np.zeros(10))
+    strategy.observe(0.5)  # a no-op for fixed and dynamic
+    assert sorted(i for b in bs for i in b) == list(range(10))
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"bucket": "yes"}, "bucket must be true or false"), ({"max_batch": 2.5}, "max_batch must be an integer"),
+    ({"min_batch": 8, "max_batch": 4}, "min_batch 8 exceeds max_batch 4"),
+    ({"budget_fraction": 0}, r"budget_fraction must be a finite number in \(0, 1\]")])
+def test_dynamic_checks_parameter_values(params, message):
+    with pytest.raises(ValueError, match=message):
+        registry.create("batching", "dynamic", **params)
+
+
 def test_adaptive_rejects_bad_params():
     with pytest.raises(ValueError):
         registry.create("batching", "adaptive", low=0.9, high=0.5)
+    with pytest.raises(ValueError, match="min_batch must be an integer"):
+        registry.create("batching", "adaptive", min_batch="2")
     with pytest.raises(ValueError):
         adaptive(10, batch_size=8, max_batch=4)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +18,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from strategies import registry
 from strategies.cache.lru import LRUCache, LRUStore
+from strategies.protocols import Cache, Fetch
 
 SCOPES = ("worker", "shared")
 
@@ -70,6 +74,35 @@ def test_registered_with_defaults():
 def test_invalid_params_raise(params, name):
     with pytest.raises(ValueError, match=name):
         LRUCache(**params)
+
+
+def test_no_cache_wraps_fetch_and_has_no_stats():
+    cache = registry.create("cache", "none")
+    fetch = RecordingFetch()
+    cf = cache.wrap(fetch, len)
+    assert isinstance(cache, Cache) and isinstance(cf, Fetch)
+    assert cf([3, 1, 3]) == [make_item(i) for i in (3, 1, 3)] and fetch.calls == [[3, 1, 3]]
+    assert cf.stats() is None
+    assert pickle.loads(pickle.dumps(cf))([2]) == [make_item(2)]
+    cache.close()  # the protocol's default: nothing to stop
+
+
+def test_lru_wrap_returns_a_fetch_with_stats():
+    cache = LRUCache(capacity_mb=1)
+    cf = cache.wrap(RecordingFetch(), len)
+    assert isinstance(cache, Cache) and isinstance(cf, Fetch)
+    cf([1])
+    assert cf.stats()["misses"] == 1 and cf.stats()["scope"] == "worker"
+
+
+@pytest.mark.parametrize("module, other", [("strategies.cache.lru_shared", "strategies.cache.lru"),
+                                           ("strategies.cache.store", "strategies.cache.lru_shared")])
+def test_shared_scope_does_not_import_the_strategy_module(module, other):
+    """lru imports lru_shared and store; neither imports lru back (no import cycle)."""
+    code = f"import sys, {module}; print({other!r} in sys.modules)"
+    repo = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=repo).stdout
+    assert out.strip() == "False"
 
 
 @settings(max_examples=60, deadline=None)
@@ -154,6 +187,7 @@ def _start_and_vanish(queue) -> None:
     os._exit(0)  # no finalisers, no atexit: the server must notice on its own
 
 
+@pytest.mark.slow
 def test_server_exits_when_its_rank_dies_without_cleanup():
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -206,6 +240,7 @@ def run_two_epochs(scope: str) -> tuple[dict, dict]:
         cache.close()
 
 
+@pytest.mark.slow
 def test_shared_scope_hits_more_than_per_worker_in_a_real_dataloader():
     worker1, worker2 = run_two_epochs("worker")
     shared1, shared2 = run_two_epochs("shared")

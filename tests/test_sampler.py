@@ -11,6 +11,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 import strategies.sampler.balanced  # noqa: F401  (registers "balanced" even before it is a builtin)
 from strategies import registry
+from strategies.protocols import EpochSampler, Sampler
 from strategies.sampler.balanced import lpt_assign
 
 SAMPLERS = ("default", "balanced")
@@ -71,6 +72,15 @@ def test_set_epoch_reshuffles(name):
     assert list(s) == first  # same epoch, same order
 
 
+@pytest.mark.parametrize("name, cost", [("default", "auto"), ("balanced", "auto")])
+def test_protocol_members_and_positional_call(name, cost):
+    """The protocol's call, sampler(size, num_replicas, rank, seed, costs, batch_size), positionally."""
+    strategy = registry.create("sampler", name)
+    assert isinstance(strategy, Sampler) and strategy.cost == cost
+    s = strategy.sampler(10, 2, 1, 0, np.ones(10), 2)
+    assert isinstance(s, EpochSampler) and len(list(s)) == len(s) == 5
+
+
 def step_max_costs(per_rank: list[list[int]], costs: np.ndarray, batch_size: int) -> np.ndarray:
     """Per global step (the ranks' k-th fixed batches): the largest rank cost."""
     steps = math.ceil(len(per_rank[0]) / batch_size)
@@ -125,6 +135,6 @@ def test_balanced_validates():
         make("balanced", 10, 2, 2, 0, 4)
     with pytest.raises(ValueError):
         make("balanced", 10, 2, 0, 0, 4, costs=np.ones(9))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="cost must be one of auto, pixels, bytes; got 'flops'"):
         registry.create("sampler", "balanced", cost="flops")
     assert registry.create("sampler", "balanced", cost="bytes").cost == "bytes"

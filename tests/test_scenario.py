@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import scenario
+from harness import cli, scenario
 from harness.errors import UsageError
-from harness.matrix import expand
+from harness.matrix import expand, select
 
 GOOD = """
 description = "test"
@@ -95,3 +95,62 @@ def test_override_errors_name_the_flag(tmp_path):
         scenario.load(write(tmp_path, GOOD), {"batch_size": 0})
     with pytest.raises(UsageError, match=r"^--workers = -2 must be zero or more"):
         scenario.load(write(tmp_path, GOOD), {"workers": -2})
+
+
+@pytest.mark.parametrize("entry, message", [
+    ('{ name = "lru", capacity_MB = 64 }',
+     r"s.toml: matrix.cache: cache strategy 'lru' has no parameter 'capacity_MB'; "
+     r"accepted: capacity_mb, level, scope$"),
+    ('{ name = "lru", capacity_mb = -1 }',
+     r"s.toml: matrix.cache: cache strategy 'lru': capacity_mb must be a finite number >= 0, got -1$"),
+    ('{ name = "lru", scope = "node" }', r"matrix.cache: cache strategy 'lru': scope must be one of"),
+])
+def test_strategy_parameters_are_validated_at_load(tmp_path, entry, message):
+    path = write(tmp_path, GOOD + f"cache = [\"none\", {entry}]\n")
+    with pytest.raises(UsageError, match=message) as err:
+        scenario.load(path)
+    assert "\n" not in str(err.value)
+
+
+def test_mistyped_parameter_fails_the_dry_run_with_exit_2(tmp_path, capsys):
+    path = write(tmp_path, GOOD + 'cache = [{ name = "lru", capacity_MB = 64 }]\n')
+    data = tmp_path / "data"
+    code = cli.main(["--scenario", path, "--dry-run", "--data-dir", str(data), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "matrix.cache: cache strategy 'lru' has no parameter 'capacity_MB'; accepted: capacity_mb" in err
+    assert not data.exists()  # nothing generated
+
+
+def test_plugin_strategy_parameters_are_validated_too(tmp_path, capsys):
+    path = write(tmp_path, GOOD + 'sampler = [{ name = "seed_balance", weight = 2 }]\n')
+    code = cli.main(["--scenario", path, "--dry-run", "--plugin", "tests.plugins.seed_strategies"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "matrix.sampler: sampler strategy 'seed_balance' has no parameter 'weight'; accepted: none" in err
+
+
+def test_a_broken_entry_point_is_a_usage_error(tmp_path, monkeypatch):
+    info = tmp_path / "dlbench_broken_sc-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dlbench-broken-sc\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[dlbench.strategies]\nbroken = dlbench_not_there\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UsageError, match="^entry point broken = dlbench_not_there of dlbench-broken-sc"):
+        scenario.load(write(tmp_path, GOOD))
+
+
+MATRIX = GOOD.replace('storage = ["mmap", "hdf5"]', 'storage = ["raw", "mmap", "hdf5"]\ncache = ["none", "lru"]')
+
+
+def test_filters_check_names_against_the_whole_matrix(tmp_path):
+    cells = expand(scenario.load(write(tmp_path, MATRIX)))
+    kept = select(cells, ["storage=hdf5"], ["storage=raw"])  # raw is already gone after --only: still fine
+    assert [c.id for c in kept] == ["storage=hdf5,cache=none,batching=fixed,sampler=default",
+                                    "storage=hdf5,cache=lru,batching=fixed,sampler=default"]
+    assert len(select(cells, ["cache=lru", "storage=raw,mmap"], ["storage=hdf5", "cache=none"])) == 2
+    with pytest.raises(UsageError, match=r"--exclude storage=parquet: parquet is not in the matrix's storage"):
+        select(cells, ["storage=hdf5"], ["storage=parquet"])
+    with pytest.raises(UsageError, match="leave no cell"):
+        select(cells, ["storage=hdf5"], ["cache=none,lru"])

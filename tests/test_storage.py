@@ -14,6 +14,7 @@ from harness.dataset import DatasetSpec, generate_sample
 from harness.errors import UsageError
 from harness.materialise import load_manifest, materialise
 from strategies import registry
+from strategies.protocols import Reader, Storage
 from strategies.sample import FIELDS
 
 STORAGES = ("raw", "mmap", "hdf5")
@@ -45,6 +46,20 @@ def _indices():
 
 def test_all_builtin_storages_are_registered():
     assert set(STORAGES) <= set(registry.names("storage"))
+
+
+@pytest.mark.parametrize("name", STORAGES)
+def test_storage_and_reader_satisfy_the_protocol(name, paths):
+    storage = registry.create("storage", name)
+    assert isinstance(storage, Storage) and storage.name == name
+    reader = storage.open(paths[name])
+    assert isinstance(reader, Reader) and len(reader) == SPEC.samples
+    reader.close()
+
+
+def test_hdf5_checks_chunk_rows():
+    with pytest.raises(ValueError, match="chunk_rows must be an integer >= 1, got 0"):
+        registry.create("storage", "hdf5", chunk_rows=0)
 
 
 @pytest.mark.parametrize("name", STORAGES)
@@ -164,6 +179,7 @@ def _collate(items):
     return items
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", STORAGES)
 def test_reader_works_in_forked_dataloader_workers_after_parent_use(name, paths, expected):
     reader = registry.create("storage", name).open(paths[name])
