@@ -6,8 +6,17 @@
     run_bench.py report RUN_DIR                rebuild every table and plot from cells.jsonl alone
     run_bench.py compare RUN_A RUN_B           compare run B with run A, cell by cell
 
-Exit codes: 0 success, nothing regressed; 1 a significant regression, a broken sampler contract, a failed
-self-test or a crashed rank; 2 usage or run error; 3 baseline missing or not comparable.
+Every command also takes --debug: errors then raise with their traceback instead of one line.
+
+Exit codes:
+    0  success, nothing regressed
+    1  a significant regression (or a cell that errored where the baseline had a result), a broken sampler
+       contract, a failed self-test or a crashed rank
+    2  a usage or run error: one line on stderr, no traceback. Also any unexpected exception, which is a bug
+       of the harness: one line that says so (rerun with --debug for the traceback); never 1, so a bug is
+       not taken for a regression
+    3  a baseline (or, for `compare`, either run directory) missing, incomplete (no env.json, probe.jsonl
+       or cells.jsonl) or not comparable
 """
 from __future__ import annotations
 
@@ -20,6 +29,7 @@ import torch.multiprocessing as mp
 
 from harness import compare, launch, report, results, scenario
 from harness.errors import UsageError
+from harness.records import CellResult
 from harness.matrix import expand, select
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import a module that registers extra strategies (repeatable)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_debug_option(p)
     cells = p.add_argument_group("selecting cells of the matrix")
     cells.add_argument("--only", action="append", default=[], metavar="AXIS=NAME[,NAME]",
                        help="run only cells with these strategies on that axis (repeatable)")
@@ -77,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
     add_compare_options(gate)
     return p
+
+
+def add_debug_option(parser) -> None:
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, raise with the traceback instead of printing one line")
 
 
 def add_compare_options(group) -> None:
@@ -109,12 +125,30 @@ def comparable_of(sc: scenario.Scenario, device: str) -> dict:
             "emulated": device != "cuda"}
 
 
-def run_as_baseline(run_dir: Path) -> dict:
-    env, cells = results.read_env(run_dir), results.read_cells(run_dir)
-    if not cells:
-        raise UsageError(f"{run_dir} has no cells.jsonl; pass a run directory under results/")
-    return compare.build_baseline(cells, env, results.read_probe(run_dir), env["comparable"],
-                                  env["scenario"])
+RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")
+
+
+def run_as_baseline(run_dir: Path, role: str = "run") -> dict:
+    """A run directory as a baseline-shaped dict; a one-line BaselineError (exit 3) when it is missing,
+    incomplete (no env.json, probe.jsonl or cells.jsonl) or unreadable."""
+    where = f"{role} {run_dir}"
+    if not Path(run_dir).is_dir():
+        raise compare.BaselineError(f"{where} is not a directory; pass a run directory under results/")
+    missing = [name for name in RUN_FILES if not (Path(run_dir) / name).is_file()]
+    if missing:
+        raise compare.BaselineError(f"{where} is incomplete (no {', '.join(missing)}); pass a finished run "
+                                    f"directory under results/")
+    try:
+        env, cells = results.read_env(run_dir), results.read_results(run_dir)
+        if not cells:
+            raise ValueError(f"{run_dir}/cells.jsonl is empty")
+        lacking = [k for k in ("comparable", "scenario") if k not in env]
+        if lacking:
+            raise ValueError(f"{run_dir}/env.json lacks {', '.join(lacking)} (written by an older harness?)")
+        return compare.build_baseline(cells, env, results.read_probe(run_dir), env["comparable"],
+                                      env["scenario"])
+    except ValueError as err:  # results.ResultsError included
+        raise compare.BaselineError(f"{where} cannot be compared: {err}") from None
 
 
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -177,10 +211,10 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"run_bench.py: a rank process died ({err}); the cells measured before it are kept.",
                   file=sys.stderr)
             failed = True
-    cells_done = results.read_cells(run_dir)
+    cells_done: list[CellResult] = results.read_results(run_dir)
     print(report.write_all(run_dir, cells_done, env))
     code = EXIT_REGRESSION if failed else EXIT_OK
-    broken = [c["cell"] for c in cells_done if not c.get("coverage", {}).get("ok", True)]
+    broken = [c.cell for c in cells_done if not c.contract_ok]
     if broken:
         print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
               file=sys.stderr)
@@ -212,13 +246,26 @@ def cmd_report(argv: list[str]) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--with-1x", type=Path, metavar="RUN_DIR",
                    help="a one-rank run of the same matrix, for the scaling-efficiency table")
+    add_debug_option(p)
     args = p.parse_args(argv)
-    cells = results.read_cells(args.run_dir)
-    if not cells:
-        raise UsageError(f"{args.run_dir}/cells.jsonl is missing or empty; pass a run directory under results/")
-    print(report.write_all(args.run_dir, cells, results.read_env(args.run_dir),
-                           cells_1x=results.read_cells(args.with_1x) if args.with_1x else None))
+    try:
+        cells = read_run(args.run_dir)
+        cells_1x = read_run(args.with_1x) if args.with_1x else None
+        env = results.read_env(args.run_dir)
+    except results.ResultsError as err:
+        raise UsageError(str(err)) from None
+    print(report.write_all(args.run_dir, cells, env, cells_1x))
     return EXIT_OK
+
+
+def read_run(run_dir: Path) -> list[CellResult]:
+    """A run directory's results; a UsageError when it has none."""
+    if not Path(run_dir).is_dir():
+        raise UsageError(f"{run_dir} is not a directory; pass a run directory under results/")
+    cells = results.read_results(run_dir)
+    if not cells:
+        raise UsageError(f"{run_dir}/cells.jsonl is missing or empty; pass a run directory under results/")
+    return cells
 
 
 def cmd_compare(argv: list[str]) -> int:
@@ -227,9 +274,11 @@ def cmd_compare(argv: list[str]) -> int:
     p.add_argument("run_b", type=Path)
     p.add_argument("--markdown", action="store_true", help="print markdown (for a pull-request comment)")
     add_compare_options(p)
+    add_debug_option(p)
     args = p.parse_args(argv)
-    comparison = compare.compare(run_as_baseline(args.run_b), run_as_baseline(args.run_a), args.raw,
-                                 args.min_effect, args.alpha)
+    baseline = run_as_baseline(args.run_a, "run A (the baseline)")
+    current = run_as_baseline(args.run_b, "run B")
+    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha)
     if args.markdown:
         print(compare.render(comparison, "markdown"))
         return comparison.exit_code
@@ -238,6 +287,7 @@ def cmd_compare(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
     try:
         if argv and argv[0] == "report":
             return cmd_report(argv[1:])
@@ -259,8 +309,29 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(code)
         return code
     except UsageError as err:
+        if debug:
+            raise
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return EXIT_USAGE
     except compare.BaselineError as err:
+        if debug:
+            raise
         print(f"run_bench.py: error: {err}", file=sys.stderr)
         return EXIT_BASELINE
+    except Exception as err:  # a bug: say so in one line, exit 2 (never 1, which means a regression)
+        if debug:
+            raise
+        where = _origin(err)
+        print(f"run_bench.py: internal error (a bug in the harness): {type(err).__name__}: "
+              f"{' '.join(str(err).split())[:200]}{where}; rerun with --debug for the traceback", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _origin(err: BaseException) -> str:
+    """" at file:line" of the innermost frame of an exception's traceback ("" without one)."""
+    tb = err.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" at {Path(tb.tb_frame.f_code.co_filename).name}:{tb.tb_lineno}"

@@ -40,6 +40,7 @@ from pathlib import Path
 from tabulate import tabulate
 
 from harness import stats
+from harness.records import CellResult
 
 FORMAT = "dlbench-baseline/1"
 VERDICTS = ("slower", "error", "faster", "unchanged", "new", "missing")
@@ -52,29 +53,31 @@ class BaselineError(Exception):
     """A baseline that cannot be used (missing, unreadable, wrong format, not comparable); the CLI exits 3."""
 
 
-def build_baseline(cells: list[dict], env: dict, probe: dict, comparable: dict, scenario: str,
+def build_baseline(results: list[CellResult], env: dict, probe: dict, comparable: dict, scenario: str,
                    created: str | None = None) -> dict:
-    """A baseline-shaped dict from cells.jsonl objects (one per cell and repeat; "repeat" defaults to 0)."""
+    """A baseline-shaped dict from a run's results (one per cell and repeat). A ValueError (one line) when a
+    cell has two results for one repeat or the probe lacks a repeat."""
     ideal = list(probe.get("ideal_samples_per_s", []))
-    grouped: dict[str, dict[int, dict]] = {}
-    for c in cells:
-        rep = int(c.get("repeat", 0))
-        if rep in grouped.setdefault(c["cell"], {}):
-            raise ValueError(f"cell {c['cell']} has two results for repeat {rep}")
-        grouped[c["cell"]][rep] = c
+    grouped: dict[str, dict[int, CellResult]] = {}
+    for c in results:
+        if c.repeat in grouped.setdefault(c.cell, {}):
+            raise ValueError(f"cell {c.cell} has two results for repeat {c.repeat}")
+        grouped[c.cell][c.repeat] = c
     out_cells = {}
     for cid, reps in grouped.items():
         ordered = [reps[r] for r in sorted(reps)]
-        errors = sorted({c["error"] for c in ordered if c.get("error")})
+        errors = sorted({c.error for c in ordered if c.error})
         entry = {"throughput": [], "normalised": [], "step_p50_ms": [], "error": "; ".join(errors) or None}
         if not errors:
             for rep, c in zip(sorted(reps), ordered):
                 if rep >= len(ideal) or not ideal[rep] > 0:
                     raise ValueError(f"the probe has no ideal_samples_per_s for repeat {rep} (cell {cid})")
-                tp = float(c["figures"]["throughput"])
+                if c.figures.throughput is None or c.figures.step_p50_ms is None:
+                    raise ValueError(f"cell {cid} repeat {rep} has no error and no throughput")
+                tp = float(c.figures.throughput)
                 entry["throughput"].append(tp)
                 entry["normalised"].append(tp / float(ideal[rep]))
-                entry["step_p50_ms"].append(float(c["figures"]["step_p50_ms"]))
+                entry["step_p50_ms"].append(float(c.figures.step_p50_ms))
         out_cells[cid] = entry
     return {"format": FORMAT,
             "created": created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -1,4 +1,6 @@
-"""Pure functions: per-rank records of one cell -> the figures of DESIGN.md section 6."""
+"""Pure functions: the per-rank records of one cell -> its figures, coverage, cache and decomposition.
+
+Each returns a JSON-ready dict; harness.records wraps them in the result model (docs/results-format.md)."""
 from __future__ import annotations
 
 import numpy as np

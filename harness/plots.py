@@ -1,8 +1,9 @@
 """PNG figures from cells.jsonl: throughput per cell, step-time distributions, stall breakdown per step.
 
 Drawn on matplotlib's Agg canvas directly (no pyplot, no GUI backend, the global backend is left alone).
-Errored cells are left out. Repeats of a cell (several lines with its id) are merged: the bar is the median,
-the whiskers the confidence interval of the median that harness.report.aggregate computed (harness.stats).
+Takes results (harness.records.CellResult). Errored cells are left out. Repeats of a cell (several lines with
+its id) are merged (harness.records.merge_repeats): the bar is the median, the whiskers the confidence
+interval of the median (harness.stats).
 """
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness import stats
-from harness.report import aggregate, measured, shown_axes
-from harness.seedtables import emulated, stack_label
+from harness.records import CellResult, CellSummary, merge_repeats
+from harness.tables import EMULATED_MARK, emulated, shown_axes, stack_label
 
 PARTS = (("wait", "wait (data stall)", "#d62728"), ("h2d", "host-to-device", "#ff7f0e"),
          ("compute", "compute", "#1f77b4"), ("sync", "sync (waiting for other ranks)", "#9edae5"))
@@ -27,22 +28,22 @@ def new_figure(rows: int, width: float = 9.0) -> Figure:
     return fig
 
 
-def _whiskers(cell: dict) -> tuple[float, float, str] | None:
-    """(low, high, what) around the median from the cell's aggregated summary; None for one repeat."""
-    summary = cell["figures"].get("throughput_summary")
+def _whiskers(cell: CellSummary) -> tuple[float, float, str] | None:
+    """(low, high, what) around the median from the cell's merged repeats; None for one repeat."""
+    summary = cell.throughput_summary
     if not summary:
         return None
     coverage = stats.median_ci_ranks(summary["n"])[2] * 100  # below n=6 the "95%" CI is the full range
     return summary["lo"], summary["hi"], f"CI of the median ({min(coverage, 95):.0f}% at n={summary['n']})"
 
 
-def _setup(fig: Figure, labels: list[str], axes: list[str], title: str, xlabel: str, cells: list[dict]):
+def _setup(fig: Figure, labels: list[str], axes: list[str], title: str, xlabel: str, cells: list[CellSummary]):
     ax = fig.add_subplot()
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylim(len(labels) - 0.5, -0.5)  # first cell on top
     ax.set_ylabel("/".join(axes), fontsize=9)
     ax.set_xlabel(xlabel)
-    suffix = "  (* emulated accelerator: modelled step time)" if emulated(cells) else ""
+    suffix = f"  ({EMULATED_MARK} emulated accelerator: modelled step time)" if emulated(cells) else ""
     ax.set_title(title + suffix, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
@@ -55,11 +56,12 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def throughput_plot(cells: list[dict], labels: list[str], axes: list[str], path: Path) -> Path:
+def throughput_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
+    """One bar per cell (the median), whiskers for the confidence interval of the median over repeats."""
     fig = new_figure(len(cells))
-    m = "*" if emulated(cells) else ""
+    m = EMULATED_MARK if emulated(cells) else ""
     ax = _setup(fig, labels, axes, "Throughput per cell", f"samples/s{m} (all ranks)", cells)
-    medians = [c["figures"]["throughput"] for c in cells]
+    medians = [c.figures.throughput for c in cells]
     ax.barh(range(len(cells)), medians, color="#1f77b4", height=0.7)
     notes: dict[int, str] = {}
     for i, c in enumerate(cells):
@@ -69,38 +71,39 @@ def throughput_plot(cells: list[dict], labels: list[str], axes: list[str], path:
             low, high, what = whisker
             ax.errorbar(medians[i], i, xerr=[[max(0.0, medians[i] - low)], [max(0.0, high - medians[i])]],
                         fmt="none", ecolor="black", capsize=3, lw=1)
-            notes.setdefault(len(c["throughput_repeats"]), what)
+            notes.setdefault(len(c.throughput_repeats), what)
             end = max(end, high)
         ax.text(end, i, f" {medians[i]:.0f}", va="center", fontsize=7)
-    repeats = max((c.get("repeats", 1) for c in cells), default=1)
-    top = max(max(c.get("throughput_repeats") or [0]) for c in cells)
+    repeats = max((c.repeats for c in cells), default=1)
+    top = max(max(c.throughput_repeats or [0]) for c in cells)
     ax.set_xlim(0, max(top, *medians) * 1.15 or 1)
     if notes:  # the fewest repeats give the weakest interval: name that one
         fewest = min(notes)
         ax.set_xlabel(ax.get_xlabel() + f"\nbar = median of {fewest}-{repeats} repeats; whiskers = {notes[fewest]}")
-    return _save(fig, path)
+    return fig
 
 
-def step_time_plot(cells: list[dict], labels: list[str], axes: list[str], path: Path) -> Path:
+def step_time_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
+    """One box per cell over all ranks' measured step times (repeats pooled)."""
     fig = new_figure(len(cells))
-    m = "*" if emulated(cells) else ""
+    m = EMULATED_MARK if emulated(cells) else ""
     ax = _setup(fig, labels, axes, "Step time over all ranks' measured steps", f"step time ms{m}", cells)
-    data = [np.concatenate([np.asarray(r.get("step") or [], dtype=float) for r in c.get("ranks") or []]
+    data = [np.concatenate([np.asarray(r.get("step") or [], dtype=float) for r in c.ranks]
                            or [np.zeros(0)]) * 1e3 for c in cells]
     ax.boxplot(data, positions=range(len(cells)), orientation="horizontal", widths=0.6, showfliers=True,
                flierprops={"markersize": 2, "alpha": 0.5}, medianprops={"color": "#d62728"})
     ax.set_yticks(range(len(labels)), labels, fontsize=8)
     ax.set_ylim(len(labels) - 0.5, -0.5)
-    return _save(fig, path)
+    return fig
 
 
-def stall_means(cell: dict) -> dict[str, float]:
+def stall_means(cell: CellResult) -> dict[str, float]:
     """Mean per step (ms, over all ranks' measured steps) of wait, h2d, compute without sync, and sync."""
-    ranks = cell.get("ranks") or []
+    ranks = cell.ranks
     steps = sum(len(r.get("step") or r.get("wait") or []) for r in ranks)
     total = {key: sum(float(np.sum(r[key])) for r in ranks if r.get(key)) for key, _, _ in PARTS}
     has_sync = any(r.get("sync") for r in ranks)
-    if has_sync:  # compute holds sync (harness/trainloop.py): split it so the stack sums to the step
+    if has_sync:  # the recorded compute includes sync: split it out so the stack sums to the step
         total["compute"] -= total["sync"]
     means = {key: value / steps * 1e3 if steps else 0.0 for key, value in total.items()}
     if not has_sync:
@@ -108,9 +111,10 @@ def stall_means(cell: dict) -> dict[str, float]:
     return means
 
 
-def stall_plot(cells: list[dict], labels: list[str], axes: list[str], path: Path) -> Path:
+def stall_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
+    """One stacked bar per cell: wait, h2d, compute and sync, mean ms per step."""
     fig = new_figure(len(cells))
-    m = "*" if emulated(cells) else ""
+    m = EMULATED_MARK if emulated(cells) else ""
     ax = _setup(fig, labels, axes, "Where a step's time goes (mean per step, all ranks)", f"ms per step{m}",
                 cells)
     means = [stall_means(c) for c in cells]
@@ -123,20 +127,20 @@ def stall_plot(cells: list[dict], labels: list[str], axes: list[str], path: Path
         left += widths
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=4,
               frameon=False)
-    return _save(fig, path)
+    return fig
 
 
 PLOTS = (("throughput.png", throughput_plot), ("step_times.png", step_time_plot),
          ("stall_breakdown.png", stall_plot))
 
 
-def write_plots(cells: list[dict], out_dir: Path) -> list[Path]:
+def write_plots(results: list[CellResult], out_dir: Path) -> list[Path]:
     """Write the PNG figures of the measured cells into out_dir; return their paths (none without cells)."""
-    shown = [c for c in aggregate(cells) if measured(c)]
+    shown = [c for c in merge_repeats(results) if c.measured]
     if not shown:
         return []
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     axes = shown_axes(shown)
     labels = [stack_label(shown, c, axes) for c in shown]
-    return [plot(shown, labels, axes, out_dir / name) for name, plot in PLOTS]
+    return [_save(plot(shown, labels, axes), out_dir / name) for name, plot in PLOTS]

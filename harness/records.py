@@ -1,40 +1,287 @@
-"""What a cell's result is: the line appended to cells.jsonl, built from the records of all its ranks."""
+"""The result model: what a cell's result is, on disk (one line of cells.jsonl) and in memory.
+
+- `CellResult`: one cell, one repeat: one line of cells.jsonl (docs/results-format.md lists every key).
+  `to_json()` / `CellResult.from_json(obj)` round-trip it; keys this version does not know are kept in
+  `extra` and written back unchanged. Lines without "schema" are read as version 1.
+- `Figures`: the figures of a cell (harness.metrics.cell_figures) as typed, optional attributes; figures this
+  version does not know are kept in `extra` and read with `get(key)` like the known ones.
+- `CellSummary`: the repeats of one cell merged (`merge_repeats`): medians of the measured repeats' figures,
+  the throughput's confidence interval, and how many repeats failed and why.
+- `cell_line` / `summary_text`: the line written after each cell, built from the records of all its ranks.
+
+This module depends on harness.metrics and harness.stats only (and on the scenario and matrix types for
+`cell_line`); every reporting module reads results through it.
+"""
 from __future__ import annotations
 
-from harness import metrics
-from harness.matrix import Cell
-from harness.scenario import Scenario
+import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+
+from harness import metrics, stats
+
+SCHEMA_VERSION = 1
 
 
-def cell_line(scenario: Scenario, cell: Cell, device_name: str, emulated: bool, records: list[dict],
-              elapsed: float) -> dict:
-    """The JSON object appended to cells.jsonl for one cell."""
+@dataclass
+class Figures:
+    """The figures of one cell (units in the names: _ms, _pct, _mb, _gb, _s). Every field is optional: a cell
+    that took no step has only `ranks` and `window_steps`."""
+
+    ranks: int | None = None
+    window_steps: int | None = None
+    window_s: float | None = None
+    samples: int | None = None
+    throughput: float | None = None
+    step_p50_ms: float | None = None
+    step_p95_ms: float | None = None
+    step_p99_ms: float | None = None
+    stall_mean_pct: float | None = None
+    stall_max_pct: float | None = None
+    au_pct: float | None = None
+    imbalance: float | None = None
+    host_pss_peak_mb: float | None = None
+    host_pss_total_mb: float | None = None
+    host_rss_peak_mb: float | None = None
+    device_peak_gb: float | None = None
+    read_mb_s: float | None = None
+    logical_read_mb: float | None = None
+    disk_read_mb: float | None = None
+    disk_read_mb_s: float | None = None
+    padding_waste_pct: float | None = None
+    mean_batch: float | None = None
+    max_batch: int | None = None
+    oom_events: int | None = None
+    shadow_steps: int | None = None
+    nvml_util_pct: float | None = None
+    gpu_compute_au_pct: float | None = None
+    overrun_steps: int | None = None
+    overrun_pct: float | None = None
+    vs_probe: float | None = None  # derived when reporting: throughput / the repeat's ideal loader (probe.jsonl)
+    extra: dict[str, Any] = field(default_factory=dict)  # figures this version does not know
+    _present: frozenset = field(default=frozenset(), repr=False, compare=False)  # known keys read, even if null
+
+    @classmethod
+    def known(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls) if f.name not in ("extra", "_present"))
+
+    @classmethod
+    def from_json(cls, obj: dict | None) -> Figures:
+        obj = dict(obj or {})
+        known = set(cls.known())
+        return cls(**{k: v for k, v in obj.items() if k in known},
+                   extra={k: v for k, v in obj.items() if k not in known},
+                   _present=frozenset(k for k in obj if k in known))
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.known()
+               if getattr(self, k) is not None or k in self._present}
+        out.update(self.extra)
+        return out
+
+    def get(self, key: str, default=None):
+        """A figure by name, known or not; `default` when absent or null."""
+        value = getattr(self, key) if key in self.known() else self.extra.get(key)
+        return default if value is None else value
+
+    def replace(self, **changes) -> Figures:
+        known = {k: v for k, v in changes.items() if k in self.known()}
+        extra = {**self.extra, **{k: v for k, v in changes.items() if k not in known}}
+        return dataclasses.replace(self, **known, extra=extra, _present=self._present | set(known))
+
+    @property
+    def measured(self) -> bool:
+        return self.throughput is not None
+
+
+@dataclass
+class CellResult:
+    """One cell, one repeat: one line of cells.jsonl."""
+
+    cell: str  # the cell's id: "storage=raw,cache=none,batching=fixed,sampler=default"
+    scenario: str = ""
+    strategies: dict[str, str] = field(default_factory=dict)  # axis -> label, name(param=value,...)
+    params: dict[str, dict] = field(default_factory=dict)  # axis -> the strategy's parameters
+    names: dict[str, str] = field(default_factory=dict)  # axis -> the strategy's name, without parameters
+    device: str = ""
+    emulated: bool = False
+    workload: str | None = None
+    batch_size: int | None = None
+    world_size: int | None = None
+    repeat: int = 0
+    elapsed_s: float | None = None
+    figures: Figures = field(default_factory=Figures)
+    coverage: dict | None = None
+    cache: dict | None = None
+    page_cache: dict | None = None
+    decomposition: dict | None = None
+    error: str | None = None
+    ranks: list[dict] = field(default_factory=list)
+    schema: int = SCHEMA_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, written back as read
+
+    KEYS = ("schema", "scenario", "cell", "strategies", "params", "names", "device", "emulated", "workload",
+            "batch_size", "world_size", "repeat", "elapsed_s", "figures", "coverage", "cache", "page_cache",
+            "decomposition", "error", "ranks")
+
+    @classmethod
+    def from_json(cls, obj: dict) -> CellResult:
+        """A line of cells.jsonl. Lines of older harnesses lack schema (version 1), repeat (0), page_cache,
+        decomposition and names (derived from the labels and params); keys not in KEYS go to `extra`."""
+        if not isinstance(obj, dict) or "cell" not in obj:
+            raise ValueError(f"not a cells.jsonl line (an object with a \"cell\" key): {str(obj)[:80]}")
+        schema = obj.get("schema", 1)
+        if not isinstance(schema, int) or schema > SCHEMA_VERSION:
+            raise ValueError(f"cell {obj['cell']} has schema {schema!r}; this harness reads up to "
+                             f"{SCHEMA_VERSION}")
+        strategies = dict(obj.get("strategies") or {})
+        params = {a: dict(p or {}) for a, p in (obj.get("params") or {}).items()}
+        names = dict(obj.get("names") or {}) or {a: _name_of(label, params.get(a)) for a, label in
+                                                 strategies.items()}
+        return cls(cell=obj["cell"], scenario=obj.get("scenario", ""), strategies=strategies, params=params,
+                   names=names, device=obj.get("device", ""), emulated=bool(obj.get("emulated", False)),
+                   workload=obj.get("workload"), batch_size=obj.get("batch_size"),
+                   world_size=obj.get("world_size"), repeat=int(obj.get("repeat") or 0),
+                   elapsed_s=obj.get("elapsed_s"), figures=Figures.from_json(obj.get("figures")),
+                   coverage=obj.get("coverage"), cache=obj.get("cache"), page_cache=obj.get("page_cache"),
+                   decomposition=obj.get("decomposition"), error=obj.get("error"),
+                   ranks=list(obj.get("ranks") or []), schema=schema,
+                   extra={k: v for k, v in obj.items() if k not in cls.KEYS})
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in self.KEYS if k != "figures"}
+        out["figures"] = self.figures.to_json()
+        out.update(self.extra)
+        return out
+
+    @property
+    def measured(self) -> bool:
+        """Not errored and has a throughput."""
+        return not self.error and self.figures.measured
+
+    @property
+    def contract_ok(self) -> bool:
+        """The sampler contract held (True when it was not checked)."""
+        return (self.coverage or {}).get("ok", True)
+
+    def name(self, axis: str) -> str:
+        """The strategy's name on an axis, without parameters ("" when the line has no such axis)."""
+        return self.names.get(axis, self.strategies.get(axis, ""))
+
+    def label(self, axis: str) -> str:
+        """The strategy's label on an axis: its name with its parameters ("" when absent)."""
+        return self.strategies.get(axis, "")
+
+
+def _name_of(label: str, params: dict | None) -> str:
+    """A strategy's name from its label, for lines written before names were stored: the label is the name
+    followed by "(k=v,...)" of its parameters (harness.scenario.StrategyChoice.label)."""
+    if not params:
+        return label
+    suffix = "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
+    return label[:-len(suffix)] if label.endswith(suffix) else label.partition("(")[0]
+
+
+@dataclass
+class CellSummary(CellResult):
+    """The repeats of one cell merged. `figures` are the medians over the measured repeats (integers stay
+    integers), `ranks` the measured repeats' ranks pooled. A cell counts as errored only when no repeat was
+    measured; `failed_repeats` and `repeat_errors` say how many of the others failed and why."""
+
+    repeats: int = 1  # measured repeats
+    failed_repeats: int = 0
+    repeat_errors: list[str] = field(default_factory=list)
+    throughput_repeats: list[float] = field(default_factory=list)
+    throughput_summary: dict | None = None  # harness.stats.summary of throughput_repeats, with 2+ repeats
+
+    @property
+    def total_repeats(self) -> int:
+        return self.repeats + self.failed_repeats
+
+
+def merge_repeats(results: list[CellResult]) -> list[CellSummary]:
+    """One CellSummary per cell id, in first-seen order. Idempotent: summaries pass through unchanged."""
+    groups: dict[str, list[CellResult]] = {}
+    for r in results:
+        groups.setdefault(r.cell, []).append(r)
+    out = []
+    for reps in groups.values():
+        if len(reps) == 1 and isinstance(reps[0], CellSummary):
+            out.append(reps[0])
+            continue
+        ok = [r for r in reps if r.measured]
+        first = (ok or reps)[0]
+        base = {f.name: getattr(first, f.name) for f in fields(CellResult)}
+        merged = CellSummary(**base, repeats=len(ok), failed_repeats=len(reps) - len(ok),
+                             repeat_errors=[r.error or "no steps" for r in reps if not r.measured],
+                             throughput_repeats=[r.figures.throughput for r in ok])
+        if len(ok) > 1:
+            keys = ok[0].figures.to_json()
+            figures = {}
+            for key, value in keys.items():
+                values = [r.figures.get(key) for r in ok]
+                numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+                figures[key] = _median_like(values) if numeric else value
+            merged.figures = Figures.from_json(figures)
+            merged.throughput_summary = stats.summary(merged.throughput_repeats)
+            merged.ranks = [rank for r in ok for rank in r.ranks]
+        out.append(merged)
+    return out
+
+
+def _median_like(values: list) -> float | int:
+    """The median, kept an integer when every value is one (step counts, events)."""
+    m = float(np.median(values))
+    return int(round(m)) if all(isinstance(v, int) for v in values) else m
+
+
+def relative_to_probe(results: list[CellResult], probe: dict) -> list[CellResult]:
+    """Each measured result's throughput as a multiple of its repeat's in-memory ideal loader (probe.jsonl,
+    figure `vs_probe`): the figure that stays comparable across machines."""
+    ideal = probe.get("ideal_samples_per_s") or []
+    out = []
+    for r in results:
+        thr = r.figures.throughput
+        if thr is not None and r.repeat < len(ideal) and ideal[r.repeat]:
+            r = dataclasses.replace(r, figures=r.figures.replace(vs_probe=thr / ideal[r.repeat]))
+        out.append(r)
+    return out
+
+
+def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[dict], elapsed: float) -> dict:
+    """The JSON object appended to cells.jsonl for one cell (a harness.scenario.Scenario and a
+    harness.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds)."""
     errors = sorted({r["error"] for r in records if r.get("error")})
-    ranks = [{k: v for k, v in r.items() if k != "consumed"} for r in records]
-    return {
-        "scenario": scenario.name,
-        "cell": cell.id,
-        "strategies": cell.strategies(),
-        "params": {c.axis: dict(c.params) for c in cell.choices},
-        "device": device_name,
-        "emulated": emulated,
-        "workload": scenario.training.workload,
-        "batch_size": scenario.training.batch_size,
-        "world_size": len(records),
-        "elapsed_s": round(elapsed, 3),
-        "figures": metrics.cell_figures(records),
-        "coverage": metrics.coverage(records, scenario.dataset.samples),
-        "cache": metrics.cache_figures(records),
-        "page_cache": records[0].get("page_cache"),
-        "decomposition": metrics.decomposition(records),
-        "error": "; ".join(errors) or None,
-        "ranks": ranks,
-    }
+    result = CellResult(
+        cell=cell.id,
+        scenario=scenario.name,
+        strategies=cell.strategies(),
+        params={c.axis: dict(c.params) for c in cell.choices},
+        names={c.axis: c.name for c in cell.choices},
+        device=device_name,
+        emulated=emulated,
+        workload=scenario.training.workload,
+        batch_size=scenario.training.batch_size,
+        world_size=len(records),
+        elapsed_s=round(elapsed, 3),
+        figures=Figures.from_json(metrics.cell_figures(records)),
+        coverage=metrics.coverage(records, scenario.dataset.samples),
+        cache=metrics.cache_figures(records),
+        page_cache=records[0].get("page_cache"),
+        decomposition=metrics.decomposition(records),
+        error="; ".join(errors) or None,
+        ranks=[{k: v for k, v in r.items() if k != "consumed"} for r in records],
+    )
+    return result.to_json()
 
 
 def summary_text(line: dict) -> str:
-    f = line["figures"]
-    if line["error"]:
-        return f"    {line['error']} ({line['elapsed_s']:.1f} s)"
+    """The one-line progress summary of a cells.jsonl line."""
+    r = CellResult.from_json(line)
+    if r.error:
+        return f"    {r.error} ({r.elapsed_s or 0:.1f} s)"
+    f = r.figures
     return (f"    {f.get('throughput', 0):.0f} samples/s, stall {f.get('stall_mean_pct', 0):.0f}%, "
-            f"AU {f.get('au_pct', 0):.0f}% ({line['elapsed_s']:.1f} s)")
+            f"AU {f.get('au_pct', 0):.0f}% ({r.elapsed_s or 0:.1f} s)")

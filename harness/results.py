@@ -11,6 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.records import CellResult
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -103,22 +104,59 @@ def append_cell(run_dir: Path, cell: dict) -> None:
     append_line(Path(run_dir) / "cells.jsonl", cell)
 
 
+class ResultsError(ValueError):
+    """A run directory's file that cannot be read (not JSON, not the expected shape); one line, with the path."""
+
+
 def read_lines(path: Path) -> list[dict]:
+    """The JSON objects of a .jsonl file, one per non-empty line; [] when the file does not exist."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    out = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ResultsError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+    return out
 
 
-def read_cells(run_dir: Path) -> list[dict]:
-    return read_lines(Path(run_dir) / "cells.jsonl")
+def read_results(run_dir: Path) -> list[CellResult]:
+    """cells.jsonl as CellResults, in file order; [] when it does not exist."""
+    path = Path(run_dir) / "cells.jsonl"
+    out = []
+    for number, obj in enumerate(read_lines(path), 1):
+        try:
+            out.append(CellResult.from_json(obj))
+        except ValueError as err:
+            raise ResultsError(f"{path}: line {number}: {err}") from None
+    return out
+
+
+read_cells = read_results  # the older name
 
 
 def read_probe(run_dir: Path) -> dict:
     """probe.jsonl as {"ideal_samples_per_s": [per repeat], "memcpy_gb_s": [per repeat]}."""
-    lines = sorted(read_lines(Path(run_dir) / "probe.jsonl"), key=lambda p: p["repeat"])
-    return {k: [p[k] for p in lines] for k in ("ideal_samples_per_s", "memcpy_gb_s")}
+    path = Path(run_dir) / "probe.jsonl"
+    try:
+        lines = sorted(read_lines(path), key=lambda p: p["repeat"])
+        return {k: [p[k] for p in lines] for k in ("ideal_samples_per_s", "memcpy_gb_s")}
+    except (KeyError, TypeError) as err:
+        raise ResultsError(f"{path} lacks {err} in a line; it is not a probe.jsonl of this harness") from None
 
 
 def read_env(run_dir: Path) -> dict:
+    """env.json; {} when it does not exist."""
     path = Path(run_dir) / "env.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        env = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ResultsError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    if not isinstance(env, dict):
+        raise ResultsError(f"{path} is not a JSON object")
+    return env

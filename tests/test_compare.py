@@ -9,6 +9,7 @@ import pytest
 
 from harness import compare as cmp
 from harness.compare import BaselineError
+from harness.records import CellResult, Figures
 
 ENV = {"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3,
        "versions": {"numpy": "2.4.6"}, "git": {"commit": "abc", "dirty": False},
@@ -29,8 +30,8 @@ def run(factors=None, repeats=5, noise=0.005, seed=0, machine=1.0, cells=CELLS, 
     for rep in range(repeats):
         for c in cells:
             tp = BASE_TP.get(c, 50.0) * factors.get(c, 1.0) * machine * (1 + rng.normal(0, noise))
-            lines.append({"cell": c, "repeat": rep, "error": "OOM: batch too big" if c in errors else None,
-                          "figures": {"throughput": tp, "step_p50_ms": 1000.0 / tp}})
+            lines.append(CellResult(c, repeat=rep, error="OOM: batch too big" if c in errors else None,
+                                    figures=Figures(throughput=tp, step_p50_ms=1000.0 / tp)))
     probe = {"ideal_samples_per_s": ideal, "memcpy_gb_s": [10.0 * machine] * repeats}
     return cmp.build_baseline(lines, env, probe, comparable, scenario, created="2026-01-01T00:00:00Z")
 
@@ -52,15 +53,21 @@ def test_build_baseline_shape():
 
 
 def test_build_baseline_orders_by_repeat_and_keeps_errors():
-    lines = [{"cell": "a", "repeat": 1, "error": None, "figures": {"throughput": 20.0, "step_p50_ms": 1.0}},
-             {"cell": "a", "repeat": 0, "error": None, "figures": {"throughput": 10.0, "step_p50_ms": 2.0}},
-             {"cell": "b", "repeat": 0, "error": "OOM", "figures": {}}]
+    lines = [CellResult.from_json(line) for line in [
+        {"cell": "a", "repeat": 1, "error": None, "figures": {"throughput": 20.0, "step_p50_ms": 1.0}},
+        {"cell": "a", "repeat": 0, "error": None, "figures": {"throughput": 10.0, "step_p50_ms": 2.0}},
+        {"cell": "b", "repeat": 0, "error": "OOM", "figures": {}}]]
     b = cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
     assert b["cells"]["a"]["throughput"] == [10.0, 20.0]
     assert b["cells"]["a"]["normalised"] == [0.1, 0.1]
     assert b["cells"]["b"] == {"throughput": [], "normalised": [], "step_p50_ms": [], "error": "OOM"}
     with pytest.raises(ValueError, match="repeat 1"):
         cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
+    with pytest.raises(ValueError, match="two results for repeat 0"):
+        cmp.build_baseline(lines + lines[1:2], ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
+    no_figures = CellResult("c", figures=Figures(ranks=2, window_steps=0))  # no error, yet no throughput
+    with pytest.raises(ValueError, match="cell c repeat 0 has no error and no throughput"):
+        cmp.build_baseline([no_figures], ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
 
 
 def test_save_and_load_round_trip(tmp_path):

@@ -1,4 +1,4 @@
-"""The figures of DESIGN.md section 6 computed from hand-made rank records with known answers."""
+"""The figures of one cell (harness.metrics) computed from hand-made rank records with known answers."""
 from __future__ import annotations
 
 import pytest

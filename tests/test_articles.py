@@ -1,20 +1,24 @@
-"""The seed posts' tables on real recorded runs (tests/fixtures) and on tiny hand-made cells."""
+"""The articles' tables on real recorded runs (tests/fixtures) and on tiny hand-made cells."""
 from __future__ import annotations
 
 import json
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
 
-from harness.report import aggregate
-from harness.seedtables import (ladder_table, memory_table, ranking_table, render_seed_tables,
-                                scaling_table)
+from harness import report
+from harness.articles import (article_tables, fixed_vs_dynamic_table, ladder_table, note_lines,
+                              ranking_table, scaling_table)
+from harness.records import CellResult, merge_repeats
+from harness.tables import render_tables
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def load(name: str) -> list[dict]:
-    return [json.loads(line) for line in (FIXTURES / name).read_text().splitlines() if line.strip()]
+def load(name: str) -> list[CellResult]:
+    return [CellResult.from_json(json.loads(line)) for line in (FIXTURES / name).read_text().splitlines()
+            if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +37,11 @@ def row_of(rows: list[list], first: str) -> list:
 
 
 def test_scaling_efficiency_of_a_stack_on_both_sides(cells_1x, cells_4x):
-    title, headers, rows = scaling_table(cells_1x, cells_4x)
+    title, headers, rows = astuple(scaling_table(cells_1x, cells_4x))
     assert headers == ["storage/cache/batching/sampler", "1 rank samples/s*", "4 ranks samples/s*",
                        "scaling efficiency %"]
-    thr = {c["cell"]: c["figures"]["throughput"] for c in cells_1x + cells_4x if c["world_size"] == 1}
-    thr4 = {c["cell"]: c["figures"]["throughput"] for c in cells_4x}
+    thr = {c.cell: c.figures.throughput for c in cells_1x + cells_4x if c.world_size == 1}
+    thr4 = {c.cell: c.figures.throughput for c in cells_4x}
     cell = "storage=raw,cache=none,batching=fixed,sampler=default"
     assert thr[cell] == pytest.approx(439.057, abs=1e-3) and thr4[cell] == pytest.approx(1082.158, abs=1e-3)
     # 1082.158 / (4 x 439.057) = 0.616
@@ -49,7 +53,7 @@ def test_scaling_efficiency_of_a_stack_on_both_sides(cells_1x, cells_4x):
 
 
 def test_memory_table_fixed_against_dynamic(cells_4x):
-    title, headers, rows = memory_table(cells_4x)
+    title, headers, rows = astuple(fixed_vs_dynamic_table(cells_4x))
     assert headers == ["storage/cache/sampler", "fixed GB*", "dynamic GB*", "change %", "fixed mean batch",
                        "dynamic mean batch"]
     assert len(rows) == 12
@@ -58,18 +62,18 @@ def test_memory_table_fixed_against_dynamic(cells_4x):
 
 
 def test_ladder_rows_in_order_with_baseline_one(cells_4x):
-    title, headers, rows = ladder_table(cells_4x, dataset_samples=2000)
+    title, headers, rows = astuple(ladder_table(cells_4x, dataset_samples=2000))
     assert [r[0] for r in rows] == ["baseline", "+ cache", "+ dynamic batching", "+ everything"]
     assert [r[1] for r in rows] == ["raw/none/fixed/default", "raw/lru/fixed/default", "raw/lru/dynamic/default",
                                     "raw/lru/dynamic/balanced"]
     assert headers[-1] == "speed-up*" and rows[0][-1] == "1.00"
     assert rows[0][2] == f"{2000 / 1082.1576764195522:.1f}"  # time per epoch = samples / throughput
     assert rows[3][-1] == f"{1528.6860559707718 / 1082.1576764195522:.2f}"
-    assert "2000 samples" in ladder_table(cells_4x)[0]  # inferred from the coverage check when not given
+    assert "2000 samples" in ladder_table(cells_4x).title  # inferred from the coverage check when not given
 
 
 def test_ranking_is_sorted_with_baseline_one(cells_4x):
-    title, headers, rows = ranking_table(cells_4x)
+    title, headers, rows = astuple(ranking_table(cells_4x))
     values = [float(r[2]) for r in rows]
     assert values == sorted(values, reverse=True) and len(rows) == 24
     assert rows[0][1] == "mmap/none/dynamic/default"
@@ -77,68 +81,80 @@ def test_ranking_is_sorted_with_baseline_one(cells_4x):
 
 
 def test_markdown_fits_a_pull_request_comment(cells_1x, cells_4x):
-    text = render_seed_tables(cells_4x, cells_1x, fmt="markdown")
-    assert text.startswith("ACCELERATOR EMULATED")
+    text = "\n".join(render_tables(article_tables(cells_4x, cells_1x), "markdown", level=3))
     assert text.count("### ") == 4
     assert "| storage/cache/batching/sampler" in text and "|---" in text
-    assert "capacity_mb" not in text.split("Parameters:")[1].split("\n", 1)[1]  # short labels in the tables
-    plain = render_seed_tables(cells_4x, fmt="text")
-    assert "Scaling" not in plain and "|" not in plain and plain.startswith("ACCELERATOR EMULATED")
+    assert "capacity_mb" not in text  # short labels in the tables; the report's header lists the parameters
+    plain = "\n".join(render_tables(article_tables(cells_4x), "text"))
+    assert "Scaling" not in plain and "|" not in plain and "All cells by throughput" in plain
+
+
+def test_the_report_says_emulated_and_overrun_once(cells_1x, cells_4x):
+    for fmt in ("text", "markdown"):
+        text = report.render(cells_4x, results_1x=cells_1x, fmt=fmt)
+        assert text.count("ACCELERATOR EMULATED") == 1 and text.count("CPU step took longer") == 1
+        assert text.count("Parameters:") == 1 and text.count("The articles' tables, measured") == 1
+        assert "Scaling: 1 vs 4 ranks" in text
 
 
 def cell(storage="raw", cache="none", batching="fixed", sampler="default", thr=100.0, gb=1.0, batch=32.0,
-         world=1, error=None, repeat=None, **extra) -> dict:
+         world=1, error=None, repeat=None, params=None, **extra) -> CellResult:
+    """A result as an older harness wrote it: names are derived from the labels and params."""
     strategies = {"storage": storage, "cache": cache, "batching": batching, "sampler": sampler}
     out = {"cell": ",".join(f"{k}={v}" for k, v in strategies.items()), "strategies": strategies,
-           "world_size": world, "emulated": False, "error": error,
+           "params": params or {}, "world_size": world, "emulated": False, "error": error,
            "figures": {} if error else {"throughput": thr, "device_peak_gb": gb, "mean_batch": batch,
                                         "au_pct": 50.0, "stall_mean_pct": 10.0, "host_pss_total_mb": 500.0}}
     if repeat is not None:
         out["repeat"] = repeat
-    return {**out, **extra}
+    return CellResult.from_json({**out, **extra})
 
 
 def test_hand_made_numbers_exactly():
     one = [cell(thr=100), cell(storage="mmap", thr=50)]
     four = [cell(thr=300, world=4), cell(storage="hdf5", thr=400, world=4)]
-    title, headers, rows = scaling_table(one, four)
+    title, headers, rows = astuple(scaling_table(one, four))
     assert "*" not in "".join(headers)  # nothing emulated, nothing marked
     assert rows == [["raw", "100", "300", "75"], ["hdf5", "-", "400", "-"], ["mmap", "50", "-", "-"]]
 
-    cells = [cell(thr=100, gb=2.0, batch=32), cell(batching="dynamic(max_batch=64)", thr=150, gb=1.5, batch=20),
-             cell(cache="lru(capacity_mb=8)", thr=125), cell(storage="mmap", error="OOM: too big")]
-    title, headers, rows = memory_table(cells)
+    cells = [cell(thr=100, gb=2.0, batch=32),
+             cell(batching="dynamic(max_batch=64)", thr=150, gb=1.5, batch=20, params={"batching": {"max_batch": 64}}),
+             cell(cache="lru(capacity_mb=8)", thr=125, params={"cache": {"capacity_mb": 8}}),
+             cell(storage="mmap", error="OOM: too big")]
+    assert [c.name("batching") for c in cells[:2]] == ["fixed", "dynamic"] and cells[2].name("cache") == "lru"
+    title, headers, rows = astuple(fixed_vs_dynamic_table(cells))
     assert headers[0] == "storage/cache" and row_of(rows, "raw/none") == ["raw/none", "2.00", "1.50", "-25",
                                                                          "32.0", "20.0"]
     assert row_of(rows, "raw/lru")[1:3] == ["1.00", "-"]
     assert row_of(rows, "mmap/none")[1] == "OOM"
 
-    title, headers, rows = ladder_table(cells, dataset_samples=1000)
+    title, headers, rows = astuple(ladder_table(cells, dataset_samples=1000))
     assert rows[0] == ["baseline", "raw/none/fixed/default", "10.0", "50", "2.00", "500", "1.00"]
     assert rows[1][1:3] == ["raw/lru/fixed/default", "8.0"] and rows[1][-1] == "1.25"
     assert rows[2][0] == "+ dynamic batching" and rows[2][1].startswith("not in this run")
     assert rows[3][1] == "not in this run (best/lru/dynamic/balanced)"
 
-    title, headers, rows = ranking_table(cells)
+    title, headers, rows = astuple(ranking_table(cells))
     assert [r[2] for r in rows] == ["150", "125", "100", "OOM"] and rows[-1][0] == "-"
     assert [r[3] for r in rows[:3]] == ["1.50", "1.25", "1.00"] and "vs baseline" in headers[3]
 
 
 def test_no_baseline_ranks_against_slowest_and_old_cells_without_fields():
     cells = [cell(storage="mmap", thr=200), cell(storage="hdf5", thr=80)]  # no ranks, coverage, cache fields
-    title, headers, rows = ranking_table(cells)
+    title, headers, rows = astuple(ranking_table(cells))
     assert "slowest" in headers[3] and [r[3] for r in rows] == ["2.50", "1.00"]
-    assert ladder_table(cells)[2][0][1].startswith("not in this run")
-    del cells[1]["strategies"]["sampler"]  # an axis an older run did not record
-    text = render_seed_tables(cells, fmt="markdown")
-    assert "ladder" not in text and "ACCELERATOR" not in text and "### All cells" in text
+    assert ladder_table(cells).rows[0][1].startswith("not in this run")
+    del cells[1].strategies["sampler"], cells[1].names["sampler"]  # an axis an older run did not record
+    text = "\n".join(render_tables(article_tables(cells), "markdown", level=3))
+    assert "ladder" not in text and "### All cells" in text
+    assert note_lines(cells) == ["Every cell: cache=none, batching=fixed"]  # not sampler: one lacks it
 
 
 def test_repeats_are_merged_by_median():
     cells = [cell(thr=t, repeat=i) for i, t in enumerate([100, 130, 90])] + [cell(storage="mmap", thr=50),
                                                                           cell(storage="mmap", error="x")]
-    merged = aggregate(cells)
-    assert len(merged) == 2 and merged[0]["figures"]["throughput"] == 100 and merged[0]["repeats"] == 3
-    assert merged[1]["repeats"] == 1 and merged[1]["figures"]["throughput"] == 50
-    title, headers, rows = ranking_table(cells)
-    assert headers[-1] == "n" and rows[0][-1] == "3" and rows[1][-1] == "1"
+    merged = merge_repeats(cells)
+    assert len(merged) == 2 and merged[0].figures.throughput == 100 and merged[0].repeats == 3
+    assert merged[1].repeats == 1 and merged[1].failed_repeats == 1 and merged[1].figures.throughput == 50
+    title, headers, rows = astuple(ranking_table(cells))
+    assert headers[-1] == "n" and rows[0][-1] == "3" and rows[1][-1] == "1 (1 failed)"

@@ -1,0 +1,206 @@
+"""The articles' tables, measured: the tables the two blog posts print (scaling, fixed vs dynamic device
+memory, the cumulative ladder, a ranking), built from what this run measured.
+
+Pure functions: results in (harness.records.CellResult, the lines of cells.jsonl), a harness.tables.Table out.
+Several results with the same cell id (a run with --repeats) are merged first (harness.records.merge_repeats):
+the median of the repeats' figures; a cell that ran once counts as n=1.
+"""
+from __future__ import annotations
+
+from harness.records import CellResult, CellSummary, merge_repeats
+from harness.tables import Table, common_axes, display_name, fmt, mark, shown_axes, short_error, stack_label
+
+BASELINE = {"storage": "raw", "cache": "none", "batching": "fixed", "sampler": "default"}
+
+
+def figure(result: CellResult | None, key: str):
+    """A figure of a measured result; None for no result or an errored one."""
+    return result.figures.get(key) if result is not None and result.measured else None
+
+
+def _matches(result: CellResult, want: dict[str, str]) -> bool:
+    """want: axis -> a full label or a strategy name."""
+    return all(result.label(a) == v or result.name(a) == v for a, v in want.items())
+
+
+def infer_dataset_samples(results: list[CellResult]) -> int | None:
+    """Dataset size from the coverage check of a completed epoch (unique + missing indices)."""
+    for r in results:
+        for epoch in (r.coverage or {}).get("epochs", []):
+            if epoch.get("complete") and epoch.get("missing") is not None:
+                return epoch["unique"] + epoch["missing"]
+    return None
+
+
+def _shown_or_error(result: CellResult | None, key: str, spec: str) -> str:
+    return fmt(figure(result, key), spec) if result is None or result.measured else short_error(result)
+
+
+def scaling_table(results_1x: list[CellResult], results_nx: list[CellResult]) -> Table:
+    """Throughput per strategy stack at 1 rank and at N ranks; efficiency = thr_N / (N x thr_1)."""
+    one, many = merge_repeats(results_1x), merge_repeats(results_nx)
+    n1, n = ((rs[0].world_size or 1) if rs else 1 for rs in (one, many))
+    both = one + many
+    axes, m = shown_axes(both), mark(both)
+    by_one, by_many = ({tuple(sorted(r.strategies.items())): r for r in rs} for rs in (one, many))
+    headers = ["/".join(axes), f"{n1} rank{'s' * (n1 > 1)} samples/s{m}", f"{n} ranks samples/s{m}",
+               "scaling efficiency %"]
+    rows = []
+    order = [k for k in by_many if k in by_one] + [k for k in by_many if k not in by_one]
+    for key in order + [k for k in by_one if k not in by_many]:  # stacks measured on both sides first
+        a, b = by_one.get(key), by_many.get(key)
+        t1, tn = figure(a, "throughput"), figure(b, "throughput")
+        efficiency = (tn / n) / (t1 / n1) * 100 if t1 and tn else None
+        rows.append([stack_label(both, b or a, axes), _shown_or_error(a, "throughput", ".0f"),
+                     _shown_or_error(b, "throughput", ".0f"), fmt(efficiency, ".0f")])
+    title = f"Scaling: {n1} vs {n} ranks (efficiency = per-rank throughput at {n} / per-rank at {n1})"
+    batches = {r.batch_size for r in both} - {None}
+    if len(batches) > 1:
+        title += f"; NOTE: the runs differ in batch per rank ({', '.join(map(str, sorted(batches)))})"
+    return Table(title, headers, rows)
+
+
+def fixed_vs_dynamic_table(results: list[CellResult]) -> Table:
+    """Device memory of fixed vs dynamic batching per (storage, cache, sampler) stack, with mean batches."""
+    cells = merge_repeats(results)
+    m = mark(cells)
+    fixed = next((c.label("batching") for c in cells if c.name("batching") == "fixed"), None)
+    others = list(dict.fromkeys(c.label("batching") for c in cells if c.name("batching") != "fixed"))
+    rest = [a for a in shown_axes(cells) if a != "batching"] or ["storage"]
+    index = {(tuple(c.label(a) for a in rest), c.label("batching")): c for c in cells}
+    stacks = list(dict.fromkeys(tuple(c.label(a) for a in rest) for c in cells))
+    several = len(others) > 1
+    headers = ["/".join(rest)] + (["batching"] if several else []) + [
+        f"fixed GB{m}", f"dynamic GB{m}", "change %", "fixed mean batch", "dynamic mean batch"]
+    rows = []
+    for stack in stacks:
+        f = index.get((stack, fixed))
+        for label in others:
+            d = index.get((stack, label))
+            if f is None and d is None:
+                continue
+            shown = f or d
+            gf, gd = figure(f, "device_peak_gb"), figure(d, "device_peak_gb")
+            change = (gd - gf) / gf * 100 if gf and gd is not None else None
+            batching = [display_name(cells, d, "batching") if d else "-"] if several else []
+            rows.append([stack_label(cells, shown, rest), *batching, _shown_or_error(f, "device_peak_gb", ".2f"),
+                         _shown_or_error(d, "device_peak_gb", ".2f"), fmt(change, "+.0f"),
+                         fmt(figure(f, "mean_batch"), ".1f"), fmt(figure(d, "mean_batch"), ".1f")])
+    title = "Device memory: fixed vs dynamic batching (peak over the window; mean batch shows what was packed)"
+    return Table(title, headers, rows)
+
+
+def _pick(cells: list[CellSummary], axis: str, name: str, among: list[CellSummary] | None = None) -> str:
+    """The label of the first cell (among `among` first, if given) running strategy `name` on `axis`; the
+    bare name when none does."""
+    for pool in (among or [], cells):
+        label = next((c.label(axis) for c in pool if c.name(axis) == name), None)
+        if label is not None:
+            return label
+    return name
+
+
+def ladder_steps(cells: list[CellSummary]) -> list[tuple[str, dict[str, str], CellSummary | None]]:
+    """The second article's cumulative ladder: (step, wanted strategies, the measured cell or None)."""
+    raw_fixed = [c for c in cells if _matches(c, {"storage": "raw", "sampler": "default", "batching": "fixed"})]
+    lru = _pick(cells, "cache", "lru", among=raw_fixed)
+    dynamic = _pick(cells, "batching", "dynamic")
+    best_want = {"cache": lru, "batching": dynamic, "sampler": "balanced"}
+    candidates = [c for c in cells if _matches(c, best_want) and c.measured]
+    best = max(candidates, key=lambda c: c.figures.throughput, default=None)
+    steps = [("baseline", BASELINE), ("+ cache", {**BASELINE, "cache": lru}),
+             ("+ dynamic batching", {**BASELINE, "cache": lru, "batching": dynamic})]
+    out = [(name, want, next((c for c in cells if _matches(c, want)), None)) for name, want in steps]
+    out.append(("+ everything", {"storage": "best", **best_want}, best))
+    return out
+
+
+def _wanted_names(cells: list[CellSummary], want: dict[str, str], axes: list[str]) -> str:
+    """A wanted stack by strategy names: a label that some cell runs is shown by that cell's name."""
+    def name(axis: str) -> str:
+        label = want.get(axis, "-")
+        return next((c.name(axis) for c in cells if c.label(axis) == label), label)
+    return "/".join(name(a) for a in axes)
+
+
+def ladder_table(results: list[CellResult], dataset_samples: int | None = None) -> Table:
+    """Baseline, + cache, + dynamic batching, + everything: time per epoch, AU, memory, speed-up."""
+    cells = merge_repeats(results)
+    m = mark(cells)
+    samples = dataset_samples or infer_dataset_samples(cells)
+    axes = common_axes(cells)
+    headers = ["step", "/".join(axes), f"time per epoch (s){m}", f"AU %{m}", f"device peak GB{m}",
+               "host PSS all ranks MB", f"speed-up{m}"]
+    steps = ladder_steps(cells)
+    base = figure(steps[0][2], "throughput")
+    rows = []
+    for name, want, cell in steps:
+        if cell is None:
+            rows.append([name, f"not in this run ({_wanted_names(cells, want, axes)})"]
+                        + ["-"] * (len(headers) - 2))
+            continue
+        label = stack_label(cells, cell, axes)
+        if not cell.measured:
+            rows.append([name, f"{label}: {short_error(cell)}"] + ["-"] * (len(headers) - 2))
+            continue
+        thr = cell.figures.throughput
+        rows.append([name, label, fmt(samples / thr if samples and thr else None, ".1f"),
+                     fmt(figure(cell, "au_pct"), ".0f"), fmt(figure(cell, "device_peak_gb"), ".2f"),
+                     fmt(figure(cell, "host_pss_total_mb"), ".0f"), fmt(thr / base if base else None, ".2f")])
+    per = f"{samples} samples" if samples else "dataset size unknown"
+    return Table(f"The cumulative ladder of the second article, measured (epoch = {per})", headers, rows)
+
+
+def ranking_table(results: list[CellResult]) -> Table:
+    """Every cell by throughput, fastest first, with its speed-up over the baseline; errored cells last."""
+    cells = merge_repeats(results)
+    m = mark(cells)
+    axes = shown_axes(cells)
+    ok = sorted((c for c in cells if c.measured), key=lambda c: -c.figures.throughput)
+    base = next((c for c in cells if _matches(c, BASELINE)), None)
+    against = "baseline"
+    if base is None or not base.measured:
+        base, against = (ok[-1] if ok else None), "slowest"
+    base_thr = figure(base, "throughput")
+    repeats = any(c.total_repeats > 1 for c in cells)
+    headers = ["#", "/".join(axes), f"samples/s{m}", f"speed-up vs {against}{m}", f"AU %{m}", "stall % mean",
+               f"device peak GB{m}"] + (["n"] if repeats else [])
+    rows = []
+    for i, c in enumerate(ok, 1):
+        f = c.figures
+        rows.append([str(i), stack_label(cells, c, axes), fmt(f.throughput, ".0f"),
+                     fmt(f.throughput / base_thr if base_thr else None, ".2f"), fmt(f.au_pct, ".0f"),
+                     fmt(f.stall_mean_pct, ".0f"), fmt(f.device_peak_gb, ".2f")]
+                    + ([_n(c)] if repeats else []))
+    for c in cells:
+        if not c.measured:
+            rows.append(["-", stack_label(cells, c, axes), short_error(c)] + ["-"] * (len(headers) - 3))
+    return Table(f"All cells by throughput (speed-up over the {against} cell)", headers, rows)
+
+
+def _n(cell: CellSummary) -> str:
+    """Measured repeats, and the failed ones when there are any."""
+    return str(cell.repeats) + (f" ({cell.failed_repeats} failed)" if cell.failed_repeats else "")
+
+
+def note_lines(results: list[CellResult]) -> list[str]:
+    """What the articles' tables leave out: the strategies every cell ran (axes not shown)."""
+    cells = merge_repeats(results)
+    fixed = [a for a in common_axes(cells) if len({c.label(a) for c in cells}) == 1 and a not in shown_axes(cells)]
+    return ["Every cell: " + ", ".join(f"{a}={cells[0].label(a)}" for a in fixed)] if fixed else []
+
+
+def article_tables(results: list[CellResult], results_1x: list[CellResult] | None = None,
+                   dataset_samples: int | None = None) -> list[Table]:
+    """The articles' tables that apply to these results."""
+    tables = []
+    if results_1x:
+        tables.append(scaling_table(results_1x, results))
+    names = {r.name("batching") for r in results}
+    if "fixed" in names and len(names) > 1:
+        tables.append(fixed_vs_dynamic_table(results))
+    if sum(cell is not None for _, _, cell in ladder_steps(merge_repeats(results))) >= 2:
+        tables.append(ladder_table(results, dataset_samples))
+    if results:
+        tables.append(ranking_table(results))
+    return tables
