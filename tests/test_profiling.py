@@ -90,6 +90,7 @@ def traces(tmp_path_factory) -> dict[str, Path]:
     }
 
 
+@pytest.mark.slow  # the traces fixture runs a DataLoader worker process
 def test_trace_has_steps_and_dataloader_events(traces):
     for key in (CELL_A, CELL_A + "/rank1", CELL_B):
         path = traces[key]
@@ -107,6 +108,7 @@ def test_trace_has_steps_and_dataloader_events(traces):
     assert {e["cat"] for e in raw} == {"user_annotation"}  # what current PyTorch writes
 
 
+@pytest.mark.slow  # the traces fixture runs a DataLoader worker process
 def test_fix_is_idempotent_and_keeps_everything_else(traces, tmp_path):
     copy = tmp_path / "rank0.1.pt.trace.json"
     copy.write_text(traces["raw"].read_text())
@@ -182,11 +184,13 @@ def dataloader_us(base: str, run: str, worker: str = "rank0") -> tuple[float, li
     return average["DataLoader"], [row[column] for row in overview["steps"]["rows"]]
 
 
+@pytest.mark.slow  # the traces fixture runs a DataLoader worker process
 def test_tensorboard_has_one_run_per_cell_and_one_worker_per_rank(tensorboard):
     assert get_json(tensorboard, "workers", run=CELL_A, view="Overview") == ["rank0", "rank1"]
     assert get_json(tensorboard, "workers", run=CELL_B, view="Overview") == ["rank0"]
 
 
+@pytest.mark.slow  # the traces fixture runs a DataLoader worker process
 @pytest.mark.parametrize("run, worker", [(CELL_A, "rank0"), (CELL_A, "rank1"), (CELL_B, "rank0")])
 def test_tensorboard_overview_shows_dataloader_time(tensorboard, run, worker):
     average, per_step = dataloader_us(tensorboard, run, worker)
@@ -195,6 +199,7 @@ def test_tensorboard_overview_shows_dataloader_time(tensorboard, run, worker):
     assert all(t >= 0.5 * SLEEP_S * 1e6 for t in per_step)
 
 
+@pytest.mark.slow  # the traces fixture runs a DataLoader worker process
 def test_tensorboard_overview_without_the_fix_shows_no_dataloader_time(tensorboard):
     average, per_step = dataloader_us(tensorboard, "raw")
     assert average == 0 and per_step == [0, 0, 0]

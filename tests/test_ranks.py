@@ -4,7 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import run_bench
+
+pytestmark = pytest.mark.slow  # every test here spawns rank processes
 
 SCENARIO = """
 description = "correctness checks"

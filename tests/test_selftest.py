@@ -1,9 +1,12 @@
 """The fidelity self-test, short form: the real loop measures a calibrated workload within tolerance."""
 from __future__ import annotations
 
+import pytest
+
 from harness import selftest
 
 
+@pytest.mark.slow  # rank processes and DataLoader workers
 def test_measured_figures_match_the_analytic_ones():
     rows = selftest.run(steps=16)
     assert {(r["regime"], r["figure"]) for r in rows} == {

@@ -1,4 +1,4 @@
-"""Telemetry: real-GPU NVML sampling is skipped cleanly on a machine without an NVIDIA driver, and works where there is one."""
+"""Telemetry: host memory and disk reads of the process tree; NVML skipped cleanly without an NVIDIA driver."""
 from __future__ import annotations
 
 import time
@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from harness.telemetry import NvmlSampler
+from harness.telemetry import MemorySampler, NvmlSampler
 
 
 def test_nvml_sampler_without_a_device_reports_nothing():
@@ -27,3 +27,17 @@ def test_nvml_sampler_samples_at_10_hz_or_faster():
         torch.cuda.synchronize()
     f = sampler.figures()
     assert f["nvml_samples"] >= 10 and f["nvml_util_max_pct"] > 0
+
+
+@pytest.mark.skipif(not MemorySampler.supported, reason="needs /proc/<pid>/smaps_rollup")
+def test_memory_sampler_sees_this_process_and_restarts_at_the_window():
+    with MemorySampler(interval=0.01) as sampler:
+        ballast = bytearray(64 << 20)  # 64 MiB touched: resident
+        ballast[::4096] = b"x" * len(ballast[::4096])
+        time.sleep(0.05)
+        peak_before = sampler.peak_pss
+        del ballast
+        sampler.mark_window()  # the peaks restart here (warm-up excluded)
+    assert peak_before >= 64 << 20 and sampler.samples >= 3
+    assert 0 < sampler.peak_pss < peak_before and sampler.peak_pss <= sampler.peak_rss
+    assert sampler.disk_read_bytes >= 0
