@@ -6,7 +6,8 @@
     run_bench.py report RUN_DIR                rebuild every table and plot from cells.jsonl alone
     run_bench.py compare RUN_A RUN_B           compare run B with run A, cell by cell
 
-Every command also takes --debug: errors then raise with their traceback instead of one line.
+Every command also takes --debug: an error then prints its full traceback instead of one line; the exit
+code stays the same (2 or 3), so --debug in CI never turns an error into "1, a regression".
 
 Exit codes:
     0  success, nothing regressed
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from pathlib import Path
 
 import torch.multiprocessing as mp
@@ -92,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_debug_option(parser) -> None:
     parser.add_argument("--debug", action="store_true",
-                        help="on an error, raise with the traceback instead of printing one line")
+                        help="on an error, print its traceback instead of one line (same exit code)")
 
 
 def add_compare_options(group) -> None:
@@ -309,22 +311,23 @@ def main(argv: list[str] | None = None) -> int:
             os._exit(code)
         return code
     except UsageError as err:
-        if debug:
-            raise
-        print(f"run_bench.py: error: {err}", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(err, EXIT_USAGE, debug, f"run_bench.py: error: {err}")
     except compare.BaselineError as err:
-        if debug:
-            raise
-        print(f"run_bench.py: error: {err}", file=sys.stderr)
-        return EXIT_BASELINE
+        return _fail(err, EXIT_BASELINE, debug, f"run_bench.py: error: {err}")
     except Exception as err:  # a bug: say so in one line, exit 2 (never 1, which means a regression)
-        if debug:
-            raise
         where = _origin(err)
-        print(f"run_bench.py: internal error (a bug in the harness): {type(err).__name__}: "
-              f"{' '.join(str(err).split())[:200]}{where}; rerun with --debug for the traceback", file=sys.stderr)
-        return EXIT_USAGE
+        return _fail(err, EXIT_USAGE, debug,
+                     f"run_bench.py: internal error (a bug in the harness): {type(err).__name__}: "
+                     f"{' '.join(str(err).split())[:200]}{where}; rerun with --debug for the traceback")
+
+
+def _fail(err: BaseException, code: int, debug: bool, line: str) -> int:
+    """Print one line on stderr (with --debug: the whole traceback) and return the exit code."""
+    if debug:
+        traceback.print_exception(err, file=sys.stderr)
+    else:
+        print(line, file=sys.stderr)
+    return code
 
 
 def _origin(err: BaseException) -> str:

@@ -1,11 +1,73 @@
-"""The command line: --list, and bad input as one line on stderr with exit code 2 and no traceback."""
+"""The command line: --list, bad input as one line on stderr with exit code 2 and no traceback, a bug as one
+line with exit code 2 (never 1, which means a regression), --debug for the traceback.
+
+Tests that run run_bench.py as a process are marked slow; the others call harness.cli.main in this process.
+"""
 from __future__ import annotations
+
+import shutil
+from pathlib import Path
 
 import pytest
 
 from conftest import run_bench
+from harness import cli, report
+
+FIXTURE = Path(__file__).parent / "fixtures" / "cells_1xV100.jsonl"
 
 
+def main(capsys, *args) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("make", ["missing", "empty dir", "empty file", "bad line"])
+def test_report_on_a_missing_or_empty_run_dir_is_one_line_exit_2(tmp_path, capsys, make):
+    run = tmp_path / "run"
+    if make != "missing":
+        run.mkdir()
+    if make == "empty file":
+        (run / "cells.jsonl").write_text("\n")
+    if make == "bad line":
+        (run / "cells.jsonl").write_text('{"cell": "a"}\n[1, 2]\n')
+    code, out, err = main(capsys, "report", run)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("run_bench.py: error: ") and str(run) in err
+
+
+def test_an_unexpected_exception_is_a_bug_in_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(FIXTURE, run / "cells.jsonl")
+
+    def broken(*args, **kwargs):
+        raise KeyError("throughput")
+
+    monkeypatch.setattr(report, "write_all", broken)
+    code, out, err = main(capsys, "report", run)
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "internal error (a bug in the harness): KeyError: 'throughput'" in line and "--debug" in line
+    assert "test_cli.py:" in line  # where it was raised
+    code, out, err = main(capsys, "report", run, "--debug")
+    assert code == 2 and "Traceback (most recent call last)" in err and "in broken" in err
+
+
+def test_debug_shows_the_traceback_of_a_usage_error_and_keeps_the_exit_code(tmp_path, capsys):
+    code, _, err = main(capsys, "report", tmp_path / "nope", "--debug")
+    assert code == 2 and "Traceback" in err and "UsageError: " in err and "is not a directory" in err
+    code, _, err = main(capsys, "compare", tmp_path / "a", tmp_path / "b", "--debug")
+    assert code == 3 and "BaselineError: run A (the baseline)" in err
+
+
+@pytest.mark.slow  # runs run_bench.py as a process
+def test_debug_in_a_process(tmp_path):
+    proc = run_bench("report", str(tmp_path / "nope"), "--debug")
+    assert proc.returncode == 2 and "Traceback" in proc.stderr and "UsageError" in proc.stderr
+
+
+@pytest.mark.slow  # runs run_bench.py as a process
 def test_list_prints_each_scenario_with_description():
     proc = run_bench("--list")
     assert proc.returncode == 0
@@ -13,6 +75,7 @@ def test_list_prints_each_scenario_with_description():
     assert "4xV100" in lines and "smoke" in lines and "V100" in lines["4xV100"]
 
 
+@pytest.mark.slow  # runs run_bench.py as a process
 @pytest.mark.parametrize("args, message", [
     (["--scenario", "nope"], "unknown scenario 'nope'; available: 1xV100, 4xV100"),
     (["--scenario", "smoke", "--batch-size", "0"], "--batch-size = 0 must be a positive integer"),
@@ -31,6 +94,7 @@ def test_bad_input_is_one_line_exit_2(args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # runs run_bench.py as a process
 def test_unwritable_data_dir_is_usage_error(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -1,5 +1,6 @@
-"""The CI gate and the offline commands through the real CLI: exit codes on planted changes, report rebuilt
-from cells.jsonl alone."""
+"""The CI gate and the offline commands through the CLI (harness.cli.main in this process; the tests marked
+slow run run_bench.py as a process): exit codes on planted changes and on incomplete run directories, the
+report rebuilt from cells.jsonl alone."""
 from __future__ import annotations
 
 import copy
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_bench
+from harness import cli
 
 FIXTURE = REPO / "tests" / "fixtures" / "cells_4xV100.jsonl"
 CELLS = [json.loads(line) for line in FIXTURE.read_text().splitlines()][:4]
@@ -40,58 +42,99 @@ def make_run(path: Path, factors: dict[str, float] | None = None, repeats: int =
     return path
 
 
-def test_identical_runs_pass(tmp_path):
+def main(capsys, *args: str) -> tuple[int, str, str]:
+    """run_bench.py ARGS in this process: (exit code, stdout, stderr)."""
+    code = cli.main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_identical_runs_pass(tmp_path, capsys):
     a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b")
-    proc = run_bench("compare", str(a), str(b))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "0 slower, 0 faster, 4 unchanged" in proc.stdout
+    code, out, err = main(capsys, "compare", a, b)
+    assert code == 0, out + err
+    assert "0 slower, 0 faster, 4 unchanged" in out
 
 
-def test_planted_regression_fails_with_exit_1(tmp_path):
+def test_planted_regression_fails_with_exit_1(tmp_path, capsys):
     slow = CELLS[1]["cell"]
     a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b", {slow: 0.8})
-    proc = run_bench("compare", str(a), str(b), "--markdown")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "1 slower" in proc.stdout and "| " in proc.stdout  # a markdown table for the PR comment
-    row = next(line for line in proc.stdout.splitlines() if slow.split(",")[1] in line and "slower" in line)
+    code, out, err = main(capsys, "compare", a, b, "--markdown")
+    assert code == 1, out + err
+    assert "1 slower" in out and "| " in out  # a markdown table for the PR comment
+    row = next(line for line in out.splitlines() if slow.split(",")[1] in line and "slower" in line)
     assert "-20" in row
 
 
-def test_machine_normalised_by_default(tmp_path):
+def test_machine_normalised_by_default(tmp_path, capsys):
     """A machine twice as fast in the probe and in every cell: unchanged normalised, faster raw."""
     a = make_run(tmp_path / "a")
     b = make_run(tmp_path / "b", {c["cell"]: 2.0 for c in CELLS}, probe=2000.0)
-    assert run_bench("compare", str(a), str(b)).returncode == 0
-    raw = run_bench("compare", str(a), str(b), "--raw")
-    assert raw.returncode == 0 and "4 faster" in raw.stdout
+    assert main(capsys, "compare", a, b)[0] == 0
+    code, out, _ = main(capsys, "compare", a, b, "--raw")
+    assert code == 0 and "4 faster" in out
 
 
-@pytest.mark.parametrize("problem", ["missing", "world_size"])
-def test_baseline_missing_or_not_comparable_exits_3(tmp_path, problem):
-    a = make_run(tmp_path / "a")
-    if problem == "missing":
-        shutil.rmtree(a)
-        a.mkdir()
-        (a / "cells.jsonl").write_text("")
-        proc = run_bench("--scenario", "smoke", "--baseline", str(tmp_path / "nope.json"))
-        assert "nope.json" in proc.stderr
+def test_not_comparable_exits_3(tmp_path, capsys):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b", world_size=2)
+    code, out, err = main(capsys, "compare", a, b)
+    assert code == 3 and "world_size=4, this run has 2" in err
+    assert len(err.strip().splitlines()) == 1 and out == ""
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+@pytest.mark.parametrize("lacks", ["env.json", "probe.jsonl", "cells.jsonl", "everything"])
+def test_compare_with_an_incomplete_run_dir_exits_3_in_one_line(tmp_path, capsys, side, lacks):
+    runs = {"a": make_run(tmp_path / "a"), "b": make_run(tmp_path / "b")}
+    if lacks == "everything":
+        shutil.rmtree(runs[side])
     else:
-        b = make_run(tmp_path / "b", world_size=2)
-        proc = run_bench("compare", str(a), str(b))
-        assert "world_size=4, this run has 2" in proc.stderr
+        (runs[side] / lacks).unlink()
+    code, out, err = main(capsys, "compare", runs["a"], runs["b"])
+    assert code == 3, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and out == ""
+    assert str(runs[side]) in err and (lacks in err or "not a directory" in err)
+
+
+@pytest.mark.parametrize("damage", ["bad json", "old env", "no probe for a repeat"])
+def test_compare_with_an_unreadable_run_dir_exits_3_in_one_line(tmp_path, capsys, damage):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b")
+    if damage == "bad json":
+        with open(b / "cells.jsonl", "a") as f:
+            f.write("{not json\n")
+    elif damage == "old env":
+        (b / "env.json").write_text(json.dumps({"versions": {}}))
+    else:
+        (b / "probe.jsonl").write_text(json.dumps({"repeat": 0, "ideal_samples_per_s": 1000.0,
+                                                   "memcpy_gb_s": 5.0}) + "\n")
+    code, out, err = main(capsys, "compare", a, b)
+    assert code == 3 and len(err.strip().splitlines()) == 1 and "run B" in err, err
+
+
+@pytest.mark.slow  # runs run_bench.py as a process
+def test_the_process_exits_3_on_an_incomplete_run_and_a_missing_baseline(tmp_path):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b")
+    (b / "env.json").unlink()
+    proc = run_bench("compare", str(a), str(b))
     assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().splitlines() == [f"run_bench.py: error: run B {b} is incomplete (no env.json); "
+                                                f"pass a finished run directory under results/"]
+    proc = run_bench("--scenario", "smoke", "--baseline", str(tmp_path / "nope.json"))
+    assert proc.returncode == 3 and "nope.json" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
-def test_report_rebuilds_everything_from_cells_jsonl(tmp_path):
+def test_report_rebuilds_everything_from_cells_jsonl(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(FIXTURE, run / "cells.jsonl")
-    proc = run_bench("report", str(run))
-    assert proc.returncode == 0, proc.stderr
-    assert "Throughput and utilisation" in proc.stdout and "cumulative ladder" in proc.stdout.lower()
+    code, out, err = main(capsys, "report", run)
+    assert code == 0, err
+    assert "Throughput and utilisation" in out and "cumulative ladder" in out.lower()
+    assert out.count("ACCELERATOR EMULATED") == 1 and out.count("WARNING: in up to") == 1
     report = (run / "report.md").read_text()
-    assert "## Throughput and utilisation" in report and "## The seeds' tables, measured" in report
+    assert "## Throughput and utilisation" in report and "## The articles' tables, measured" in report
+    assert report.count("ACCELERATOR EMULATED") == 1
     assert len((run / "summary.csv").read_text().splitlines()) == 25
     for png in ("throughput.png", "step_times.png", "stall_breakdown.png"):
         assert (run / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -94,4 +94,5 @@ def test_stall_means_split_sync_out_of_compute():
     means = plots.stall_means(CellResult("c", ranks=[rank, rank]))
     assert means == pytest.approx({"wait": 100.0, "h2d": 10.0, "compute": 150.0, "sync": 50.0})
     old = {k: v for k, v in rank.items() if k != "sync"}  # older runs recorded no sync
-    assert plots.stall_means(CellResult("c", ranks=[old])) == pytest.approx({"wait": 100.0, "h2d": 10.0, "compute": 200.0})
+    assert plots.stall_means(CellResult("c", ranks=[old])) == pytest.approx({"wait": 100.0, "h2d": 10.0,
+                                                                            "compute": 200.0})
