@@ -190,7 +190,7 @@ def render(results: list[CellResult], env: dict | None = None, probe: dict | Non
     parts += render_tables(report_tables(cells), fmt, level=2)
     if cells:
         samples = ((env or {}).get("dataset") or {}).get("samples")
-        parts += ["", f"## {ARTICLES_TITLE}", ""] if markdown else ["", "", ARTICLES_TITLE]
+        parts += ["", f"## {ARTICLES_TITLE}", ""] if markdown else ["", ARTICLES_TITLE]
         parts += render_lines(articles.note_lines(cells + cells_1x), fmt)
         parts += render_tables(articles.article_tables(cells, cells_1x, samples), fmt, level=3)
     return "\n".join(parts) + "\n"
