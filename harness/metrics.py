@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from harness import stats
+
+# the five parts of a rank's step (per-step lists in each rank's record) and the figure of each
+PARTS = ("wait", "h2d", "peer_wait", "device", "overhead")
+PART_FIGURES = {"wait": "stall_mean_pct", "h2d": "h2d_pct", "peer_wait": "peer_wait_pct", "device": "au_pct",
+                "overhead": "overhead_pct"}
+
 
 def _arr(records: list[dict], key: str) -> list[np.ndarray]:
     return [np.asarray(r[key], dtype=np.float64) for r in records]
@@ -15,6 +22,71 @@ def _mean_or_none(values: list) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def _per_step_ratio(matrix: np.ndarray) -> float | None:
+    """Mean over steps (columns) of max / mean across ranks (rows), skipping steps whose mean is 0."""
+    mean = matrix.mean(axis=0)
+    ok = mean > 0
+    return float((matrix[:, ok].max(axis=0) / mean[ok]).mean()) if ok.any() else None
+
+
+def _loader_cpu_s(record: dict) -> float:
+    """CPU seconds of the rank's loader: its worker processes; with no workers the rank loads inline,
+    and its time blocked on the loader (wait) is that CPU time."""
+    if record.get("workers", 1) == 0:
+        return float(np.sum(record["wait"]))
+    return float(record.get("loader_cpu_s", 0.0))
+
+
+def accounting(records: list[dict]) -> dict:
+    """Each rank's window split into its five parts, as % of that rank's window; mean over ranks.
+    The parts of one rank sum to its window, so the five means sum to 100."""
+    shares = {part: [] for part in PARTS}
+    for r in records:
+        total = float(np.sum(r["step"]))
+        for part in PARTS:
+            shares[part].append(float(np.sum(r[part])) / total * 100 if total else 0.0)
+    out = {PART_FIGURES[p]: float(np.mean(v)) for p, v in shares.items()}
+    out["stall_max_pct"] = float(np.max(shares["wait"]))
+    return out
+
+
+def balance(records: list[dict]) -> dict:
+    """Stragglers per step, beside the whole-window figure, and the balance of the sampler's cost."""
+    n = min(len(r["step"]) for r in records)
+    busy = np.array([np.asarray(r["step"][:n]) - np.asarray(r["peer_wait"][:n]) for r in records])
+    cost = np.array([np.asarray(r["cost"][:n], dtype=np.float64) for r in records])
+    totals = busy.sum(axis=1)
+    return {"step_imbalance": _per_step_ratio(busy),
+            "window_imbalance": float(totals.max() / totals.mean()) if totals.mean() > 0 else 1.0,
+            "cost_imbalance": _per_step_ratio(cost)}
+
+
+def feeding(records: list[dict]) -> dict:
+    """What it costs the host to feed the accelerator: loader CPU seconds per sample, the accelerator's
+    rate when never starved (samples / device seconds, per rank), and the cores per rank that rate needs."""
+    samples = sum(r["samples"] for r in records)
+    device_s = [float(np.sum(r["device"])) for r in records]
+    rates = [r["samples"] / d for r, d in zip(records, device_s) if d > 0]
+    if not samples or not rates:
+        return {}
+    per_sample = sum(_loader_cpu_s(r) for r in records) / samples
+    rate = float(np.mean(rates))
+    return {"loader_cpu_s_per_sample": per_sample, "device_samples_per_s": rate,
+            "cores_to_feed": per_sample * rate}
+
+
+def throughput_interval(records: list[dict]) -> dict:
+    """The within-run interval of throughput: batch means over the window's steps (samples of all ranks
+    per step, the slowest rank's step time)."""
+    n = min(len(r["step"]) for r in records)
+    samples = np.sum([np.asarray(r["batch_sizes"][:n], dtype=np.float64) for r in records], axis=0)
+    seconds = np.max([np.asarray(r["step"][:n]) for r in records], axis=0)
+    ci = stats.batch_means_interval(samples, seconds)
+    if not ci:
+        return {}
+    return {"throughput_ci": [ci["low"], ci["high"]], "throughput_ci_label": stats.interval_label(ci)}
+
+
 def cell_figures(records: list[dict]) -> dict:
     """Figures of one cell from the records of all its ranks (warm-up already excluded)."""
     records = sorted(records, key=lambda r: r["rank"])
@@ -23,11 +95,7 @@ def cell_figures(records: list[dict]) -> dict:
     if steps == 0:
         return out
     window_s = max(r["window_s"] for r in records)
-    wait, compute, step, sync = (_arr(records, k) for k in ("wait", "compute", "step", "sync"))
-    all_steps = np.concatenate(step)
-    stall = [w.sum() / s.sum() * 100 if s.sum() else 0.0 for w, s in zip(wait, step)]
-    au = [c.sum() / r["window_s"] * 100 if r["window_s"] else 0.0 for c, r in zip(compute, records)]
-    busy = np.array([s.sum() - y.sum() for s, y in zip(step, sync)])
+    all_steps = np.concatenate(_arr(records, "step"))
     samples = sum(r["samples"] for r in records)
     nbytes = sum(r["nbytes"] for r in records)
     padded = sum(r["padded_pixels"] for r in records)
@@ -36,13 +104,13 @@ def cell_figures(records: list[dict]) -> dict:
         window_s=window_s,
         samples=samples,
         throughput=samples / window_s if window_s else 0.0,
+        **throughput_interval(records),
         step_p50_ms=float(np.percentile(all_steps, 50) * 1e3),
         step_p95_ms=float(np.percentile(all_steps, 95) * 1e3),
         step_p99_ms=float(np.percentile(all_steps, 99) * 1e3),
-        stall_mean_pct=float(np.mean(stall)),
-        stall_max_pct=float(np.max(stall)),
-        au_pct=float(np.mean(au)),
-        imbalance=float(busy.max() / busy.mean()) if busy.mean() > 0 else 1.0,
+        **accounting(records),
+        **balance(records),
+        **feeding(records),
         host_pss_peak_mb=max(r["host_pss_peak"] for r in records) / 1e6,
         host_pss_total_mb=sum(r["host_pss_peak"] for r in records) / 1e6,
         host_rss_peak_mb=max(r["host_rss_peak"] for r in records) / 1e6,
@@ -57,9 +125,6 @@ def cell_figures(records: list[dict]) -> dict:
         oom_events=sum(r.get("oom_events", 0) for r in records),
         shadow_steps=sum(r.get("shadow_steps", 0) for r in records),
         nvml_util_pct=_mean_or_none([(r.get("nvml") or {}).get("nvml_util_mean_pct") for r in records]),
-        gpu_compute_au_pct=_mean_or_none([sum(r.get("gpu_compute") or []) / r["window_s"] * 100
-                                          if r.get("gpu_compute") and any(r["gpu_compute"]) and r["window_s"]
-                                          else None for r in records]),
         overrun_steps=sum(r["overruns"] for r in records),
         overrun_pct=sum(r["overruns"] for r in records) / steps * 100,
     )

@@ -1,8 +1,8 @@
 """Build one cell's input pipeline on one rank:
 storage reader -> cache -> SampleDataset(__getitems__) -> sampler -> batching -> DataLoader workers.
 
-It also derives what the cost-aware strategies need: per-sample costs (resized pixel area or stored
-bytes), the modelled device cost of a batch and the budget that fits the accelerator's memory.
+It also derives what the cost-aware strategies need: per-sample costs (the decode work, i.e. source
+pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the modelled device cost of a batch and the budget that fits the accelerator's memory.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader
 
 from harness.dataset import DatasetSpec, image_sides
 from harness.matrix import Cell
-from harness.items import FIELDS_FOR, SampleDataset, collate
+from harness.items import FIELDS_FOR, SampleDataset, collate, decoded_pixels
 
 
 def resized_shapes(spec: DatasetSpec, image_size: int) -> np.ndarray:
@@ -46,6 +46,7 @@ class Pipeline:
     batch_sampler: object
     batching: object
     cache: object
+    costs: np.ndarray | None = None  # per-sample cost the balanced sampler balances, index-aligned
 
     def shared_cache_stats(self):
         """A call that reads the rank-wide shared cache's statistics, or None (no SampleDataset here)."""
@@ -70,8 +71,8 @@ def build(ctx, cell: Cell) -> Pipeline:
     sampler_strategy = cell.choice("sampler").create()
     if sampler_strategy.cost == "bytes" or shapes is None:
         costs = np.asarray(reader.stored_bytes(), dtype=np.float64)
-    else:
-        costs = (shapes[:, 0] * shapes[:, 1]).astype(np.float64)
+    else:  # the decode work: source pixels at the decoder's reduced scale
+        costs = decoded_pixels(image_sides(sc.dataset), tr.image_size).astype(np.float64)
     sampler = sampler_strategy.sampler(size=len(dataset), num_replicas=ctx.world_size, rank=ctx.rank,
                                        seed=tr.seed, costs=costs, batch_size=tr.batch_size)
     batching = cell.choice("batching").create()
@@ -88,4 +89,4 @@ def build(ctx, cell: Cell) -> Pipeline:
         prefetch_factor=tr.prefetch_factor if workers > 0 else None,
         # forking a rank that already runs gloo threads aborts at worker exit; the forkserver is clean
         multiprocessing_context="forkserver" if workers > 0 else None)
-    return Pipeline(loader, sampler, batch_sampler, batching, cache)
+    return Pipeline(loader, sampler, batch_sampler, batching, cache, costs)

@@ -8,13 +8,23 @@ import numpy as np
 
 
 class StepRecorder:
-    """Per-step figures of the measured window in preallocated arrays."""
+    """Per-step figures of the measured window in preallocated arrays.
 
-    TIMES = ("wait", "h2d", "compute", "sync", "padded", "gpu_compute")
+    A rank's wall time is accounted once, per step, into five parts that sum to the step:
+    wait (blocked getting the batch), h2d (host-to-device copy), peer_wait (the rank agreement, where a
+    fast rank waits for a slow one), device (the accelerator computing: modelled on an emulated device,
+    CUDA-event time on a GPU) and overhead (the rest of the host's time: work beyond the device time and
+    the per-step bookkeeping). `padded` is the part of `device` the emulated device slept through; `cost`
+    the summed sampler cost of the batch (what the balanced sampler balances).
+    """
+
+    PARTS = ("wait", "h2d", "peer_wait", "device", "overhead")
+    TIMES = PARTS + ("padded",)
     COUNTS = ("samples", "padded_pixels", "real_pixels", "nbytes")
 
     def __init__(self, steps: int):
-        self.arrays = {name: np.zeros(steps, dtype=np.float64) for name in self.TIMES + self.COUNTS}
+        self.arrays = {name: np.zeros(steps, dtype=np.float64)
+                       for name in self.TIMES + self.COUNTS + ("cost",)}
         self.n = 0
 
     def add(self, **values: float) -> None:
@@ -22,10 +32,16 @@ class StepRecorder:
             self.arrays[name][self.n] = value
         self.n += 1
 
+    def add_to_last(self, name: str, value: float) -> None:
+        """Add to the last recorded step (its bookkeeping, timed after the step was added)."""
+        if self.n:
+            self.arrays[name][self.n - 1] += value
+
     def as_record(self) -> dict:
         a = {k: v[: self.n] for k, v in self.arrays.items()}
         rec = {k: np.round(a[k], 6).tolist() for k in self.TIMES}
-        rec["step"] = np.round(a["wait"] + a["h2d"] + a["compute"], 6).tolist()
+        rec["step"] = np.round(sum(a[k] for k in self.PARTS), 6).tolist()
+        rec["cost"] = np.round(a["cost"], 3).tolist()
         rec["batch_sizes"] = a["samples"].astype(int).tolist()
         for k in self.COUNTS:
             rec[k] = int(a[k].sum())

@@ -22,7 +22,7 @@ import numpy as np
 
 from harness import metrics, stats
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -38,10 +38,21 @@ class Figures:
     step_p50_ms: float | None = None
     step_p95_ms: float | None = None
     step_p99_ms: float | None = None
-    stall_mean_pct: float | None = None
+    throughput_ci: list[float] | None = None  # [low, high] within the run (batch means)
+    throughput_ci_label: str | None = None  # what the interval is: level, method, n
+    stall_mean_pct: float | None = None  # the five parts of a rank's window, mean over ranks; they sum to 100
+    h2d_pct: float | None = None
+    peer_wait_pct: float | None = None
+    au_pct: float | None = None  # device busy / wall, nothing else
+    overhead_pct: float | None = None
     stall_max_pct: float | None = None
-    au_pct: float | None = None
-    imbalance: float | None = None
+    step_imbalance: float | None = None
+    window_imbalance: float | None = None
+    cost_imbalance: float | None = None
+    loader_cpu_s_per_sample: float | None = None
+    device_samples_per_s: float | None = None  # per rank, when never starved (modelled on an emulated device)
+    cores_to_feed: float | None = None
+    imbalance: float | None = None  # schema 1 only: the window-total figure, now window_imbalance
     host_pss_peak_mb: float | None = None
     host_pss_total_mb: float | None = None
     host_rss_peak_mb: float | None = None
@@ -56,7 +67,7 @@ class Figures:
     oom_events: int | None = None
     shadow_steps: int | None = None
     nvml_util_pct: float | None = None
-    gpu_compute_au_pct: float | None = None
+    gpu_compute_au_pct: float | None = None  # schema 1 only: on CUDA, au_pct is now the CUDA-event time
     overrun_steps: int | None = None
     overrun_pct: float | None = None
     vs_probe: float | None = None  # derived when reporting: throughput / the repeat's ideal loader (probe.jsonl)
@@ -224,6 +235,8 @@ def merge_repeats(results: list[CellResult]) -> list[CellSummary]:
                 values = [r.figures.get(key) for r in ok]
                 numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
                 figures[key] = _median_like(values) if numeric else value
+            across = stats.median_interval(merged.throughput_repeats)  # replaces the runs' own intervals
+            figures.update(throughput_ci=[across["low"], across["high"]], throughput_ci_label=across["label"])
             merged.figures = Figures.from_json(figures)
             merged.throughput_summary = stats.summary(merged.throughput_repeats)
             merged.ranks = [rank for r in ok for rank in r.ranks]

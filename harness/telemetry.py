@@ -9,6 +9,9 @@ shared between workers are not counted twice; RSS is kept beside it for comparis
 over the processes of the tree alive at the last sample: each since the window's start, or since it
 started if it was born later. A process that exits is not counted itself: the kernel adds its counters
 to the parent that reaps it (the rank, or the DataLoader's forkserver), which is counted.
+Loader CPU time is counted the same way over the rank's descendants only (DataLoader workers, their
+forkserver, a shared cache's server): user + system time from /proc/<pid>/stat, including what reaped
+children spent (cutime + cstime), since the window's start.
 """
 from __future__ import annotations
 
@@ -42,6 +45,19 @@ def read_bytes(pid: int) -> int | None:
     except (OSError, ValueError):
         pass
     return None
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a process and of the children it reaped (utime + stime + cutime + cstime)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS  # fields 14-17 of stat(5)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def descendants(pid: int) -> list[int]:
@@ -118,14 +134,18 @@ class MemorySampler(IntervalSampler):
         self.samples = 0
         self._io_base: dict[int, int] = {}  # pid -> read_bytes when first seen / at window start
         self._io_last: dict[int, int] = {}
+        self._cpu_base: dict[int, float] = {}  # descendant pid -> CPU seconds when first seen / at window start
+        self._cpu_last: dict[int, float] = {}
         self._lock = threading.Lock()
 
     def _ready(self) -> bool:
         return self.supported
 
     def _sample(self) -> None:
-        pids = [os.getpid(), *descendants(os.getpid())]
+        kids = descendants(os.getpid())
+        pids = [os.getpid(), *kids]
         pss, rss = tree_memory(os.getpid(), pids)
+        cpu = {p: c for p in kids if (c := cpu_seconds(p)) is not None}
         with self._lock:
             alive = {}
             for p in pids:
@@ -134,6 +154,9 @@ class MemorySampler(IntervalSampler):
                     self._io_base.setdefault(p, n if self.samples == 0 else 0)
                     alive[p] = n
             self._io_last = alive
+            for p, c in cpu.items():
+                self._cpu_base.setdefault(p, c if self.samples == 0 else 0.0)
+            self._cpu_last = cpu
             self.peak_pss = max(self.peak_pss, pss)
             self.peak_rss = max(self.peak_rss, rss)
             self.samples += 1
@@ -145,8 +168,15 @@ class MemorySampler(IntervalSampler):
         self._sample()
         with self._lock:
             self._io_base = dict(self._io_last)
+            self._cpu_base = dict(self._cpu_last)
             self.peak_pss = self.peak_rss = 0
         self._sample()
+
+    @property
+    def loader_cpu_s(self) -> float:
+        """CPU seconds the rank's descendants (the loader's processes) spent since the window's start."""
+        with self._lock:
+            return sum(max(0.0, last - self._cpu_base.get(p, 0.0)) for p, last in self._cpu_last.items())
 
     @property
     def disk_read_bytes(self) -> int:

@@ -1,10 +1,11 @@
 """One cell on one rank: build the pipeline, run warm-up and the measured window of DDP training steps.
 
-Per step: wait = time blocked getting the next batch (including a new epoch's iterator), h2d =
-host-to-device copy, compute = forward + backward (with the real DDP allreduce) + optimizer step, padded to
-the modelled time on an emulated accelerator. compute also holds `sync`, the time spent agreeing with the
-other ranks on the step (a tiny allreduce that is where a fast rank waits for a slow one); busy = step -
-sync is a rank's own work.
+A rank's wall time is accounted once, per step, into five parts that sum to the step (StepRecorder):
+wait = blocked getting the next batch (including a new epoch's iterator), h2d = host-to-device copy,
+peer_wait = the agreement with the other ranks (a tiny allreduce: where a fast rank waits for a slow one),
+device = the accelerator computing forward + backward (with the real DDP allreduce) + optimizer step
+(modelled on an emulated device, CUDA-event time on a GPU), overhead = the rest: host work that outlasts the
+device time, and the step's bookkeeping. Steps are contiguous, so the parts of all steps sum to the window.
 
 Ranks never hang: before every step they agree (one allreduce) whether any rank still has a batch and
 whether any rank failed. A rank whose epoch is over while others still have batches takes a shadow step
@@ -58,26 +59,27 @@ class RankContext:
 
 @dataclass
 class StepTimes:
-    """perf_counter stamps of one step: previous step's end, batch ready, on the device, step end; and the
-    seconds spent in the rank agreement."""
+    """perf_counter stamps of one step: previous step's end, batch ready, on the device, agreement done,
+    step end."""
 
     start: float
     ready: float
     h2d: float
+    agreed: float
     end: float
-    sync: float
 
 
 class MeasuredLoop:
     """Warm-up then the measured window of one phase on one rank; `record()` returns the phase's figures."""
 
     def __init__(self, device, ddp, optimizer, source, batching, warmup_steps: int, window: int,
-                 progress: Callable[[int, int], None] | None = None, shared_stats=None):
+                 progress: Callable[[int, int], None] | None = None, shared_stats=None, costs=None):
         self.device, self.ddp, self.optimizer = device, ddp, optimizer
         self.source, self.batching = source, batching
         self.split_on_oom = bool(batching.splits_on_oom)
         self.warmup_steps, self.total_steps = warmup_steps, warmup_steps + window
         self.progress = progress
+        self.costs = costs  # per-sample cost the balanced sampler balances (None: not known)
         self.recorder = StepRecorder(window)
         self.tally = CacheTally(shared_stats=shared_stats)
         self.error: str | None = None
@@ -120,7 +122,7 @@ class MeasuredLoop:
         samples = len(batch["index"]) if batch is not None else 0
         self._foresee_oom(batch, samples)
         any_batch, any_failed = agree(int(batch is not None), int(self.failed is not None))
-        sync = time.perf_counter() - t_h2d
+        t_agreed = time.perf_counter()
         if any_failed:  # a batch that cannot fit ends the cell on every rank together
             self.error = self.failed or "OOM: a batch did not fit on another rank"
             return "stop"
@@ -132,7 +134,7 @@ class MeasuredLoop:
         self._train(batch, tensors, samples, measured)
         self.device.synchronize()
         self.record_step(batch, samples, measured,
-                         StepTimes(self.t_prev, t_ready, t_h2d, time.perf_counter(), sync))
+                         StepTimes(self.t_prev, t_ready, t_h2d, t_agreed, time.perf_counter()))
         self.step += 1
         return "step"
 
@@ -160,20 +162,29 @@ class MeasuredLoop:
             shadow_step(self.ddp, self.optimizer, self.device, {k: v[:1] for k, v in tensors.items()})
 
     def record_step(self, batch: dict | None, samples: int, measured: bool, t: StepTimes) -> None:
-        """The per-step bookkeeping: cache statistics, the batching's feedback, the step's figures."""
-        gpu_compute = self.device.timed_compute_s()
+        """The per-step bookkeeping: cache statistics, the batching's feedback, the step's figures. Its own
+        time is added to the step's overhead, so the next step starts where this one's bookkeeping ends."""
+        busy = t.end - t.agreed
+        device_s = min(self.device.timed_compute_s(), busy)
         if batch is not None:  # not on shadow steps: they hold no batch
             self.tally.update(batch["cache_stats"])
             self.batching.observe(self.device.last_bytes / self.device.capacity_bytes)
         if measured:
-            self.recorder.add(wait=t.ready - t.start, h2d=t.h2d - t.ready, compute=t.end - t.h2d,
-                              sync=t.sync, padded=self.device.padded_s, gpu_compute=gpu_compute,
-                              samples=samples,
+            self.recorder.add(wait=t.ready - t.start, h2d=t.h2d - t.ready, peer_wait=t.agreed - t.h2d,
+                              device=device_s, overhead=busy - device_s, padded=self.device.padded_s,
+                              samples=samples, cost=self._cost(batch),
                               padded_pixels=batch["padded_pixels"] if batch else 0,
                               real_pixels=batch["real_pixels"] if batch else 0,
                               nbytes=batch["nbytes"] if batch else 0)
-            self.window_end = t.end
-        self.t_prev = t.end
+        self.t_prev = time.perf_counter()
+        if measured:
+            self.recorder.add_to_last("overhead", self.t_prev - t.end)
+            self.window_end = self.t_prev
+
+    def _cost(self, batch: dict | None) -> float:
+        if batch is None or self.costs is None:
+            return 0.0
+        return float(self.costs[batch["index"].numpy()].sum())
 
     def record(self, rank: int, memory: MemorySampler, nvml: NvmlSampler) -> dict:
         device, source = self.device, self.source
@@ -183,7 +194,7 @@ class MeasuredLoop:
             window_s=(self.window_end - self.window_start) if self.window_end and self.window_start else 0.0,
             steps=self.recorder.n,
             host_pss_peak=memory.peak_pss, host_rss_peak=memory.peak_rss, memory_samples=memory.samples,
-            disk_read_bytes=memory.disk_read_bytes,
+            disk_read_bytes=memory.disk_read_bytes, loader_cpu_s=memory.loader_cpu_s,
             device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
             overruns=device.overruns, oom_events=self.oom_events, shadow_steps=self.shadow_steps,
             cache=self.tally.record(), error=self.error, consumed=source.consumed, nvml=nvml.figures(),
@@ -236,11 +247,14 @@ class Trainer:
     def _measure(self, pipe: pipeline.Pipeline, source, profiler) -> dict:
         loop = MeasuredLoop(self.device, self.ddp, self.optimizer, source, pipe.batching,
                             self.tr.warmup_steps, window_steps(self.tr, len(pipe.batch_sampler)),
-                            progress=self.ctx.progress, shared_stats=pipe.shared_cache_stats())
+                            progress=self.ctx.progress, shared_stats=pipe.shared_cache_stats(),
+                            costs=pipe.costs)
         with MemorySampler() as memory, NvmlSampler(self.device.nvml_index) as nvml, \
                 (profiler or nullcontext()) as prof:
             loop.run(memory, nvml, prof)
-        return loop.record(self.ctx.rank, memory, nvml)
+        record = loop.record(self.ctx.rank, memory, nvml)
+        record["workers"] = self.tr.workers
+        return record
 
 
 def _phase_summary(record: dict) -> dict:

@@ -103,3 +103,24 @@ def test_tokenize_is_stable_and_in_vocabulary():
     assert tokenize("a cat on a mat") == tokenize("a cat on a mat")
     tokens = tokenize(" ".join(["w"] * 100))
     assert len(tokens) == MAX_TOKENS and all(t >= 1 for t in tokens)
+
+
+def test_decoded_pixels_match_pil_draft_on_generated_jpegs():
+    """The balanced sampler's pixels cost is what libjpeg really decodes under decode_resize's draft."""
+    import io
+
+    from PIL import Image
+
+    from harness.dataset import DatasetSpec, generate_sample, image_sides
+    from harness.items import decoded_pixels
+
+    spec = DatasetSpec(samples=40, seed=3, profile="cc3m", image_scale=1.0)
+    for image_size in (64, 160):
+        predicted = decoded_pixels(image_sides(spec), image_size)
+        for i in range(spec.samples):
+            img = Image.open(io.BytesIO(generate_sample(spec, i).jpeg))
+            w, h = img.size
+            scale = image_size / max(w, h)
+            img.draft("RGB", (max(1, round(w * scale)), max(1, round(h * scale))))
+            assert img.size[0] * img.size[1] == predicted[i], (i, image_size, (w, h), img.size)
+    assert len(set(predicted.tolist())) > 10  # the cost varies between samples

@@ -6,41 +6,75 @@ import pytest
 from harness.metrics import cell_figures, coverage
 
 
-def record(rank, wait, compute, sync, window_s, samples_per_step=4, pss=100e6, rss=150e6):
-    step = [w + c for w, c in zip(wait, compute)]
-    return {"rank": rank, "wait": wait, "h2d": [0.0] * len(wait), "compute": compute, "sync": sync,
-            "padded": [0.0] * len(wait), "step": step, "steps": len(wait), "window_s": window_s,
-            "samples": samples_per_step * len(wait), "padded_pixels": 1000 * len(wait),
-            "real_pixels": 800 * len(wait), "nbytes": 10_000 * len(wait), "host_pss_peak": pss,
-            "host_rss_peak": rss, "device_peak_bytes": 2e9, "overruns": 1,
-            "batch_sizes": [samples_per_step] * len(wait), "oom_events": 0, "shadow_steps": 0}
+def record(rank, wait, device, peer_wait=None, overhead=None, cost=None, samples_per_step=4, pss=100e6,
+           rss=150e6, loader_cpu_s=0.0, workers=1):
+    n = len(wait)
+    peer_wait = peer_wait or [0.0] * n
+    overhead = overhead or [0.0] * n
+    h2d = [0.0] * n
+    step = [sum(parts) for parts in zip(wait, h2d, peer_wait, device, overhead)]
+    return {"rank": rank, "wait": wait, "h2d": h2d, "peer_wait": peer_wait, "device": device,
+            "overhead": overhead, "padded": [0.0] * n, "step": step, "steps": n, "window_s": sum(step),
+            "cost": cost or [1.0] * n, "samples": samples_per_step * n, "padded_pixels": 1000 * n,
+            "real_pixels": 800 * n, "nbytes": 10_000 * n, "host_pss_peak": pss, "host_rss_peak": rss,
+            "device_peak_bytes": 2e9, "overruns": 1, "batch_sizes": [samples_per_step] * n, "oom_events": 0,
+            "shadow_steps": 0, "loader_cpu_s": loader_cpu_s, "workers": workers}
 
 
 def test_known_values():
-    r0 = record(0, wait=[0.1, 0.1], compute=[0.3, 0.3], sync=[0.0, 0.0], window_s=0.8)
-    r1 = record(1, wait=[0.3, 0.3], compute=[0.1, 0.1], sync=[0.0, 0.0], window_s=1.0, pss=300e6)
+    r0 = record(0, wait=[0.1, 0.1], device=[0.3, 0.2], peer_wait=[0.0, 0.1])
+    r1 = record(1, wait=[0.3, 0.3], device=[0.1, 0.1], overhead=[0.0, 0.1], pss=300e6)
     f = cell_figures([r1, r0])
-    assert f["throughput"] == pytest.approx(16 / 1.0)  # slowest rank's window
-    assert f["stall_mean_pct"] == pytest.approx((25 + 75) / 2)
-    assert f["stall_max_pct"] == pytest.approx(75)
-    assert f["au_pct"] == pytest.approx((0.6 / 0.8 * 100 + 0.2 / 1.0 * 100) / 2)
-    assert f["imbalance"] == pytest.approx(1.0)  # both ranks busy 0.8 s
+    assert f["throughput"] == pytest.approx(16 / 0.9)  # slowest rank's window
+    assert f["stall_mean_pct"] == pytest.approx((0.2 / 0.8 + 0.6 / 0.9) / 2 * 100)
+    assert f["stall_max_pct"] == pytest.approx(0.6 / 0.9 * 100)
+    assert f["au_pct"] == pytest.approx((0.5 / 0.8 + 0.2 / 0.9) / 2 * 100)  # device busy / wall only
+    assert f["peer_wait_pct"] == pytest.approx((0.1 / 0.8 + 0) / 2 * 100)
+    assert f["overhead_pct"] == pytest.approx((0 + 0.1 / 0.9) / 2 * 100)
+    assert sum(f[k] for k in ("stall_mean_pct", "h2d_pct", "peer_wait_pct", "au_pct", "overhead_pct")) \
+        == pytest.approx(100)
     assert f["host_pss_peak_mb"] == pytest.approx(300) and f["host_pss_total_mb"] == pytest.approx(400)
     assert f["padding_waste_pct"] == pytest.approx(20)
-    assert f["step_p50_ms"] == pytest.approx(400)
     assert f["overrun_pct"] == pytest.approx(50)
 
 
-def test_imbalance_excludes_time_waiting_for_other_ranks():
-    fast = record(0, wait=[0.1], compute=[0.5], sync=[0.3], window_s=0.6)
-    slow = record(1, wait=[0.4], compute=[0.2], sync=[0.0], window_s=0.6)
-    f = cell_figures([fast, slow])
-    # busy: fast 0.3 s, slow 0.6 s -> max/mean = 0.6/0.45
-    assert f["imbalance"] == pytest.approx(0.6 / 0.45)
+def test_step_imbalance_sees_stragglers_that_move_between_ranks():
+    # the slow step alternates between the ranks: window totals are equal, every step is unbalanced
+    r0 = record(0, wait=[0.3, 0.0, 0.3, 0.0], device=[0.1] * 4, peer_wait=[0.0, 0.3, 0.0, 0.3])
+    r1 = record(1, wait=[0.0, 0.3, 0.0, 0.3], device=[0.1] * 4, peer_wait=[0.3, 0.0, 0.3, 0.0])
+    f = cell_figures([r0, r1])
+    assert f["window_imbalance"] == pytest.approx(1.0)
+    assert f["step_imbalance"] == pytest.approx(0.4 / 0.25)  # busy 0.4 vs 0.1 in every step
+
+
+def test_cost_imbalance_per_step():
+    r0 = record(0, wait=[0.1, 0.1], device=[0.1, 0.1], cost=[3.0, 1.0])
+    r1 = record(1, wait=[0.1, 0.1], device=[0.1, 0.1], cost=[1.0, 1.0])
+    assert cell_figures([r0, r1])["cost_imbalance"] == pytest.approx((3 / 2 + 1) / 2)
+
+
+def test_cores_to_feed_from_loader_cpu_and_device_rate():
+    # 4 samples per step, 0.1 s of device per step: the device eats 40 samples/s; the loader spent 0.8 CPU s
+    # on 8 samples, 0.1 s per sample: 4 cores keep it fed
+    r = record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=0.8)
+    f = cell_figures([r])
+    assert f["device_samples_per_s"] == pytest.approx(40)
+    assert f["loader_cpu_s_per_sample"] == pytest.approx(0.1)
+    assert f["cores_to_feed"] == pytest.approx(4)
+    inline = cell_figures([record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=5.0, workers=0)])
+    assert inline["loader_cpu_s_per_sample"] == pytest.approx(0.6 / 8)  # no workers: the rank's own wait
+
+
+def test_throughput_interval_brackets_the_estimate():
+    r = record(0, wait=[0.1, 0.2, 0.1, 0.3, 0.1, 0.2, 0.1, 0.2], device=[0.1] * 8)
+    f = cell_figures([r])
+    low, high = f["throughput_ci"]
+    assert low < f["throughput"] < high
+    assert "batch means" in f["throughput_ci_label"] and "4 blocks" in f["throughput_ci_label"]
 
 
 def test_no_steps_gives_no_rates():
-    r = record(0, wait=[], compute=[], sync=[], window_s=0.0)
+    r = record(0, wait=[], device=[])
     f = cell_figures([r])
     assert "throughput" not in f and f["window_steps"] == 0
 

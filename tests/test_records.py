@@ -42,10 +42,10 @@ def test_names_of_old_lines_come_from_labels_and_params():
 
 def test_unknown_keys_are_kept_and_written_back():
     line = dict(fixture_lines()[0], schema=1, future="kept", names={"storage": "raw"})
-    line["figures"] = dict(line["figures"], cores_to_feed=3.5, nvml_util_pct=None)
+    line["figures"] = dict(line["figures"], future_figure=3.5, nvml_util_pct=None)
     r = CellResult.from_json(line)
-    assert r.extra == {"future": "kept"} and r.figures.extra == {"cores_to_feed": 3.5}
-    assert r.figures.get("cores_to_feed") == 3.5 and r.figures.get("h2d_pct", 0) == 0
+    assert r.extra == {"future": "kept"} and r.figures.extra == {"future_figure": 3.5}
+    assert r.figures.get("future_figure") == 3.5 and r.figures.get("h2d_pct", 0) == 0
     assert r.figures.nvml_util_pct is None and r.figures.get("nvml_util_pct", "-") == "-"
     assert r.to_json() == dict(line, repeat=0, page_cache=None, decomposition=None)  # null figure kept
 
@@ -116,7 +116,8 @@ def test_cell_line_writes_the_schema_and_the_names():
                            strategies=lambda: {c.axis: c.label for c in choices})
     scenario = SimpleNamespace(name="t", training=SimpleNamespace(workload="pixels", batch_size=4),
                                dataset=SimpleNamespace(samples=4))
-    rank = {"rank": 0, "wait": [0.1], "h2d": [0.0], "compute": [0.3], "sync": [0.0], "step": [0.4], "steps": 1,
+    rank = {"rank": 0, "wait": [0.1], "h2d": [0.0], "peer_wait": [0.0], "device": [0.3], "overhead": [0.0],
+            "cost": [1.0], "step": [0.4], "steps": 1,
             "window_s": 0.4, "samples": 4, "padded_pixels": 10, "real_pixels": 8, "nbytes": 100,
             "host_pss_peak": 1e8, "host_rss_peak": 2e8, "device_peak_bytes": 1e9, "overruns": 0,
             "batch_sizes": [4], "oom_events": 0, "shadow_steps": 0, "error": None, "completed_epochs": 1,
