@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
@@ -17,10 +16,8 @@ from harness import probe, records, results
 from harness.matrix import Cell
 from harness.profiling import CellProfiler
 from harness.progress import Progress
+from harness.runconfig import LaunchConfig
 from harness.trainloop import RankContext, run_cell
-
-if TYPE_CHECKING:
-    from harness.launch import LaunchConfig
 
 
 class StepProgress:
@@ -79,8 +76,7 @@ def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, dev
     dist.gather_object(record, gathered, dst=0)
     if ctx.rank == 0:
         line = records.cell_line(config.scenario, cell, device.name, config.device != "cuda",
-                                 gathered, time.perf_counter() - started)
-        line["repeat"] = repeat
+                                 gathered, time.perf_counter() - started, repeat)
         results.append_cell(config.run_dir, line)
         if show:
             print(records.summary_text(line), file=sys.stderr, flush=True)

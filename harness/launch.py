@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,34 +17,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from harness import cellruns
+from harness.runconfig import LaunchConfig
 from harness.device import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
-from harness.matrix import Cell
-from harness.scenario import Scenario
 
 PG_TIMEOUT = timedelta(seconds=300)
-
-
-@dataclass
-class LaunchConfig:
-    scenario: Scenario
-    cells: list[Cell]
-    run_dir: Path
-    data_dir: Path
-    device: str  # "cuda" or "emulated"
-    plugins: list[str] = field(default_factory=list)
-    progress: bool = True
-    cache_state: str = "as-is"
-    decompose: bool = False
-    profile: bool = False
-    repeats: int = 1
-
-    def materialise_all(self, progress: bool) -> dict[str, Path]:
-        """Every storage of the matrix materialised (reused when it already exists)."""
-        from harness.materialise import materialise
-
-        storages = sorted({c.choice("storage").name for c in self.cells})
-        return {s: materialise(self.scenario.dataset, s, self.data_dir, progress=progress) for s in storages}
 
 
 def resolve_device(mode: str, world_size: int) -> str:

@@ -263,9 +263,11 @@ def relative_to_probe(results: list[CellResult], probe: dict) -> list[CellResult
     return out
 
 
-def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[dict], elapsed: float) -> dict:
+def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[dict], elapsed: float,
+              repeat: int = 0) -> dict:
     """The JSON object appended to cells.jsonl for one cell (a harness.scenario.Scenario and a
-    harness.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds)."""
+    harness.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
+    repeat it belongs to)."""
     errors = sorted({r["error"] for r in records if r.get("error")})
     result = CellResult(
         cell=cell.id,
@@ -278,6 +280,7 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[di
         workload=scenario.training.workload,
         batch_size=scenario.training.batch_size,
         world_size=len(records),
+        repeat=repeat,
         elapsed_s=round(elapsed, 3),
         figures=Figures.from_json(metrics.cell_figures(records)),
         coverage=metrics.coverage(records, scenario.dataset.samples),
