@@ -1,9 +1,11 @@
-"""PNG figures from cells.jsonl: throughput per cell, step-time distributions, stall breakdown per step.
+"""PNG figures from cells.jsonl: throughput per cell, step-time distributions, and where each rank's time
+goes (the five parts of its wall time).
 
 Drawn on matplotlib's Agg canvas directly (no pyplot, no GUI backend, the global backend is left alone).
 Takes results (harness.records.CellResult). Errored cells are left out. Repeats of a cell (several lines with
-its id) are merged (harness.records.merge_repeats): the bar is the median, the whiskers the confidence
-interval of the median (harness.stats).
+its id) are merged (harness.records.merge_repeats): the bar is the median. The whiskers are the cell's
+throughput interval (harness.tables.interval: batch means within one run, the order-statistic interval of the
+median across repeats), and the axis label says what they are.
 """
 from __future__ import annotations
 
@@ -13,12 +15,13 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness import stats
 from harness.records import CellResult, CellSummary, merge_repeats
-from harness.tables import EMULATED_MARK, emulated, shown_axes, stack_label
+from harness.tables import EMULATED_MARK, emulated, interval, shown_axes, stack_label
 
-PARTS = (("wait", "wait (data stall)", "#d62728"), ("h2d", "host-to-device", "#ff7f0e"),
-         ("compute", "compute", "#1f77b4"), ("sync", "sync (waiting for other ranks)", "#9edae5"))
+# the five parts of a rank's wall time (figures, % of the window, mean over ranks; they sum to 100)
+PARTS = (("stall_mean_pct", "stall (waiting for data)", "#d62728"), ("h2d_pct", "host-to-device", "#ff7f0e"),
+         ("au_pct", "device busy (AU)", "#1f77b4"), ("peer_wait_pct", "waiting for other ranks", "#9edae5"),
+         ("overhead_pct", "host overhead", "#7f7f7f"))
 
 
 def new_figure(rows: int, width: float = 9.0) -> Figure:
@@ -29,12 +32,9 @@ def new_figure(rows: int, width: float = 9.0) -> Figure:
 
 
 def _whiskers(cell: CellSummary) -> tuple[float, float, str] | None:
-    """(low, high, what) around the median from the cell's merged repeats; None for one repeat."""
-    summary = cell.throughput_summary
-    if not summary:
-        return None
-    coverage = stats.median_ci_ranks(summary["n"])[2] * 100  # below n=6 the "95%" CI is the full range
-    return summary["lo"], summary["hi"], f"CI of the median ({min(coverage, 95):.0f}% at n={summary['n']})"
+    """(low, high, what) of the cell's throughput interval; None when it has none."""
+    iv = interval(cell)
+    return (iv.low, iv.high, iv.label) if iv else None
 
 
 def _setup(fig: Figure, labels: list[str], axes: list[str], title: str, xlabel: str, cells: list[CellSummary]):
@@ -57,29 +57,32 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def throughput_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
-    """One bar per cell (the median), whiskers for the confidence interval of the median over repeats."""
+    """One bar per cell (the median over repeats, or the run's figure), whiskers for its interval."""
     fig = new_figure(len(cells))
     m = EMULATED_MARK if emulated(cells) else ""
     ax = _setup(fig, labels, axes, "Throughput per cell", f"samples/s{m} (all ranks)", cells)
     medians = [c.figures.throughput for c in cells]
     ax.barh(range(len(cells)), medians, color="#1f77b4", height=0.7)
-    notes: dict[int, str] = {}
+    what: list[str] = []
+    top = 0.0
     for i, c in enumerate(cells):
         whisker = _whiskers(c)
         end = medians[i]
         if whisker:
-            low, high, what = whisker
+            low, high, label = whisker
             ax.errorbar(medians[i], i, xerr=[[max(0.0, medians[i] - low)], [max(0.0, high - medians[i])]],
                         fmt="none", ecolor="black", capsize=3, lw=1)
-            notes.setdefault(len(c.throughput_repeats), what)
+            if label not in what:
+                what.append(label)
             end = max(end, high)
-        ax.text(end, i, f" {medians[i]:.0f}", va="center", fontsize=7)
-    repeats = max((c.repeats for c in cells), default=1)
-    top = max(max(c.throughput_repeats or [0]) for c in cells)
-    ax.set_xlim(0, max(top, *medians) * 1.15 or 1)
-    if notes:  # the fewest repeats give the weakest interval: name that one
-        fewest = min(notes)
-        ax.set_xlabel(ax.get_xlabel() + f"\nbar = median of {fewest}-{repeats} repeats; whiskers = {notes[fewest]}")
+        failed = getattr(c, "failed_repeats", 0)
+        ax.text(end, i, f" {medians[i]:.0f}" + (f" ({failed} of {c.total_repeats} failed)" if failed else ""),
+                va="center", fontsize=7)
+        top = max(top, end)
+    ax.set_xlim(0, top * 1.2 or 1)
+    if what:
+        shown = "; ".join(what[:2]) + (f"; and {len(what) - 2} more" if len(what) > 2 else "")
+        ax.set_xlabel(ax.get_xlabel() + f"\nwhiskers: {shown}", fontsize=8)
     return fig
 
 
@@ -97,41 +100,37 @@ def step_time_plot(cells: list[CellSummary], labels: list[str], axes: list[str])
     return fig
 
 
-def stall_means(cell: CellResult) -> dict[str, float]:
-    """Mean per step (ms, over all ranks' measured steps) of wait, h2d, compute without sync, and sync."""
-    ranks = cell.ranks
-    steps = sum(len(r.get("step") or r.get("wait") or []) for r in ranks)
-    total = {key: sum(float(np.sum(r[key])) for r in ranks if r.get(key)) for key, _, _ in PARTS}
-    has_sync = any(r.get("sync") for r in ranks)
-    if has_sync:  # the recorded compute includes sync: split it out so the stack sums to the step
-        total["compute"] -= total["sync"]
-    means = {key: value / steps * 1e3 if steps else 0.0 for key, value in total.items()}
-    if not has_sync:
-        means.pop("sync")
-    return means
+def time_split(cell: CellResult) -> dict[str, float] | None:
+    """The five parts of a rank's wall time (% of the window, mean over ranks), or None for a line written
+    before the split existed."""
+    values = {key: cell.figures.get(key) for key, _, _ in PARTS}
+    if any(v is None for v in values.values()):
+        return None
+    return {k: float(v) for k, v in values.items()}
 
 
-def stall_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
-    """One stacked bar per cell: wait, h2d, compute and sync, mean ms per step."""
+def time_split_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
+    """One stacked bar per cell: stall, h2d, device busy (AU), peer wait and host overhead, % of wall time.
+    A cell from an older line without the split is drawn without a bar and labelled so."""
     fig = new_figure(len(cells))
     m = EMULATED_MARK if emulated(cells) else ""
-    ax = _setup(fig, labels, axes, "Where a step's time goes (mean per step, all ranks)", f"ms per step{m}",
-                cells)
-    means = [stall_means(c) for c in cells]
+    splits = [time_split(c) for c in cells]
+    shown = [label if s is not None else f"{label} (no split recorded)" for label, s in zip(labels, splits)]
+    ax = _setup(fig, shown, axes, "Where each rank's time goes (% of wall time, mean over ranks)",
+                f"% of wall time{m} (the five parts sum to 100)", cells)
     left = np.zeros(len(cells))
     for key, name, colour in PARTS:
-        if not any(key in mm for mm in means):
-            continue
-        widths = np.array([mm.get(key, 0.0) for mm in means])
+        widths = np.array([s[key] if s else 0.0 for s in splits])
         ax.barh(range(len(cells)), widths, left=left, height=0.7, color=colour, label=name)
         left += widths
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=4,
+    ax.set_xlim(0, max(100.0, float(left.max()) if len(left) else 100.0))
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=3,
               frameon=False)
     return fig
 
 
 PLOTS = (("throughput.png", throughput_plot), ("step_times.png", step_time_plot),
-         ("stall_breakdown.png", stall_plot))
+         ("time_split.png", time_split_plot))
 
 
 def write_plots(results: list[CellResult], out_dir: Path) -> list[Path]:

@@ -4,15 +4,21 @@ this module; none imports another's helpers.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
+import numpy as np
 from tabulate import tabulate
 
-from harness.records import CellResult
+from harness import stats
+from harness.records import CellResult, CellSummary
 from strategies.registry import AXES
 
 EMULATED_MARK = "*"  # marks columns whose values depend on the emulated accelerator's model
-OVERRUN_WARN_PCT = 10  # warn when more steps than this outran the modelled accelerator step
+OVERRUN_VERDICT_PCT = 5  # an emulated run whose host work outlasted the modelled step in more steps: a verdict
+TIE_NOTE = ("= marks a tie: the cell's throughput interval overlaps another's, so the data do not tell them "
+            "apart; # is 1 + the number of cells whose interval lies wholly above this one's (overlap is a "
+            "conservative test: some overlapping pairs may still differ)")
 
 
 @dataclass
@@ -20,6 +26,7 @@ class Table:
     title: str
     headers: list[str]
     rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)  # footnotes, printed under the table
 
 
 def render_tables(tables: list[Table], fmt: str = "text", level: int = 2) -> list[str]:
@@ -35,6 +42,8 @@ def render_tables(tables: list[Table], fmt: str = "text", level: int = 2) -> lis
         lines += ["", f"{'#' * level} {t.title}", ""] if markdown else ["", t.title]
         lines.append(tabulate(t.rows, headers=t.headers, tablefmt="github" if markdown else "simple",
                               disable_numparse=True))
+        if t.notes:
+            lines += [""] + render_lines(t.notes, fmt) if markdown else t.notes
     return lines
 
 
@@ -96,15 +105,153 @@ def strategy_notes(results: list[CellResult]) -> list[str]:
 
 
 def emulation_lines(results: list[CellResult]) -> list[str]:
-    """The emulation banner and, where the host could not keep up, the overrun warning (print them once)."""
+    """The emulation banner (print it once; the overrun verdict is `overrun_lines`)."""
     if not emulated(results):
         return []
-    lines = [f"ACCELERATOR EMULATED: no such GPU here; each step's real CPU compute is padded to the "
-             f"modelled step time and device memory is modelled. Columns marked {EMULATED_MARK} "
-             f"depend on that model. The DDP allreduce, data loading and host memory are real."]
-    worst = max((r.figures.get("overrun_pct", 0) for r in results), default=0)
-    if worst > OVERRUN_WARN_PCT:
-        lines.append(f"WARNING: in up to {worst:.0f}% of steps (column CPU>model %) the real CPU step took "
-                     f"longer than the modelled accelerator step: this host cannot emulate it at full speed, "
-                     f"so throughput and AU understate the accelerator. Use fewer ranks or a bigger host.")
-    return lines
+    return [f"ACCELERATOR EMULATED: no such GPU here; each step's real CPU compute is padded to the "
+            f"modelled step time and device memory is modelled. Columns marked {EMULATED_MARK} "
+            f"depend on that model. The DDP allreduce, data loading and host memory are real."]
+
+
+def accelerator_name(result: CellResult) -> str:
+    """The device a result ran on, without the " (emulated)" suffix."""
+    name = result.device or "the accelerator"
+    return name[:-len(" (emulated)")] if name.endswith(" (emulated)") else name
+
+
+def overrun_lines(results: list[CellResult], env: dict | None = None) -> list[str]:
+    """On an emulated run where some cell's host work outlasted the modelled step in more than
+    OVERRUN_VERDICT_PCT % of steps: one verdict line with the figures."""
+    measured = [r for r in results if r.emulated and r.measured and r.figures.get("overrun_pct") is not None]
+    over = [r.figures.get("overrun_pct") for r in measured]
+    if not over or max(over) <= OVERRUN_VERDICT_PCT:
+        return []
+    cells_over = sum(o > OVERRUN_VERDICT_PCT for o in over)
+    line = (f"VERDICT: host work outlasted the modelled {accelerator_name(measured[0])} step in up to "
+            f"{max(over):.0f}% of steps (median {float(np.median(over)):.0f}% over {len(over)} cells; "
+            f"{cells_over} cell(s) above {OVERRUN_VERDICT_PCT}%); that time is counted as host overhead, not "
+            f"device time")
+    cores = [r.figures.get("cores_to_feed") for r in measured if r.figures.get("cores_to_feed") is not None]
+    host_cores = (env or {}).get("cpu_count")
+    ranks = measured[0].world_size or measured[0].figures.get("ranks")
+    if cores:
+        line += f"; the loader needs {float(np.median(cores)):.1f} cores per rank{EMULATED_MARK} (median over cells)"
+        if host_cores and ranks:
+            line += f" and this host has {host_cores} cores for {ranks} ranks"
+    elif host_cores and ranks:
+        line += f"; this host has {host_cores} cores for {ranks} ranks"
+    return [line]
+
+
+# --- throughput intervals and ties ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Interval:
+    low: float
+    high: float
+    label: str  # what it is: level, method, n
+
+    def overlaps(self, other: Interval | None) -> bool:
+        """Overlapping intervals (or an unknown one): the data do not tell the two apart."""
+        return other is None or (self.low <= other.high and other.low <= self.high)
+
+
+def interval(result: CellResult) -> Interval | None:
+    """The throughput's interval: the cell's `throughput_ci` (batch means within the run, or across repeats
+    once merged); for lines written before it existed, the order-statistic interval across repeats
+    (`throughput_summary`) or batch means over the ranks' recorded steps; None when none can be had."""
+    if not result.measured:
+        return None
+    f = result.figures
+    ci = f.get("throughput_ci")
+    if ci and len(ci) == 2 and all(isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
+        return Interval(float(ci[0]), float(ci[1]), f.get("throughput_ci_label") or "interval, method unknown")
+    summary = getattr(result, "throughput_summary", None)
+    if summary:
+        iv = stats.median_interval(result.throughput_repeats)
+        return Interval(iv["low"], iv["high"], iv["label"])
+    return _batch_means_from_ranks(result)
+
+
+def _batch_means_from_ranks(result: CellResult) -> Interval | None:
+    """Batch means from a line's per-step records: per step, the samples of all ranks and the step time of
+    the slowest rank (the one with the longest window, whose window the throughput divides by; the maximum
+    over ranks per step would add up the ranks' jitter and sit below the throughput shown)."""
+    ranks = [r for r in result.ranks if r.get("step") and r.get("batch_sizes")]
+    if not ranks or len(ranks) != len(result.ranks):
+        return None
+    n = min(min(len(r["step"]), len(r["batch_sizes"])) for r in ranks)
+    samples = np.sum([np.asarray(r["batch_sizes"][:n], dtype=float) for r in ranks], axis=0)
+    slowest = max(ranks, key=lambda r: float(np.sum(r["step"][:n])))
+    seconds = np.asarray(slowest["step"][:n], dtype=float)
+    try:
+        iv = stats.batch_means_interval(samples, seconds)
+    except ValueError:
+        return None
+    if iv is None:
+        return None
+    return Interval(iv["low"], iv["high"], stats.interval_label(iv) + " (from the recorded steps)")
+
+
+def fmt_throughput(result: CellResult, value: float | None = None) -> str:
+    """"1082 [1010, 1150]": the estimate and its interval (never a symmetric +-)."""
+    value = result.figures.throughput if value is None else value
+    iv = interval(result)
+    if iv is None:
+        return fmt(value, ".0f")
+    return f"{value:.0f} [{iv.low:.0f}, {iv.high:.0f}]"
+
+
+def interval_header(results: list[CellResult]) -> tuple[str, bool]:
+    """(the words for the samples/s header, whether each row needs its own label): one shared label goes in
+    the header ("[95% CI, batch means, 10 blocks]"); differing labels go in an "interval" column."""
+    labels = {iv.label for iv in (interval(r) for r in results) if iv is not None}
+    if not labels:
+        return "", False
+    if len(labels) == 1:
+        return f" [{labels.pop()}]", False
+    return " [interval]", True
+
+
+def interval_label_of(result: CellResult) -> str:
+    iv = interval(result)
+    return iv.label if iv else "-"
+
+
+def tie_ranks(results: list[CellResult]) -> dict[str, tuple[int, bool]]:
+    """cell id -> (rank, tied): rank = 1 + the number of cells whose interval lies wholly above this one's;
+    tied when its interval overlaps another measured cell's. A cell without an interval counts as its point
+    value (low = high = throughput)."""
+    measured = [r for r in results if r.measured]
+    spans = {}
+    for r in measured:
+        iv = interval(r)
+        thr = r.figures.throughput
+        spans[r.cell] = (iv.low, iv.high) if iv else (thr, thr)
+    out = {}
+    for r in measured:
+        low, high = spans[r.cell]
+        above = sum(1 for o in measured if o.cell != r.cell and spans[o.cell][0] > high)
+        tied = any(o.cell != r.cell and spans[o.cell][0] <= high and low <= spans[o.cell][1] for o in measured)
+        out[r.cell] = (1 + above, tied)
+    return out
+
+
+def compare_intervals(a: CellResult | None, b: CellResult | None) -> str:
+    """a against b: "faster" / "slower" when their intervals do not overlap, "tie" when they do, "-" when
+    either is missing or unmeasured."""
+    if a is None or b is None or not a.measured or not b.measured:
+        return "-"
+    ia, ib = interval(a), interval(b)
+    if ia is None or ib is None or ia.overlaps(ib):
+        return "tie"
+    return "faster" if ia.low > ib.high else "slower"
+
+
+def repeats_text(cell: CellSummary) -> str:
+    """Measured repeats, and the failed ones when there are any: "3", "4 of 5 (1 failed)"."""
+    repeats = getattr(cell, "repeats", 1)
+    failed = getattr(cell, "failed_repeats", 0)
+    if not failed:
+        return str(repeats)
+    return f"{repeats} of {repeats + failed} ({failed} failed)"

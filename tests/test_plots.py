@@ -31,7 +31,7 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 def assert_pngs(paths: list[Path], rows: int):
     """Three valid PNGs on disk, each tall enough for `rows` cells (the figure grows with the cells)."""
-    assert [p.name for p in paths] == ["throughput.png", "step_times.png", "stall_breakdown.png"]
+    assert [p.name for p in paths] == ["throughput.png", "step_times.png", "time_split.png"]
     for p in paths:
         assert p.is_file()
         data = p.read_bytes()
@@ -60,11 +60,41 @@ def test_a_known_record_set_draws_one_mark_per_cell(cells_4x):
     assert [t.get_text() for t in ax["throughput.png"].get_yticklabels()] == labels
     assert labels[0] == "none/fixed/default"
     assert len(ax["step_times.png"].lines) >= 5 * len(cells)  # a box per cell: whiskers, caps, median
-    stack = ax["stall_breakdown.png"].patches
-    assert len(stack) == 4 * len(cells)  # wait, h2d, compute, sync per cell
-    means = plots.stall_means(cells[0])
-    assert stack[0].get_width() == pytest.approx(means["wait"])
-    assert sum(b.get_width() for b in stack[::len(cells)]) == pytest.approx(sum(means.values()))
+    stack = ax["time_split.png"].patches
+    assert len(stack) == 5 * len(cells)  # five parts per cell (zero-width for these older lines)
+    assert all(b.get_width() == 0 for b in stack)  # the fixture predates the split: nothing invented
+    assert all("(no split recorded)" in t.get_text() for t in ax["time_split.png"].get_yticklabels())
+    # whiskers: every fixture cell has per-step records, so a batch-means interval each
+    whiskers = [line for line in ax["throughput.png"].collections if len(line.get_segments()) == 1]
+    assert len(whiskers) == len(cells)
+    assert "95% CI, batch means, 10 blocks" in ax["throughput.png"].get_xlabel()
+
+
+def split_cell(name: str, parts: tuple[float, ...], ci=None, label=None) -> CellResult:
+    keys = [k for k, _, _ in plots.PARTS]
+    figures = {"throughput": 100.0, **dict(zip(keys, parts))}
+    if ci:
+        figures.update(throughput_ci=ci, throughput_ci_label=label)
+    return CellResult.from_json({"cell": f"storage={name}", "strategies": {"storage": name}, "figures": figures})
+
+
+def test_time_split_is_five_parts_summing_to_100():
+    cells = [split_cell("raw", (20.0, 1.0, 60.0, 9.0, 10.0), [90.0, 110.0], "95% CI, batch means, 10 blocks"),
+             split_cell("mmap", (5.0, 0.5, 80.0, 4.5, 10.0), [95.0, 120.0], "95% CI, batch means, 8 blocks")]
+    shown, labels, ax = drawn(cells)
+    stack = ax["time_split.png"].patches
+    assert len(stack) == 10
+    # bars are drawn part by part: stack[part * n + cell]
+    assert [b.get_width() for b in stack[0::2]] == [20.0, 1.0, 60.0, 9.0, 10.0]
+    assert stack[2 * 2].get_x() == pytest.approx(21.0)  # AU starts after stall + h2d
+    assert sum(b.get_width() for b in stack[1::2]) == pytest.approx(100.0)
+    assert [t.get_text() for t in ax["time_split.png"].get_legend().get_texts()] == [n for _, n, _ in plots.PARTS]
+    assert plots.time_split(cells[0]) == {"stall_mean_pct": 20.0, "h2d_pct": 1.0, "au_pct": 60.0,
+                                          "peer_wait_pct": 9.0, "overhead_pct": 10.0}
+    xlabel = ax["throughput.png"].get_xlabel()
+    assert "95% CI, batch means, 10 blocks" in xlabel and "8 blocks" in xlabel
+    (segments,) = ax["throughput.png"].collections[0].get_segments()
+    assert [p[0] for p in segments] == [90.0, 110.0]  # the whisker is [low, high], not a symmetric +-
 
 
 def test_repeats_and_errored_cells(cells_4x, tmp_path):
@@ -85,14 +115,9 @@ def test_repeats_and_errored_cells(cells_4x, tmp_path):
     assert [c.repeats for c in shown] == [2, 3, 3, 3] and shown[0].failed_repeats == 1
     assert len(ax["throughput.png"].patches) == 4  # the broken cell is left out
     whiskers = [line for line in ax["throughput.png"].collections if len(line.get_segments()) == 1]
-    assert len(whiskers) == 4  # every cell has 2+ measured repeats: one CI whisker each
+    assert len(whiskers) == 4  # every cell has 2+ measured repeats: one interval whisker each
+    assert "of the median" in ax["throughput.png"].get_xlabel() or "min-max of" in ax["throughput.png"].get_xlabel()
+    texts = [t.get_text() for t in ax["throughput.png"].texts]
+    assert "(1 of 3 failed)" in texts[0] and "failed" not in texts[1]
 
 
-def test_stall_means_split_sync_out_of_compute():
-    rank = {"wait": [0.1, 0.1], "h2d": [0.0, 0.02], "compute": [0.2, 0.2], "sync": [0.05, 0.05],
-            "step": [0.3, 0.32]}
-    means = plots.stall_means(CellResult("c", ranks=[rank, rank]))
-    assert means == pytest.approx({"wait": 100.0, "h2d": 10.0, "compute": 150.0, "sync": 50.0})
-    old = {k: v for k, v in rank.items() if k != "sync"}  # older runs recorded no sync
-    assert plots.stall_means(CellResult("c", ranks=[old])) == pytest.approx({"wait": 100.0, "h2d": 10.0,
-                                                                            "compute": 200.0})
