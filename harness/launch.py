@@ -88,8 +88,11 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
     # worker exit); preloading makes each worker a cheap fork of a process that has imported the items.
     mp.set_forkserver_preload(["torch", "harness.items", "strategies.registry", *config.plugins])
-    torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world)))))
     cuda = config.device == "cuda"
+    # An emulated rank's stand-in model is tiny: one thread, so that idle OpenMP threads do not spin on the
+    # cores the DataLoader workers need (a GPU host launches kernels from one thread too).
+    torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
+                          if cuda else 1)
     if cuda:
         device = CudaDevice(local_rank)
     else:
