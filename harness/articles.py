@@ -4,13 +4,24 @@ memory, the cumulative ladder, a ranking), built from what this run measured.
 Pure functions: results in (harness.records.CellResult, the lines of cells.jsonl), a harness.tables.Table out.
 Several results with the same cell id (a run with --repeats) are merged first (harness.records.merge_repeats):
 the median of the repeats' figures; a cell that ran once counts as n=1.
+
+Every throughput carries its interval ([low, high], labelled in the header or an "interval" column). The
+ranking and the ladder call two cells different only when their intervals do not overlap; otherwise they are
+a tie, and the table's footnote says so. The ladder's steps are fixed before measuring (the articles' own
+choice for each step, named in the table), never the best measured of several cells: taking the best of N
+noisy cells would overstate the step.
 """
 from __future__ import annotations
 
 from harness.records import CellResult, CellSummary, merge_repeats
-from harness.tables import Table, common_axes, display_name, fmt, mark, shown_axes, short_error, stack_label
+from harness.tables import (TIE_NOTE, Table, common_axes, compare_intervals, display_name, fmt, fmt_throughput,
+                            interval, interval_header, interval_label_of, mark, repeats_text, shown_axes,
+                            short_error, stack_label, tie_ranks)
 
 BASELINE = {"storage": "raw", "cache": "none", "batching": "fixed", "sampler": "default"}
+# the storage of the ladder's last step, fixed before measuring: the articles' first choice that the run has
+# (HDF5 is what the articles recommend first, then memory maps); never the best measured of the storages
+EVERYTHING_STORAGE = ("hdf5", "mmap", "raw")
 
 
 def figure(result: CellResult | None, key: str):
@@ -51,13 +62,25 @@ def scaling_table(results_1x: list[CellResult], results_nx: list[CellResult]) ->
         a, b = by_one.get(key), by_many.get(key)
         t1, tn = figure(a, "throughput"), figure(b, "throughput")
         efficiency = (tn / n) / (t1 / n1) * 100 if t1 and tn else None
-        rows.append([stack_label(both, b or a, axes), _shown_or_error(a, "throughput", ".0f"),
-                     _shown_or_error(b, "throughput", ".0f"), fmt(efficiency, ".0f")])
+        rows.append([stack_label(both, b or a, axes), _throughput_or_error(a), _throughput_or_error(b),
+                     fmt(efficiency, ".0f")])
     title = f"Scaling: {n1} vs {n} ranks (efficiency = per-rank throughput at {n} / per-rank at {n1})"
     batches = {r.batch_size for r in both} - {None}
     if len(batches) > 1:
         title += f"; NOTE: the runs differ in batch per rank ({', '.join(map(str, sorted(batches)))})"
-    return Table(title, headers, rows)
+    return Table(title, headers, rows, _interval_notes(both))
+
+
+def _throughput_or_error(result: CellResult | None) -> str:
+    if result is None:
+        return "-"
+    return fmt_throughput(result) if result.measured else short_error(result)
+
+
+def _interval_notes(results: list[CellResult]) -> list[str]:
+    """What the [low, high] after each throughput is, one line per kind of interval shown."""
+    labels = list(dict.fromkeys(interval_label_of(r) for r in results if r.measured and interval(r)))
+    return [f"[low, high] after a throughput: {'; '.join(labels)}"] if labels else []
 
 
 def fixed_vs_dynamic_table(results: list[CellResult]) -> Table:
@@ -101,18 +124,21 @@ def _pick(cells: list[CellSummary], axis: str, name: str, among: list[CellSummar
 
 
 def ladder_steps(cells: list[CellSummary]) -> list[tuple[str, dict[str, str], CellSummary | None]]:
-    """The second article's cumulative ladder: (step, wanted strategies, the measured cell or None)."""
+    """The second article's cumulative ladder: (step, wanted strategies, the measured cell or None).
+
+    Every step's strategies are fixed a priori (not chosen by measured throughput): the LRU cache and the
+    dynamic batching the run has (the first such label, preferring the one run on the baseline's stack), and
+    for "+ everything" also the balanced sampler and the storage of EVERYTHING_STORAGE that the run has."""
     raw_fixed = [c for c in cells if _matches(c, {"storage": "raw", "sampler": "default", "batching": "fixed"})]
     lru = _pick(cells, "cache", "lru", among=raw_fixed)
     dynamic = _pick(cells, "batching", "dynamic")
-    best_want = {"cache": lru, "batching": dynamic, "sampler": "balanced"}
-    candidates = [c for c in cells if _matches(c, best_want) and c.measured]
-    best = max(candidates, key=lambda c: c.figures.throughput, default=None)
+    storages = {c.name("storage") for c in cells}
+    storage = next((s for s in EVERYTHING_STORAGE if s in storages), EVERYTHING_STORAGE[0])
+    everything = {"storage": storage, "cache": lru, "batching": dynamic, "sampler": "balanced"}
     steps = [("baseline", BASELINE), ("+ cache", {**BASELINE, "cache": lru}),
-             ("+ dynamic batching", {**BASELINE, "cache": lru, "batching": dynamic})]
-    out = [(name, want, next((c for c in cells if _matches(c, want)), None)) for name, want in steps]
-    out.append(("+ everything", {"storage": "best", **best_want}, best))
-    return out
+             ("+ dynamic batching", {**BASELINE, "cache": lru, "batching": dynamic}),
+             (f"+ everything ({storage}, balanced sampler)", everything)]
+    return [(name, want, next((c for c in cells if _matches(c, want)), None)) for name, want in steps]
 
 
 def _wanted_names(cells: list[CellSummary], want: dict[str, str], axes: list[str]) -> str:
@@ -124,35 +150,50 @@ def _wanted_names(cells: list[CellSummary], want: dict[str, str], axes: list[str
 
 
 def ladder_table(results: list[CellResult], dataset_samples: int | None = None) -> Table:
-    """Baseline, + cache, + dynamic batching, + everything: time per epoch, AU, memory, speed-up."""
+    """Baseline, + cache, + dynamic batching, + everything: throughput with its interval, time per epoch,
+    AU, memory, speed-up, and whether the step differs from the previous one (intervals apart) or ties."""
     cells = merge_repeats(results)
     m = mark(cells)
     samples = dataset_samples or infer_dataset_samples(cells)
     axes = common_axes(cells)
-    headers = ["step", "/".join(axes), f"time per epoch (s){m}", f"AU %{m}", f"device peak GB{m}",
-               "host PSS all ranks MB", f"speed-up{m}"]
     steps = ladder_steps(cells)
+    present = [cell for _, _, cell in steps if cell is not None]
+    words, per_row = interval_header(present)
+    headers = ["step", "/".join(axes), f"samples/s{m}{words}", *(["interval"] if per_row else []),
+               f"time per epoch (s){m}", f"AU %{m}", f"device peak GB{m}", "host PSS all ranks MB",
+               f"speed-up{m}", "vs previous step"]
     base = figure(steps[0][2], "throughput")
-    rows = []
+    rows, previous = [], None
     for name, want, cell in steps:
         if cell is None:
             rows.append([name, f"not in this run ({_wanted_names(cells, want, axes)})"]
                         + ["-"] * (len(headers) - 2))
+            previous = None
             continue
         label = stack_label(cells, cell, axes)
         if not cell.measured:
             rows.append([name, f"{label}: {short_error(cell)}"] + ["-"] * (len(headers) - 2))
+            previous = None
             continue
         thr = cell.figures.throughput
-        rows.append([name, label, fmt(samples / thr if samples and thr else None, ".1f"),
+        rows.append([name, label, fmt_throughput(cell), *([interval_label_of(cell)] if per_row else []),
+                     fmt(samples / thr if samples and thr else None, ".1f"),
                      fmt(figure(cell, "au_pct"), ".0f"), fmt(figure(cell, "device_peak_gb"), ".2f"),
-                     fmt(figure(cell, "host_pss_total_mb"), ".0f"), fmt(thr / base if base else None, ".2f")])
+                     fmt(figure(cell, "host_pss_total_mb"), ".0f"), fmt(thr / base if base else None, ".2f"),
+                     compare_intervals(cell, previous) if previous is not None else "-"])
+        previous = cell
     per = f"{samples} samples" if samples else "dataset size unknown"
-    return Table(f"The cumulative ladder of the second article, measured (epoch = {per})", headers, rows)
+    notes = ["Each step's strategies were fixed before measuring (named in the step), not picked as the best "
+             "measured of several cells, which would overstate the step. vs previous step: faster / slower "
+             "when the two throughput intervals do not overlap, tie when they do (not a significant "
+             "difference)"]
+    return Table(f"The cumulative ladder of the second article, measured (epoch = {per})", headers, rows, notes)
 
 
 def ranking_table(results: list[CellResult]) -> Table:
-    """Every cell by throughput, fastest first, with its speed-up over the baseline; errored cells last."""
+    """Every cell by rank (1 + the cells whose interval lies wholly above its own), then by throughput, with
+    its speed-up over the baseline; cells whose intervals overlap another's are ties (rank marked "=");
+    errored cells last."""
     cells = merge_repeats(results)
     m = mark(cells)
     axes = shown_axes(cells)
@@ -163,24 +204,33 @@ def ranking_table(results: list[CellResult]) -> Table:
         base, against = (ok[-1] if ok else None), "slowest"
     base_thr = figure(base, "throughput")
     repeats = any(c.total_repeats > 1 for c in cells)
-    headers = ["#", "/".join(axes), f"samples/s{m}", f"speed-up vs {against}{m}", f"AU %{m}", "stall % mean",
-               f"device peak GB{m}"] + (["n"] if repeats else [])
+    words, per_row = interval_header(ok)
+    ranks = tie_ranks(ok)
+    ok.sort(key=lambda c: (ranks[c.cell][0], -c.figures.throughput))  # by rank, then by the point value
+    headers = ["#", "/".join(axes), f"samples/s{m}{words}", *(["interval"] if per_row else []),
+               f"speed-up vs {against}{m}", f"AU %{m}", "stall % mean", f"device peak GB{m}"] + (
+        ["n"] if repeats else [])
     rows = []
-    for i, c in enumerate(ok, 1):
+    for c in ok:
         f = c.figures
-        rows.append([str(i), stack_label(cells, c, axes), fmt(f.throughput, ".0f"),
-                     fmt(f.throughput / base_thr if base_thr else None, ".2f"), fmt(f.au_pct, ".0f"),
+        rank, tied = ranks[c.cell]
+        speed = fmt(f.throughput / base_thr if base_thr else None, ".2f")
+        if base_thr and c is not base and compare_intervals(c, base) == "tie":
+            speed += " (tie)"
+        rows.append([f"={rank}" if tied else str(rank), stack_label(cells, c, axes), fmt_throughput(c),
+                     *([interval_label_of(c)] if per_row else []), speed, fmt(f.au_pct, ".0f"),
                      fmt(f.stall_mean_pct, ".0f"), fmt(f.device_peak_gb, ".2f")]
-                    + ([_n(c)] if repeats else []))
+                    + ([repeats_text(c)] if repeats else []))
     for c in cells:
         if not c.measured:
-            rows.append(["-", stack_label(cells, c, axes), short_error(c)] + ["-"] * (len(headers) - 3))
-    return Table(f"All cells by throughput (speed-up over the {against} cell)", headers, rows)
-
-
-def _n(cell: CellSummary) -> str:
-    """Measured repeats, and the failed ones when there are any."""
-    return str(cell.repeats) + (f" ({cell.failed_repeats} failed)" if cell.failed_repeats else "")
+            rows.append(["-", stack_label(cells, c, axes), short_error(c)] + ["-"] * (len(headers) - 4)
+                        + ([repeats_text(c)] if repeats else ["-"]))
+    notes = [TIE_NOTE + f"; (tie) after a speed-up: the cell's interval overlaps the {against} cell's"]
+    if any(interval(c) is None for c in ok):
+        notes.append("a cell without an interval (fewer than 4 measured steps) is ranked by its point value")
+    if any(c.failed_repeats for c in cells):
+        notes.append("n: measured repeats of those run; figures are over the measured repeats only")
+    return Table(f"All cells by throughput (speed-up over the {against} cell)", headers, rows, notes)
 
 
 def note_lines(results: list[CellResult]) -> list[str]:

@@ -2,7 +2,11 @@
 
 Table builders are pure: results in (harness.records.CellResult), a harness.tables.Table out. One renderer
 (harness.tables.render_tables) writes them as text or markdown; the header (scenario, emulation banner,
-overrun warning, page cache, repeats, probe, parameters, host) is written once, above every table.
+overrun verdict, page cache, repeats, probe, parameters, host) is written once, above every table.
+
+Every throughput is shown with its interval as [low, high] and a label that says what the interval is
+(method, level, n): within one run, batch means over the window's steps; across repeats, the median with the
+order-statistic interval and its real coverage (harness.stats).
 """
 from __future__ import annotations
 
@@ -11,25 +15,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import articles, plots, results as run_files
+from harness import articles, plots, results as run_files, whatif
 from harness.records import CellResult, CellSummary, merge_repeats, relative_to_probe
-from harness.tables import (Table, display_name, emulation_lines, fmt, mark, render_lines, render_tables,
+from harness.tables import (Table, display_name, emulation_lines, fmt, fmt_throughput, interval_header,
+                            interval_label_of, mark, overrun_lines, render_lines, render_tables, repeats_text,
                             short_error, shown_axes, strategy_notes)
 
 REPORT_TITLE = "Data-loading benchmark report"
 ARTICLES_TITLE = "The articles' tables, measured"
 
 
-def _throughput(c: CellSummary) -> str:
-    s = c.throughput_summary
-    if not s:
-        return fmt(c.figures.throughput, ".0f")
-    return f"{s['median']:.0f} ± {s['half_ci']:.0f} (CV {s['cv'] * 100:.0f}%)"
-
-
 def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict | None = None,
                  others: list[CellSummary] | None = None) -> list[str]:
-    """What the tables need said once: scenario, emulation banner and overrun warning, page cache, repeats
+    """What the tables need said once: scenario, emulation banner and overrun verdict, page cache, repeats
     (and failed repeats), machine probe, parameters, host. `others`: results of another run shown too
     (the one-rank run of the scaling table)."""
     if not cells:
@@ -38,10 +36,15 @@ def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict 
     lines = [f"Scenario {c0.scenario}: {c0.world_size} ranks x {c0.device}, workload {c0.workload}, "
              f"batch {c0.batch_size} per rank, {c0.figures.get('window_steps', 0)} measured steps per rank"]
     lines += emulation_lines(every)
+    lines += overrun_lines(cells, env)
     lines += page_cache_lines(cells, env)
     repeats = max(c.total_repeats for c in cells)
     if repeats > 1:
-        lines.append(f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats")
+        lines.append(f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats, "
+                     f"throughput intervals are across repeats (order statistics, with their real coverage)")
+    else:
+        lines.append("1 run per cell: throughput intervals are within the run (batch means over the measured "
+                     "steps); they do not cover run-to-run drift (use --repeats)")
     lines += failed_repeat_lines(cells)
     if probe and probe.get("ideal_samples_per_s"):
         lines.append(probe_line(probe))
@@ -87,13 +90,78 @@ def probe_line(probe: dict) -> str:
 
 
 def throughput_table(cells: list[CellSummary]) -> Table:
+    """Throughput with its interval, step-time percentiles, cache and read rates, repeats."""
     m = mark(cells[:1])
     axes = shown_axes(cells)
-    ci = " (median ± 95% CI)" if any(c.throughput_summary for c in cells) else ""
+    words, per_row = interval_header(cells)
     probe = ["x ideal loader"] if any(c.figures.vs_probe is not None for c in cells) else []
-    au = f"AU %{m}" if m else "AU % (timers / CUDA events / NVML)"
-    headers = [*axes, f"samples/s{m}{ci}", *probe, f"step p50 ms{m}", f"p95{m}", f"p99{m}", "stall % mean/max",
-               au, "imbalance", "cache hit %", "read MB/s"] + (["CPU>model %"] if m else [])
+    repeats = any(c.total_repeats > 1 for c in cells)
+    headers = [*axes, f"samples/s{m}{words}", *(["interval"] if per_row else []), *probe, f"step p50 ms{m}",
+               f"p95{m}", f"p99{m}", "cache hit %", "read MB/s"] + (["repeats"] if repeats else [])
+    rows = []
+    for c in cells:
+        f = c.figures
+        row = [display_name(cells, c, a) for a in axes]
+        if not c.measured:
+            rows.append(row + [short_error(c)] + ["-"] * (len(headers) - len(row) - 2)
+                        + ([repeats_text(c)] if repeats else ["-"]))
+            continue
+        rows.append(row + [
+            fmt_throughput(c), *([interval_label_of(c)] if per_row else []),
+            *([fmt(f.vs_probe, ".2f")] if probe else []), fmt(f.step_p50_ms, ".1f"),
+            fmt(f.step_p95_ms, ".1f"), fmt(f.step_p99_ms, ".1f"), _hit(c), fmt(f.read_mb_s, ".1f")]
+            + ([repeats_text(c)] if repeats else []))
+    notes = []
+    if any(c.failed_repeats for c in cells):
+        notes.append("repeats: measured of run; a cell's figures are over its measured repeats only")
+    return Table("Throughput", headers, rows, notes)
+
+
+PART_COLUMNS = (("stall_mean_pct", "stall %"), ("h2d_pct", "h2d %"), ("au_pct", "AU %"),
+                ("peer_wait_pct", "peer wait %"), ("overhead_pct", "overhead %"))
+
+
+def utilisation_table(cells: list[CellSummary]) -> Table:
+    """Each rank's wall time accounted once into five parts that sum to 100 (mean over ranks)."""
+    m = mark(cells[:1])
+    axes = shown_axes(cells)
+    nvml = any(c.figures.nvml_util_pct is not None for c in cells)
+    headers = [*axes, "stall % mean/max", "h2d %", f"AU %{m} (device busy / wall)", f"peer wait %{m}",
+               f"overhead %{m}"] + (["NVML util %"] if nvml else []) + ([f"overrun %{m}"] if m else [])
+    rows, old = [], False
+    for c in cells:
+        f = c.figures
+        row = [display_name(cells, c, a) for a in axes]
+        if not c.measured:
+            rows.append(row + [short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
+            continue
+        split = f.get("h2d_pct") is not None
+        old = old or not split
+        au = fmt(f.au_pct, ".0f") + ("" if split or f.au_pct is None else " (old)")
+        rows.append(row + [f"{fmt(f.stall_mean_pct, '.0f')} / {fmt(f.stall_max_pct, '.0f')}",
+                           fmt(f.get("h2d_pct"), ".0f"), au, fmt(f.get("peer_wait_pct"), ".0f"),
+                           fmt(f.get("overhead_pct"), ".0f")]
+                    + ([fmt(f.nvml_util_pct, ".0f")] if nvml else []) + ([fmt(f.overrun_pct, ".0f")] if m else []))
+    notes = ["Per rank, stall + h2d + AU + peer wait + overhead = 100% of its window (mean over ranks): stall = "
+             "waiting for the next batch, h2d = copy to the device, AU = the device busy, peer wait = waiting "
+             "for the other ranks, overhead = the rest of the host's work in the step"]
+    if m:
+        notes.append(f"overrun % (emulated only): steps whose host work outlasted the modelled device step; that "
+                     f"time is in overhead, not AU")
+    if old:
+        notes.append("(old): a line written before the five-part split: its AU is compute (with the rank "
+                     "agreement) / wall, not device-busy / wall")
+    return Table("Where each rank's time goes (% of wall time, the five parts sum to 100)", headers, rows, notes)
+
+
+def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) -> Table:
+    """Stragglers (per step and over the window), the sampler's cost balance, and what feeding costs."""
+    m = mark(cells[:1])
+    axes = shown_axes(cells)
+    headers = [*axes, "step imbalance", "window imbalance", "cost imbalance", "loader CPU ms/sample",
+               f"device samples/s/rank{m}", f"cores to feed/rank{m}"]
+    if what_if_cores is not None:
+        headers.append(whatif.column_header(what_if_cores, m or "*"))
     rows = []
     for c in cells:
         f = c.figures
@@ -101,12 +169,23 @@ def throughput_table(cells: list[CellSummary]) -> Table:
         if not c.measured:
             rows.append(row + [short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
             continue
-        rows.append(row + [
-            _throughput(c), *([fmt(f.vs_probe, ".2f")] if probe else []), fmt(f.step_p50_ms, ".1f"),
-            fmt(f.step_p95_ms, ".1f"), fmt(f.step_p99_ms, ".1f"), f"{f.stall_mean_pct:.0f} / {f.stall_max_pct:.0f}",
-            _au(c), fmt(f.imbalance, ".2f"), _hit(c), fmt(f.read_mb_s, ".1f")]
-            + ([fmt(f.overrun_pct, ".0f")] if m else []))
-    return Table("Throughput and utilisation", headers, rows)
+        window = f.get("window_imbalance", f.imbalance)
+        cpu = f.get("loader_cpu_s_per_sample")
+        row += [fmt(f.get("step_imbalance"), ".2f"), fmt(window, ".2f"), fmt(f.get("cost_imbalance"), ".2f"),
+                fmt(cpu * 1e3 if cpu is not None else None, ".2f"), fmt(f.get("device_samples_per_s"), ".0f"),
+                fmt(f.get("cores_to_feed"), ".2f")]
+        if what_if_cores is not None:
+            row.append(fmt(whatif.predict(c, what_if_cores), ".0f"))
+        rows.append(row)
+    notes = ["step imbalance = mean over steps of the slowest rank's busy time / the mean rank's; window "
+             "imbalance = the same over whole-window totals (stragglers that take turns cancel out in it); cost "
+             "imbalance = mean over steps of max / mean across ranks of the sampler's summed cost; cores to "
+             "feed = loader CPU s/sample x device samples/s: the cores per rank the loader needs to keep the "
+             "device fed"]
+    if what_if_cores is not None:
+        notes.append(f"predicted (modelled, an upper bound): world size x min(device samples/s/rank, "
+                     f"{what_if_cores:g} / loader CPU s per sample); it ignores peer waits and host overhead")
+    return Table("Balance across ranks and the cost of feeding the device", headers, rows, notes)
 
 
 def memory_io_table(cells: list[CellSummary]) -> Table:
@@ -162,32 +241,27 @@ def decomposition_table(cells: list[CellSummary]) -> Table:
     return Table("Stall decomposition (compute alone / page cache warm / page cache dropped)", headers, rows)
 
 
-def _au(c: CellSummary) -> str:
-    """AU from the step timers; on real GPUs also from CUDA events and NVML's sampled utilisation."""
-    f = c.figures
-    extra = [f"{v:.0f}" for v in (f.gpu_compute_au_pct, f.nvml_util_pct) if v is not None]
-    return " / ".join([f"{f.au_pct:.0f}", *extra])
-
-
 def _hit(c: CellSummary) -> str:
     return f"{c.cache['hit_pct']:.0f} ({c.cache['scope']})" if c.cache else "-"
 
 
-def report_tables(cells: list[CellSummary]) -> list[Table]:
+def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) -> list[Table]:
     """The per-cell tables of a run (tables without rows are left out when rendered)."""
     if not cells:
         return []
-    return [throughput_table(cells), memory_io_table(cells), batching_table(cells), decomposition_table(cells)]
+    return [throughput_table(cells), utilisation_table(cells), balance_table(cells, what_if_cores),
+            memory_io_table(cells), batching_table(cells), decomposition_table(cells)]
 
 
 def render(results: list[CellResult], env: dict | None = None, probe: dict | None = None,
-           results_1x: list[CellResult] | None = None, fmt: str = "text") -> str:
+           results_1x: list[CellResult] | None = None, fmt: str = "text",
+           what_if_cores: float | None = None) -> str:
     """The whole report: header once, the run's tables, then the articles' tables. "text" or "markdown"."""
     cells, cells_1x = merge_repeats(results), merge_repeats(results_1x or [])
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else []) + render_lines(
         header_lines(cells, env, probe, cells_1x), fmt)
-    parts += render_tables(report_tables(cells), fmt, level=2)
+    parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     if cells:
         samples = ((env or {}).get("dataset") or {}).get("samples")
         parts += ["", f"## {ARTICLES_TITLE}", ""] if markdown else ["", ARTICLES_TITLE]
@@ -212,11 +286,11 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
 
 
 def write_all(run_dir: Path, results: list[CellResult], env: dict | None = None,
-              results_1x: list[CellResult] | None = None) -> str:
+              results_1x: list[CellResult] | None = None, what_if_cores: float | None = None) -> str:
     """Write summary.csv, report.md and plots/ into run_dir; return the terminal text."""
     probe = run_files.read_probe(run_dir)
     results = relative_to_probe(results, probe)
     summary_frame(results).to_csv(run_dir / "summary.csv", index=False)
-    (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown"))
+    (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores))
     plots.write_plots(results, run_dir / "plots")
-    return render(results, env, probe, results_1x, "text")
+    return render(results, env, probe, results_1x, "text", what_if_cores)

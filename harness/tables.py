@@ -238,12 +238,14 @@ def tie_ranks(results: list[CellResult]) -> dict[str, tuple[int, bool]]:
 
 
 def compare_intervals(a: CellResult | None, b: CellResult | None) -> str:
-    """a against b: "faster" / "slower" when their intervals do not overlap, "tie" when they do, "-" when
-    either is missing or unmeasured."""
+    """a against b: "faster" / "slower" when their intervals do not overlap, "tie" when they do, "no interval"
+    when either has none, "-" when either is missing or unmeasured."""
     if a is None or b is None or not a.measured or not b.measured:
         return "-"
     ia, ib = interval(a), interval(b)
-    if ia is None or ib is None or ia.overlaps(ib):
+    if ia is None or ib is None:
+        return "no interval"
+    if ia.overlaps(ib):
         return "tie"
     return "faster" if ia.low > ib.high else "slower"
 
