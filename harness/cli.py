@@ -12,7 +12,9 @@ code stays the same (2 or 3), so --debug in CI never turns an error into "1, a r
 Exit codes:
     0  success, nothing regressed
     1  a significant regression (or a cell that errored where the baseline had a result), a broken sampler
-       contract, a failed self-test or a crashed rank
+       contract, a failed self-test or a crashed rank; with --strict also a cell whose comparison is
+       inconclusive (too few repeats for the rank test to reach alpha; without --strict: exit 0 and one
+       warning line)
     2  a usage or run error: one line on stderr, no traceback. Also any unexpected exception, which is a bug
        of the harness: one line that says so (rerun with --debug for the traceback); never 1, so a bug is
        not taken for a regression
@@ -89,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--baseline", type=Path, metavar="FILE",
                       help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
     add_compare_options(gate)
+    add_what_if_option(p)
     return p
 
 
@@ -102,6 +105,20 @@ def add_compare_options(group) -> None:
                        help="compare raw samples/s instead of samples/s relative to the machine probe")
     group.add_argument("--min-effect", type=float, default=0.05, help="smallest change that counts (0.05)")
     group.add_argument("--alpha", type=float, default=0.05, help="significance level of the rank test")
+    group.add_argument("--strict", action="store_true",
+                       help="a cell with too few repeats for the rank test to reach alpha (verdict "
+                            "inconclusive) fails the gate (exit 1) instead of a warning")
+
+
+def add_what_if_option(parser) -> None:
+    parser.add_argument("--what-if-cores", type=float, metavar="N",
+                        help="add a modelled column: samples/s predicted with N loader cores per rank "
+                             "(world size x min(device rate, N / loader CPU s per sample))")
+
+
+def check_what_if(value: float | None) -> None:
+    if value is not None and not value > 0:
+        raise UsageError(f"--what-if-cores = {value:g} must be a positive number of cores per rank")
 
 
 def cmd_list() -> int:
@@ -120,11 +137,27 @@ def cmd_self_test() -> int:
     return EXIT_OK if all(r["ok"] for r in rows) else EXIT_REGRESSION
 
 
-def comparable_of(sc: scenario.Scenario, device: str) -> dict:
-    """What a baseline and a run must share to be compared."""
-    return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": sc.training.workload,
-            "batch_size": sc.training.batch_size, "accelerator": sc.accelerator.name,
-            "emulated": device != "cuda"}
+def device_name(sc: scenario.Scenario, device: str) -> str:
+    """The real device: on CUDA the GPUs' name (names joined with "+" when they differ), on an emulated run
+    "<accelerator> (emulated)"."""
+    if device == "cuda":
+        import torch
+
+        names = dict.fromkeys(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        return "+".join(names) or "cuda"
+    return f"{sc.accelerator.name} (emulated)"
+
+
+def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
+                  name: str | None = None) -> dict:
+    """What a baseline and a run must share to be compared (harness.compare). `name`: the device's name
+    (default: `device_name`)."""
+    t = sc.training
+    return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
+            "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": device != "cuda",
+            "device": name or device_name(sc, device), "image_size": t.image_size, "steps": t.steps,
+            "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
+            "prefetch_factor": t.prefetch_factor, "cache_state": cache_state}
 
 
 RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")
@@ -163,6 +196,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH")
     if args.repeats < 1:
         raise UsageError(f"--repeats = {args.repeats} must be a positive integer")
+    check_what_if(args.what_if_cores)
     overrides = {k: getattr(args, k) for k in scenario.OVERRIDES}
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if torchrun:
@@ -175,7 +209,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"{i:3d}  {cell.id}")
         print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
         return EXIT_OK
-    comparable = comparable_of(sc, device)
+    comparable = comparable_of(sc, device, args.cache_state)
     baseline = compare.load_baseline(args.baseline) if args.baseline else None
     if baseline is not None:  # fail fast, before anything runs
         compare.check_comparable({"scenario": sc.name, "comparable": comparable}, baseline)
@@ -214,7 +248,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
                   file=sys.stderr)
             failed = True
     cells_done: list[CellResult] = results.read_results(run_dir)
-    print(report.write_all(run_dir, cells_done, env))
+    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
     code = EXIT_REGRESSION if failed else EXIT_OK
     broken = [c.cell for c in cells_done if not c.contract_ok]
     if broken:
@@ -228,7 +262,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"baseline written: {args.save_baseline}", file=sys.stderr)
         if baseline is not None:
             code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
-                                                             args.alpha), run_dir / "comparison.md"))
+                                                             args.alpha, args.strict),
+                                             run_dir / "comparison.md"))
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return code
 
@@ -248,15 +283,17 @@ def cmd_report(argv: list[str]) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--with-1x", type=Path, metavar="RUN_DIR",
                    help="a one-rank run of the same matrix, for the scaling-efficiency table")
+    add_what_if_option(p)
     add_debug_option(p)
     args = p.parse_args(argv)
+    check_what_if(args.what_if_cores)
     try:
         cells = read_run(args.run_dir)
         cells_1x = read_run(args.with_1x) if args.with_1x else None
         env = results.read_env(args.run_dir)
     except results.ResultsError as err:
         raise UsageError(str(err)) from None
-    print(report.write_all(args.run_dir, cells, env, cells_1x))
+    print(report.write_all(args.run_dir, cells, env, cells_1x, what_if_cores=args.what_if_cores))
     return EXIT_OK
 
 
@@ -280,7 +317,7 @@ def cmd_compare(argv: list[str]) -> int:
     args = p.parse_args(argv)
     baseline = run_as_baseline(args.run_a, "run A (the baseline)")
     current = run_as_baseline(args.run_b, "run B")
-    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha)
+    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha, args.strict)
     if args.markdown:
         print(compare.render(comparison, "markdown"))
         return comparison.exit_code

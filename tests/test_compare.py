@@ -60,7 +60,8 @@ def test_build_baseline_orders_by_repeat_and_keeps_errors():
     b = cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
     assert b["cells"]["a"]["throughput"] == [10.0, 20.0]
     assert b["cells"]["a"]["normalised"] == [0.1, 0.1]
-    assert b["cells"]["b"] == {"throughput": [], "normalised": [], "step_p50_ms": [], "error": "OOM"}
+    assert b["cells"]["b"] == {"throughput": [], "normalised": [], "step_p50_ms": [], "error": "OOM",
+                               "params": {}}
     with pytest.raises(ValueError, match="repeat 1"):
         cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
     with pytest.raises(ValueError, match="two results for repeat 0"):
@@ -108,13 +109,80 @@ def test_small_significant_change_is_unchanged():
     assert c.exit_code == 0
 
 
-def test_too_few_repeats_decide_on_twice_the_effect():
+def test_too_few_repeats_are_inconclusive_not_a_regression():
     one = cmp.compare(run({CELLS[0]: 0.92, CELLS[1]: 0.85}, repeats=1, seed=2), run(repeats=1, seed=1))
-    assert verdicts(one)[CELLS[0]] == "unchanged" and verdicts(one)[CELLS[1]] == "slower"
-    assert one.rows[0].p is None and "no test (n<2)" in one.rows[0].note
-    # 3 vs 3 repeats can never reach p < 0.05 (at best 0.1): the same rule applies
+    assert set(verdicts(one).values()) == {"inconclusive"} and one.exit_code == 0
+    assert one.rows[1].p is None and one.rows[1].ratio == pytest.approx(0.85, rel=0.02)
+    assert one.rows[0].note == "1 vs 1 repeats: no rank test can reach p<0.05"
+    (warning,) = one.warnings
+    assert warning.startswith("3 cell(s) inconclusive: 1 vs 1 repeats cannot reach p<0.05")
+    assert "too few for any run" in warning and "largest drop -15" in warning and "--strict" in warning
+    assert "3 inconclusive" in one.summary_line()
+    # --strict turns inconclusive into a failure
+    strict = cmp.compare(run({CELLS[0]: 0.92}, repeats=1, seed=2), run(repeats=1, seed=1), strict=True)
+    assert strict.exit_code == 1 and "fails under --strict" in strict.warnings[0]
+    assert strict.summary_line().endswith("alpha 0.05, strict)")
+    # 3 vs 3 repeats can never reach p < 0.05 (at best 0.1): inconclusive; 5 vs 3 can (2 / C(8, 3) = 0.036)
     three = cmp.compare(run({CELLS[1]: 0.85}, repeats=3, seed=2), run(repeats=3, seed=1))
-    assert verdicts(three)[CELLS[1]] == "slower" and three.rows[1].p is None and three.exit_code == 1
+    assert verdicts(three)[CELLS[1]] == "inconclusive" and three.exit_code == 0
+    assert "needs --repeats 5 or more against the baseline's 3" in three.warnings[0]
+    # against a 10-repeat baseline, 2 repeats already can: 2 / C(12, 2) = 0.03
+    assert cmp.needed_repeats(10, 0.05) == 2 and cmp.needed_repeats(1, 0.05) is None
+    two = cmp.compare(run({CELLS[1]: 0.8}, repeats=2, seed=2), run(repeats=10, seed=1))
+    assert verdicts(two)[CELLS[1]] == "slower" and two.exit_code == 1
+
+
+def test_the_same_code_twice_with_one_repeat_does_not_cry_wolf():
+    """--save-baseline then --baseline, 1 repeat each, noise up to 30%: never exit 1."""
+    for seed in range(20):
+        c = cmp.compare(run(repeats=1, noise=0.3, seed=seed + 100), run(repeats=1, noise=0.3, seed=seed))
+        assert c.exit_code == 0 and "slower" not in verdicts(c).values()
+
+
+def with_params(baseline: dict, cell: str, params) -> dict:
+    out = json.loads(json.dumps(baseline))
+    if params is None:
+        del out["cells"][cell]["params"]
+    else:
+        out["cells"][cell]["params"] = params
+    return out
+
+
+def test_a_cell_whose_parameters_differ_is_not_compared():
+    base = run(seed=1)
+    current = with_params(run({CELLS[0]: 0.5}, seed=2), CELLS[0], {"cache": {"capacity_mb": 8}})
+    c = cmp.compare(current, base)
+    assert verdicts(c)[CELLS[0]] == "not comparable" and c.exit_code == 0
+    assert c.rows[0].note == "parameters differ: cache baseline None, this run {'capacity_mb': 8}"
+    assert any("1 cell(s) not compared" in w for w in c.warnings)
+    # a side that does not record params (an older baseline): matched by id, one warning
+    old = with_params(base, CELLS[0], None)
+    c = cmp.compare(run(seed=2), old)
+    assert verdicts(c)[CELLS[0]] == "unchanged"
+    assert any("does not record the strategies' parameters" in w for w in c.warnings)
+
+
+def test_an_old_baseline_without_the_new_keys_is_compared_on_the_shared_ones():
+    new = dict(COMPARABLE, device="V100-16GB (emulated)", image_size=160, steps=30, epochs=0, warmup_steps=3,
+               workers=1, prefetch_factor=2, cache_state="as-is")
+    c = cmp.compare(run(seed=2, comparable=new), run(seed=1))
+    assert c.exit_code == 0 and set(verdicts(c).values()) == {"unchanged"}
+    (warning,) = c.warnings
+    assert warning.startswith("the baseline does not record cache_state, device, epochs, image_size, "
+                              "prefetch_factor, steps, warmup_steps, workers (an older baseline): compared on "
+                              "the 6 settings both record")
+    with pytest.raises(BaselineError, match="baseline is for cache_state=cold, this run has as-is"):
+        cmp.compare(run(comparable=new), run(comparable=dict(new, cache_state="cold")))
+    with pytest.raises(BaselineError, match="baseline is for device=NVIDIA H100, this run has V100"):
+        cmp.compare(run(comparable=new), run(comparable=dict(new, device="NVIDIA H100")))
+
+
+def test_the_committed_baseline_still_loads_and_compares():
+    from conftest import REPO
+
+    base = cmp.load_baseline(REPO / "results" / "baselines" / "ci.json")
+    c = cmp.compare(json.loads(json.dumps(base)), base)
+    assert c.exit_code == 0 and set(verdicts(c).values()) <= {"unchanged", "new", "error"}
 
 
 def test_new_and_missing_cells():
