@@ -102,3 +102,24 @@ def test_unwritable_data_dir_is_usage_error(tmp_path):
     assert proc.returncode == 2
     assert "data directory" in proc.stderr and "--data-dir" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_comparable_names_every_setting_and_the_real_device():
+    from harness import scenario
+
+    sc = scenario.load("ci", {k: None for k in scenario.OVERRIDES})
+    comp = cli.comparable_of(sc, "emulated", "cold")
+    t = sc.training
+    assert comp == {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
+                    "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": True,
+                    "device": f"{sc.accelerator.name} (emulated)", "image_size": t.image_size,
+                    "steps": t.steps, "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
+                    "prefetch_factor": t.prefetch_factor, "cache_state": "cold"}
+    on_gpu = cli.comparable_of(sc, "cuda", name="NVIDIA H200")
+    assert on_gpu["device"] == "NVIDIA H200" and on_gpu["emulated"] is False
+
+
+def test_strict_and_what_if_options_parse():
+    args = cli.build_parser().parse_args(["--scenario", "ci", "--strict", "--what-if-cores", "2.5"])
+    assert args.strict and args.what_if_cores == 2.5
+    assert cli.build_parser().parse_args(["--scenario", "ci"]).what_if_cores is None

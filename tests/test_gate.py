@@ -130,11 +130,47 @@ def test_report_rebuilds_everything_from_cells_jsonl(tmp_path, capsys):
     shutil.copy(FIXTURE, run / "cells.jsonl")
     code, out, err = main(capsys, "report", run)
     assert code == 0, err
-    assert "Throughput and utilisation" in out and "cumulative ladder" in out.lower()
-    assert out.count("ACCELERATOR EMULATED") == 1 and out.count("WARNING: in up to") == 1
+    assert "Where each rank's time goes" in out and "cumulative ladder" in out.lower()
+    assert out.count("ACCELERATOR EMULATED") == 1 and out.count("VERDICT: host work outlasted") == 1
     report = (run / "report.md").read_text()
-    assert "## Throughput and utilisation" in report and "## The articles' tables, measured" in report
+    assert "## Throughput\n" in report and "## The articles' tables, measured" in report
     assert report.count("ACCELERATOR EMULATED") == 1
     assert len((run / "summary.csv").read_text().splitlines()) == 25
-    for png in ("throughput.png", "step_times.png", "stall_breakdown.png"):
+    for png in ("throughput.png", "step_times.png", "time_split.png"):
         assert (run / "plots" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_one_repeat_each_is_inconclusive_exit_0_with_one_warning(tmp_path, capsys):
+    """The same code twice with 1 repeat (even 20% apart): the data cannot support a test; no cry of wolf."""
+    slow = CELLS[1]["cell"]
+    a, b = make_run(tmp_path / "a", repeats=1), make_run(tmp_path / "b", {slow: 0.8}, repeats=1)
+    code, out, err = main(capsys, "compare", a, b)
+    assert code == 0, out + err
+    assert "0 slower, 0 faster, 0 unchanged, 4 inconclusive" in out
+    warnings = [line for line in err.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1 and "4 cell(s) inconclusive: 1 vs 1 repeats" in warnings[0]
+    code, out, err = main(capsys, "compare", a, b, "--strict")
+    assert code == 1 and "fails under --strict" in err
+
+
+def test_three_repeats_a_side_are_inconclusive_and_strict_fails(tmp_path, capsys):
+    a, b = make_run(tmp_path / "a", repeats=3), make_run(tmp_path / "b", repeats=3)
+    assert main(capsys, "compare", a, b)[0] == 0
+    code, out, err = main(capsys, "compare", a, b, "--strict", "--markdown")
+    assert code == 1 and "4 inconclusive" in out
+
+
+def test_report_what_if_cores(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [json.loads(line) for line in FIXTURE.read_text().splitlines()][:2]
+    lines[0]["figures"].update(loader_cpu_s_per_sample=0.004, device_samples_per_s=400.0, cores_to_feed=1.6)
+    (run / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in lines))
+    code, out, err = main(capsys, "report", run, "--what-if-cores", "1.5")
+    assert code == 0, err
+    assert "predicted samples/s at 1.5 cores/rank* (modelled)" in out
+    # 4 ranks x min(400, 1.5 / 0.004 = 375) = 1500; the second cell lacks the figures: "-"
+    row = next(line for line in out.splitlines() if line.startswith("default ") and "1.60" in line)
+    assert row.split()[-1] == "1500"
+    code, out, err = main(capsys, "report", run, "--what-if-cores", "0")
+    assert code == 2 and "--what-if-cores = 0 must be a positive number" in err
