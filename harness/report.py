@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness import articles, plots, results as run_files, whatif
 from harness.records import CellResult, CellSummary, merge_repeats, relative_to_probe
-from harness.tables import (Table, display_name, emulation_lines, fmt, fmt_throughput, interval_header,
+from harness.tables import (Table, display_name, emulation_lines, fmt, fmt_throughput, interval, interval_header,
                             interval_label_of, mark, overrun_lines, render_lines, render_tables, repeats_text,
                             short_error, shown_axes, strategy_notes)
 
@@ -42,7 +42,7 @@ def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict 
     if repeats > 1:
         lines.append(f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats, "
                      f"throughput intervals are across repeats (order statistics, with their real coverage)")
-    else:
+    elif any(interval(c) for c in cells):
         lines.append("1 run per cell: throughput intervals are within the run (batch means over the measured "
                      "steps); they do not cover run-to-run drift (use --repeats)")
     lines += failed_repeat_lines(cells)
@@ -146,8 +146,8 @@ def utilisation_table(cells: list[CellSummary]) -> Table:
              "waiting for the next batch, h2d = copy to the device, AU = the device busy, peer wait = waiting "
              "for the other ranks, overhead = the rest of the host's work in the step"]
     if m:
-        notes.append(f"overrun % (emulated only): steps whose host work outlasted the modelled device step; that "
-                     f"time is in overhead, not AU")
+        notes.append("overrun % (emulated only): steps whose host work outlasted the modelled device step; that "
+                     "time is in overhead, not AU")
     if old:
         notes.append("(old): a line written before the five-part split: its AU is compute (with the rank "
                      "agreement) / wall, not device-busy / wall")
