@@ -77,10 +77,11 @@ def feeding(records: list[dict]) -> dict:
 
 def throughput_interval(records: list[dict]) -> dict:
     """The within-run interval of throughput: batch means over the window's steps (samples of all ranks
-    per step, the slowest rank's step time)."""
+    per step; the step times of the rank whose window is the longest, the one throughput divides by, so
+    the interval is centred on the throughput shown)."""
     n = min(len(r["step"]) for r in records)
     samples = np.sum([np.asarray(r["batch_sizes"][:n], dtype=np.float64) for r in records], axis=0)
-    seconds = np.max([np.asarray(r["step"][:n]) for r in records], axis=0)
+    seconds = np.asarray(max(records, key=lambda r: r["window_s"])["step"][:n], dtype=np.float64)
     ci = stats.batch_means_interval(samples, seconds)
     if not ci:
         return {}

@@ -70,6 +70,7 @@ def test_throughput_interval_brackets_the_estimate():
     f = cell_figures([r])
     low, high = f["throughput_ci"]
     assert low < f["throughput"] < high
+    assert (low + high) / 2 == pytest.approx(f["throughput"])  # centred on the figure it qualifies
     assert "batch means" in f["throughput_ci_label"] and "4 blocks" in f["throughput_ci_label"]
 
 
