@@ -52,12 +52,19 @@ def test_figures_are_consistent(smoke_run):
         assert f["step_p50_ms"] <= f["step_p95_ms"] <= f["step_p99_ms"]
         assert 0 <= f["stall_mean_pct"] <= f["stall_max_pct"] <= 100
         assert 0 < f["au_pct"] <= 100.5
-        assert f["imbalance"] >= 1.0
+        assert f["step_imbalance"] >= 1.0 and f["window_imbalance"] >= 1.0 and f["cost_imbalance"] >= 1.0
+        # a rank's time is accounted once: the five parts sum to 100 in every cell of a real run
+        parts = ("stall_mean_pct", "h2d_pct", "peer_wait_pct", "au_pct", "overhead_pct")
+        assert sum(f[k] for k in parts) == pytest.approx(100, abs=1)
+        assert f["loader_cpu_s_per_sample"] > 0 and f["cores_to_feed"] > 0  # workers' CPU from /proc
+        low, high = f["throughput_ci"]
+        assert low <= f["throughput"] <= high
         assert f["host_pss_peak_mb"] > 10 and f["host_pss_peak_mb"] <= f["host_rss_peak_mb"]
         assert f["device_peak_gb"] > 0.9  # model state plus activations of the modelled V100
         for r in cell["ranks"]:
-            # the emulated step is never shorter than the modelled step time (1 ms overhead at least)
-            assert min(r["compute"]) >= 0.001
+            # the device part is the modelled step time (1 ms overhead at least), never more than the step
+            assert min(r["device"]) >= 0.001
+            assert all(d <= s + 1e-6 for d, s in zip(r["device"], r["step"]))
             assert len(r["step"]) == 6
 
 
