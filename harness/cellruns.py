@@ -65,7 +65,7 @@ def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellP
 def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, device, show: bool) -> None:
     """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line."""
     started = time.perf_counter()
-    progress = StepProgress() if show else None
+    progress = StepProgress() if show and sys.stderr.isatty() else None  # a log gets the summary line
     ctx.progress = progress
     try:
         record = run_cell(ctx, cell, profiler=_profiler(config, cell, ctx.rank, repeat))

@@ -108,9 +108,10 @@ def emulation_lines(results: list[CellResult]) -> list[str]:
     """The emulation banner (print it once; the overrun verdict is `overrun_lines`)."""
     if not emulated(results):
         return []
-    return [f"ACCELERATOR EMULATED: no such GPU here; each step's real CPU compute is padded to the "
-            f"modelled step time and device memory is modelled. Columns marked {EMULATED_MARK} "
-            f"depend on that model. The DDP allreduce, data loading and host memory are real."]
+    return [f"ACCELERATOR EMULATED: no such GPU here; each rank runs a real DDP step of a cheap stand-in "
+            f"model, then sleeps until the modelled step time has passed (leaving the CPU to the loader, as a "
+            f"GPU host does); device time and memory are modelled. Columns marked {EMULATED_MARK} depend on "
+            f"that model. The DDP allreduce, data loading and host memory are real."]
 
 
 def accelerator_name(result: CellResult) -> str:
