@@ -29,12 +29,15 @@ def _per_step_ratio(matrix: np.ndarray) -> float | None:
     return float((matrix[:, ok].max(axis=0) / mean[ok]).mean()) if ok.any() else None
 
 
-def _loader_cpu_s(record: dict) -> float:
-    """CPU seconds of the rank's loader: its worker processes; with no workers the rank loads inline,
-    and its time blocked on the loader (wait) is that CPU time."""
+def _cpu_s(record: dict) -> tuple[float, float]:
+    """(loader, rank) CPU seconds over the window. The loader is the rank's worker processes; the rank is
+    its own process (the step's host work, receiving batches, the agreement, telemetry). With no workers
+    the rank loads inline: its time blocked on the loader (wait) is loader CPU, the rest is its own."""
+    rank = float(record.get("rank_cpu_s", 0.0))
     if record.get("workers", 1) == 0:
-        return float(np.sum(record["wait"]))
-    return float(record.get("loader_cpu_s", 0.0))
+        wait = float(np.sum(record["wait"]))
+        return wait, max(0.0, rank - wait)
+    return float(record.get("loader_cpu_s", 0.0)), rank
 
 
 def accounting(records: list[dict]) -> dict:
@@ -62,17 +65,20 @@ def balance(records: list[dict]) -> dict:
 
 
 def feeding(records: list[dict]) -> dict:
-    """What it costs the host to feed the accelerator: loader CPU seconds per sample, the accelerator's
-    rate when never starved (samples / device seconds, per rank), and the cores per rank that rate needs."""
+    """What it costs the host to feed the accelerator: loader and rank CPU seconds per sample, the
+    accelerator's rate when never starved (samples / device seconds, per rank), and the cores per rank
+    that rate needs (both CPU costs: the rank's own work runs on the same cores as its loader)."""
     samples = sum(r["samples"] for r in records)
     device_s = [float(np.sum(r["device"])) for r in records]
     rates = [r["samples"] / d for r, d in zip(records, device_s) if d > 0]
     if not samples or not rates:
         return {}
-    per_sample = sum(_loader_cpu_s(r) for r in records) / samples
+    cpu = [_cpu_s(r) for r in records]
+    loader = sum(c[0] for c in cpu) / samples
+    rank = sum(c[1] for c in cpu) / samples
     rate = float(np.mean(rates))
-    return {"loader_cpu_s_per_sample": per_sample, "device_samples_per_s": rate,
-            "cores_to_feed": per_sample * rate}
+    return {"loader_cpu_s_per_sample": loader, "rank_cpu_s_per_sample": rank, "device_samples_per_s": rate,
+            "cores_to_feed": (loader + rank) * rate}
 
 
 def throughput_interval(records: list[dict]) -> dict:

@@ -50,6 +50,7 @@ class Figures:
     window_imbalance: float | None = None
     cost_imbalance: float | None = None
     loader_cpu_s_per_sample: float | None = None
+    rank_cpu_s_per_sample: float | None = None
     device_samples_per_s: float | None = None  # per rank, when never starved (modelled on an emulated device)
     cores_to_feed: float | None = None
     imbalance: float | None = None  # schema 1 only: the window-total figure, now window_imbalance

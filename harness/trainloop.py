@@ -88,6 +88,7 @@ class MeasuredLoop:
         self.oom_events = self.shadow_steps = self.step = 0
         self.window_start: float | None = None
         self.window_end: float | None = None
+        self.cpu_start: float | None = None  # this process's CPU clock at the window's start
         self.t_prev = 0.0
 
     def run(self, memory: MemorySampler, nvml: NvmlSampler, prof=None) -> None:
@@ -112,6 +113,7 @@ class MeasuredLoop:
         memory.mark_window()
         nvml.mark_window()
         self.t_prev = self.window_start = time.perf_counter()
+        self.cpu_start = time.process_time()
 
     def _one_step(self) -> str:
         """Fetch, copy, agree, train: "step", "new epoch" (every rank ran dry) or "stop" (a rank failed)."""
@@ -195,6 +197,7 @@ class MeasuredLoop:
             steps=self.recorder.n,
             host_pss_peak=memory.peak_pss, host_rss_peak=memory.peak_rss, memory_samples=memory.samples,
             disk_read_bytes=memory.disk_read_bytes, loader_cpu_s=memory.loader_cpu_s,
+            rank_cpu_s=time.process_time() - self.cpu_start if self.cpu_start is not None else 0.0,
             device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
             overruns=device.overruns, oom_events=self.oom_events, shadow_steps=self.shadow_steps,
             cache=self.tally.record(), error=self.error, consumed=source.consumed, nvml=nvml.figures(),

@@ -61,8 +61,14 @@ def test_cores_to_feed_from_loader_cpu_and_device_rate():
     assert f["device_samples_per_s"] == pytest.approx(40)
     assert f["loader_cpu_s_per_sample"] == pytest.approx(0.1)
     assert f["cores_to_feed"] == pytest.approx(4)
-    inline = cell_figures([record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=5.0, workers=0)])
+    # the rank's own CPU runs on the same cores: 0.4 s on 8 samples adds 0.05 s per sample, 2 more cores
+    r = dict(record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=0.8), rank_cpu_s=0.4)
+    f = cell_figures([r])
+    assert f["rank_cpu_s_per_sample"] == pytest.approx(0.05) and f["cores_to_feed"] == pytest.approx(6)
+    inline = dict(record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=5.0, workers=0), rank_cpu_s=1.0)
+    inline = cell_figures([inline])
     assert inline["loader_cpu_s_per_sample"] == pytest.approx(0.6 / 8)  # no workers: the rank's own wait
+    assert inline["rank_cpu_s_per_sample"] == pytest.approx(0.4 / 8)  # and the rest of its CPU
 
 
 def test_throughput_interval_brackets_the_estimate():

@@ -12,7 +12,7 @@ from harness.records import CellResult
 def test_prediction_by_hand():
     # 0.01 CPU s per sample: 2 cores feed 200 samples/s per rank; the device takes 300: loader-bound
     assert whatif.predicted_samples_per_s(4, 300.0, 0.01, 2.0) == pytest.approx(4 * 200.0)
-    assert whatif.limited_by(300.0, 0.01, 2.0) == "loader"
+    assert whatif.limited_by(300.0, 0.01, 2.0) == "host"
     # 4 cores feed 400 > 300: device-bound
     assert whatif.predicted_samples_per_s(4, 300.0, 0.01, 4.0) == pytest.approx(4 * 300.0)
     assert whatif.limited_by(300.0, 0.01, 4.0) == "device"
@@ -38,3 +38,14 @@ def test_predict_from_a_cell_and_old_lines():
     errored = {**line, "error": "OOM"}
     assert whatif.predict(CellResult.from_json(errored), 3.0) is None
     assert whatif.column_header(2.5) == "predicted samples/s at 2.5 cores/rank* (modelled)"
+
+
+def test_the_rank_shares_the_cores_and_a_worker_is_one_core():
+    # loader 3 ms + rank 1 ms per sample on 2 cores: 500 samples/s per rank, below the device's 800
+    assert whatif.predicted_samples_per_s(2, 800.0, 0.003, 2.0, rank_cpu_s_per_sample=0.001) == \
+        pytest.approx(2 * 500.0)
+    assert whatif.limited_by(800.0, 0.003, 2.0, 0.001) == "host"
+    # one worker cannot use more than one core: 333 samples/s however many cores
+    assert whatif.predicted_samples_per_s(1, 800.0, 0.003, 8.0, rank_cpu_s_per_sample=0.001, workers=1) == \
+        pytest.approx(1 / 0.003)
+    assert whatif.predicted_samples_per_s(1, 800.0, 0.003, 8.0, rank_cpu_s_per_sample=0.001) == 800.0
