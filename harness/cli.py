@@ -186,14 +186,73 @@ def run_as_baseline(run_dir: Path, role: str = "run") -> dict:
         raise compare.BaselineError(f"{where} cannot be compared: {err}") from None
 
 
-def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+def load_plugins(modules: list[str]) -> None:
     from strategies import registry
 
-    for module in args.plugin:
+    for module in modules:
         try:
             registry.load_plugin(module)
         except ImportError as err:
             raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH")
+
+
+def start_run_dir(args: argparse.Namespace, argv: list[str], sc: scenario.Scenario, device: str,
+                  comparable: dict, n_cells: int) -> tuple[Path, dict]:
+    """Rank 0: the run directory and its env.json, and the run's one-line header."""
+    run_dir = results.new_run_dir(args.out, sc.name)
+    env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
+                                     "world_size": sc.world_size})
+    env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
+               cache_state=args.cache_state, repeats=args.repeats)
+    results.write_json(run_dir / "env.json", env)
+    note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
+    print(f"{sc.name}: {n_cells} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
+          f"results in {run_dir}", file=sys.stderr)
+    return run_dir, env
+
+
+def spawn_ranks(config: launch.LaunchConfig, env: dict) -> bool:
+    """Run every cell in spawned ranks; False when a rank failed (the cells measured before are kept)."""
+    try:
+        data_paths = launch.spawn(config)
+    except mp.ProcessRaisedException as err:  # a bug in a rank: keep its traceback, keep the cells
+        print(f"run_bench.py: a rank process failed; the cells measured before it are kept.\n{err}",
+              file=sys.stderr)
+        return False
+    except mp.ProcessExitedException as err:
+        print(f"run_bench.py: a rank process died ({err}); the cells measured before it are kept.",
+              file=sys.stderr)
+        return False
+    env["dataset_gb"] = launch.dataset_gb(data_paths)
+    results.write_json(config.run_dir / "env.json", env)
+    return True
+
+
+def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dict | None, ok: bool) -> int:
+    """The report from cells.jsonl, the sampler contract, and the baseline (saved and/or compared)."""
+    cells_done: list[CellResult] = results.read_results(run_dir)
+    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
+    code = EXIT_OK if ok else EXIT_REGRESSION
+    broken = [c.cell for c in cells_done if not c.contract_ok]
+    if broken:
+        print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
+              file=sys.stderr)
+        code = EXIT_REGRESSION
+    if args.save_baseline or baseline is not None:
+        current = run_as_baseline(run_dir)
+        if args.save_baseline:
+            compare.save_baseline(current, args.save_baseline)
+            print(f"baseline written: {args.save_baseline}", file=sys.stderr)
+        if baseline is not None:
+            code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
+                                                             args.alpha, args.strict),
+                                             run_dir / "comparison.md"))
+    print(f"\nresults: {run_dir}", file=sys.stderr)
+    return code
+
+
+def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
+    load_plugins(args.plugin)
     if args.repeats < 1:
         raise UsageError(f"--repeats = {args.repeats} must be a positive integer")
     check_what_if(args.what_if_cores)
@@ -214,58 +273,19 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if baseline is not None:  # fail fast, before anything runs
         compare.check_comparable({"scenario": sc.name, "comparable": comparable}, baseline)
     rank = int(os.environ.get("RANK", 0))
-    run_dir = results.new_run_dir(args.out, sc.name) if rank == 0 else args.out
-    env, failed = None, False
-    if rank == 0:
-        env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
-                                         "world_size": sc.world_size})
-        env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
-                   cache_state=args.cache_state, repeats=args.repeats)
-        results.write_json(run_dir / "env.json", env)
-        note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
-        print(f"{sc.name}: {len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
-              f"results in {run_dir}", file=sys.stderr)
+    run_dir, env = (start_run_dir(args, argv, sc, device, comparable, len(cells)) if rank == 0
+                    else (args.out, None))
     config = launch.LaunchConfig(sc, cells, run_dir, args.data_dir, device, plugins=args.plugin,
                                  progress=not args.quiet, cache_state=args.cache_state,
                                  decompose=args.decompose, profile=args.profile, repeats=args.repeats)
-    if torchrun:
-        data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
-        if rank != 0:
-            return EXIT_OK
-        env["dataset_gb"] = launch.dataset_gb(data_paths)
-        results.write_json(run_dir / "env.json", env)
-    else:
-        try:
-            data_paths = launch.spawn(config)
-            env["dataset_gb"] = launch.dataset_gb(data_paths)
-            results.write_json(run_dir / "env.json", env)
-        except mp.ProcessRaisedException as err:  # a bug in a rank: keep its traceback, keep the cells
-            print(f"run_bench.py: a rank process failed; the cells measured before it are kept.\n{err}",
-                  file=sys.stderr)
-            failed = True
-        except mp.ProcessExitedException as err:
-            print(f"run_bench.py: a rank process died ({err}); the cells measured before it are kept.",
-                  file=sys.stderr)
-            failed = True
-    cells_done: list[CellResult] = results.read_results(run_dir)
-    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
-    code = EXIT_REGRESSION if failed else EXIT_OK
-    broken = [c.cell for c in cells_done if not c.contract_ok]
-    if broken:
-        print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
-              file=sys.stderr)
-        code = EXIT_REGRESSION
-    if args.save_baseline or baseline is not None:
-        current = run_as_baseline(run_dir)
-        if args.save_baseline:
-            compare.save_baseline(current, args.save_baseline)
-            print(f"baseline written: {args.save_baseline}", file=sys.stderr)
-        if baseline is not None:
-            code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
-                                                             args.alpha, args.strict),
-                                             run_dir / "comparison.md"))
-    print(f"\nresults: {run_dir}", file=sys.stderr)
-    return code
+    if not torchrun:
+        return finish_run(args, run_dir, env, baseline, spawn_ranks(config, env))
+    data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
+    if rank != 0:
+        return EXIT_OK
+    env["dataset_gb"] = launch.dataset_gb(data_paths)
+    results.write_json(run_dir / "env.json", env)
+    return finish_run(args, run_dir, env, baseline, True)
 
 
 def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:

@@ -148,6 +148,30 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
     def where(section: str, key: str) -> str:
         return origin.get((section, key)) or f"{path} [{section}] {key}"
 
+    values = _typed_sections(path, raw, where)
+    _check_values(path, values, where)
+    hw, ds, tr = values["hardware"], values["dataset"], values["training"]
+    try:
+        accelerator = get_accelerator(hw["accelerator"])
+    except UsageError as err:
+        raise UsageError(f"{path}: {err}") from None
+    if hw["memory_gb"]:  # e.g. a MIG slice or a GPU shared with another job
+        accelerator = replace(accelerator, memory_bytes=int(hw["memory_gb"] * 1e9))
+    return Scenario(
+        name=path.stem,
+        description=str(raw.get("description", "")),
+        path=path,
+        accelerator=accelerator,
+        world_size=hw["count"],
+        dataset=DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
+                            image_scale=ds["image_scale"]),
+        training=Training(**tr),
+        matrix=_matrix(path, raw.get("matrix", {})),
+    )
+
+
+def _typed_sections(path: Path, raw: dict[str, Any], where) -> dict[str, dict[str, Any]]:
+    """Every section's fields, typed, defaults filled in; unknown or missing fields are errors."""
     unknown = set(raw) - TOP_LEVEL
     if unknown:
         raise UsageError(f"{path}: unknown section or field {sorted(unknown)[0]!r}; "
@@ -169,7 +193,11 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
                 values[section][key] = default
                 continue
             values[section][key] = _typed(given[key], kind, where(section, key))
+    return values
 
+
+def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
+    """Ranges and choices of the typed fields."""
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
     for section, key in (("hardware", "count"), ("dataset", "samples"), ("training", "batch_size"),
                          ("training", "image_size"), ("training", "prefetch_factor")):
@@ -195,26 +223,8 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
     if hw["count"] > ds["samples"]:
         raise UsageError(f"{where('hardware', 'count')} = {hw['count']} ranks exceeds "
                          f"{ds['samples']} samples; use more samples or fewer ranks")
-    try:
-        accelerator = get_accelerator(hw["accelerator"])
-    except UsageError as err:
-        raise UsageError(f"{path}: {err}") from None
     if hw["memory_gb"] < 0:
         raise UsageError(f"{where('hardware', 'memory_gb')} must be > 0 (or left out for the catalogue's)")
-    if hw["memory_gb"]:  # e.g. a MIG slice or a GPU shared with another job
-        accelerator = replace(accelerator, memory_bytes=int(hw["memory_gb"] * 1e9))
-
-    return Scenario(
-        name=path.stem,
-        description=str(raw.get("description", "")),
-        path=path,
-        accelerator=accelerator,
-        world_size=hw["count"],
-        dataset=DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
-                            image_scale=ds["image_scale"]),
-        training=Training(**tr),
-        matrix=_matrix(path, raw.get("matrix", {})),
-    )
 
 
 def _typed(value: Any, kind: type, where: str) -> Any:
