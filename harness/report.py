@@ -121,6 +121,11 @@ PART_COLUMNS = (("stall_mean_pct", "stall %"), ("h2d_pct", "h2d %"), ("au_pct", 
                 ("peer_wait_pct", "peer wait %"), ("overhead_pct", "overhead %"))
 
 
+def error_row(row: list, c: CellSummary, width: int) -> list:
+    """An unmeasured cell's row: its names, its error, dashes up to `width` columns."""
+    return row + [short_error(c)] + ["-"] * (width - len(row) - 1)
+
+
 def utilisation_table(cells: list[CellSummary]) -> Table:
     """Each rank's wall time accounted once into five parts that sum to 100 (mean over ranks)."""
     m = mark(cells[:1])
@@ -133,7 +138,7 @@ def utilisation_table(cells: list[CellSummary]) -> Table:
         f = c.figures
         row = [display_name(cells, c, a) for a in axes]
         if not c.measured:
-            rows.append(row + [short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
+            rows.append(error_row(row, c, len(headers)))
             continue
         split = f.get("h2d_pct") is not None
         old = old or not split
@@ -159,7 +164,7 @@ def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) 
     m = mark(cells[:1])
     axes = shown_axes(cells)
     headers = [*axes, "step imbalance", "window imbalance", "cost imbalance", "loader CPU ms/sample",
-               f"device samples/s/rank{m}", f"cores to feed/rank{m}"]
+               "rank CPU ms/sample", f"device samples/s/rank{m}", f"cores to feed/rank{m}"]
     if what_if_cores is not None:
         headers.append(whatif.column_header(what_if_cores, m or "*"))
     rows = []
@@ -167,12 +172,13 @@ def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) 
         f = c.figures
         row = [display_name(cells, c, a) for a in axes]
         if not c.measured:
-            rows.append(row + [short_error(c)] + ["-"] * (len(headers) - len(row) - 1))
+            rows.append(error_row(row, c, len(headers)))
             continue
         window = f.get("window_imbalance", f.imbalance)
-        cpu = f.get("loader_cpu_s_per_sample")
+        loader, rank = f.get("loader_cpu_s_per_sample"), f.get("rank_cpu_s_per_sample")
         row += [fmt(f.get("step_imbalance"), ".2f"), fmt(window, ".2f"), fmt(f.get("cost_imbalance"), ".2f"),
-                fmt(cpu * 1e3 if cpu is not None else None, ".2f"), fmt(f.get("device_samples_per_s"), ".0f"),
+                fmt(loader * 1e3 if loader is not None else None, ".2f"),
+                fmt(rank * 1e3 if rank is not None else None, ".2f"), fmt(f.get("device_samples_per_s"), ".0f"),
                 fmt(f.get("cores_to_feed"), ".2f")]
         if what_if_cores is not None:
             row.append(fmt(whatif.predict(c, what_if_cores), ".0f"))
@@ -180,8 +186,8 @@ def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) 
     notes = ["step imbalance = mean over steps of the slowest rank's busy time / the mean rank's; window "
              "imbalance = the same over whole-window totals (stragglers that take turns cancel out in it); cost "
              "imbalance = mean over steps of max / mean across ranks of the sampler's summed cost; cores to "
-             "feed = loader CPU s/sample x device samples/s: the cores per rank the loader needs to keep the "
-             "device fed"]
+             "feed = (loader + rank CPU s/sample) x device samples/s: the cores per rank the loader and the "
+             "rank's own host work need to keep the device fed"]
     if what_if_cores is not None:
         notes.append(f"predicted (modelled, an upper bound): world size x min(device samples/s/rank, "
                      f"{what_if_cores:g} / loader CPU s per sample); it ignores peer waits and host overhead")

@@ -136,7 +136,8 @@ def overrun_lines(results: list[CellResult], env: dict | None = None) -> list[st
     host_cores = (env or {}).get("cpu_count")
     ranks = measured[0].world_size or measured[0].figures.get("ranks")
     if cores:
-        line += f"; the loader needs {float(np.median(cores)):.1f} cores per rank{EMULATED_MARK} (median over cells)"
+        line += (f"; feeding the device needs {float(np.median(cores)):.1f} cores per rank{EMULATED_MARK} "
+                 f"(median over cells)")
         if host_cores and ranks:
             line += f" and this host has {host_cores} cores for {ranks} ranks"
     elif host_cores and ranks:
