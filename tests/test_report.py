@@ -86,10 +86,10 @@ def test_five_parts_and_balance_columns():
     assert "compute" not in " ".join(u.headers) and "CPU>model" not in " ".join(u.headers)
     b = report.balance_table(cells, what_if_cores=1.0)
     assert b.headers[1:] == ["step imbalance", "window imbalance", "cost imbalance", "loader CPU ms/sample",
-                             "device samples/s/rank*", "cores to feed/rank*",
+                             "rank CPU ms/sample", "device samples/s/rank*", "cores to feed/rank*",
                              "predicted samples/s at 1 cores/rank* (modelled)"]
-    # 4 ranks x min(300, 1 / 0.005 = 200) = 800
-    assert b.rows[0][1:] == ["1.30", "1.02", "1.10", "5.00", "300", "1.50", "800"]
+    # 4 ranks x min(300, 1 / 0.005 = 200) = 800 (no rank CPU recorded in this line)
+    assert b.rows[0][1:] == ["1.30", "1.02", "1.10", "5.00", "-", "300", "1.50", "800"]
     assert report.balance_table(cells).headers[-1] == "cores to feed/rank*"  # no what-if: no column
 
 
