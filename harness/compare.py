@@ -56,6 +56,7 @@ from tabulate import tabulate
 
 from harness import stats
 from harness.records import CellResult
+from strategies.registry import ADDED_AXES
 
 FORMAT = "dlbench-baseline/1"
 VERDICTS = ("slower", "error", "faster", "unchanged", "inconclusive", "not comparable", "new", "missing")
@@ -222,7 +223,12 @@ def _params_differ(cur: dict, base: dict) -> str | None:
     a, b = cur.get("params"), base.get("params")
     if a is None or b is None or a == b:
         return None
+    # an axis added later (precision, preprocess, loader) is absent from an older side; ids match only when
+    # it held its default strategy there, which takes no parameters
+    a, b = ({k: {} for k in ADDED_AXES if k not in side} | side for side in (a, b))
     axes = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    if not axes:
+        return None
     return "parameters differ: " + "; ".join(f"{k} baseline {b.get(k)}, this run {a.get(k)}" for k in axes)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from harness.errors import UsageError
 from harness.scenario import Scenario, StrategyChoice
-from strategies.registry import AXES
+from strategies.registry import ADDED_AXES, AXES, DEFAULTS
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,11 @@ class Cell:
 
     @property
     def id(self) -> str:
-        return ",".join(f"{c.axis}={c.label}" for c in self.choices)
+        """`axis=label` joined by commas in AXES order. An axis added after ids were first written
+        (precision, preprocess, loader) is left out while it holds its default strategy without
+        parameters, so a cell of an older run or baseline keeps its id."""
+        return ",".join(f"{c.axis}={c.label}" for c in self.choices
+                        if not (c.axis in ADDED_AXES and c.label == DEFAULTS[c.axis]))
 
     def strategies(self) -> dict[str, str]:
         return {c.axis: c.label for c in self.choices}

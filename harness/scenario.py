@@ -148,6 +148,8 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
     def where(section: str, key: str) -> str:
         return origin.get((section, key)) or f"{path} [{section}] {key}"
 
+    if isinstance(raw.get("hardware"), dict) and raw["hardware"].get("count") == "auto":
+        raw["hardware"]["count"] = _visible_gpu_count(path)  # the `gpu` scenario: every visible GPU
     values = _typed_sections(path, raw, where)
     _check_values(path, values, where)
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
@@ -168,6 +170,16 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         training=Training(**tr),
         matrix=_matrix(path, raw.get("matrix", {})),
     )
+
+
+def _visible_gpu_count(path: Path) -> int:
+    from harness import gpuinfo
+
+    count = gpuinfo.gpu_count()
+    if not count:
+        raise UsageError(f'{path}: [hardware] count = "auto" runs on every visible GPU and none is visible '
+                         f'here; run a scenario that names its accelerator (e.g. 1xH200) to emulate one')
+    return count
 
 
 def _typed_sections(path: Path, raw: dict[str, Any], where) -> dict[str, dict[str, Any]]:
@@ -238,7 +250,7 @@ def _typed(value: Any, kind: type, where: str) -> Any:
 def _matrix(path: Path, raw: Any) -> dict[str, list[StrategyChoice]]:
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: [matrix] must be a table of axis = [strategies]")
-    defaults = {"storage": ["raw"], "cache": ["none"], "batching": ["fixed"], "sampler": ["default"]}
+    defaults = {axis: [name] for axis, name in registry.DEFAULTS.items()}
     matrix: dict[str, list[StrategyChoice]] = {}
     for axis in raw:
         if axis not in registry.AXES:

@@ -1,5 +1,8 @@
 """One protocol per axis: what the harness may call on a strategy, and nothing else.
 
+The precision, preprocess and loader axes are declarative: their strategies carry settings the harness
+applies (autocast, where pixels are prepared, what runs the loader), so their protocols are attributes.
+
 Every member a harness uses is declared here. Optional capabilities have a default implementation in the
 axis's small base class (``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy that subclasses it
 gets them and the harness never probes with ``getattr``. A strategy may also satisfy its protocol
@@ -121,7 +124,60 @@ class SamplerBase:
     cost = "auto"
 
 
-PROTOCOLS: dict[str, type] = {"storage": Storage, "cache": Cache, "batching": Batching, "sampler": Sampler}
+# ---- precision: the arithmetic of the training step ----
+
+
+@runtime_checkable
+class Precision(Protocol):
+    autocast_dtype: str | None  # None: fp32 (TF32 where allowed); "float16" or "bfloat16": autocast to it
+    grad_scaler: bool  # True: scale the loss (fp16's gradients underflow without it)
+    rate: str  # which catalogue rate models the emulated step: "fp32" or "amp"
+    tf32: bool  # fp32 matmuls and convolutions may use TF32 tensor cores (Ampere and later)
+
+
+class PrecisionBase:
+    autocast_dtype = None
+    grad_scaler = False
+    rate = "amp"
+    tf32 = False
+
+
+# ---- preprocess: where decode, resize, flip and normalise run ----
+
+
+@runtime_checkable
+class Preprocess(Protocol):
+    where: str  # "host" (loader workers or threads) or "device" (the accelerator)
+    flip: bool  # random horizontal flip
+    normalise: bool  # on the host: hand over float32 normalised pixels instead of uint8
+
+
+class PreprocessBase:
+    where = "host"
+    flip = True
+    normalise = False
+
+
+# ---- loader: what runs the Dataset and the collate between the batch sampler and the step ----
+
+
+@runtime_checkable
+class Loader(Protocol):
+    kind: str  # "workers" (DataLoader worker processes) or "threads" (a thread pool in the rank)
+    threads: int  # threads of the pool (0: the scenario's workers, at least 1); unused by "workers"
+    prefetch: int  # batches in flight per thread; unused by "workers" (the scenario's prefetch_factor)
+    side_stream: bool  # copy the next batch to the device on a side CUDA stream (no-op without CUDA)
+
+
+class LoaderBase:
+    kind = "workers"
+    threads = 0
+    prefetch = 2
+    side_stream = False
+
+
+PROTOCOLS: dict[str, type] = {"storage": Storage, "cache": Cache, "batching": Batching, "sampler": Sampler,
+                              "precision": Precision, "preprocess": Preprocess, "loader": Loader}
 
 
 def members(protocol: type) -> list[str]:

@@ -15,7 +15,12 @@ from typing import Any, Callable
 
 from strategies.protocols import PROTOCOLS, missing
 
-AXES = ("storage", "cache", "batching", "sampler")
+AXES = ("storage", "cache", "batching", "sampler", "precision", "preprocess", "loader")
+# The strategy an axis gets when a scenario omits it. The last three axes came later: a cell whose strategy
+# on one of them is this default leaves the axis out of its id, so ids of older runs and baselines still match.
+DEFAULTS = {"storage": "raw", "cache": "none", "batching": "fixed", "sampler": "default",
+            "precision": "amp", "preprocess": "host", "loader": "workers"}
+ADDED_AXES = ("precision", "preprocess", "loader")
 ENTRY_POINT_GROUP = "dlbench.strategies"
 
 _REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {axis: {} for axis in AXES}
@@ -31,6 +36,13 @@ _BUILTINS = (
     "strategies.batching.adaptive",
     "strategies.sampler.default",
     "strategies.sampler.balanced",
+    "strategies.precision.fp32",
+    "strategies.precision.amp",
+    "strategies.precision.bf16",
+    "strategies.preprocess.host",
+    "strategies.preprocess.device",
+    "strategies.loader.workers",
+    "strategies.loader.threads",
 )
 _scanned_path: tuple[str, ...] | None = None  # sys.path at the last entry-point scan
 

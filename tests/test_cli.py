@@ -77,7 +77,7 @@ def test_list_prints_each_scenario_with_description():
 
 @pytest.mark.slow  # runs run_bench.py as a process
 @pytest.mark.parametrize("args, message", [
-    (["--scenario", "nope"], "unknown scenario 'nope'; available: 1xV100, 4xV100"),
+    (["--scenario", "nope"], "unknown scenario 'nope'; available: 1xH200, 1xV100, 4xV100"),
     (["--scenario", "smoke", "--batch-size", "0"], "--batch-size = 0 must be a positive integer"),
     (["--scenario", "smoke", "--world-size", "-1"], "--world-size = -1 must be a positive integer"),
     (["--scenario", "smoke", "--device", "cuda"], "--device cuda needs 2 GPUs"),

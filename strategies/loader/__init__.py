@@ -1,0 +1,1 @@
+"""Loader strategies: DataLoader worker processes or a thread pool in the rank."""

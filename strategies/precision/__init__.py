@@ -1,0 +1,1 @@
+"""Precision strategies: the arithmetic of the training step."""

@@ -1,0 +1,1 @@
+"""Preprocess strategies: where decode, resize, flip and normalise run."""
