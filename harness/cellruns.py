@@ -12,12 +12,16 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from harness import probe, records, results
+from harness import probe, records, results, supervisor
+from harness.materialise import verify_dir
 from harness.matrix import Cell
 from harness.profiling import CellProfiler
 from harness.progress import Progress
 from harness.runconfig import LaunchConfig
 from harness.trainloop import RankContext, run_cell
+
+
+HEARTBEAT_S = 1.0
 
 
 class StepProgress:
@@ -39,20 +43,53 @@ class StepProgress:
             self.bar = None
 
 
+class Heartbeat:
+    """Per-step callback of a supervised rank: the rank's heartbeat file (harness.supervisor) at most every
+    HEARTBEAT_S, passed on to the progress bar when there is one."""
+
+    def __init__(self, run_dir: Path, rank: int, position: int, cell_id: str, bar=None):
+        self.run_dir, self.rank, self.bar = run_dir, rank, bar
+        self.fields = {"position": position, "cell": cell_id, "cell_t": time.time(), "step": 0}
+        self.last = 0.0
+        self.beat(0, 0)
+
+    def beat(self, step: int, total: int) -> None:
+        self.fields.update(step=step, total=total)
+        self.last = time.monotonic()
+        supervisor.write_heartbeat(self.run_dir, self.rank, **self.fields)
+
+    def __call__(self, step: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar(step, total)
+        if time.monotonic() - self.last >= HEARTBEAT_S or step == total:
+            self.beat(step, total)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
             data_paths: dict[str, Path]) -> None:
-    plan = [(repeat, cell) for repeat in range(config.repeats) for cell in config.cells]
-    for i, (repeat, cell) in enumerate(plan):
-        if cell is config.cells[0]:
-            if rank == 0:  # the machine probe, once per repeat, while the other ranks wait
+    plan = config.todo()
+    for i, (repeat, index) in enumerate(plan):
+        cell = config.cells[index]
+        if i == 0 or plan[i - 1][0] != repeat:  # the machine probe, once per repeat, while the others wait
+            if rank == 0 and repeat not in _probed(config.run_dir):
                 results.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
             dist.barrier()
+        storage = cell.choice("storage").name
+        verify_dir(data_paths[storage], storage)  # sizes and sampled checksums: nothing runs on bad data
         show = config.progress and rank == 0
         if show:
             print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)
         ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
                           cache_state=config.cache_state, decompose=config.decompose)
-        run_one(ctx, config, cell, repeat, device, show)
+        run_one(ctx, config, cell, repeat, device, show, position=i)
+
+
+def _probed(run_dir: Path) -> set[int]:
+    return {int(p.get("repeat", 0)) for p in results.read_lines(Path(run_dir) / "probe.jsonl")}
 
 
 def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellProfiler | None:
@@ -62,10 +99,13 @@ def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellP
                         skip_first=config.scenario.training.warmup_steps)
 
 
-def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, device, show: bool) -> None:
+def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, device, show: bool,
+            position: int = 0) -> None:
     """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line."""
     started = time.perf_counter()
     progress = StepProgress() if show and sys.stderr.isatty() else None  # a log gets the summary line
+    if config.supervised:
+        progress = Heartbeat(config.run_dir, ctx.rank, position, cell.id, progress)
     ctx.progress = progress
     try:
         record = run_cell(ctx, cell, profiler=_profiler(config, cell, ctx.rank, repeat))

@@ -25,19 +25,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
 
-import torch.multiprocessing as mp
-
-from harness import compare, launch, report, results, scenario
+from harness import compare, launch, report, results, resume, scenario, supervisor
 from harness.errors import UsageError
 from harness.records import CellResult
 from harness.matrix import expand, select
 
 REPO = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_BASELINE = 0, 1, 2, 3
+CC3M_SAMPLES = 3_318_333  # image-caption pairs in Conceptual Captions 3M's training split
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -77,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     cells.add_argument("--exclude", action="append", default=[], metavar="AXIS=NAME[,NAME]",
                        help="skip cells with these strategies on that axis (repeatable)")
     cells.add_argument("--dry-run", action="store_true", help="print the cells and exit without running")
+    life = p.add_argument_group("faults, resuming and the data")
+    life.add_argument("--resume", metavar="RUN_DIR", help="run only the cells missing from RUN_DIR/cells.jsonl "
+                      "(same scenario and settings), then rebuild its report")
+    life.add_argument("--verify-data", action="store_true",
+                      help="check every byte of the datasets against their manifests (default: sizes and a "
+                           "sampled checksum)")
+    life.add_argument("--regenerate", action="store_true", help="write the datasets again (damaged data)")
+    life.add_argument("--scale", choices=("full",), help="full: a CC3M-size dataset (3,318,333 samples)")
     depth = p.add_argument_group("measurement depth")
     depth.add_argument("--cache-state", choices=("as-is", "warm", "cold"), default="as-is",
                        help="page cache before each cell: cold drops the dataset's files (posix_fadvise), "
@@ -197,13 +205,19 @@ def load_plugins(modules: list[str]) -> None:
 
 
 def start_run_dir(args: argparse.Namespace, argv: list[str], sc: scenario.Scenario, device: str,
-                  comparable: dict, n_cells: int) -> tuple[Path, dict]:
-    """Rank 0: the run directory and its env.json, and the run's one-line header."""
-    run_dir = results.new_run_dir(args.out, sc.name)
-    env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
-                                     "world_size": sc.world_size})
-    env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
-               cache_state=args.cache_state, repeats=args.repeats)
+                  comparable: dict, n_cells: int, settings: dict) -> tuple[Path, dict]:
+    """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line header."""
+    if args.resume:
+        env = resume.read_run_env(args.resume)
+        resume.check_settings(args.resume, env["settings"], settings)
+        run_dir = Path(args.resume)
+        env.setdefault("resumed", []).append(results.environment(argv, {})["time_utc"])
+    else:
+        run_dir = results.new_run_dir(args.out, sc.name)
+        env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
+                                         "world_size": sc.world_size})
+        env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
+                   cache_state=args.cache_state, repeats=args.repeats, settings=settings, argv=argv)
     results.write_json(run_dir / "env.json", env)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
     print(f"{sc.name}: {n_cells} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
@@ -212,20 +226,25 @@ def start_run_dir(args: argparse.Namespace, argv: list[str], sc: scenario.Scenar
 
 
 def spawn_ranks(config: launch.LaunchConfig, env: dict) -> bool:
-    """Run every cell in spawned ranks; False when a rank failed (the cells measured before are kept)."""
-    try:
-        data_paths = launch.spawn(config)
-    except mp.ProcessRaisedException as err:  # a bug in a rank: keep its traceback, keep the cells
-        print(f"run_bench.py: a rank process failed; the cells measured before it are kept.\n{err}",
-              file=sys.stderr)
-        return False
-    except mp.ProcessExitedException as err:
-        print(f"run_bench.py: a rank process died ({err}); the cells measured before it are kept.",
-              file=sys.stderr)
-        return False
+    """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as failed and
+    fresh ranks go on; False when a cell failed so (exit 1)."""
+    data_paths, failures = launch.spawn(config)
     env["dataset_gb"] = launch.dataset_gb(data_paths)
     results.write_json(config.run_dir / "env.json", env)
-    return True
+    if failures:
+        print(f"run_bench.py: {len(failures)} cell(s) failed when a rank died or hung; the other cells ran:\n  "
+              + "\n  ".join(failures), file=sys.stderr)
+    return not failures
+
+
+def stopped(args: argparse.Namespace, run_dir: Path, env: dict, code: int, torchrun: bool = False) -> int:
+    """Ctrl-C or SIGTERM: the report over the cells written so far, how to resume, exit 130 or 143."""
+    cells_done = results.read_results(run_dir)
+    if cells_done:
+        print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
+    why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"
+    print(resume.stopped_message(run_dir, why, torchrun), file=sys.stderr)
+    return code
 
 
 def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dict | None, ok: bool) -> int:
@@ -257,6 +276,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         raise UsageError(f"--repeats = {args.repeats} must be a positive integer")
     check_what_if(args.what_if_cores)
     overrides = {k: getattr(args, k) for k in scenario.OVERRIDES}
+    if args.scale == "full" and args.samples is None:
+        overrides["samples"] = CC3M_SAMPLES
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if torchrun:
         overrides["world_size"] = int(os.environ["WORLD_SIZE"])
@@ -273,19 +294,45 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if baseline is not None:  # fail fast, before anything runs
         compare.check_comparable({"scenario": sc.name, "comparable": comparable}, baseline)
     rank = int(os.environ.get("RANK", 0))
-    run_dir, env = (start_run_dir(args, argv, sc, device, comparable, len(cells)) if rank == 0
+    settings = resume.settings_of(args, sc, cells, device, comparable)
+    run_dir, env = (start_run_dir(args, argv, sc, device, comparable, len(cells), settings) if rank == 0
                     else (args.out, None))
     config = launch.LaunchConfig(sc, cells, run_dir, args.data_dir, device, plugins=args.plugin,
                                  progress=not args.quiet, cache_state=args.cache_state,
-                                 decompose=args.decompose, profile=args.profile, repeats=args.repeats)
-    if not torchrun:
-        return finish_run(args, run_dir, env, baseline, spawn_ranks(config, env))
-    data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), sc.world_size, config)
+                                 decompose=args.decompose, profile=args.profile, repeats=args.repeats,
+                                 device_name=comparable["device"], regenerate=args.regenerate,
+                                 verify_data=args.verify_data)
+    signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
+    try:
+        if not torchrun:
+            return finish_run(args, run_dir, env, baseline, spawn_ranks(config, env))
+        return run_torchrun_rank(args, config, env, baseline, rank)
+    except (KeyboardInterrupt, supervisor.Interrupted) as err:
+        code = err.code if isinstance(err, supervisor.Interrupted) else 130
+        return stopped(args, run_dir, env, code, torchrun) if rank == 0 else code
+
+
+def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env: dict | None,
+                      baseline: dict | None, rank: int) -> int:
+    """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
+    that resumes it."""
+    if rank == 0 and args.resume:
+        config.plan = supervisor.remaining(config, config.full_plan())
+    try:
+        data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), config.scenario.world_size,
+                                      config)
+    except (UsageError, KeyboardInterrupt, supervisor.Interrupted):
+        raise
+    except Exception as err:
+        if rank == 0:
+            print(resume.stopped_message(config.run_dir, f"rank {rank} failed ({type(err).__name__}: "
+                                         f"{' '.join(str(err).split())[:200]})", torchrun=True), file=sys.stderr)
+        return EXIT_REGRESSION
     if rank != 0:
         return EXIT_OK
     env["dataset_gb"] = launch.dataset_gb(data_paths)
-    results.write_json(run_dir / "env.json", env)
-    return finish_run(args, run_dir, env, baseline, True)
+    results.write_json(config.run_dir / "env.json", env)
+    return finish_run(args, config.run_dir, env, baseline, True)
 
 
 def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:
@@ -352,7 +399,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(argv[1:])
         if argv and argv[0] == "compare":
             return cmd_compare(argv[1:])
+        resume_dir = None
+        if any(a == "--resume" or a.startswith("--resume=") for a in argv):
+            resume_dir, argv = resume.resume_argv(argv)
         args = build_parser().parse_args(argv)
+        args.resume = resume_dir
         if args.list:
             return cmd_list()
         if args.self_test:

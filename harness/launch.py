@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness import cellruns
+from harness import cellruns, supervisor
 from harness.runconfig import LaunchConfig
 from harness.device import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
@@ -55,25 +55,35 @@ def dataset_gb(data_paths: dict[str, Path]) -> float:
     return max((load_manifest(p)["total_bytes"] for p in data_paths.values()), default=0) / 1e9
 
 
-def spawn(config: LaunchConfig) -> dict[str, Path]:
-    """Run all cells in world_size spawned processes on this node; raises if a rank crashed."""
+def spawn(config: LaunchConfig, log=None) -> tuple[dict[str, Path], list[str]]:
+    """Run the cells in world_size spawned processes on this node, watched by harness.supervisor: a cell
+    whose rank dies or hangs is recorded as failed and fresh ranks go on. Returns the data paths and the
+    failures (one line per failed cell)."""
     data_paths = config.materialise_all(progress=config.progress)  # before the ranks start
     os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(free_port())
-    world = config.scenario.world_size
-    mp.start_processes(_spawned, args=(world, config, data_paths), nprocs=world, start_method="spawn",
-                       join=True)
-    return data_paths
+
+    def fresh_port() -> None:  # every group of ranks rendezvouses anew
+        os.environ["MASTER_PORT"] = str(free_port())
+
+    failures = supervisor.supervise(config, data_paths, _spawned, prepare=fresh_port,
+                                    log=log or (lambda line: print(line, file=sys.stderr, flush=True)))
+    return data_paths, failures
 
 
 def _spawned(local_rank: int, world: int, config: LaunchConfig, data_paths: dict[str, Path]) -> None:
-    rank_main(local_rank, local_rank, world, config, data_paths)
+    supervisor.detach_rank()
+    code = 0
+    try:
+        rank_main(local_rank, local_rank, world, config, data_paths)
+    except BaseException as err:  # the launcher reads the cause from this file and records it
+        supervisor.write_rank_error(config.run_dir, local_rank, err)
+        code = 1
     # Everything is written (cells.jsonl is fsynced per cell). Leave without running C++ static
     # destructors: torch's background threads sometimes abort there ("terminate called without an
     # active exception"), which would turn a finished run into a crashed rank.
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
 
 
 def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
@@ -111,11 +121,11 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
 def _join_torchrun_run(config: LaunchConfig, local_rank: int) -> dict[str, Path]:
     """Under torchrun only rank 0 created the run directory: share its path; the first process of each
     node materialises the data, the others then find and reuse it."""
-    shared = [config.run_dir]
+    shared = [config.run_dir, config.plan]  # rank 0 read cells.jsonl: what is left to run (--resume)
     dist.broadcast_object_list(shared, src=0)
-    config.run_dir = shared[0]
+    config.run_dir, config.plan = shared
     data_paths = config.materialise_all(progress=config.progress) if local_rank == 0 else None
     dist.barrier()
     if local_rank != 0:
-        data_paths = config.materialise_all(progress=False)
+        data_paths = config.materialise_all(progress=False, regenerate=False)
     return data_paths

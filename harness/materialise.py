@@ -7,16 +7,19 @@ always complete. Generation streams sample by sample (bounded memory).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
-from harness.dataset import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples
+from harness.dataset import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples_parallel
+from harness import verify
 from harness.errors import UsageError
 from harness.progress import Progress
 from strategies import registry
@@ -67,6 +70,7 @@ def _sample_digest(h: "hashlib._Hash", s: Sample) -> None:
 def _build_manifest(spec: DatasetSpec, storage_name: str, storage, tmp: Path) -> dict:
     files = sorted(storage.files(tmp))
     sizes = [(str(p.relative_to(tmp)), p.stat().st_size) for p in files]
+    described = verify.describe(tmp, files, MAX_LISTED_FILES)  # sizes, sampled and full digests
     h = hashlib.sha256()
     for rel, size in sizes:
         h.update(f"{rel}\0{size}\n".encode())
@@ -96,28 +100,64 @@ def _build_manifest(spec: DatasetSpec, storage_name: str, storage, tmp: Path) ->
     }
     if len(sizes) <= MAX_LISTED_FILES:
         manifest["files"] = dict(sizes)
+    manifest.update(described)
     return manifest
 
 
-def materialise(spec: DatasetSpec, storage_name: str, data_dir: Path, progress: bool = True) -> Path:
-    """The directory holding ``spec`` in ``storage_name`` format, generating it if needed."""
+def materialise(spec: DatasetSpec, storage_name: str, data_dir: Path, progress: bool = True,
+                regenerate: bool = False, check: str = "quick") -> Path:
+    """The directory holding ``spec`` in ``storage_name`` format, generating it if needed, checked against
+    its manifest (`check`: "quick" sizes and sampled checksums, "full" every byte, "" none). A lock file
+    makes concurrent callers (torchrun's first process on each node, sharing data_dir) generate it once."""
     data_dir = Path(data_dir)
     final = data_dir / f"{spec.key()}-{storage_name}"
-    if _valid_manifest(final, spec, storage_name):
-        return final
-    storage = registry.create("storage", storage_name)
-    tmp = data_dir / f"{final.name}.tmp-{os.getpid()}"
+    _writable(data_dir)
+    with _locked(data_dir / f".{final.name}.lock"):
+        if regenerate and final.exists():
+            shutil.rmtree(final)
+        if not _valid_manifest(final, spec, storage_name):
+            _generate(spec, storage_name, data_dir, final, progress)
+    if check:
+        verify_dir(final, storage_name, full=check == "full")
+    return final
+
+
+def verify_dir(path: Path, storage_name: str, full: bool = False) -> None:
+    """DataError (one line, naming the file and --regenerate) unless the files match the manifest."""
+    listing = registry.create("storage", storage_name).files(path) if full else None
+    verify.check(path, load_manifest(path), full=full, listing=listing)
+
+
+def _writable(data_dir: Path) -> None:
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
+        probe = data_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
     except OSError as e:
         raise UsageError(
             f"data directory {data_dir} is not writable ({e.strerror or e}); pass --data-dir with a writable path"
         ) from None
+
+
+@contextmanager
+def _locked(path: Path):
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _generate(spec: DatasetSpec, storage_name: str, data_dir: Path, final: Path, progress: bool) -> None:
+    storage = registry.create("storage", storage_name)
+    tmp = data_dir / f"{final.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
     try:
-        samples: Iterable[Sample] = iter_samples(spec)
+        samples: Iterable[Sample] = iter_samples_parallel(spec)
         if progress:
             samples = _progress(samples, spec.samples, f"materialise {storage_name}", sys.stderr)
         storage.write(samples, tmp, spec.samples)
@@ -126,16 +166,9 @@ def materialise(spec: DatasetSpec, storage_name: str, data_dir: Path, progress: 
             json.dump(manifest, f, indent=1, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        if final.exists() and not _valid_manifest(final, spec, storage_name):
-            shutil.rmtree(final, ignore_errors=True)  # an unfinished leftover, not a rival's result
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if _valid_manifest(final, spec, storage_name):  # another process won the race
-                shutil.rmtree(tmp, ignore_errors=True)
-                return final
-            raise
+        if final.exists():
+            shutil.rmtree(final, ignore_errors=True)  # an unfinished leftover or a --regenerate
+        os.rename(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return final

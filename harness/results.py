@@ -108,19 +108,51 @@ class ResultsError(ValueError):
     """A run directory's file that cannot be read (not JSON, not the expected shape); one line, with the path."""
 
 
+_WARNED: set[str] = set()  # files whose cut last line was already reported by this process
+
+
 def read_lines(path: Path) -> list[dict]:
-    """The JSON objects of a .jsonl file, one per non-empty line; [] when the file does not exist."""
+    """The JSON objects of a .jsonl file, one per non-empty line; [] when the file does not exist.
+
+    A last line that is not valid JSON was cut off by a crash while it was written: it is skipped with one
+    warning. A bad line anywhere else is a ResultsError."""
     if not path.exists():
         return []
+    lines = [(n, line) for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+             if line.strip()]
     out = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    for i, (number, line) in enumerate(lines):
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError as err:
-            raise ResultsError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+            if i < len(lines) - 1:
+                raise ResultsError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+            if str(path) not in _WARNED:
+                _WARNED.add(str(path))
+                print(f"run_bench.py: warning: {path}:{number}: the last line is cut off (the run was "
+                      f"killed while writing it); skipped", file=sys.stderr)
     return out
+
+
+def drop_cut_tail(path: Path) -> bool:
+    """Remove a last line cut off by a crash (no final newline, not JSON), so that lines appended later
+    stay whole; True when one was removed."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return False
+    start = data.rfind(b"\n") + 1
+    try:
+        json.loads(data[start:])
+        with open(path, "ab") as f:  # a whole object that only lacks its newline
+            f.write(b"\n")
+        return False
+    except ValueError:
+        with open(path, "r+b") as f:
+            f.truncate(start)
+        return True
 
 
 def read_results(run_dir: Path) -> list[CellResult]:

@@ -22,10 +22,27 @@ class LaunchConfig:
     decompose: bool = False
     profile: bool = False
     repeats: int = 1
+    plan: list[tuple[int, int]] | None = None  # (repeat, index into cells) to run, in order; None: all
+    device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
+    supervised: bool = False  # spawned under harness.supervisor: ranks write heartbeats under run_dir
 
-    def materialise_all(self, progress: bool) -> dict[str, Path]:
-        """Every storage of the matrix materialised (reused when it already exists)."""
+    def full_plan(self) -> list[tuple[int, int]]:
+        """Every (repeat, cell) of the run, repeats interleaved across cells (A B C A B C)."""
+        return [(repeat, i) for repeat in range(self.repeats) for i in range(len(self.cells))]
+
+    def todo(self) -> list[tuple[int, int]]:
+        return self.full_plan() if self.plan is None else list(self.plan)
+
+    regenerate: bool = False  # --regenerate: write the datasets again
+    verify_data: bool = False  # --verify-data: check every byte against the manifest (else sizes + samples)
+
+    def materialise_all(self, progress: bool, regenerate: bool | None = None) -> dict[str, Path]:
+        """Every storage of the matrix materialised (reused when it already exists) and checked against its
+        manifest (harness.verify: a DataError, exit 2, on a damaged file)."""
         from harness.materialise import materialise
 
+        regenerate = self.regenerate if regenerate is None else regenerate
+        check = "full" if self.verify_data else "quick"
         storages = sorted({c.choice("storage").name for c in self.cells})
-        return {s: materialise(self.scenario.dataset, s, self.data_dir, progress=progress) for s in storages}
+        return {s: materialise(self.scenario.dataset, s, self.data_dir, progress=progress,
+                               regenerate=regenerate, check=check) for s in storages}

@@ -28,7 +28,7 @@ SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
     "training": {"workload": (str, "pixels"), "batch_size": (int, REQUIRED), "image_size": (int, 160),
                  "warmup_steps": (int, 3), "steps": (int, 0), "epochs": (int, 0), "workers": (int, 1),
                  "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
-                 "seed": (int, 0)},
+                 "seed": (int, 0), "cell_timeout_s": (float, 0.0)},
 }
 TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix"}
 
@@ -72,6 +72,7 @@ class Training:
     persistent_workers: bool
     lr: float
     seed: int
+    cell_timeout_s: float = 0.0  # a cell's deadline; 0: derived from its steps (harness.supervisor)
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,8 @@ def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
     if hw["count"] > ds["samples"]:
         raise UsageError(f"{where('hardware', 'count')} = {hw['count']} ranks exceeds "
                          f"{ds['samples']} samples; use more samples or fewer ranks")
+    if tr["cell_timeout_s"] < 0:
+        raise UsageError(f"{where('training', 'cell_timeout_s')} must be >= 0 (0: derived from the steps)")
     if hw["memory_gb"] < 0:
         raise UsageError(f"{where('hardware', 'memory_gb')} must be > 0 (or left out for the catalogue's)")
 

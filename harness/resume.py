@@ -1,0 +1,81 @@
+"""--resume RUN_DIR and the ends of a run that stopped early.
+
+A run's env.json records its settings (scenario, the comparable settings, the cells, repeats and measurement
+options) and its command line. `--resume RUN_DIR` alone replays that command line; given with other options
+they must yield the same settings (else one line, exit 2). The cells and repeats without a line in
+cells.jsonl then run (harness.supervisor skips the rest), and the report is rebuilt over all of them.
+"""
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from harness import results
+from harness.errors import UsageError
+
+# options that may change between the first run and its resumption
+FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate"}
+
+
+def settings_of(args, sc, cells, device: str, comparable: dict) -> dict:
+    """What a resumed run must share with the run it completes."""
+    return {"scenario": sc.name, "comparable": comparable, "cells": [c.id for c in cells],
+            "repeats": args.repeats, "cache_state": args.cache_state, "decompose": args.decompose,
+            "profile": args.profile, "plugins": list(args.plugin), "device": device,
+            "data_dir": str(Path(args.data_dir).resolve())}
+
+
+def resume_argv(argv: list[str]) -> tuple[Path, list[str]]:
+    """(RUN_DIR, the command line to run): the recorded one when only free options were given."""
+    rest, run_dir, i = [], None, 0
+    while i < len(argv):
+        if argv[i] == "--resume" and i + 1 < len(argv):
+            run_dir, i = Path(argv[i + 1]), i + 2
+            continue
+        if argv[i].startswith("--resume="):
+            run_dir = Path(argv[i].split("=", 1)[1])
+        else:
+            rest.append(argv[i])
+        i += 1
+    if run_dir is None:
+        raise UsageError("--resume needs a run directory: --resume results/<run>")
+    env = read_run_env(run_dir)
+    if any(a not in FREE_OPTIONS for a in rest):
+        return run_dir, rest
+    return run_dir, list(env["argv"]) + [a for a in rest if a not in env["argv"]]
+
+
+def read_run_env(run_dir: Path) -> dict:
+    if not Path(run_dir).is_dir():
+        raise UsageError(f"--resume {run_dir}: not a directory; pass a run directory under results/")
+    try:
+        env = results.read_env(run_dir)
+    except results.ResultsError as err:
+        raise UsageError(f"--resume {run_dir}: {err}") from None
+    if "settings" not in env or "argv" not in env:
+        raise UsageError(f"--resume {run_dir}: env.json lacks the run's settings (an older harness, or not "
+                         f"a run directory); start a new run instead")
+    return env
+
+
+def check_settings(run_dir: Path, recorded: dict, now: dict) -> None:
+    """A one-line UsageError naming the first setting that differs from the run's."""
+    for key in recorded.keys() | now.keys():
+        if recorded.get(key) != now.get(key):
+            if key == "comparable":
+                diff = sorted(k for k in recorded[key].keys() | now[key].keys()
+                              if recorded[key].get(k) != now[key].get(k))
+                what = ", ".join(f"{k} {recorded[key].get(k)!r} -> {now[key].get(k)!r}" for k in diff)
+            elif key == "cells":
+                what = f"{len(recorded[key])} cells -> {len(now[key])} (or a different matrix, --only, --exclude)"
+            else:
+                what = f"{recorded.get(key)!r} -> {now.get(key)!r}"
+            raise UsageError(f"--resume {run_dir}: the settings differ from the run's ({key}: {what}); resume "
+                             f"with the run's own options (just --resume {run_dir}) or start a new run")
+
+
+def stopped_message(run_dir: Path, why: str, torchrun: bool = False) -> str:
+    done = len(results.read_results(run_dir))
+    again = ("torchrun <the same torchrun options> run_bench.py" if torchrun else "python run_bench.py")
+    return (f"run_bench.py: {why}; the {done} cell line(s) written are kept in {run_dir}/cells.jsonl; "
+            f"run the rest with: {again} --resume {shlex.quote(str(run_dir))}")

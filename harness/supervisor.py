@@ -1,0 +1,263 @@
+"""The launcher's watch over its rank processes: a cell whose rank dies or hangs is recorded as failed, every
+process the ranks started is ended, and fresh ranks go on with the cells that remain.
+
+Each spawned rank moves into its own process group (its forkserver, DataLoader workers and shared-cache
+servers inherit it) and dies with the launcher (PR_SET_PDEATHSIG). It writes a heartbeat file under
+``RUN_DIR/.ranks/`` when a cell starts and as its steps advance. The launcher polls: a rank that exited
+non-zero, or no cell finishing within the cell's deadline (``[training] cell_timeout_s``, by default derived
+from the steps), ends the chunk: every rank's group is killed, the first cell of the chunk without a line in
+cells.jsonl gets a line with ``error`` naming the rank and the cause, and the remaining cells start again in
+fresh ranks. A failure before any rank reached its first cell is a run error instead (nothing would ever run).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import shutil
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from harness import results
+from harness.errors import UsageError
+from harness.records import CellResult, Figures
+from harness.runconfig import LaunchConfig
+
+HEARTBEATS = ".ranks"
+POLL_S = 0.1
+PR_SET_PDEATHSIG = 1
+
+
+class RunFailed(UsageError):
+    """The ranks failed before running any cell: retrying the next cell would fail the same way."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM (or SIGINT) received by the launcher; `code` is the exit code to end with (143 or 130)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.code = 128 + signum
+
+
+def raise_interrupted(signum, _frame) -> None:
+    raise Interrupted(signum)
+
+
+def default_timeout(config: LaunchConfig) -> float:
+    """The cell deadline: the scenario's cell_timeout_s, else 120 s of set-up plus 3 s per step and phase."""
+    tr = config.scenario.training
+    if tr.cell_timeout_s:
+        return float(tr.cell_timeout_s)
+    steps = tr.steps or tr.epochs * math.ceil(config.scenario.dataset.samples
+                                              / (config.scenario.world_size * tr.batch_size))
+    phases = 3 if config.decompose else 1
+    return 120.0 + 3.0 * phases * (tr.warmup_steps + steps)
+
+
+# --- in the rank -------------------------------------------------------------------------------------------
+
+def detach_rank() -> None:
+    """A spawned rank: its own process group (so the launcher can end it with all it started), and death
+    with the launcher."""
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def heartbeat_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / HEARTBEATS
+
+
+def write_heartbeat(run_dir: Path, rank: int, **fields) -> None:
+    """Atomically replace this rank's heartbeat file (pid, time and what it is doing)."""
+    d = heartbeat_dir(run_dir)
+    d.mkdir(exist_ok=True)
+    tmp = d / f".rank{rank}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"rank": rank, "pid": os.getpid(), "t": time.time(), **fields}))
+    os.replace(tmp, d / f"rank{rank}.json")
+
+
+def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
+    """Why this rank is about to exit; a UsageError (bad data, say) is fatal: the launcher stops the run."""
+    d = heartbeat_dir(run_dir)
+    d.mkdir(exist_ok=True)
+    (d / f"rank{rank}.error").write_text(f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
+    if isinstance(err, UsageError):
+        (d / f"rank{rank}.fatal").write_text(str(err))
+
+
+def fatal_error(run_dir: Path) -> str | None:
+    """The one-line message of a rank that stopped on a usage error (e.g. damaged data), if any."""
+    for path in sorted(heartbeat_dir(run_dir).glob("rank*.fatal")):
+        return path.read_text().strip()
+    return None
+
+
+def read_heartbeats(run_dir: Path) -> dict[int, dict]:
+    out = {}
+    for path in heartbeat_dir(run_dir).glob("rank*.json"):
+        try:
+            beat = json.loads(path.read_text())
+            out[int(beat["rank"])] = beat
+        except (OSError, ValueError, KeyError):
+            continue
+    return out
+
+
+# --- in the launcher ---------------------------------------------------------------------------------------
+
+def done_keys(run_dir: Path) -> set[tuple[str, int]]:
+    """(cell id, repeat) of every line of cells.jsonl, measured or failed."""
+    return {(c.cell, c.repeat) for c in results.read_results(run_dir)}
+
+
+def remaining(config: LaunchConfig, plan: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    done = done_keys(config.run_dir)
+    return [(r, i) for r, i in plan if (config.cells[i].id, r) not in done]
+
+
+def failed_line(config: LaunchConfig, item: tuple[int, int], error: str, elapsed: float) -> dict:
+    repeat, index = item
+    cell, sc = config.cells[index], config.scenario
+    return CellResult(cell=cell.id, scenario=sc.name, strategies=cell.strategies(),
+                      params={c.axis: dict(c.params) for c in cell.choices},
+                      names={c.axis: c.name for c in cell.choices}, device=config.device_name,
+                      emulated=config.device != "cuda", workload=sc.training.workload,
+                      batch_size=sc.training.batch_size, world_size=sc.world_size, repeat=repeat,
+                      elapsed_s=round(elapsed, 3), figures=Figures(), error=error).to_json()
+
+
+def kill_group(pid: int) -> None:
+    """SIGKILL a rank's process group (itself and everything it started), and the rank itself."""
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class RankGroup:
+    """The world_size rank processes of one chunk of cells."""
+
+    def __init__(self, config: LaunchConfig, data_paths: dict, target, prepare=None):
+        import torch.multiprocessing as mp
+
+        if prepare is not None:
+            prepare()  # e.g. a fresh rendezvous port
+        self.config, self.started = config, time.time()
+        for old in heartbeat_dir(config.run_dir).glob("rank*"):
+            old.unlink(missing_ok=True)
+        ctx = mp.get_context("spawn")
+        world = config.scenario.world_size
+        self.procs = [ctx.Process(target=target, args=(r, world, config, data_paths), daemon=False)
+                      for r in range(world)]
+        try:
+            for p in self.procs:
+                p.start()
+        except BaseException:  # Ctrl-C while starting: end the ranks already started
+            self.stop()
+            raise
+
+    def failure(self, timeout: float) -> tuple[str, bool] | None:
+        """(cause, whether any rank had reached a cell) once the chunk failed; None while it runs or when
+        every rank exited 0 ("" then: see `finished`)."""
+        beats = read_heartbeats(self.config.run_dir)
+        reached = bool(beats)
+        for rank, p in enumerate(self.procs):
+            if p.exitcode not in (None, 0):
+                return self._death(rank, p.exitcode, beats), reached
+        started = max((b.get("cell_t", b["t"]) for b in beats.values()), default=self.started)
+        if time.time() - started > timeout and not self.finished:
+            return self._hang(timeout, beats), reached
+        return None
+
+    def cell_started(self) -> float:
+        beats = read_heartbeats(self.config.run_dir).values()
+        return max((b.get("cell_t", b["t"]) for b in beats), default=self.started)
+
+    @property
+    def finished(self) -> bool:
+        return all(p.exitcode == 0 for p in self.procs)
+
+    def _death(self, rank: int, code: int, beats: dict) -> str:
+        where = _where(beats.get(rank))
+        if code < 0:
+            return f"rank {rank} was killed by {signal.Signals(-code).name}{where}"
+        path = heartbeat_dir(self.config.run_dir) / f"rank{rank}.error"
+        text = path.read_text().strip() if path.exists() else ""
+        return f"rank {rank} exited with code {code}{where}" + (f": {text}" if text else "")
+
+    def _hang(self, timeout: float, beats: dict) -> str:
+        steps = ", ".join(f"rank {r} at step {b.get('step', 0)}/{b.get('total', '?')}"
+                          for r, b in sorted(beats.items()))
+        return (f"timeout: the cell did not finish within {timeout:.0f} s (cell_timeout_s)"
+                + (f"; {steps}" if steps else "") + "; every rank was ended")
+
+    def stop(self) -> None:
+        """End every rank and everything it started; reap the ranks."""
+        for p in self.procs:
+            if p.pid is not None:
+                kill_group(p.pid)
+        for p in self.procs:
+            if p.pid is not None:
+                p.join(timeout=10)
+
+
+def _where(beat: dict | None) -> str:
+    if not beat or "step" not in beat:
+        return ""
+    return f" at step {beat['step']}/{beat.get('total', '?')}"
+
+
+def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=print) -> list[str]:
+    """Run config.todo() in fresh rank groups until every cell has a line; the failures, one per cell."""
+    timeout = default_timeout(config)
+    failures: list[str] = []
+    while True:
+        results.drop_cut_tail(config.run_dir / "cells.jsonl")
+        todo = remaining(config, config.todo())
+        if not todo:
+            shutil.rmtree(heartbeat_dir(config.run_dir), ignore_errors=True)
+            return failures
+        group = RankGroup(replace(config, plan=todo, supervised=True), data_paths, target, prepare)
+        try:
+            outcome = _watch(group, timeout)
+        finally:
+            group.stop()
+        if outcome is None:
+            continue  # every rank exited 0; anything left (none expected) starts again
+        fatal = fatal_error(config.run_dir)
+        if fatal:
+            raise UsageError(fatal)
+        cause, reached = outcome
+        results.drop_cut_tail(config.run_dir / "cells.jsonl")
+        left = remaining(config, todo)
+        if not left:  # every cell was written before the failure (e.g. a rank died on its way out)
+            return failures
+        if not reached:
+            raise RunFailed(f"the ranks failed before their first cell: {cause}")
+        cell = config.cells[left[0][1]]
+        elapsed = time.time() - group.cell_started()
+        results.append_cell(config.run_dir, failed_line(config, left[0], cause, elapsed))
+        failures.append(f"{cell.id} (repeat {left[0][0]}): {cause}")
+        log(f"run_bench.py: cell {cell.id} failed: {cause}; fresh ranks go on with {len(left) - 1} "
+            f"remaining cell(s)")
+
+
+def _watch(group: RankGroup, timeout: float) -> tuple[str, bool] | None:
+    while True:
+        outcome = group.failure(timeout)
+        if outcome is not None:
+            return outcome
+        if group.finished:
+            return None
+        time.sleep(POLL_S)
