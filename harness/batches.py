@@ -1,5 +1,11 @@
 """Where a rank's training steps get their batches: the cell's pipeline across epochs, or a few real batches
-held in memory (the pipeline with data loading taken out, for the compute-only phase of --decompose)."""
+held in memory (the pipeline with data loading taken out, for the compute-only phase of --decompose).
+
+With device preprocessing the pipeline's DevicePrep fills in each batch's pixel counts here, on the rank.
+With side_stream (CUDA only; a no-op on an emulated device) the source works one batch ahead, as apex's
+data_prefetcher: when it hands over batch k it takes batch k+1 from the loader and starts its copy on a side
+CUDA stream, which overlaps the step of batch k; the step's stream waits for that copy before using it. The
+wait for batch k+1 is then counted in step k (the total wait is unchanged)."""
 from __future__ import annotations
 
 from harness.pipeline import Pipeline
@@ -10,30 +16,47 @@ TENSOR_KEYS = ("images", "tokens", "image_emb", "text_emb")
 class BatchSource:
     """This rank's batches across epochs; None once its epoch is over, until every rank's is."""
 
-    def __init__(self, pipe: Pipeline):
+    def __init__(self, pipe: Pipeline, device=None):
         self.pipe = pipe
         self.epoch = 0
         self.completed_epochs = 0
         self._it = None
         self._exhausted = False
         self.consumed: dict[int, list[int]] = {}
+        self._side = SideStream(device) if pipe.side_stream and device is not None else None
 
-    def next(self) -> dict | None:
-        if self._exhausted:
-            return None
+    def _fetch(self) -> dict | None:
         if self._it is None:
             self.pipe.sampler.set_epoch(self.epoch)
             self._it = iter(self.pipe.loader)
         try:
             batch = next(self._it)
         except StopIteration:
+            return None
+        if self.pipe.devprep is not None:
+            self.pipe.devprep.annotate(batch)
+        return batch
+
+    def next(self) -> dict | None:
+        if self._exhausted:
+            return None
+        if self._side is not None:
+            batch = self._side.take(self._fetch)
+        else:
+            batch = self._fetch()
+        if batch is None:
             self._exhausted = True
             return None
         self.consumed.setdefault(self.epoch, []).extend(batch["index"].tolist())
         return batch
 
+    def loader_thread_cpu_s(self) -> float:
+        return self.pipe.loader_thread_cpu_s()
+
     def new_epoch(self) -> None:
         self._it, self._exhausted = None, False
+        if self._side is not None:
+            self._side.reset()
         self.epoch += 1
         self.completed_epochs += 1
 
@@ -59,6 +82,9 @@ class InMemoryBatches:
     def new_epoch(self) -> None:  # never reached: next() never runs dry
         pass
 
+    def loader_thread_cpu_s(self) -> float:
+        return 0.0
+
     def close(self) -> None:
         self.batches = []
 
@@ -78,8 +104,49 @@ def collect_batches(pipe: Pipeline, n: int) -> list[dict]:
     return out
 
 
+class SideStream:
+    """One batch ahead, its tensors copied on a side CUDA stream (see the module's docstring)."""
+
+    def __init__(self, device):
+        import torch
+
+        self.device, self.stream = device, torch.cuda.Stream(device.torch_device)
+        self._ahead: dict | None = None
+        self._started = False
+
+    def _copy(self, batch: dict | None) -> dict | None:
+        import torch
+
+        if batch is not None:
+            with torch.cuda.stream(self.stream):
+                batch["_device"] = {k: batch[k].to(self.device.torch_device, non_blocking=True)
+                                    for k in TENSOR_KEYS if k in batch}
+        return batch
+
+    def take(self, fetch) -> dict | None:
+        """Batch k (already copying), and start batch k+1's copy."""
+        batch = self._ahead if self._started else self._copy(fetch())
+        self._started = True
+        self._ahead = self._copy(fetch()) if batch is not None else None
+        return batch
+
+    def reset(self) -> None:
+        self._ahead, self._started = None, False
+
+
 def to_device(batch: dict, device) -> dict:
-    """The batch's tensors copied to the device (synchronised, so the copy is timed by the caller)."""
+    """The batch's tensors copied to the device (synchronised, so the copy is timed by the caller). A batch
+    a SideStream already copied is only waited for (the device synchronisation covers the side stream), and
+    its tensors are marked as used by the step's stream so the allocator does not reuse them early."""
+    if "_device" in batch:
+        import torch
+
+        tensors = batch["_device"]
+        current = torch.cuda.current_stream(device.torch_device)
+        for t in tensors.values():
+            t.record_stream(current)
+        device.synchronize()
+        return tensors
     tensors = {k: batch[k].to(device.torch_device, non_blocking=True) for k in TENSOR_KEYS if k in batch}
     device.synchronize()
     return tensors

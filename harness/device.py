@@ -8,6 +8,11 @@ max(host work, modelled time); a step whose host work outlasts the model is an o
 host overhead, never device time. The ranks agree before every step, so a rank whose data came late holds
 up the others there, as a straggler does on real GPUs.
 
+Per cell, `configure(rate, preprocess)` applies the precision and preprocess strategies. On the emulated
+device they change only the model: the catalogue rate ("amp" or "fp32") and its memory, and with device
+preprocessing the modelled decode time of the batch's JPEGs (`add_preprocess`); the stand-in runs fp32 on the
+CPU either way. On CUDA the memory budget of dynamic batching is measured (`set_memory_model`).
+
 Both devices answer `timed_compute_s()`: the seconds the accelerator computed since `start_timer()`,
 modelled on the emulated device, CUDA-event time on a GPU. That is the `device` part of a step.
 """
@@ -33,6 +38,19 @@ class EmulatedDevice:
         self.last_bytes = 0
         self._deadline = None
         self._busy_s = 0.0  # modelled device seconds since start_timer()
+        self.rate = "amp"  # the catalogue rate the cell's precision selects
+        self.preprocess = "host"
+        self._pending_s = 0.0  # modelled device preprocessing, added to the next begin_step
+
+    def configure(self, rate: str = "amp", preprocess: str = "host") -> None:
+        self.rate, self.preprocess = rate, preprocess
+
+    def add_preprocess(self, source_pixels: int) -> None:
+        """Decode, resize, flip and normalise of JPEGs with `source_pixels` pixels, on the device: modelled."""
+        self._pending_s += self.accelerator.decode_seconds(source_pixels)
+
+    def _need(self, samples: int, padded_pixels: int) -> int:
+        return self.accelerator.memory_needed(self.workload, samples, padded_pixels, self.rate)
 
     @property
     def name(self) -> str:
@@ -43,10 +61,10 @@ class EmulatedDevice:
         return self.accelerator.memory_bytes
 
     def fits(self, samples: int, padded_pixels: int) -> bool:
-        return self.accelerator.memory_needed(self.workload, samples, padded_pixels) <= self.capacity_bytes
+        return self._need(samples, padded_pixels) <= self.capacity_bytes
 
     def oom_message(self, samples: int, padded_pixels: int) -> str:
-        need = self.accelerator.memory_needed(self.workload, samples, padded_pixels)
+        need = self._need(samples, padded_pixels)
         return (f"emulated {self.accelerator.name}: a batch of {samples} needs {need / 1e9:.1f} GB of "
                 f"{self.capacity_bytes / 1e9:.1f} GB")
 
@@ -57,10 +75,12 @@ class EmulatedDevice:
         """Model the step: raise OutOfMemoryError as a real GPU would; return the modelled seconds."""
         if not self.fits(samples, padded_pixels):
             raise torch.OutOfMemoryError(self.oom_message(samples, padded_pixels))
-        need = self.accelerator.memory_needed(self.workload, samples, padded_pixels)
+        need = self._need(samples, padded_pixels)
         self.last_bytes = need
         self.peak_bytes = max(self.peak_bytes, need)
-        modelled = self.accelerator.step_seconds(self.workload, samples, padded_pixels)
+        modelled = self.accelerator.step_seconds(self.workload, samples, padded_pixels, self.rate)
+        modelled += self._pending_s
+        self._pending_s = 0.0
         self._deadline = time.perf_counter() + modelled
         self._busy_s += modelled
         self.padded_s = 0.0
@@ -109,6 +129,25 @@ class CudaDevice:
         self._window_peak = 0
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        self.memory_model = None  # (base bytes, bytes per unit, budget bytes) measured by a probe, or None
+        torch.backends.cudnn.benchmark = True  # autotune convolutions (batch shapes repeat within a cell)
+
+    def configure(self, rate: str = "amp", preprocess: str = "host") -> None:
+        pass  # a real GPU runs the precision (trainstep.StepPrecision) and the preprocessing itself
+
+    def add_preprocess(self, source_pixels: int) -> None:
+        pass  # the decode runs on the GPU and is timed with the step
+
+    def set_memory_model(self, base: float, per_unit: float, budget: float) -> None:
+        """Measured: a step needs base + per_unit x units bytes (units: padded pixels, or samples for
+        features); `budget` = bytes this process may use (free + its own allocations)."""
+        self.memory_model = (base, per_unit, budget)
+
+    def predicted_bytes(self, samples: int, padded_pixels: int) -> float | None:
+        if self.memory_model is None:
+            return None
+        base, per_unit, _ = self.memory_model
+        return base + per_unit * (padded_pixels or samples)
 
     def start_timer(self) -> None:
         self._start.record()
@@ -137,7 +176,9 @@ class CudaDevice:
         return torch.cuda.get_device_properties(self.torch_device).total_memory
 
     def fits(self, samples: int, padded_pixels: int) -> bool:
-        return True  # a real GPU tells by raising OutOfMemoryError
+        """From the measured memory model when there is one; else True (the GPU tells by raising)."""
+        need = self.predicted_bytes(samples, padded_pixels)
+        return need is None or need <= self.memory_model[2]
 
     def oom_message(self, samples: int, padded_pixels: int) -> str:
         return f"CUDA out of memory with a batch of {samples}"

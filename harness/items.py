@@ -3,11 +3,17 @@
 ``SampleDataset.__getitems__`` hands the whole batch's indices to ``reader.read_batch`` in one call.
 pixels: decode the JPEG, resize keeping the aspect ratio (longest side = image_size), pad-collate to the
 batch's largest image. features: the precomputed image and text embeddings.
+
+Where pixels are prepared is the preprocess strategy's choice: "host" (here, in the loader: decode, resize,
+a random horizontal flip, and with normalise=True float32 normalisation in the collate), or "device" (here
+only the JPEG bytes are handed over, as uint8 tensors; harness.devprep decodes them on the accelerator).
 """
 from __future__ import annotations
 
 import io
 import os
+import random
+import threading
 import zlib
 from typing import Sequence
 
@@ -80,6 +86,21 @@ class ItemBatch(list):
     cache_stats: dict | None = None
 
 
+class LockedFetch:
+    """A fetch (and its stats) called under one lock."""
+
+    def __init__(self, fetch):
+        self.fetch, self.lock = fetch, threading.Lock()
+
+    def __call__(self, indices):
+        with self.lock:
+            return self.fetch(indices)
+
+    def stats(self):
+        with self.lock:
+            return self.fetch.stats()
+
+
 class SampleDataset(Dataset):
     """reader -> cache -> prepared items.
 
@@ -89,10 +110,12 @@ class SampleDataset(Dataset):
     Without a cache strategy (cache=None) every read goes to storage.
     """
 
-    def __init__(self, reader, workload: str, image_size: int, cache=None):
+    def __init__(self, reader, workload: str, image_size: int, cache=None, preprocess=None):
         self.reader = reader
         self.workload = workload
         self.image_size = image_size
+        self.on_device = preprocess is not None and preprocess.where == "device"
+        self.flip = preprocess is not None and preprocess.flip and not self.on_device
         self.scope = None if cache is None else cache.scope
         self.decoded = cache is not None and cache.level == "decoded"
         if cache is None:
@@ -104,6 +127,13 @@ class SampleDataset(Dataset):
 
     def __len__(self) -> int:
         return len(self.reader)
+
+    def for_threads(self) -> "SampleDataset":
+        """Make the cached fetch safe for a thread pool (loader = threads): a cache strategy's store and a
+        shared cache's connection are per-process objects, so their calls are serialised by one lock."""
+        if self.scope is not None:
+            self._fetch = LockedFetch(self._fetch)
+        return self
 
     def shared_stats(self) -> dict | None:
         """Statistics of a rank-wide shared cache, read from the rank process (one round trip)."""
@@ -121,6 +151,8 @@ class SampleDataset(Dataset):
     def __getitems__(self, indices: Sequence[int]) -> ItemBatch:
         fetched = self._fetch(list(indices))
         batch = ItemBatch(fetched if self.decoded else (self._prepare(s) for s in fetched))
+        if self.flip and self.workload == "pixels":  # after the cache: a decoded cache keeps unflipped items
+            batch[:] = [flip_item(it) if random.random() < 0.5 else it for it in batch]
         if self.scope == "worker":  # local and cheap; a shared cache is asked by the rank (shared_stats)
             stats = self._fetch.stats()
             if stats is not None:
@@ -129,13 +161,61 @@ class SampleDataset(Dataset):
 
     def _prepare(self, s: Sample) -> dict:
         item = {"index": s.index, "nbytes": s.nbytes}
-        if self.workload == "pixels":
+        if self.workload == "pixels" and self.on_device:
+            item["jpeg"] = torch.frombuffer(bytearray(s.jpeg), dtype=torch.uint8)
+            item["tokens"] = tokenize(s.caption)
+        elif self.workload == "pixels":
             item["image"] = torch.from_numpy(decode_resize(s.jpeg, self.image_size))
             item["tokens"] = tokenize(s.caption)
         else:
             item["image_emb"] = torch.from_numpy(s.image_emb)
             item["text_emb"] = torch.from_numpy(s.text_emb)
         return item
+
+
+MEAN = (0.485, 0.456, 0.406)  # ImageNet statistics, as torchvision's normalisation
+STD = (0.229, 0.224, 0.225)
+
+
+def normalise(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, 3, H, W] -> float32 normalised; a float input is taken as normalised already."""
+    if images.dtype != torch.uint8:
+        return images
+    mean = torch.tensor(MEAN, device=images.device).view(1, 3, 1, 1) * 255
+    std = torch.tensor(STD, device=images.device).view(1, 3, 1, 1) * 255
+    return (images.float() - mean) / std
+
+
+def flip_item(item: dict) -> dict:
+    """The item with its HWC image mirrored left-right (a new dict: a cached item stays as it was)."""
+    return dict(item, image=torch.flip(item["image"], dims=(1,)))
+
+
+def _tokens(items: list[dict]) -> torch.Tensor:
+    tokens = torch.zeros((len(items), MAX_TOKENS), dtype=torch.int64)
+    for i, it in enumerate(items):
+        tokens[i, : len(it["tokens"])] = torch.tensor(it["tokens"], dtype=torch.int64)
+    return tokens
+
+
+class Collate:
+    """collate, then (normalise=True) the uint8 images as float32 normalised on the host; jpegs=True: the
+    batch's JPEG bytes as a list (device preprocessing fills in the pixel counts on the rank). Picklable."""
+
+    def __init__(self, normalise: bool = False):
+        self.normalise = normalise
+
+    def __call__(self, items: list[dict]) -> dict:
+        if "jpeg" in items[0]:
+            return {"index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
+                    "nbytes": sum(it["nbytes"] for it in items),
+                    "cache_stats": getattr(items, "cache_stats", None),
+                    "jpegs": [it["jpeg"] for it in items], "tokens": _tokens(items),
+                    "padded_pixels": 0, "real_pixels": 0}
+        batch = collate(items)
+        if self.normalise and "images" in batch:
+            batch["images"] = normalise(batch["images"])
+        return batch
 
 
 def collate(items: list[dict]) -> dict:

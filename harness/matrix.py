@@ -14,7 +14,9 @@ class Cell:
     choices: tuple[StrategyChoice, ...]  # one per axis, in AXES order
 
     def choice(self, axis: str) -> StrategyChoice:
-        return self.choices[AXES.index(axis)]
+        """The cell's strategy on `axis`; a cell built with fewer axes (a synthetic one) has the default."""
+        i = AXES.index(axis)
+        return self.choices[i] if i < len(self.choices) else StrategyChoice(axis, DEFAULTS[axis])
 
     @property
     def id(self) -> str:

@@ -32,8 +32,12 @@ def _per_step_ratio(matrix: np.ndarray) -> float | None:
 def _cpu_s(record: dict) -> tuple[float, float]:
     """(loader, rank) CPU seconds over the window. The loader is the rank's worker processes; the rank is
     its own process (the step's host work, receiving batches, the agreement, telemetry). With no workers
-    the rank loads inline: its time blocked on the loader (wait) is loader CPU, the rest is its own."""
+    the rank loads inline: its time blocked on the loader (wait) is loader CPU, the rest is its own. A thread
+    loader (loader = threads) measures its threads' CPU: the loader's, taken out of the rank's."""
     rank = float(record.get("rank_cpu_s", 0.0))
+    if record.get("loader") == "threads":  # the loader's threads run in the rank: their CPU is the loader's
+        threads = float(record.get("loader_thread_cpu_s", 0.0))
+        return float(record.get("loader_cpu_s", 0.0)), max(0.0, rank - threads)
     if record.get("workers", 1) == 0:
         wait = float(np.sum(record["wait"]))
         return wait, max(0.0, rank - wait)

@@ -1,6 +1,8 @@
-"""A small image/text two-tower model with a CLIP-style contrastive loss.
+"""A small image/text two-tower model with a CLIP-style contrastive loss, and which model a cell trains.
 
-Small on purpose: on an emulated accelerator the real CPU step must fit inside the modelled step time.
+Small on purpose: on an emulated accelerator the real CPU step must fit inside the modelled step time. On a
+real GPU the pixels workload trains harness.models.CLIPResNet (ResNet-50 + a text transformer); the features
+workload keeps the two-tower projections on the 2048/768-d embeddings everywhere.
 """
 from __future__ import annotations
 
@@ -47,9 +49,11 @@ def _projection(dim: int) -> nn.Module:
 
 
 class TwoTower(nn.Module):
-    def __init__(self, workload: str):
+    def __init__(self, workload: str, name: str = ""):
         super().__init__()
         self.workload = workload
+        self.name = name or ("stand-in two-tower (8x8 pooled pixels, token bag)" if workload == "pixels"
+                             else "two-tower projections (2048/768-d embeddings)")
         if workload == "pixels":
             self.image, self.text = PixelTower(), TokenTower()
         else:
@@ -65,3 +69,17 @@ class TwoTower(nn.Module):
         logits = self.logit_scale.exp() * img @ txt.t()
         target = torch.arange(len(logits), device=logits.device)
         return (F.cross_entropy(logits, target) + F.cross_entropy(logits.t(), target)) / 2
+
+
+def build_model(workload: str, cuda: bool) -> nn.Module:
+    """The model a cell trains; its `name` goes into the rank record. Emulated: the cheap stand-in (its
+    modelled step time is the catalogue's ResNet-50 rate). CUDA: ResNet-50 CLIP for pixels, channels_last."""
+    if not cuda:
+        label = "stand-in two-tower, emulated (8x8 pooled pixels, token bag)" if workload == "pixels" else \
+            "stand-in two-tower, emulated (2048/768-d projections)"
+        return TwoTower(workload, name=label)
+    if workload == "pixels":
+        from harness.models import CLIPResNet
+
+        return CLIPResNet(channels_last=True).to(memory_format=torch.channels_last)
+    return TwoTower(workload)

@@ -1,8 +1,10 @@
 """Build one cell's input pipeline on one rank:
-storage reader -> cache -> SampleDataset(__getitems__) -> sampler -> batching -> DataLoader workers.
+storage reader -> cache -> SampleDataset(__getitems__) -> sampler -> batching -> loader (DataLoader worker
+processes, or a thread pool in the rank: the loader axis), with pixels prepared where the preprocess axis says.
 
 It also derives what the cost-aware strategies need: per-sample costs (the decode work, i.e. source
-pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the modelled device cost of a batch and the budget that fits the accelerator's memory.
+pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the device cost of a batch and the budget that fits the device's memory: modelled from the catalogue on an
+emulated device, measured (a probe at two batch sizes, harness.memprobe) against torch.cuda.mem_get_info on CUDA.
 """
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from harness.dataset import DatasetSpec, image_sides
+from harness.devprep import DevicePrep
 from harness.matrix import Cell
-from harness.items import FIELDS_FOR, SampleDataset, collate, decoded_pixels
+from harness.items import FIELDS_FOR, Collate, SampleDataset, decoded_pixels
+from harness.threadloader import ThreadLoader
 
 
 def resized_shapes(spec: DatasetSpec, image_size: int) -> np.ndarray:
@@ -30,13 +34,19 @@ class BatchCost:
     accelerator: object
     workload: str
     shapes: np.ndarray | None
+    rate: str = "amp"  # the catalogue rate the cell's precision selects
+    measured: tuple | None = None  # CUDA: (base bytes, bytes per padded pixel or per sample), measured
 
     def __call__(self, indices: list[int]) -> float:
         n = len(indices)
-        if self.workload != "pixels" or n == 0:
-            return float(self.accelerator.memory_needed(self.workload, n, 0))
-        hw = self.shapes[indices]
-        return float(self.accelerator.memory_needed(self.workload, n, n * int(hw[:, 0].max() * hw[:, 1].max())))
+        pixels = 0
+        if self.workload == "pixels" and n:
+            hw = self.shapes[indices]
+            pixels = n * int(hw[:, 0].max() * hw[:, 1].max())
+        if self.measured is not None:
+            base, per_unit = self.measured
+            return float(base + per_unit * (pixels or n))
+        return float(self.accelerator.memory_needed(self.workload, n, pixels, self.rate))
 
 
 @dataclass
@@ -47,6 +57,16 @@ class Pipeline:
     batching: object
     cache: object
     costs: np.ndarray | None = None  # per-sample cost the balanced sampler balances, index-aligned
+    devprep: DevicePrep | None = None  # preprocess = device: fills in pixel counts, makes the images
+    side_stream: bool = False  # copy the next batch on a side CUDA stream (a no-op without CUDA)
+
+    @property
+    def loader_kind(self) -> str:
+        return "threads" if isinstance(self.loader, ThreadLoader) else "workers"
+
+    def loader_thread_cpu_s(self) -> float:
+        """CPU seconds of a thread loader's threads so far (0 for worker processes, measured elsewhere)."""
+        return self.loader.cpu_s if isinstance(self.loader, ThreadLoader) else 0.0
 
     def shared_cache_stats(self):
         """A call that reads the rank-wide shared cache's statistics, or None (no SampleDataset here)."""
@@ -61,32 +81,59 @@ class Pipeline:
             self.cache.close()
 
 
-def build(ctx, cell: Cell) -> Pipeline:
-    sc, tr = ctx.scenario, ctx.scenario.training
-    storage_choice = cell.choice("storage")
-    reader = storage_choice.create().open(ctx.data_paths[storage_choice.name], fields=FIELDS_FOR[tr.workload])
-    cache = cell.choice("cache").create()
-    dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache)
-    shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
-    sampler_strategy = cell.choice("sampler").create()
-    if sampler_strategy.cost == "bytes" or shapes is None:
-        costs = np.asarray(reader.stored_bytes(), dtype=np.float64)
-    else:  # the decode work: source pixels at the decoder's reduced scale
-        costs = decoded_pixels(image_sides(sc.dataset), tr.image_size).astype(np.float64)
-    sampler = sampler_strategy.sampler(size=len(dataset), num_replicas=ctx.world_size, rank=ctx.rank,
-                                       seed=tr.seed, costs=costs, batch_size=tr.batch_size)
-    batching = cell.choice("batching").create()
-    sort_key = shapes[:, 0] / shapes[:, 1] if shapes is not None else costs
-    batch_sampler = batching.batch_sampler(
-        sampler, tr.batch_size, batch_cost=BatchCost(sc.accelerator, tr.workload, shapes),
-        budget=float(sc.accelerator.memory_bytes), sort_key=sort_key, rank=ctx.rank,
-        world_size=ctx.world_size)
+def _budget(ctx, accelerator, rate: str) -> tuple[float, tuple | None]:
+    """The dynamic batching's memory budget and, on CUDA, the measured cost model (base, per unit)."""
+    model = getattr(ctx.device, "memory_model", None)
+    if model is not None:
+        return float(model[2]), (model[0], model[1])
+    return float(accelerator.memory_bytes), None
+
+
+def _loader(ctx, dataset, batch_sampler, collate, strategy):
+    tr = ctx.scenario.training
+    if strategy.kind == "threads":
+        return ThreadLoader(dataset.for_threads(), batch_sampler, collate,
+                            strategy.threads or max(1, tr.workers), strategy.prefetch)
     workers = tr.workers
-    loader = DataLoader(
+    return DataLoader(
         dataset, batch_sampler=batch_sampler, num_workers=workers, collate_fn=collate,
         pin_memory=not ctx.device.emulated,
         persistent_workers=tr.persistent_workers and workers > 0,
         prefetch_factor=tr.prefetch_factor if workers > 0 else None,
         # forking a rank that already runs gloo threads aborts at worker exit; the forkserver is clean
         multiprocessing_context="forkserver" if workers > 0 else None)
-    return Pipeline(loader, sampler, batch_sampler, batching, cache, costs)
+
+
+def _costs(sc, reader, sampler_strategy, shapes) -> np.ndarray:
+    if sampler_strategy.cost == "bytes" or shapes is None:
+        return np.asarray(reader.stored_bytes(), dtype=np.float64)
+    # the decode work: source pixels at the decoder's reduced scale
+    return decoded_pixels(image_sides(sc.dataset), sc.training.image_size).astype(np.float64)
+
+
+def build(ctx, cell: Cell) -> Pipeline:
+    sc, tr = ctx.scenario, ctx.scenario.training
+    storage_choice = cell.choice("storage")
+    reader = storage_choice.create().open(ctx.data_paths[storage_choice.name], fields=FIELDS_FOR[tr.workload])
+    cache = cell.choice("cache").create()
+    prep = cell.choice("preprocess").create()
+    dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache, preprocess=prep)
+    shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
+    sampler_strategy = cell.choice("sampler").create()
+    costs = _costs(sc, reader, sampler_strategy, shapes)
+    sampler = sampler_strategy.sampler(size=len(dataset), num_replicas=ctx.world_size, rank=ctx.rank,
+                                       seed=tr.seed, costs=costs, batch_size=tr.batch_size)
+    batching = cell.choice("batching").create()
+    sort_key = shapes[:, 0] / shapes[:, 1] if shapes is not None else costs
+    rate = cell.choice("precision").create().rate
+    budget, measured = _budget(ctx, sc.accelerator, rate)
+    batch_sampler = batching.batch_sampler(
+        sampler, tr.batch_size, batch_cost=BatchCost(sc.accelerator, tr.workload, shapes, rate, measured),
+        budget=budget, sort_key=sort_key, rank=ctx.rank, world_size=ctx.world_size)
+    loader_strategy = cell.choice("loader").create()
+    loader = _loader(ctx, dataset, batch_sampler, Collate(prep.normalise and prep.where == "host"),
+                     loader_strategy)
+    devprep = DevicePrep(shapes, image_sides(sc.dataset), prep.flip) \
+        if prep.where == "device" and shapes is not None else None
+    return Pipeline(loader, sampler, batch_sampler, batching, cache, costs, devprep,
+                    loader_strategy.side_stream and not ctx.device.emulated)

@@ -29,11 +29,11 @@ from harness import pagecache, pipeline
 from harness.agreement import agree, param_digest, window_steps
 from harness.batches import BatchSource, InMemoryBatches, collect_batches, to_device
 from harness.matrix import Cell
-from harness.model import TwoTower
+from harness.model import build_model
 from harness.recorder import CacheTally, StepRecorder
 from harness.scenario import Scenario
 from harness.telemetry import MemorySampler, NvmlSampler
-from harness.trainstep import shadow_step, train_step
+from harness.trainstep import StepPrecision, shadow_step, train_step
 
 IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase
 
@@ -73,8 +73,11 @@ class MeasuredLoop:
     """Warm-up then the measured window of one phase on one rank; `record()` returns the phase's figures."""
 
     def __init__(self, device, ddp, optimizer, source, batching, warmup_steps: int, window: int,
-                 progress: Callable[[int, int], None] | None = None, shared_stats=None, costs=None):
+                 progress: Callable[[int, int], None] | None = None, shared_stats=None, costs=None,
+                 precision: StepPrecision | None = None, devprep=None):
         self.device, self.ddp, self.optimizer = device, ddp, optimizer
+        self.precision, self.devprep = precision, devprep
+        self.loader_cpu_start = 0.0  # a thread loader's CPU seconds at the window's start
         self.source, self.batching = source, batching
         self.split_on_oom = bool(batching.splits_on_oom)
         self.warmup_steps, self.total_steps = warmup_steps, warmup_steps + window
@@ -114,6 +117,7 @@ class MeasuredLoop:
         nvml.mark_window()
         self.t_prev = self.window_start = time.perf_counter()
         self.cpu_start = time.process_time()
+        self.loader_cpu_start = self.source.loader_thread_cpu_s()
 
     def _one_step(self) -> str:
         """Fetch, copy, agree, train: "step", "new epoch" (every rank ran dry) or "stop" (a rank failed)."""
@@ -133,6 +137,8 @@ class MeasuredLoop:
             return "new epoch"
         self.device.start_timer()
         measured = self.step >= self.warmup_steps
+        if batch is not None and self.devprep is not None:  # decode etc. on the device, in its time
+            tensors["images"] = self.devprep.images(batch, self.device)
         self._train(batch, tensors, samples, measured)
         self.device.synchronize()
         self.record_step(batch, samples, measured,
@@ -148,12 +154,12 @@ class MeasuredLoop:
 
     def _train(self, batch: dict | None, tensors: dict | None, samples: int, measured: bool) -> None:
         if batch is None:
-            shadow_step(self.ddp, self.optimizer, self.device, self.last_tensors)
+            shadow_step(self.ddp, self.optimizer, self.device, self.last_tensors, self.precision)
             self.shadow_steps += measured
             return
         try:
             handled = train_step(self.ddp, self.optimizer, self.device, tensors, samples,
-                                 batch["padded_pixels"], self.split_on_oom)
+                                 batch["padded_pixels"], self.split_on_oom, self.precision)
             self.oom_events += handled if measured else 0
             self.last_tensors = tensors
         except torch.OutOfMemoryError as err:  # real, unforeseen, no split allowed
@@ -161,7 +167,8 @@ class MeasuredLoop:
             # sample, then stop the cell on every rank at the next agreement
             self.failed = f"OOM: {err}"
             self.device.empty_cache()
-            shadow_step(self.ddp, self.optimizer, self.device, {k: v[:1] for k, v in tensors.items()})
+            shadow_step(self.ddp, self.optimizer, self.device, {k: v[:1] for k, v in tensors.items()},
+                        self.precision)
 
     def record_step(self, batch: dict | None, samples: int, measured: bool, t: StepTimes) -> None:
         """The per-step bookkeeping: cache statistics, the batching's feedback, the step's figures. Its own
@@ -188,6 +195,10 @@ class MeasuredLoop:
             return 0.0
         return float(self.costs[batch["index"].numpy()].sum())
 
+    def _thread_cpu_s(self) -> float:
+        """CPU seconds of a thread loader's threads over the window (0 for worker processes)."""
+        return self.source.loader_thread_cpu_s() - self.loader_cpu_start if self.cpu_start is not None else 0.0
+
     def record(self, rank: int, memory: MemorySampler, nvml: NvmlSampler) -> dict:
         device, source = self.device, self.source
         record = self.recorder.as_record()
@@ -196,7 +207,9 @@ class MeasuredLoop:
             window_s=(self.window_end - self.window_start) if self.window_end and self.window_start else 0.0,
             steps=self.recorder.n,
             host_pss_peak=memory.peak_pss, host_rss_peak=memory.peak_rss, memory_samples=memory.samples,
-            disk_read_bytes=memory.disk_read_bytes, loader_cpu_s=memory.loader_cpu_s,
+            disk_read_bytes=memory.disk_read_bytes,
+            loader_cpu_s=memory.loader_cpu_s + self._thread_cpu_s(),
+            loader_thread_cpu_s=self._thread_cpu_s(),
             rank_cpu_s=time.process_time() - self.cpu_start if self.cpu_start is not None else 0.0,
             device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
             overruns=device.overruns, oom_events=self.oom_events, shadow_steps=self.shadow_steps,
@@ -212,8 +225,17 @@ class Trainer:
     def __init__(self, ctx: RankContext, cell: Cell):
         self.ctx, self.cell, self.tr = ctx, cell, ctx.scenario.training
         self.device = ctx.device
+        cuda = not self.device.emulated
+        strategy = cell.choice("precision").create()
+        self.device.configure(strategy.rate, cell.choice("preprocess").create().where)
+        self.precision = StepPrecision(strategy, cuda)
         torch.manual_seed(self.tr.seed)  # same initial weights on every rank (DDP also broadcasts them)
-        self.model = TwoTower(self.tr.workload).to(self.device.torch_device)
+        self.model = build_model(self.tr.workload, cuda).to(self.device.torch_device)
+        if cuda and cell.choice("batching").create().splits_on_oom:  # dynamic: plan against this GPU
+            from harness import memprobe
+
+            self.device.set_memory_model(*memprobe.measure(self.model, self.tr.workload, self.tr.image_size,
+                                                           self.precision, self.device.torch_device))
         self.ddp = DDP(self.model)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=self.tr.lr, momentum=0.9)
 
@@ -238,7 +260,7 @@ class Trainer:
             page_cache = {"state": "in-memory"}
         else:
             page_cache = self.prepare_page_cache(state)
-            source = BatchSource(pipe)
+            source = BatchSource(pipe, self.device)
         try:
             record = self._measure(pipe, source, profiler)
         finally:
@@ -251,12 +273,14 @@ class Trainer:
         loop = MeasuredLoop(self.device, self.ddp, self.optimizer, source, pipe.batching,
                             self.tr.warmup_steps, window_steps(self.tr, len(pipe.batch_sampler)),
                             progress=self.ctx.progress, shared_stats=pipe.shared_cache_stats(),
-                            costs=pipe.costs)
+                            costs=pipe.costs, precision=self.precision, devprep=pipe.devprep)
         with MemorySampler() as memory, NvmlSampler(self.device.nvml_index) as nvml, \
                 (profiler or nullcontext()) as prof:
             loop.run(memory, nvml, prof)
         record = loop.record(self.ctx.rank, memory, nvml)
         record["workers"] = self.tr.workers
+        record.update(loader=pipe.loader_kind, model=self.model.name, precision=self.precision.label,
+                      preprocess="device" if pipe.devprep is not None else "host")
         return record
 
 

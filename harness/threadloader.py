@@ -1,0 +1,47 @@
+"""loader = "threads": a bounded pool of threads in the rank process that prepares whole batches (the
+Dataset's __getitems__ and the collate), at most threads x prefetch batches in flight, delivered in the
+batch sampler's order. It keeps the sampler contract: every batch of the batch sampler, once, in order.
+
+Its CPU time is measured per thread (time.thread_time around each batch) and reported as the loader's; the
+rank process's own CPU figure excludes it (harness.metrics)."""
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+
+
+class ThreadLoader:
+    def __init__(self, dataset, batch_sampler, collate_fn, threads: int, prefetch: int):
+        self.dataset, self.batch_sampler, self.collate_fn = dataset, batch_sampler, collate_fn
+        self.threads, self.depth = max(1, threads), max(1, threads) * max(1, prefetch)
+        self._lock = threading.Lock()
+        self.cpu_s = 0.0  # CPU seconds of the pool's threads so far
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def _load(self, indices: list[int]) -> dict:
+        start = time.thread_time()
+        batch = self.collate_fn(self.dataset.__getitems__(indices))
+        spent = time.thread_time() - start
+        with self._lock:
+            self.cpu_s += spent
+        return batch
+
+    def __iter__(self):
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="loader")
+        pending: deque = deque()
+        try:
+            batches = iter(self.batch_sampler)
+            for indices in batches:
+                pending.append(pool.submit(self._load, list(indices)))
+                if len(pending) >= self.depth:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:  # closed early (a cell that stopped): drop what is queued, let running batches finish
+            for future in pending:
+                future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
