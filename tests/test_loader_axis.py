@@ -1,0 +1,96 @@
+"""The loader and preprocess axes without rank processes: the thread loader keeps the batch sampler's
+batches and order, its CPU is the loader's; device preprocessing hands over JPEG bytes; cell ids omit the
+new axes at their defaults so older baselines still match."""
+from __future__ import annotations
+
+import io
+import time
+
+import numpy as np
+import torch
+from PIL import Image
+
+from harness import metrics
+from harness.compare import _params_differ
+from harness.devprep import DevicePrep
+from harness.items import Collate, SampleDataset, flip_item
+from harness.matrix import Cell
+from harness.scenario import StrategyChoice
+from harness.threadloader import ThreadLoader
+from strategies import registry
+from strategies.sample import Sample
+
+
+class SlowDataset:
+    def __getitems__(self, indices):
+        time.sleep(0.002 * (indices[0] % 3))  # uneven: later batches may finish first
+        return [{"i": i} for i in indices]
+
+
+def test_thread_loader_yields_every_batch_once_in_order():
+    batches = [[i, i + 1] for i in range(0, 40, 2)]
+    loader = ThreadLoader(SlowDataset(), batches, lambda items: [it["i"] for it in items], threads=3,
+                          prefetch=2)
+    assert list(loader) == batches and len(loader) == 20
+    assert loader.cpu_s > 0
+    it = iter(loader)
+    next(it)
+    it.close()  # a cell that stops early: the pool shuts down without error
+
+
+def test_thread_loader_cpu_counts_as_the_loaders_not_the_ranks():
+    record = {"loader": "threads", "loader_cpu_s": 2.0, "loader_thread_cpu_s": 2.0, "rank_cpu_s": 5.0,
+              "workers": 1, "wait": [0.1]}
+    assert metrics._cpu_s(record) == (2.0, 3.0)
+
+
+def _jpeg(w: int, h: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (w, h), (200, 10, 10)).save(buf, "JPEG")
+    return buf.getvalue()
+
+
+class Reader:
+    def __init__(self, sizes):
+        self.samples = [Sample(index=i, jpeg=_jpeg(w, h), caption="a red square") for i, (w, h) in
+                        enumerate(sizes)]
+
+    def __len__(self):
+        return len(self.samples)
+
+    def read_batch(self, indices):
+        return [self.samples[i] for i in indices]
+
+
+def test_device_preprocess_hands_over_jpeg_bytes_and_the_rank_knows_the_pixels():
+    sizes = [(80, 40), (40, 60)]
+    ds = SampleDataset(Reader(sizes), "pixels", 32, preprocess=registry.create("preprocess", "device"))
+    batch = Collate()(ds.__getitems__([0, 1]))
+    assert "images" not in batch and [len(j) for j in batch["jpegs"]] == [len(_jpeg(w, h)) for w, h in sizes]
+    resized = np.array([[16, 32], [32, 21]])
+    sides = np.array([[40, 80], [60, 40]])
+    DevicePrep(resized, sides, flip=True).annotate(batch)
+    assert batch["padded_pixels"] == 2 * 32 * 32 and batch["real_pixels"] == 16 * 32 + 32 * 21
+    assert batch["source_pixels"] == 40 * 80 + 60 * 40
+
+
+def test_host_preprocess_flips_after_the_cache_and_normalises_when_asked():
+    item = {"image": torch.arange(6, dtype=torch.uint8).reshape(1, 2, 3)}
+    flipped = flip_item(item)
+    assert flipped["image"][0, :, 0].tolist() == [3, 0] and item["image"][0, 0, 0] == 0
+    ds = SampleDataset(Reader([(40, 20)]), "pixels", 16, preprocess=registry.create("preprocess", "host",
+                                                                                    normalise=True))
+    batch = Collate(normalise=True)(ds.__getitems__([0]))
+    assert batch["images"].dtype == torch.float32 and batch["images"].shape == (1, 3, 8, 16)
+
+
+def test_cell_ids_omit_the_new_axes_at_their_defaults():
+    def cell(**extra):
+        names = dict(registry.DEFAULTS, **extra)
+        return Cell(tuple(StrategyChoice(a, names[a]) for a in registry.AXES))
+
+    assert cell().id == "storage=raw,cache=none,batching=fixed,sampler=default"
+    assert cell(precision="fp32", loader="threads").id.endswith(",precision=fp32,loader=threads")
+    old = {"params": {"storage": {}, "cache": {}, "batching": {}, "sampler": {}}}
+    new = {"params": {a: {} for a in registry.AXES}}
+    assert _params_differ(new, old) is None
