@@ -113,6 +113,10 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
         if data_paths is None:
             data_paths = _join_torchrun_run(config, local_rank)
         cellruns.run_all(rank, local_rank, world, config, device, data_paths)
+    except BaseException as err:
+        if config.supervised:  # before the process group goes down and the peers fail in turn
+            supervisor.write_rank_error(config.run_dir, rank, err)
+        raise
     finally:
         dist.destroy_process_group()
     return data_paths

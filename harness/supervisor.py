@@ -29,6 +29,10 @@ from harness.runconfig import LaunchConfig
 HEARTBEATS = ".ranks"
 POLL_S = 0.1
 PR_SET_PDEATHSIG = 1
+GRACE_S = 2.0  # after a rank fails, how long its peers may take to fail in turn before the cause is chosen
+# what a rank says when a peer died under it (gloo, NCCL): not the cause
+PEER_FAILURE = ("Connection closed by peer", "Connection reset by peer", "remote worker", "Broken pipe",
+                "NCCL communicator was aborted")
 
 
 class RunFailed(UsageError):
@@ -90,6 +94,8 @@ def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
     """Why this rank is about to exit; a UsageError (bad data, say) is fatal: the launcher stops the run."""
     d = heartbeat_dir(run_dir)
     d.mkdir(exist_ok=True)
+    if (d / f"rank{rank}.error").exists():
+        return  # the first error of this rank is the cause
     (d / f"rank{rank}.error").write_text(f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
     if isinstance(err, UsageError):
         (d / f"rank{rank}.fatal").write_text(str(err))
@@ -172,9 +178,8 @@ class RankGroup:
         every rank exited 0 ("" then: see `finished`)."""
         beats = read_heartbeats(self.config.run_dir)
         reached = bool(beats)
-        for rank, p in enumerate(self.procs):
-            if p.exitcode not in (None, 0):
-                return self._death(rank, p.exitcode, beats), reached
+        if any(p.exitcode not in (None, 0) for p in self.procs):
+            return self._first_death(beats), reached
         started = max((b.get("cell_t", b["t"]) for b in beats.values()), default=self.started)
         if time.time() - started > timeout and not self.finished:
             return self._hang(timeout, beats), reached
@@ -187,6 +192,19 @@ class RankGroup:
     @property
     def finished(self) -> bool:
         return all(p.exitcode == 0 for p in self.procs)
+
+    def _first_death(self, beats: dict) -> str:
+        """The cause of the first failure: a rank's death makes its peers fail too ("connection closed"),
+        so after a short grace a rank killed by a signal comes first, then one with its own error."""
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline and any(p.exitcode is None for p in self.procs):
+            time.sleep(POLL_S)
+        causes = [(rank, self._death(rank, p.exitcode, beats)) for rank, p in enumerate(self.procs)
+                  if p.exitcode not in (None, 0)]
+        def order(item):
+            rank, cause = item
+            return (0 if "killed by" in cause else 2 if any(m in cause for m in PEER_FAILURE) else 1, rank)
+        return min(causes, key=order)[1]
 
     def _death(self, rank: int, code: int, beats: dict) -> str:
         where = _where(beats.get(rank))
@@ -213,7 +231,7 @@ class RankGroup:
 
 
 def _where(beat: dict | None) -> str:
-    if not beat or "step" not in beat:
+    if not beat or not beat.get("total"):
         return ""
     return f" at step {beat['step']}/{beat.get('total', '?')}"
 

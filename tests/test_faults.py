@@ -1,0 +1,124 @@
+"""Faults in a running matrix: a rank or a DataLoader worker killed from outside, a strategy that raises, a
+rank that hangs, Ctrl-C and SIGTERM. The cell is recorded as failed with its cause and rank, fresh ranks run
+the other cells, no process the run started survives, and --resume completes an interrupted matrix."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from procs import cells, children, heartbeat, no_survivors, run_dir, start, wait_for
+
+pytestmark = pytest.mark.slow  # every test here spawns rank processes
+
+SMOKE = ("--scenario", "smoke", "--steps", "30", "--quiet")
+
+
+def _kill_when_in_second_cell(proc, out, pick) -> tuple[int, float]:
+    run = wait_for(lambda: run_dir(out), 120, "the run directory", proc)
+    beat = wait_for(lambda: (b := heartbeat(run, 1)) and b["position"] == 1 and b, 180,
+                    "rank 1 in the second cell", proc)
+    victim = wait_for(lambda: pick(beat["pid"]), 60, "a process to kill", proc)
+    os.kill(victim, signal.SIGKILL)
+    return victim, time.monotonic()
+
+
+def _worker_of(rank_pid: int) -> int | None:
+    """A DataLoader worker of the rank: a child of its forkserver (a grandchild of the rank)."""
+    for child in children(rank_pid):
+        for grandchild in children(child):
+            return grandchild
+    return None
+
+
+@pytest.mark.parametrize("target", ["rank", "worker"])
+def test_a_killed_process_fails_its_cell_and_the_matrix_goes_on(tmp_path, data_dir, target):
+    out = tmp_path / "out"
+    proc, tag = start(*SMOKE, "--data-dir", str(data_dir), "--out", str(out))
+    pick = (lambda pid: pid) if target == "rank" else _worker_of
+    _, killed_at = _kill_when_in_second_cell(proc, out, pick)
+    run = run_dir(out)
+    wait_for(lambda: len(cells(run)) >= 2, 60, "the failed cell's line", proc)
+    detected_s = time.monotonic() - killed_at
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr[-2000:]
+    first, failed, third = cells(run)
+    assert first["error"] is None and third["error"] is None  # measured before and after
+    assert first["figures"]["throughput"] > 0 and third["figures"]["throughput"] > 0
+    expected = "rank 1 was killed by SIGKILL" if target == "rank" else "rank 1 exited with code 1"
+    assert failed["error"].startswith(expected), failed["error"]
+    assert failed["figures"] == {} and failed["cell"].startswith("storage=mmap")
+    assert "1 cell(s) failed" in stderr and "storage=mmap" in stderr
+    assert no_survivors(tag) == []
+    assert detected_s < 30, detected_s
+    print(f"{target} killed: failure recorded {detected_s:.1f} s later")
+
+
+def _faulty(tmp_path, sampler: str, timeout: float = 0) -> str:
+    path = tmp_path / "faulty.toml"
+    path.write_text(f"""
+description = "a sampler that fails on rank 1, between two good cells"
+[hardware]
+accelerator = "V100-16GB"
+count = 2
+[dataset]
+samples = 64
+profile = "tiny"
+[training]
+batch_size = 8
+image_size = 64
+warmup_steps = 1
+steps = 4
+workers = 0
+cell_timeout_s = {timeout}
+[matrix]
+storage = ["mmap"]
+sampler = ["default", "{sampler}", "balanced"]
+""")
+    return str(path)
+
+
+@pytest.mark.parametrize("sampler, expected", [
+    ("crash", "rank 1 exited with code 1: RuntimeError: the crash sampler failed on purpose"),
+    ("hang", "timeout: the cell did not finish within 20 s (cell_timeout_s)"),
+])
+def test_a_strategy_that_raises_or_hangs_fails_its_cell_only(tmp_path, data_dir, sampler, expected):
+    out = tmp_path / "out"
+    started = time.monotonic()
+    proc, tag = start("--scenario", _faulty(tmp_path, sampler, 20), "--plugin", "tests.plugins.fault_strategies",
+                      "--data-dir", str(data_dir), "--out", str(out), "--quiet")
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr[-2000:]
+    good, failed, other = cells(run_dir(out))
+    assert good["error"] is None and other["error"] is None, (good["error"], other["error"])
+    assert failed["error"].startswith(expected), failed["error"]
+    assert no_survivors(tag) == []
+    print(f"{sampler}: whole run {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_keeps_results_builds_the_report_and_resume_completes(tmp_path, data_dir, signum, code):
+    out = tmp_path / "out"
+    proc, tag = start(*SMOKE, "--data-dir", str(data_dir), "--out", str(out))
+    run = wait_for(lambda: run_dir(out), 120, "the run directory", proc)
+    wait_for(lambda: (b := heartbeat(run, 0)) and b["position"] == 1, 180, "the second cell", proc)
+    sent = time.monotonic()
+    os.kill(proc.pid, signum)
+    stdout, stderr = proc.communicate(timeout=120)
+    stopped_s = time.monotonic() - sent
+    assert proc.returncode == code, stderr[-2000:]
+    assert f"--resume {run}" in stderr
+    assert len(cells(run)) == 1 and (run / "report.md").exists()
+    assert no_survivors(tag) == []
+    print(f"{signal.Signals(signum).name}: stopped {stopped_s:.1f} s after the signal")
+    if signum != signal.SIGINT:
+        return
+    resumed, tag = start("--resume", str(run), "--quiet")
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr[-2000:]
+    lines = cells(run)
+    assert len(lines) == 3 and len({line["cell"] for line in lines}) == 3
+    assert all(line["error"] is None for line in lines)
+    assert no_survivors(tag) == []
