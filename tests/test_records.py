@@ -137,7 +137,10 @@ def test_read_results_and_a_broken_line(tmp_path):
     rs = results.read_results(tmp_path)
     assert [r.name("storage") for r in rs] == ["raw", "mmap", "hdf5"] and rs[0].world_size == 1
     assert results.read_results(tmp_path / "nothing-here") == []
-    with open(tmp_path / "cells.jsonl", "a") as f:
-        f.write('{"cell": "half a line\n')
+    with open(tmp_path / "cells.jsonl", "a") as f:  # a crash cut the last line: skipped, the rest is read
+        f.write('{"cell": "half a line')
+    assert len(results.read_results(tmp_path)) == 3
+    with open(tmp_path / "cells.jsonl", "a") as f:  # a broken line with lines after it is an error
+        f.write("\n" + (FIXTURES / "cells_1xV100.jsonl").read_text().splitlines()[0] + "\n")
     with pytest.raises(results.ResultsError, match=r"cells.jsonl:4 is not valid JSON"):
         results.read_results(tmp_path)
