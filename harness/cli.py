@@ -204,27 +204,6 @@ def load_plugins(modules: list[str]) -> None:
             raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH")
 
 
-def start_run_dir(args: argparse.Namespace, argv: list[str], sc: scenario.Scenario, device: str,
-                  comparable: dict, n_cells: int, settings: dict) -> tuple[Path, dict]:
-    """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line header."""
-    if args.resume:
-        env = resume.read_run_env(args.resume)
-        resume.check_settings(args.resume, env["settings"], settings)
-        run_dir = Path(args.resume)
-        env.setdefault("resumed", []).append(results.environment(argv, {})["time_utc"])
-    else:
-        run_dir = results.new_run_dir(args.out, sc.name)
-        env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
-                                         "world_size": sc.world_size})
-        env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
-                   cache_state=args.cache_state, repeats=args.repeats, settings=settings, argv=argv)
-    results.write_json(run_dir / "env.json", env)
-    note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
-    print(f"{sc.name}: {n_cells} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
-          f"results in {run_dir}", file=sys.stderr)
-    return run_dir, env
-
-
 def spawn_ranks(config: launch.LaunchConfig, env: dict) -> bool:
     """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as failed and
     fresh ranks go on; False when a cell failed so (exit 1)."""
@@ -235,16 +214,6 @@ def spawn_ranks(config: launch.LaunchConfig, env: dict) -> bool:
         print(f"run_bench.py: {len(failures)} cell(s) failed when a rank died or hung; the other cells ran:\n  "
               + "\n  ".join(failures), file=sys.stderr)
     return not failures
-
-
-def stopped(args: argparse.Namespace, run_dir: Path, env: dict, code: int, torchrun: bool = False) -> int:
-    """Ctrl-C or SIGTERM: the report over the cells written so far, how to resume, exit 130 or 143."""
-    cells_done = results.read_results(run_dir)
-    if cells_done:
-        print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
-    why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"
-    print(resume.stopped_message(run_dir, why, torchrun), file=sys.stderr)
-    return code
 
 
 def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dict | None, ok: bool) -> int:
@@ -295,8 +264,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         compare.check_comparable({"scenario": sc.name, "comparable": comparable}, baseline)
     rank = int(os.environ.get("RANK", 0))
     settings = resume.settings_of(args, sc, cells, device, comparable)
-    run_dir, env = (start_run_dir(args, argv, sc, device, comparable, len(cells), settings) if rank == 0
-                    else (args.out, None))
+    run_dir, env = (args.out, None) if rank != 0 else resume.open_run_dir(args, argv, sc, device, comparable,
+                                                                           len(cells), settings)
     config = launch.LaunchConfig(sc, cells, run_dir, args.data_dir, device, plugins=args.plugin,
                                  progress=not args.quiet, cache_state=args.cache_state,
                                  decompose=args.decompose, profile=args.profile, repeats=args.repeats,
@@ -309,7 +278,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         return run_torchrun_rank(args, config, env, baseline, rank)
     except (KeyboardInterrupt, supervisor.Interrupted) as err:
         code = err.code if isinstance(err, supervisor.Interrupted) else 130
-        return stopped(args, run_dir, env, code, torchrun) if rank == 0 else code
+        return resume.stopped(args, run_dir, env, code, torchrun) if rank == 0 else code
 
 
 def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env: dict | None,

@@ -8,9 +8,10 @@ cells.jsonl then run (harness.supervisor skips the rest), and the report is rebu
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
-from harness import results
+from harness import report, results
 from harness.errors import UsageError
 
 # options that may change between the first run and its resumption
@@ -79,3 +80,34 @@ def stopped_message(run_dir: Path, why: str, torchrun: bool = False) -> str:
     again = ("torchrun <the same torchrun options> run_bench.py" if torchrun else "python run_bench.py")
     return (f"run_bench.py: {why}; the {done} cell line(s) written are kept in {run_dir}/cells.jsonl; "
             f"run the rest with: {again} --resume {shlex.quote(str(run_dir))}")
+
+
+def open_run_dir(args, argv: list[str], sc, device: str,
+                  comparable: dict, n_cells: int, settings: dict) -> tuple[Path, dict]:
+    """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line header."""
+    if args.resume:
+        env = read_run_env(args.resume)
+        check_settings(args.resume, env["settings"], settings)
+        run_dir = Path(args.resume)
+        env.setdefault("resumed", []).append(results.environment(argv, {})["time_utc"])
+    else:
+        run_dir = results.new_run_dir(args.out, sc.name)
+        env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
+                                         "world_size": sc.world_size})
+        env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
+                   cache_state=args.cache_state, repeats=args.repeats, settings=settings, argv=argv)
+    results.write_json(run_dir / "env.json", env)
+    note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
+    print(f"{sc.name}: {n_cells} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
+          f"results in {run_dir}", file=sys.stderr)
+    return run_dir, env
+
+
+def stopped(args, run_dir: Path, env: dict, code: int, torchrun: bool = False) -> int:
+    """Ctrl-C or SIGTERM: the report over the cells written so far, how to resume, exit 130 or 143."""
+    cells_done = results.read_results(run_dir)
+    if cells_done:
+        print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
+    why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"
+    print(stopped_message(run_dir, why, torchrun), file=sys.stderr)
+    return code
