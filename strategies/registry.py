@@ -29,6 +29,10 @@ _BUILTINS = (
     "strategies.storage.raw",
     "strategies.storage.mmap",
     "strategies.storage.hdf5",
+    "strategies.storage.webdataset",
+    "strategies.storage.parquet",
+    "strategies.storage.lmdb",
+    "strategies.sampler.shards",  # streams the shards of the three storages above
     "strategies.cache.none",
     "strategies.cache.lru",
     "strategies.batching.fixed",

@@ -1,0 +1,146 @@
+"""LMDB storage: one key per sample in one LMDB environment, read through its memory map.
+
+Layout under ``path``::
+
+    meta.json          {"format": "lmdb", "version": 1, "count": N}
+    stored_bytes.npy   int64[N], the value bytes of each sample
+    data.mdb           the environment (``lock.mdb`` beside it is the writer's and never read)
+
+Key: the index as 8 ASCII digits (so key order is index order and neighbours share B-tree pages). Value:
+a little-endian header ``uint32[4]`` = (jpeg bytes, caption bytes, image_emb floats, text_emb floats), then
+the jpeg, the utf-8 caption and the two float32 vectors. A reader opens the environment lazily in each
+process (readonly, ``lock=False``: nothing writes while it reads, so no reader table is needed;
+``readahead=False``: the reads are random, and readahead would fill the page cache with neighbours), reads a
+batch in one read transaction with zero-copy buffers, and copies out only the requested fields.
+
+The map size is fixed when the environment opens: it is sized from the count (``MAP_BYTES_PER_SAMPLE`` per
+sample plus a margin; the file grows only with what is written) and doubled if a write still overflows it.
+"""
+from __future__ import annotations
+
+import functools
+import struct
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import lmdb
+import numpy as np
+
+from strategies.registry import register
+from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
+
+HEADER = struct.Struct("<4I")
+MAP_BYTES_PER_SAMPLE = 1 << 20  # virtual address space only: a sparse file grows with the data written
+MAP_MARGIN = 64 << 20
+COMMIT_EVERY = 1000
+
+
+def key_of(index: int) -> bytes:
+    return b"%08d" % index
+
+
+def encode(s: Sample) -> bytes:
+    caption = s.caption.encode("utf-8")
+    img = np.ascontiguousarray(s.image_emb, dtype="<f4")
+    txt = np.ascontiguousarray(s.text_emb, dtype="<f4")
+    return b"".join((HEADER.pack(len(s.jpeg), len(caption), img.size, txt.size), bytes(s.jpeg), caption,
+                     img.tobytes(), txt.tobytes()))
+
+
+def _open_env(path: str) -> lmdb.Environment:
+    return lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False, max_readers=1)
+
+
+class LmdbReader:
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+        self.path = Path(path)
+        self.fields = checked_fields(fields)
+        self._count = read_count(self.path)
+        self._env = LazyHandle(functools.partial(_open_env, str(self.path)))
+        self._stored: list[int] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def read_batch(self, indices: Sequence[int]) -> list[Sample]:
+        idx = checked_indices(indices, self._count)
+        out = [Sample(index=int(i)) for i in idx]
+        if not idx.size:
+            return out
+        want = self.fields
+        with self._env.get().begin(buffers=True) as txn:
+            for s in out:
+                value = txn.get(key_of(s.index))
+                if value is None:
+                    raise KeyError(f"{self.path}: sample {s.index} is missing from the LMDB environment")
+                n_jpeg, n_cap, n_img, n_txt = HEADER.unpack_from(value, 0)
+                a = HEADER.size
+                b = a + n_jpeg
+                c = b + n_cap
+                d = c + 4 * n_img
+                e = d + 4 * n_txt
+                if "jpeg" in want:
+                    s.jpeg = bytes(value[a:b])
+                if "caption" in want:
+                    s.caption = bytes(value[b:c]).decode("utf-8")
+                if "image_emb" in want:
+                    s.image_emb = np.frombuffer(value[c:d], dtype="<f4").astype(np.float32)
+                if "text_emb" in want:
+                    s.text_emb = np.frombuffer(value[d:e], dtype="<f4").astype(np.float32)
+        return out
+
+    def stored_bytes(self) -> list[int]:
+        if self._stored is None:
+            self._stored = np.load(self.path / "stored_bytes.npy").tolist()
+        return self._stored
+
+    def close(self) -> None:
+        self._env.close()
+
+
+@register("storage", "lmdb")
+class LmdbStorage:
+    name = "lmdb"
+
+    def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        stored = np.zeros(count, dtype=np.int64)
+        map_size = count * MAP_BYTES_PER_SAMPLE + MAP_MARGIN
+        env = lmdb.open(str(path), map_size=map_size, subdir=True, meminit=False, sync=False, metasync=False)
+        try:
+            pending: list[tuple[bytes, bytes]] = []
+
+            def commit() -> None:
+                nonlocal map_size
+                while True:
+                    try:
+                        with env.begin(write=True) as txn:
+                            for k, v in pending:
+                                txn.put(k, v, append=True)  # keys arrive in order: append to the B-tree
+                        break
+                    except lmdb.MapFullError:  # a transaction that failed is aborted: grow and redo it
+                        map_size *= 2
+                        env.set_mapsize(map_size)
+                pending.clear()
+
+            for i, s in in_order(samples, count):
+                value = encode(s)
+                stored[i] = len(value)
+                pending.append((key_of(i), value))
+                if len(pending) >= COMMIT_EVERY:
+                    commit()
+            commit()
+            env.sync(True)
+        finally:
+            env.close()
+        np.save(path / "stored_bytes.npy", stored)
+        write_meta(path, "lmdb", count)
+
+    def open(self, path: Path, fields: Sequence[str] = FIELDS) -> LmdbReader:
+        return LmdbReader(path, fields)
+
+    def files(self, path: Path) -> list[Path]:
+        path = Path(path)
+        return [path / n for n in ("meta.json", "stored_bytes.npy", "data.mdb")]

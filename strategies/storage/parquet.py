@@ -1,0 +1,181 @@
+"""Parquet storage: one ``data.parquet`` written with pyarrow, read a whole row group at a time.
+
+Columns: ``index`` int64, ``jpg`` binary, ``txt`` string, ``image_emb`` fixed_size_list<float32>[2048],
+``text_emb`` fixed_size_list<float32>[768]; row group k holds samples [k*R, (k+1)*R) with
+R = ``row_group_size``. Sidecars: ``meta.json`` (count), ``row_groups.json`` (R) and ``stored_bytes.npy``
+(per-sample bytes), so ``len()`` and cost estimates never open the Parquet file.
+
+Parquet cannot read one row: the smallest read is a column chunk of a row group. A batch is served by
+reading each row group it touches once (only the requested columns) and taking its rows from it; the last
+``cached_groups`` decoded row groups are kept per reader and process, so a sequential (shard-streaming)
+sampler reads every row group once while a random sampler reads up to one row group per sample. The file is
+opened lazily in each process (a ``LazyHandle``) and read with ``use_threads=False``: DataLoader workers
+are the parallelism, and no Arrow thread pool state is relied on across a fork.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections import OrderedDict
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from strategies.params import choice, integer
+from strategies.registry import register
+from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
+
+COLUMN = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb", "text_emb": "text_emb"}
+_EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
+COMPRESSIONS = ("none", "snappy", "zstd")
+
+
+def schema() -> pa.Schema:
+    return pa.schema([
+        ("index", pa.int64()),
+        ("jpg", pa.binary()),
+        ("txt", pa.string()),
+        ("image_emb", pa.list_(pa.float32(), IMAGE_EMB_DIM)),
+        ("text_emb", pa.list_(pa.float32(), TEXT_EMB_DIM)),
+    ])
+
+
+def _table(rows: list[Sample]) -> pa.Table:
+    emb = {name: np.stack([getattr(s, name) for s in rows]).astype("<f4", copy=False).reshape(-1)
+           for name in _EMB_DIMS}
+    return pa.Table.from_arrays([
+        pa.array([s.index for s in rows], pa.int64()),
+        pa.array([bytes(s.jpeg) for s in rows], pa.binary()),
+        pa.array([s.caption for s in rows], pa.string()),
+        pa.FixedSizeListArray.from_arrays(pa.array(emb["image_emb"], pa.float32()), IMAGE_EMB_DIM),
+        pa.FixedSizeListArray.from_arrays(pa.array(emb["text_emb"], pa.float32()), TEXT_EMB_DIM),
+    ], schema=schema())
+
+
+class _Group:
+    """One decoded row group: python bytes/str lists and float32 matrices, per requested field."""
+
+    def __init__(self, table: pa.Table, fields: tuple[str, ...]):
+        self.values: dict[str, object] = {}
+        for field in fields:
+            col = table.column(COLUMN[field]).combine_chunks()
+            if field in _EMB_DIMS:
+                flat = col.values.to_numpy(zero_copy_only=False)
+                self.values[field] = np.asarray(flat, dtype=np.float32).reshape(len(col), _EMB_DIMS[field])
+            else:
+                self.values[field] = col.to_pylist()
+
+
+class ParquetReader:
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, cached_groups: int = 2):
+        self.path = Path(path)
+        self.fields = checked_fields(fields)
+        self._count = read_count(self.path)
+        with open(self.path / "row_groups.json") as f:
+            self.row_group_size = int(json.load(f)["row_group_size"])
+        self.cached_groups = cached_groups
+        self._file = LazyHandle(functools.partial(pq.ParquetFile, str(self.path / "data.parquet"),
+                                                  memory_map=False))
+        self._groups = LazyHandle(OrderedDict)  # row group -> _Group, per process (emptied after a fork)
+        self._stored: list[int] | None = None
+        self.groups_read = 0  # row groups read from the file by this reader in this process (for tests)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _group(self, g: int, fresh: dict[int, _Group]) -> _Group:
+        if g in fresh:
+            return fresh[g]
+        cache = self._groups.get()
+        got = cache.get(g)
+        if got is None:
+            columns = [COLUMN[f] for f in self.fields]
+            table = self._file.get().read_row_group(g, columns=columns, use_threads=False)
+            got = _Group(table, self.fields)
+            self.groups_read += 1
+        fresh[g] = got
+        return got
+
+    def read_batch(self, indices: Sequence[int]) -> list[Sample]:
+        idx = checked_indices(indices, self._count)
+        out = [Sample(index=int(i)) for i in idx]
+        if not idx.size or not self.fields:
+            return out
+        fresh: dict[int, _Group] = {}  # every row group of this batch, read once
+        for s in out:
+            g, r = divmod(s.index, self.row_group_size)
+            group = self._group(g, fresh)
+            for field in self.fields:
+                value = group.values[field]
+                setattr(s, field, value[r].copy() if field in _EMB_DIMS else value[r])
+        # keep the last `cached_groups` row groups this batch touched, most recent last
+        cache = self._groups.get()
+        for g in list(fresh)[-self.cached_groups:] if self.cached_groups else []:
+            cache[g] = fresh[g]
+            cache.move_to_end(g)
+        while len(cache) > self.cached_groups:
+            cache.popitem(last=False)
+        return out
+
+    def stored_bytes(self) -> list[int]:
+        if self._stored is None:
+            self._stored = np.load(self.path / "stored_bytes.npy").tolist()
+        return self._stored
+
+    def close(self) -> None:
+        self._file.close()
+        self._groups.close()
+
+
+@register("storage", "parquet")
+class ParquetStorage:
+    """``row_group_size``: rows per row group (the unit of every read); ``compression``: none, snappy
+    (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per process)."""
+
+    name = "parquet"
+
+    def __init__(self, row_group_size: int = 64, compression: str = "snappy", cached_groups: int = 2):
+        self.row_group_size = integer("row_group_size", row_group_size, 1)
+        self.compression = choice("compression", compression, COMPRESSIONS)
+        self.cached_groups = integer("cached_groups", cached_groups, 0)
+
+    def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        stored = np.zeros(count, dtype=np.int64)
+        fixed = 4 * (IMAGE_EMB_DIM + TEXT_EMB_DIM)
+        compression = None if self.compression == "none" else self.compression
+        # dictionary encoding only wastes time on unique blobs and random floats
+        with pq.ParquetWriter(str(path / "data.parquet"), schema(), compression=compression,
+                              use_dictionary=False, write_statistics=["index"]) as writer:
+            rows: list[Sample] = []
+            for i, s in in_order(samples, count):
+                stored[i] = len(s.jpeg) + len(s.caption.encode("utf-8")) + fixed + 8
+                rows.append(s)
+                if len(rows) == self.row_group_size:
+                    writer.write_table(_table(rows), row_group_size=self.row_group_size)
+                    rows = []
+            if rows:
+                writer.write_table(_table(rows), row_group_size=self.row_group_size)
+        np.save(path / "stored_bytes.npy", stored)
+        with open(path / "row_groups.json", "w") as f:
+            json.dump({"row_group_size": self.row_group_size}, f)
+        write_meta(path, "parquet", count)
+
+    def open(self, path: Path, fields: Sequence[str] = FIELDS) -> ParquetReader:
+        return ParquetReader(path, fields, self.cached_groups)
+
+    def shards(self, path: Path) -> list[range]:
+        """The index range of every row group, in order."""
+        count = read_count(path)
+        with open(Path(path) / "row_groups.json") as f:
+            size = int(json.load(f)["row_group_size"])
+        return [range(a, min(a + size, count)) for a in range(0, count, size)]
+
+    def files(self, path: Path) -> list[Path]:
+        path = Path(path)
+        return [path / n for n in ("meta.json", "row_groups.json", "stored_bytes.npy", "data.parquet")]

@@ -1,0 +1,243 @@
+"""WebDataset storage: POSIX tar shards written with the ``webdataset`` package, read at random through an
+index of member offsets (what webdataset's indexed readers do), so every sampler works on it.
+
+Layout under ``path``::
+
+    meta.json                {"format": "webdataset", "version": 1, "count": N}
+    shards.json              {"shard_size": S, "shards": ["shard-00000.tar", ...]}
+    shard-00000.tar ...      shard k holds samples [k*S, (k+1)*S), in index order; per sample the members
+                             <key>.jpg, <key>.txt (utf-8), <key>.image_emb.npy, <key>.text_emb.npy
+                             (key = the index as 8 digits; webdataset writes a sample's members sorted)
+    index.npy                int64[N, 9]: shard number, then (offset, length) of jpg, txt, image_emb and
+                             text_emb in that shard's tar; for .npy members the offset and length of the
+                             float32 payload after the .npy header. Built at write time by reading each
+                             finished shard's tar headers; read memory-mapped
+    stored_bytes.npy         int64[N]: the sample's bytes in the tar (member headers and padding included)
+
+A reader opens the index memory-mapped and each shard with ``os.open`` lazily, once per process (after a
+fork the child opens its own descriptors), and reads a sample's members with ``os.pread``: requested
+members closer than ``COALESCE_GAP`` bytes are fetched in one call.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+import webdataset as wds
+
+from strategies.params import integer
+from strategies.registry import register
+from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
+
+# member extension of each sample field, in FIELDS order (the column pairs of index.npy)
+MEMBERS = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb.npy", "text_emb": "text_emb.npy"}
+_EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
+COALESCE_GAP = 8192  # read two members of a sample in one pread when at most this many bytes lie between
+TAR_BLOCK = 512
+
+
+def shard_name(k: int) -> str:
+    return f"shard-{k:05d}.tar"
+
+
+def _npy_payload(data: bytes, member: str) -> tuple[int, int]:
+    """(offset, length) of the float32 payload inside an .npy member, checked to be little-endian 1-D f4."""
+    buf = io.BytesIO(data)
+    version = np.lib.format.read_magic(buf)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, _, dtype = read_header(buf)
+    if dtype != np.dtype("<f4") or len(shape) != 1:
+        raise ValueError(f"{member}: expected a 1-D little-endian float32 array, got {dtype} {shape}")
+    start = buf.tell()
+    return start, len(data) - start
+
+
+def _index_shard(tar_path: Path, first: int, count: int, k: int, index: np.ndarray, stored: np.ndarray) -> None:
+    """Fill rows [first, first+count) of the index from the finished shard's tar headers."""
+    want = {f"{i:08d}": i for i in range(first, first + count)}
+    column = {ext: c for c, ext in enumerate(MEMBERS.values())}
+    seen = np.zeros((count, len(MEMBERS)), dtype=bool)
+    with open(tar_path, "rb") as raw, tarfile.open(fileobj=raw, mode="r:") as tar:
+        for m in tar:
+            key, _, ext = m.name.partition(".")
+            i = want.get(key)
+            if i is None or ext not in column or not m.isfile():
+                raise ValueError(f"{tar_path.name}: unexpected member {m.name}")
+            c = column[ext]
+            offset, length = m.offset_data, m.size
+            if ext.endswith(".npy"):
+                raw.seek(m.offset_data)
+                head = raw.read(min(m.size, 4096))
+                skip, _ = _npy_payload(head, m.name)
+                offset, length = offset + skip, m.size - skip
+            index[i, 0] = k
+            index[i, 1 + 2 * c] = offset
+            index[i, 2 + 2 * c] = length
+            stored[i] += TAR_BLOCK + -(-m.size // TAR_BLOCK) * TAR_BLOCK
+            seen[i - first, c] = True
+    if not seen.all():
+        r, c = np.argwhere(~seen)[0]
+        raise ValueError(f"{tar_path.name}: sample {first + r} lacks its {list(MEMBERS.values())[c]} member")
+
+
+class _Descriptors:
+    """The shard files of one reader in one process, opened on first use."""
+
+    def __init__(self, root: str, names: list[str]):
+        self.root, self.names = root, names
+        self.fds: dict[int, int] = {}
+
+    def fd(self, shard: int) -> int:
+        fd = self.fds.get(shard)
+        if fd is None:
+            fd = self.fds[shard] = os.open(os.path.join(self.root, self.names[shard]), os.O_RDONLY)
+        return fd
+
+    def close(self) -> None:
+        fds, self.fds = self.fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _read_shards_json(path: Path) -> dict:
+    with open(Path(path) / "shards.json") as f:
+        return json.load(f)
+
+
+class WebDatasetReader:
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+        self.path = Path(path)
+        self.fields = checked_fields(fields)
+        self._count = read_count(self.path)
+        layout = _read_shards_json(self.path)
+        self.shard_size = int(layout["shard_size"])
+        self._index = LazyHandle(functools.partial(np.load, str(self.path / "index.npy"), mmap_mode="r"))
+        self._fds = LazyHandle(functools.partial(_Descriptors, str(self.path), list(layout["shards"])))
+        self._columns = [c for c, f in enumerate(FIELDS) if f in self.fields]
+        self._stored: list[int] | None = None
+
+    def __len__(self) -> int:
+        return self._count
+
+    def read_batch(self, indices: Sequence[int]) -> list[Sample]:
+        idx = checked_indices(indices, self._count)
+        out = [Sample(index=int(i)) for i in idx]
+        if not idx.size or not self._columns:
+            return out
+        rows = np.asarray(self._index.get()[idx])  # one fancy read of the batch's index rows
+        fds = self._fds.get()
+        for s, row in zip(out, rows.tolist()):
+            fd = fds.fd(row[0])
+            spans = sorted((row[1 + 2 * c], row[2 + 2 * c], c) for c in self._columns)
+            # coalesce members that lie close together into one pread
+            groups: list[list[tuple[int, int, int]]] = [[spans[0]]]
+            for span in spans[1:]:
+                last = groups[-1][-1]
+                if span[0] - (last[0] + last[1]) <= COALESCE_GAP:
+                    groups[-1].append(span)
+                else:
+                    groups.append([span])
+            for group in groups:
+                start = group[0][0]
+                end = group[-1][0] + group[-1][1]
+                data = os.pread(fd, end - start, start)
+                if len(data) != end - start:
+                    raise OSError(f"{self.path / fds.names[row[0]]}: short read at offset {start}")
+                for offset, length, c in group:
+                    piece = data[offset - start:offset - start + length]
+                    field = FIELDS[c]
+                    if field == "jpeg":
+                        s.jpeg = piece
+                    elif field == "caption":
+                        s.caption = piece.decode("utf-8")
+                    else:
+                        setattr(s, field, np.frombuffer(piece, dtype="<f4").astype(np.float32))
+        return out
+
+    def stored_bytes(self) -> list[int]:
+        if self._stored is None:
+            self._stored = np.load(self.path / "stored_bytes.npy").tolist()
+        return self._stored
+
+    def shards(self) -> list[range]:
+        return fixed_shards(self._count, self.shard_size)
+
+    def close(self) -> None:
+        self._fds.close()
+        self._index.close()
+
+
+def fixed_shards(count: int, shard_size: int) -> list[range]:
+    """Contiguous index ranges of ``shard_size`` (the last one may be shorter) covering 0..count-1."""
+    return [range(a, min(a + shard_size, count)) for a in range(0, count, shard_size)]
+
+
+@register("storage", "webdataset")
+class WebDatasetStorage:
+    """``shard_size``: samples per tar shard (real datasets use 1k-10k; small shards suit small runs)."""
+
+    name = "webdataset"
+
+    def __init__(self, shard_size: int = 256):
+        self.shard_size = integer("shard_size", shard_size, 1)
+
+    def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        index = np.zeros((count, 1 + 2 * len(MEMBERS)), dtype=np.int64)
+        stored = np.zeros(count, dtype=np.int64)
+        names: list[str] = []
+        writer, first, k = None, 0, -1
+
+        def finish() -> None:
+            writer.close()
+            _index_shard(path / names[k], first, n_in_shard, k, index, stored)
+
+        n_in_shard = 0
+        try:
+            for i, s in in_order(samples, count):
+                if i % self.shard_size == 0:
+                    if writer is not None:
+                        finish()
+                    k, first, n_in_shard = k + 1, i, 0
+                    names.append(shard_name(k))
+                    writer = wds.TarWriter(str(path / names[k]), mtime=0)  # fixed mtime: same bytes each time
+                writer.write({
+                    "__key__": f"{i:08d}",
+                    "jpg": bytes(s.jpeg),
+                    "txt": s.caption,
+                    "image_emb.npy": np.ascontiguousarray(s.image_emb, dtype="<f4"),
+                    "text_emb.npy": np.ascontiguousarray(s.text_emb, dtype="<f4"),
+                })
+                n_in_shard += 1
+            if writer is not None:
+                finish()
+                writer = None
+        finally:
+            if writer is not None:
+                writer.close()
+        np.save(path / "index.npy", index)
+        np.save(path / "stored_bytes.npy", stored)
+        with open(path / "shards.json", "w") as f:
+            json.dump({"shard_size": self.shard_size, "shards": names}, f)
+        write_meta(path, "webdataset", count)
+
+    def open(self, path: Path, fields: Sequence[str] = FIELDS) -> WebDatasetReader:
+        return WebDatasetReader(path, fields)
+
+    def shards(self, path: Path) -> list[range]:
+        """The index range of every tar shard, in order (what a shard-streaming sampler should follow)."""
+        return fixed_shards(read_count(path), int(_read_shards_json(path)["shard_size"]))
+
+    def files(self, path: Path) -> list[Path]:
+        path = Path(path)
+        names = ["meta.json", "shards.json", "index.npy", "stored_bytes.npy"]
+        names += list(_read_shards_json(path)["shards"])
+        return [path / n for n in names]
