@@ -24,6 +24,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -84,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="check every byte of the datasets against their manifests (default: sizes and a "
                            "sampled checksum)")
     life.add_argument("--regenerate", action="store_true", help="write the datasets again (damaged data)")
-    life.add_argument("--scale", choices=("full",), help="full: a CC3M-size dataset (3,318,333 samples)")
+    life.add_argument("--scale", choices=("full",), help="full: a CC3M-size dataset (3,318,333 samples) of "
+                      "embeddings and captions, for --workload features")
     depth = p.add_argument_group("measurement depth")
     depth.add_argument("--cache-state", choices=("as-is", "warm", "cold"), default="as-is",
                        help="page cache before each cell: cold drops the dataset's files (posix_fadvise), "
@@ -239,6 +241,14 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dic
     return code
 
 
+def full_scale(sc: scenario.Scenario) -> scenario.Scenario:
+    """--scale full: CC3M's size, embeddings and captions only (about 11 KB per sample, no JPEG)."""
+    if sc.training.workload != "features":
+        raise UsageError(f"--scale full generates embeddings only; it needs the features workload, not "
+                         f"{sc.training.workload!r}: add --workload features")
+    return dataclasses.replace(sc, dataset=dataclasses.replace(sc.dataset, content="features"))
+
+
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     load_plugins(args.plugin)
     if args.repeats < 1:
@@ -251,6 +261,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     if torchrun:
         overrides["world_size"] = int(os.environ["WORLD_SIZE"])
     sc = scenario.load(args.scenario, overrides)
+    if args.scale == "full":
+        sc = full_scale(sc)
     device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
     cells = select(expand(sc), args.only, args.exclude)
     if args.dry_run:

@@ -26,6 +26,7 @@ from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 GENERATOR_VERSION = 1
 
 JPEG_QUALITY = 85
+CONTENTS = ("all", "features")
 MIN_SIDE = 16
 
 # Size distributions. The "cc3m" numbers are approximations of CC3M's spread (web images
@@ -86,8 +87,11 @@ class DatasetSpec:
     seed: int = 0
     profile: str = "cc3m"
     image_scale: float = 1.0
+    content: str = "all"  # "features": embeddings and captions only, no JPEG (the features workload at scale)
 
     def __post_init__(self) -> None:
+        if self.content not in CONTENTS:
+            raise ValueError(f"unknown dataset content {self.content!r}; known: {', '.join(CONTENTS)}")
         if self.profile not in PROFILES:
             raise ValueError(f"unknown dataset profile {self.profile!r}; known: {', '.join(sorted(PROFILES))}")
         if self.samples < 0:
@@ -96,7 +100,10 @@ class DatasetSpec:
             raise ValueError(f"image_scale must be > 0, got {self.image_scale}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.content == "all":
+            del out["content"]  # as before the field existed
+        return out
 
     def key(self) -> str:
         """Short stable hash of the spec and the generator version."""
@@ -107,6 +114,8 @@ class DatasetSpec:
             "image_scale": float(self.image_scale),
             "generator_version": GENERATOR_VERSION,
         }
+        if self.content != "all":  # absent at the default: the keys of existing datasets do not change
+            doc["content"] = self.content
         canon = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode("utf-8")).hexdigest()[:12]
 
@@ -177,7 +186,7 @@ def generate_sample(spec: DatasetSpec, index: int) -> Sample:
     profile = PROFILES[spec.profile]
     rng = _rng(spec, index)
     h, w = _draw_sides(rng, profile, spec.image_scale)
-    jpeg = _render_jpeg(rng, h, w)
+    jpeg = _render_jpeg(rng, h, w) if spec.content == "all" else b""
     caption = _caption(rng, profile)
     image_emb = _unit(rng, IMAGE_EMB_DIM)
     text_emb = _unit(rng, TEXT_EMB_DIM)

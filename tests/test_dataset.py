@@ -119,3 +119,32 @@ def test_bad_specs_are_rejected():
     with pytest.raises(IndexError):
         generate_sample(DatasetSpec(samples=3), 3)
     assert set(PROFILES) >= {"cc3m", "tiny"}
+
+
+def test_features_content_has_no_jpeg_and_a_key_of_its_own():
+    import hashlib
+    import json
+
+    from harness.dataset import GENERATOR_VERSION
+
+    plain = DatasetSpec(samples=10, seed=1)
+    doc = {"samples": 10, "seed": 1, "profile": "cc3m", "image_scale": 1.0, "generator_version": GENERATOR_VERSION}
+    old_key = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+    assert plain.key() == old_key  # existing datasets keep their directories
+    features = DatasetSpec(samples=10, seed=1, content="features")
+    assert features.key() != plain.key()
+    s, full = generate_sample(features, 3), generate_sample(plain, 3)
+    assert s.jpeg == b"" and s.caption and s.image_emb.shape == full.image_emb.shape
+    with pytest.raises(ValueError, match="content"):
+        DatasetSpec(samples=1, content="pixels")
+
+
+def test_parallel_generation_yields_the_same_samples_in_order(monkeypatch):
+    from harness import dataset
+
+    monkeypatch.setattr(dataset, "PARALLEL_MIN_SAMPLES", 1)
+    monkeypatch.setattr(dataset, "CHUNK", 16)
+    spec = DatasetSpec(samples=70, seed=2, profile="tiny")
+    got = list(dataset.iter_samples_parallel(spec, processes=2))
+    assert [s.index for s in got] == list(range(70))
+    assert all(a.same_as(b) for a, b in zip(got, iter_samples(spec)))
