@@ -9,7 +9,7 @@ Layout under ``path``::
 Key: the index as 8 ASCII digits (so key order is index order and neighbours share B-tree pages). Value:
 a little-endian header ``uint32[4]`` = (jpeg bytes, caption bytes, image_emb floats, text_emb floats), then
 the jpeg, the utf-8 caption and the two float32 vectors. A reader opens the environment lazily in each
-process (readonly, ``lock=False``: nothing writes while it reads, so no reader table is needed;
+process (one handle per process shared by its readers, see ``_EnvHandle``; readonly, ``lock=False``: nothing writes while it reads, so no reader table is needed;
 ``readahead=False``: the reads are random, and readahead would fill the page cache with neighbours), reads a
 batch in one read transaction with zero-copy buffers, and copies out only the requested fields.
 
@@ -18,7 +18,7 @@ sample plus a margin; the file grows only with what is written) and doubled if a
 """
 from __future__ import annotations
 
-import functools
+import os
 import struct
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -28,7 +28,7 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
+from strategies.storage.base import checked_fields, checked_indices, in_order, read_count, write_meta
 
 HEADER = struct.Struct("<4I")
 MAP_BYTES_PER_SAMPLE = 1 << 20  # virtual address space only: a sparse file grows with the data written
@@ -48,8 +48,59 @@ def encode(s: Sample) -> bytes:
                      img.tobytes(), txt.tobytes()))
 
 
-def _open_env(path: str) -> lmdb.Environment:
-    return lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False, max_readers=1)
+# py-lmdb refuses to open one environment twice in a process (it knows it by the data file's inode, whatever
+# the path), so the readers of a process share one handle per environment, counted, and closed with the last
+# reader. Every handle is closed just before os.fork: the child opens its own (an inherited one would make
+# the child's open fail), and the parent's readers reopen on their next read.
+_ENVS: dict[tuple[int, int], list] = {}  # (st_dev, st_ino) of data.mdb -> [environment, readers using it]
+_generation = 0  # bumped when every handle is closed before a fork
+
+
+def _close_all() -> None:
+    global _generation
+    for env, _ in _ENVS.values():
+        env.close()
+    _ENVS.clear()
+    _generation += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_close_all)
+
+
+class _EnvHandle:
+    """One reader's use of its process's shared environment handle; picklable (opens nothing until used)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._key: tuple[int, int] | None = None
+        self._generation = -1
+
+    def get(self) -> lmdb.Environment:
+        if self._key is None or self._generation != _generation:
+            st = os.stat(os.path.join(self.path, "data.mdb"))
+            key = (st.st_dev, st.st_ino)
+            entry = _ENVS.get(key)
+            if entry is None:
+                env = lmdb.open(self.path, readonly=True, lock=False, readahead=False, meminit=False)
+                entry = _ENVS[key] = [env, 0]
+            entry[1] += 1
+            self._key, self._generation = key, _generation
+        return _ENVS[self._key][0]
+
+    def close(self) -> None:
+        key, self._key = self._key, None
+        if key is None or self._generation != _generation:
+            return  # never opened, or already closed before a fork
+        entry = _ENVS.get(key)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] <= 0:
+                entry[0].close()
+                del _ENVS[key]
+
+    def __getstate__(self):
+        return {"path": self.path, "_key": None, "_generation": -1}
 
 
 class LmdbReader:
@@ -57,7 +108,7 @@ class LmdbReader:
         self.path = Path(path)
         self.fields = checked_fields(fields)
         self._count = read_count(self.path)
-        self._env = LazyHandle(functools.partial(_open_env, str(self.path)))
+        self._env = _EnvHandle(str(self.path))
         self._stored: list[int] | None = None
 
     def __len__(self) -> int:

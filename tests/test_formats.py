@@ -1,0 +1,320 @@
+"""The webdataset, parquet and lmdb storages on real files: the same samples back as the generator (and as raw,
+mmap, hdf5), requested fields only, per-process handles, shard structure, and files other tools can read."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import random
+import tarfile
+
+import lmdb
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from harness.dataset import DatasetSpec, generate_sample, iter_samples
+from harness.materialise import load_manifest, materialise
+from strategies import registry
+from strategies.protocols import Reader, Storage
+from strategies.sample import FIELDS
+
+NEW = ("webdataset", "parquet", "lmdb")
+OLD = ("raw", "mmap", "hdf5")
+SPEC = DatasetSpec(samples=50, seed=7, profile="tiny")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture(scope="module")
+def paths(data_dir):
+    # the defaults (256 samples per shard / 64 rows per group) would give one shard: use small ones here
+    made = {name: materialise(SPEC, name, data_dir, progress=False) for name in NEW + OLD}
+    return made
+
+
+@pytest.fixture(scope="module")
+def small_shards(tmp_path_factory):
+    """webdataset with 8 samples per shard and parquet with 8 rows per group (7 shards for 50 samples)."""
+    root = tmp_path_factory.mktemp("small")
+    out = {}
+    for name, params in (("webdataset", {"shard_size": 8}), ("parquet", {"row_group_size": 8})):
+        storage = registry.create("storage", name, **params)
+        storage.write(iter_samples(SPEC), root / name, SPEC.samples)
+        out[name] = (storage, root / name)
+    return out
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return [generate_sample(SPEC, i) for i in range(SPEC.samples)]
+
+
+def _indices():
+    rng = random.Random(1)
+    idx = [rng.randrange(SPEC.samples) for _ in range(40)] + [0, SPEC.samples - 1, 3, 3]
+    rng.shuffle(idx)
+    return idx
+
+
+def _open(name, paths, small_shards, small, fields=FIELDS):
+    if small:
+        storage, path = small_shards[name]
+        return storage.open(path, fields)
+    return registry.create("storage", name).open(paths[name], fields)
+
+
+CASES = [(n, False) for n in NEW] + [("webdataset", True), ("parquet", True)]
+IDS = [n for n in NEW] + ["webdataset-8", "parquet-8"]
+
+
+def test_new_storages_are_registered_and_satisfy_the_protocol(paths):
+    assert set(NEW) <= set(registry.names("storage"))
+    for name in NEW:
+        storage = registry.create("storage", name)
+        assert isinstance(storage, Storage) and storage.name == name
+        reader = storage.open(paths[name])
+        assert isinstance(reader, Reader) and len(reader) == SPEC.samples
+        reader.close()
+
+
+@pytest.mark.parametrize("name, small", CASES, ids=IDS)
+def test_read_batch_returns_generated_samples_in_order(name, small, paths, small_shards, expected):
+    reader = _open(name, paths, small_shards, small)
+    try:
+        idx = _indices()
+        got = reader.read_batch(idx)
+        assert [s.index for s in got] == idx
+        assert all(s.same_as(expected[s.index]) for s in got)
+        assert reader.read_batch([]) == []
+        assert [s.index for s in reader.read_batch(range(SPEC.samples))] == list(range(SPEC.samples))
+        with pytest.raises(IndexError):
+            reader.read_batch([SPEC.samples])
+        with pytest.raises(IndexError):
+            reader.read_batch([-1])
+        # embeddings are owned, writable float32 copies (a cache may keep them; a model may write to them)
+        s = got[0]
+        assert s.image_emb.dtype == np.float32 and s.image_emb.flags.writeable and s.image_emb.flags.owndata
+    finally:
+        reader.close()
+
+
+def test_all_six_storages_return_identical_samples(paths):
+    idx = _indices()
+    batches = []
+    for name in NEW + OLD:
+        reader = registry.create("storage", name).open(paths[name])
+        batches.append(reader.read_batch(idx))
+        reader.close()
+    for row in zip(*batches):
+        assert all(row[0].same_as(other) for other in row[1:])
+
+
+@pytest.mark.parametrize("name, small", CASES, ids=IDS)
+def test_fields_restriction_reads_only_requested_fields(name, small, paths, small_shards, expected):
+    for fields in (("image_emb", "text_emb"), ("jpeg", "caption"), ("caption",), ("text_emb", "jpeg"), ()):
+        reader = _open(name, paths, small_shards, small, fields)
+        for s in reader.read_batch([5, 1, 5, 49]):
+            for field in FIELDS:
+                value, want = getattr(s, field), getattr(expected[s.index], field)
+                if field in fields:
+                    assert (np.array_equal(value, want) if field.endswith("emb") else value == want), field
+                else:
+                    assert value is None, field
+        reader.close()
+    with pytest.raises(ValueError):
+        _open(name, paths, small_shards, small, ("pixels",))
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_stored_bytes_are_per_sample_and_plausible(name, paths, expected):
+    reader = registry.create("storage", name).open(paths[name])
+    sizes = reader.stored_bytes()
+    assert len(sizes) == SPEC.samples
+    for n, s in zip(sizes, expected):
+        assert s.nbytes <= n <= s.nbytes + 4 * 1024 + 256  # tar: a 512-byte header and padding per member
+    reader.close()
+
+
+@pytest.mark.parametrize("name, small", CASES, ids=IDS)
+def test_reader_opens_nothing_before_use_and_survives_pickling(name, small, paths, small_shards, expected):
+    reader = _open(name, paths, small_shards, small)
+    clone = pickle.loads(pickle.dumps(reader))
+    assert clone.read_batch([2])[0].same_as(expected[2])
+    reader.read_batch([1, 2])
+    clone2 = pickle.loads(pickle.dumps(reader))  # a used reader pickles; the clone opens its own handles
+    assert all(s.same_as(expected[s.index]) for s in clone2.read_batch([8, 0, 8]))
+    for r in (reader, clone, clone2):
+        r.close()
+    assert reader.read_batch([3])[0].same_as(expected[3])  # a closed reader reopens on its next read
+    reader.close()
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_materialise_writes_a_manifest_and_reuses_it(name, paths, data_dir):
+    path = paths[name]
+    manifest = load_manifest(path)
+    assert manifest["storage"] == name and manifest["count"] == SPEC.samples
+    assert manifest["total_bytes"] == sum(manifest["files"].values())
+    files = registry.create("storage", name).files(path)
+    assert all(p.is_file() for p in files)
+    before = {p: p.stat().st_mtime_ns for p in files}
+    assert materialise(SPEC, name, data_dir, progress=False, check="full") == path
+    assert {p: p.stat().st_mtime_ns for p in files} == before
+
+
+def test_parameters_are_checked():
+    for name, key in (("webdataset", "shard_size"), ("parquet", "row_group_size")):
+        with pytest.raises(ValueError, match=f"{key} must be an integer >= 1, got 0"):
+            registry.create("storage", name, **{key: 0})
+    with pytest.raises(ValueError, match="compression must be one of none, snappy, zstd"):
+        registry.create("storage", "parquet", compression="lz4")
+    with pytest.raises(TypeError):
+        registry.create("storage", "lmdb", map_size=1)
+
+
+# ---- webdataset ----
+
+
+def test_webdataset_shards_are_plain_tars_in_index_order(small_shards, expected):
+    storage, path = small_shards["webdataset"]
+    shards = storage.shards(path)
+    assert shards == [range(a, min(a + 8, 50)) for a in range(0, 50, 8)]
+    tars = sorted(path.glob("*.tar"))
+    assert len(tars) == len(shards) and set(tars) <= set(storage.files(path))
+    for tar_path, shard in zip(tars, shards):
+        with tarfile.open(tar_path) as tar:
+            names = tar.getnames()
+            assert names == [f"{i:08d}.{ext}" for i in shard
+                             for ext in ("image_emb.npy", "jpg", "text_emb.npy", "txt")]
+            i = shard.start
+            assert tar.extractfile(f"{i:08d}.jpg").read() == expected[i].jpeg
+            assert tar.extractfile(f"{i:08d}.txt").read().decode() == expected[i].caption
+            assert np.array_equal(np.load(io.BytesIO(tar.extractfile(f"{i:08d}.text_emb.npy").read())), expected[i].text_emb)
+
+
+def test_webdataset_package_reads_the_shards(small_shards, expected):
+    """The files are WebDataset shards: the package's own sequential reader yields every sample."""
+    import webdataset as wds
+
+    _, path = small_shards["webdataset"]
+    urls = [str(p) for p in sorted(path.glob("*.tar"))]
+    seen = []
+    for sample in wds.WebDataset(urls, shardshuffle=False):
+        i = int(sample["__key__"])
+        assert sample["jpg"] == expected[i].jpeg and sample["txt"].decode() == expected[i].caption
+        seen.append(i)
+    assert seen == list(range(SPEC.samples))
+
+
+def test_webdataset_index_points_at_member_payloads(small_shards, expected):
+    _, path = small_shards["webdataset"]
+    index = np.load(path / "index.npy")
+    assert index.shape == (SPEC.samples, 9)
+    assert (index[:, 0] == np.arange(SPEC.samples) // 8).all()
+    i = 19
+    with open(path / f"shard-{index[i, 0]:05d}.tar", "rb") as f:
+        f.seek(index[i, 1])
+        assert f.read(index[i, 2]) == expected[i].jpeg
+        f.seek(index[i, 5])  # image_emb: the raw float32 payload after the .npy header
+        assert np.array_equal(np.frombuffer(f.read(index[i, 6]), "<f4"), expected[i].image_emb)
+
+
+# ---- parquet ----
+
+
+def test_parquet_row_groups_and_reads_per_group(small_shards, expected):
+    storage, path = small_shards["parquet"]
+    meta = pq.ParquetFile(path / "data.parquet").metadata
+    assert meta.num_row_groups == 7 and meta.row_group(0).num_rows == 8 and meta.row_group(6).num_rows == 2
+    assert storage.shards(path) == [range(a, min(a + 8, 50)) for a in range(0, 50, 8)]
+    reader = storage.open(path, ("caption",))
+    # a batch touching three row groups reads each once, however many of its rows it wants
+    reader.read_batch([0, 9, 1, 17, 10, 2])
+    assert reader.groups_read == 3
+    # streaming in order reads every row group once (the last two stay cached between batches)
+    reader = storage.open(path, ("caption",))
+    for a in range(0, 50, 5):
+        reader.read_batch(range(a, min(a + 5, 50)))
+    assert reader.groups_read == 7
+    reader.close()
+    # any Parquet reader sees the columns
+    table = pq.read_table(path / "data.parquet", columns=["index", "txt", "text_emb"])
+    assert table.column("index").to_pylist() == list(range(50))
+    assert table.column("txt")[33].as_py() == expected[33].caption
+    assert np.array_equal(np.asarray(table.column("text_emb")[33].as_py(), np.float32), expected[33].text_emb)
+
+
+@pytest.mark.parametrize("compression", ("none", "zstd"))
+def test_parquet_compressions_round_trip(compression, tmp_path, expected):
+    storage = registry.create("storage", "parquet", row_group_size=16, compression=compression)
+    storage.write(iter_samples(SPEC), tmp_path, SPEC.samples)
+    reader = storage.open(tmp_path)
+    assert all(s.same_as(expected[s.index]) for s in reader.read_batch([49, 0, 20]))
+    codec = pq.ParquetFile(tmp_path / "data.parquet").metadata.row_group(0).column(1).compression
+    assert codec == ("UNCOMPRESSED" if compression == "none" else "ZSTD")
+
+
+# ---- lmdb ----
+
+
+def test_lmdb_holds_one_key_per_sample_in_index_order(paths):
+    env = lmdb.open(str(paths["lmdb"]), readonly=True, lock=False)
+    with env.begin() as txn:
+        keys = [bytes(k) for k, _ in txn.cursor()]
+    env.close()
+    assert keys == [b"%08d" % i for i in range(SPEC.samples)]
+
+
+def test_lmdb_grows_its_map_when_the_estimate_is_too_small(tmp_path, monkeypatch, expected):
+    import strategies.storage.lmdb as lmdb_storage
+
+    monkeypatch.setattr(lmdb_storage, "MAP_BYTES_PER_SAMPLE", 512)  # far less than a sample: must grow
+    monkeypatch.setattr(lmdb_storage, "MAP_MARGIN", 0)
+    storage = registry.create("storage", "lmdb")
+    storage.write(iter_samples(SPEC), tmp_path, SPEC.samples)
+    reader = storage.open(tmp_path)
+    assert all(s.same_as(expected[s.index]) for s in reader.read_batch(range(SPEC.samples)))
+
+
+# ---- in DataLoader workers ----
+
+
+class _BatchDataset(Dataset):
+    def __init__(self, reader):
+        self.reader = reader
+
+    def __len__(self):
+        return len(self.reader)
+
+    def __getitems__(self, indices):
+        return [(s.index, os.getpid(), s.jpeg, torch.from_numpy(s.image_emb)) for s in self.reader.read_batch(indices)]
+
+    def __getitem__(self, i):  # pragma: no cover - DataLoader uses __getitems__
+        return self.__getitems__([i])[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NEW)
+def test_reader_works_in_forked_dataloader_workers_after_parent_use(name, paths, expected):
+    reader = registry.create("storage", name).open(paths[name])
+    reader.read_batch([0, 1])  # the parent opened its handles before the fork
+    loader = DataLoader(_BatchDataset(reader), batch_size=8, shuffle=True,
+                        generator=torch.Generator().manual_seed(0), num_workers=2,
+                        multiprocessing_context="fork", collate_fn=lambda items: items)
+    seen, pids = [], set()
+    for batch in loader:
+        for index, pid, jpeg, emb in batch:
+            assert jpeg == expected[index].jpeg
+            assert np.array_equal(emb.numpy(), expected[index].image_emb)
+            seen.append(index)
+            pids.add(pid)
+    assert sorted(seen) == list(range(SPEC.samples))
+    assert os.getpid() not in pids and len(pids) == 2
+    assert reader.read_batch([3])[0].same_as(expected[3])
+    reader.close()
