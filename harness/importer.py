@@ -1,0 +1,456 @@
+"""Bring your own data: read an existing image-caption dataset as a stream of :class:`Sample`s.
+
+Layouts (``detect_layout`` picks the first that matches, or pass ``layout``):
+
+``webdataset``  ``*.tar`` shards at the top of the folder (img2dataset ``--output_format webdataset``); per
+                sample the members ``<key>.jpg`` (or ``.jpeg``), ``<key>.txt`` and optionally
+                ``<key>.image_emb.npy`` / ``<key>.text_emb.npy``. Other members (``.json``) are ignored.
+``files``       JPEGs in subfolders (img2dataset ``--output_format files``: ``00000/000000000.jpg`` with
+                ``000000000.txt`` and ``000000000.json`` beside it); optionally ``<stem>.image_emb.npy`` and
+                ``<stem>.text_emb.npy`` beside the image.
+``parquet``     ``*.parquet`` files at the top with a binary ``jpg`` column and a string ``txt`` column
+                (img2dataset ``--output_format parquet``); optional ``image_emb`` / ``text_emb`` list columns.
+                (The metadata ``.parquet`` files img2dataset writes beside files and tar shards have no
+                ``jpg`` column and are ignored.)
+``folder``      a plain folder of ``.jpg``/``.jpeg`` images with same-named ``.txt`` captions.
+
+Order: deterministic, sorted by key: files and folder by relative path; webdataset by shard name, then key
+within the shard; parquet by file name, then row (img2dataset writes rows in key order). Samples are numbered
+0..N-1 in that order, after skipping corrupt images.
+
+Corrupt images: every image is decoded (at reduced size, PIL's JPEG draft mode) while scanning; one that is
+not a JPEG or does not decode (truncated, garbage) is skipped and counted in :class:`ImportStats`, or raises
+:class:`UsageError` with ``strict=True``. Captions: an image without a caption is an error naming the first one
+(``missing_captions="empty"`` imports it with an empty caption instead, counted).
+
+Embeddings, for the features workload, unless the source has them (2048 and 768 float32):
+
+* image: the image decoded in JPEG draft mode, converted to RGB, resized to 32x32 (bilinear, aspect not kept),
+  scaled to [0, 1] minus 0.5, flattened in HWC order to 3072 values, multiplied by a fixed Gaussian matrix
+  float32[3072, 2048] drawn from ``numpy.random.default_rng(PROJECTION_SEED)``, then L2-normalised;
+* text: the caption lower-cased and split on whitespace; each token maps to a float32[768] Gaussian vector
+  seeded by the first 8 bytes of its BLAKE2b digest; the vectors are summed and L2-normalised (an empty
+  caption gets the unit vector drawn from ``default_rng(PROJECTION_SEED + 1)``).
+
+They are deterministic on a given machine; the matrix product is float32 BLAS, so another BLAS library may
+differ in the last bits. That changes nothing the benchmark measures (they are stand-ins of the right size).
+
+:class:`SourceSpec` has what a materialisation needs from a dataset spec: ``key()`` (path, layout, options and
+every file's relative path, size and modification time), ``samples`` / ``count()``, ``iter_samples()`` (one
+sample at a time: bounded memory), ``image_sides()``, ``to_dict()``. ``count()`` scans the source once (cached).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import io
+import json
+import os
+import tarfile
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+from PIL import Image
+
+from harness.errors import UsageError
+from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+
+IMPORTER_VERSION = 1  # part of SourceSpec.key(): bump when the samples made from a source change
+LAYOUTS = ("files", "webdataset", "parquet", "folder")
+JPEG_EXTS = (".jpg", ".jpeg")
+OTHER_IMAGE_EXTS = (".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+PROJECTION_SEED = 20240612
+PROJECTION_SIDE = 32
+MISSING_CAPTIONS = ("error", "empty")
+REMEDY = ("pass the folder img2dataset wrote (its --output_folder, layouts files, webdataset or parquet) or a "
+          "folder of .jpg images with same-named .txt captions")
+MAX_LISTED = 20  # corrupt keys kept by name in ImportStats (all are counted)
+
+
+# ---- one raw record of the source ----
+
+
+@dataclass
+class Record:
+    key: str  # sort key and name in messages (a relative path, "shard.tar:key" or "file.parquet:row")
+    jpeg: bytes | None
+    caption: str | None
+    image_emb: np.ndarray | None = None
+    text_emb: np.ndarray | None = None
+
+
+@dataclass
+class ImportStats:
+    layout: str
+    candidates: int = 0  # images seen (JPEG or not)
+    samples: int = 0  # imported
+    corrupt: int = 0  # skipped: not a JPEG or not decodable
+    corrupt_keys: list[str] = field(default_factory=list)  # the first MAX_LISTED of them, with the reason
+    empty_captions: int = 0  # imported with an empty caption (missing_captions="empty")
+    embeddings: str = "projection"  # "source" when the source had both embeddings for every sample
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+# ---- embeddings ----
+
+
+@functools.lru_cache(maxsize=1)
+def _projection() -> np.ndarray:
+    rng = np.random.default_rng(PROJECTION_SEED)
+    return rng.standard_normal((PROJECTION_SIDE * PROJECTION_SIDE * 3, IMAGE_EMB_DIM), dtype=np.float32)
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    norm = float(np.linalg.norm(v))
+    return (v / np.float32(norm)).astype(np.float32) if norm > 0 else v.astype(np.float32)
+
+
+def image_embedding(small_rgb: np.ndarray) -> np.ndarray:
+    """float32[2048] from uint8[32, 32, 3] (see the module docstring)."""
+    x = small_rgb.astype(np.float32).reshape(-1) / np.float32(255.0) - np.float32(0.5)
+    return _unit(x @ _projection())
+
+
+@functools.lru_cache(maxsize=8192)
+def _token_vector(token: str) -> np.ndarray:
+    seed = int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
+    return np.random.default_rng(seed).standard_normal(TEXT_EMB_DIM, dtype=np.float32)
+
+
+def text_embedding(caption: str) -> np.ndarray:
+    """float32[768] from a caption (see the module docstring)."""
+    tokens = caption.lower().split()
+    if not tokens:
+        return _unit(np.random.default_rng(PROJECTION_SEED + 1).standard_normal(TEXT_EMB_DIM, dtype=np.float32))
+    return _unit(np.sum([_token_vector(t) for t in tokens], axis=0, dtype=np.float32))
+
+
+def decode_small(jpeg: bytes) -> tuple[np.ndarray, tuple[int, int]]:
+    """(uint8[32, 32, 3], (height, width) of the source image), or ValueError saying why it is not usable."""
+    try:
+        img = Image.open(io.BytesIO(jpeg))
+        if img.format != "JPEG":
+            raise ValueError(f"not a JPEG ({img.format})")
+        width, height = img.size
+        img.draft("RGB", (PROJECTION_SIDE, PROJECTION_SIDE))  # libjpeg's reduced-size decode
+        small = img.convert("RGB").resize((PROJECTION_SIDE, PROJECTION_SIDE), Image.BILINEAR)
+        return np.asarray(small, dtype=np.uint8), (height, width)
+    except ValueError:
+        raise
+    except (OSError, SyntaxError, Image.DecompressionBombError) as err:  # PIL's ways of saying "corrupt"
+        raise ValueError(" ".join(str(err).split()) or type(err).__name__) from None
+
+
+def _embedding(value, dim: int, name: str, where: str) -> np.ndarray:
+    arr = np.asarray(value, dtype=np.float32).reshape(-1)
+    if arr.size != dim:
+        raise UsageError(f"{where}: {name} has {arr.size} values, the harness's models take {dim}; remove the "
+                         f"{name} from the source to have them computed (a fixed projection)")
+    return arr
+
+
+# ---- layouts: enumerate records in order ----
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every regular file under root, depth first, names sorted (one directory listing in memory at a time)."""
+    with os.scandir(root) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    for e in entries:
+        if e.name.startswith("."):
+            continue
+        if e.is_dir(follow_symlinks=False):
+            yield from _walk(Path(e.path))
+        elif e.is_file():
+            yield Path(e.path)
+
+
+def _read(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _files_records(root: Path) -> Iterator[Record]:
+    """files and folder layouts: every .jpg/.jpeg under root with its .txt (and .npy embeddings) beside it."""
+    for p in _walk(root):
+        ext = p.suffix.lower()
+        if ext not in JPEG_EXTS:
+            if ext in OTHER_IMAGE_EXTS:
+                yield Record(str(p.relative_to(root)), None, None)  # counted as not a JPEG
+            continue
+        stem = p.with_suffix("")
+        txt = stem.with_name(stem.name + ".txt")
+        caption = txt.read_bytes().decode("utf-8").strip() if txt.is_file() else None
+        embs = {}
+        for name in ("image_emb", "text_emb"):
+            npy = stem.with_name(f"{stem.name}.{name}.npy")
+            embs[name] = np.load(npy) if npy.is_file() else None
+        yield Record(str(p.relative_to(root)), _read(p), caption, embs["image_emb"], embs["text_emb"])
+
+
+def _tar_records(root: Path) -> Iterator[Record]:
+    for shard in sorted(root.glob("*.tar")):
+        with tarfile.open(shard, "r:*") as tar:
+            members: dict[str, dict[str, tarfile.TarInfo]] = {}
+            for m in tar:  # headers only: the data is skipped over
+                if not m.isfile():
+                    continue
+                head, _, base = m.name.rpartition("/")
+                stem, dot, ext = base.partition(".")
+                if not dot or stem.startswith("_") or not stem:
+                    continue
+                members.setdefault(f"{head}/{stem}" if head else stem, {})[ext.lower()] = m
+            for key in sorted(members):
+                parts = members[key]
+                jpg = parts.get("jpg") or parts.get("jpeg")
+                where = f"{shard.name}:{key}"
+                if jpg is None:
+                    if any(ext in parts for ext in (e.lstrip(".") for e in OTHER_IMAGE_EXTS)):
+                        yield Record(where, None, None)  # an image, not a JPEG
+                    continue
+
+                def get(ext: str) -> bytes | None:
+                    m = parts.get(ext)
+                    return tar.extractfile(m).read() if m is not None else None
+
+                txt = get("txt")
+                embs = {name: get(f"{name}.npy") for name in ("image_emb", "text_emb")}
+                yield Record(where, tar.extractfile(jpg).read(),
+                             txt.decode("utf-8").strip() if txt is not None else None,
+                             *(np.load(io.BytesIO(b)) if b is not None else None for b in embs.values()))
+
+
+def _parquet_image_files(root: Path) -> list[Path]:
+    import pyarrow.parquet as pq
+
+    return [p for p in sorted(root.glob("*.parquet")) if "jpg" in pq.read_schema(p).names]
+
+
+def _parquet_records(root: Path) -> Iterator[Record]:
+    import pyarrow.parquet as pq
+
+    for path in _parquet_image_files(root):
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        columns = ["jpg"] + [c for c in ("txt", "image_emb", "text_emb", "key") if c in names]
+        row = 0
+        for batch in pf.iter_batches(batch_size=64, columns=columns, use_threads=False):
+            cols = {c: batch.column(c).to_pylist() for c in columns}
+            for j in range(batch.num_rows):
+                caption = cols["txt"][j] if "txt" in cols else None
+                name = f"{path.name}:{row}" + (f" (key {cols['key'][j]})" if "key" in cols else "")
+                yield Record(name, cols["jpg"][j],
+                             caption.strip() if caption is not None else None,
+                             cols["image_emb"][j] if "image_emb" in cols else None,
+                             cols["text_emb"][j] if "text_emb" in cols else None)
+                row += 1
+
+
+READERS: dict[str, Callable[[Path], Iterator[Record]]] = {
+    "files": _files_records, "folder": _files_records, "webdataset": _tar_records, "parquet": _parquet_records}
+
+
+def _has_jpeg(root: Path, depth: int) -> bool:
+    """True when a .jpg/.jpeg lies directly in root (depth 0) or in a subfolder (depth 1, any level below)."""
+    if depth == 0:
+        return any(p.suffix.lower() in JPEG_EXTS and p.is_file() for p in root.iterdir())
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for p in _walk(sub):
+            if p.suffix.lower() in JPEG_EXTS:
+                return True
+    return False
+
+
+def checked_root(path: Path | str) -> Path:
+    root = Path(path).expanduser()
+    if not root.exists():
+        raise UsageError(f"data source {root} does not exist; {REMEDY}")
+    if not root.is_dir():
+        raise UsageError(f"data source {root} is a file, not a folder; {REMEDY}")
+    if not any(p for p in root.iterdir() if not p.name.startswith(".")):
+        raise UsageError(f"data source {root} is empty; {REMEDY}")
+    return root.resolve()
+
+
+def detect_layout(path: Path | str) -> str:
+    """The layout of the dataset at ``path`` (see the module docstring), or UsageError naming the remedy."""
+    root = checked_root(path)
+    if any(root.glob("*.tar")):
+        return "webdataset"
+    if _has_jpeg(root, 1):
+        return "files"
+    parquets = sorted(root.glob("*.parquet"))
+    if parquets and _parquet_image_files(root):
+        return "parquet"
+    if _has_jpeg(root, 0):
+        return "folder"
+    if parquets:
+        raise UsageError(f"data source {root}: its .parquet files have no jpg column (img2dataset's metadata "
+                         f"only?); download with img2dataset --output_format parquet, files or webdataset")
+    others = [p for p in _walk(root) if p.suffix.lower() in OTHER_IMAGE_EXTS]
+    if others:
+        raise UsageError(f"data source {root} holds {len(others)} images but no JPEG ({others[0].name}); the "
+                         f"harness reads JPEGs: re-download with img2dataset --encode_format jpg")
+    raise UsageError(f"data source {root}: unknown layout (no .tar shards, no folders of .jpg, no .parquet with a "
+                     f"jpg column, no .jpg files); {REMEDY}")
+
+
+def _layout_matches(root: Path, layout: str) -> bool:
+    if layout == "webdataset":
+        return any(root.glob("*.tar"))
+    if layout == "parquet":
+        return bool(_parquet_image_files(root))
+    return _has_jpeg(root, 0) or _has_jpeg(root, 1)  # files and folder read every .jpg under the root
+
+
+# ---- the source ----
+
+
+class SourceSpec:
+    """An existing dataset as the harness's data source (see the module docstring).
+
+    ``layout``: one of LAYOUTS, or None to detect it. ``strict``: a corrupt image raises instead of being
+    skipped. ``missing_captions``: "error" (default) or "empty". ``limit``: import only the first N samples.
+    """
+
+    def __init__(self, path: Path | str, layout: str | None = None, strict: bool = False,
+                 missing_captions: str = "error", limit: int | None = None):
+        self.root = checked_root(path)
+        if layout is None:
+            layout = detect_layout(self.root)
+        elif layout not in LAYOUTS:
+            raise UsageError(f"unknown data format {layout!r}; known: {', '.join(LAYOUTS)} (or leave it out to "
+                             f"detect it)")
+        elif not _layout_matches(self.root, layout):
+            raise UsageError(f"data source {self.root} does not hold the {layout} layout; leave out the data "
+                             f"format to detect it, or {REMEDY}")
+        if missing_captions not in MISSING_CAPTIONS:
+            raise ValueError(f"missing_captions must be one of {', '.join(MISSING_CAPTIONS)}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"limit must be an integer >= 1, got {limit!r}")
+        self.layout, self.strict, self.missing_captions, self.limit = layout, strict, missing_captions, limit
+        self._key: str | None = None
+        self._stats: ImportStats | None = None
+        self._sides: np.ndarray | None = None
+        self._skip: set[str] = set()
+
+    # -- identity --
+
+    def to_dict(self) -> dict:
+        return {"source": str(self.root), "layout": self.layout, "missing_captions": self.missing_captions,
+                "limit": self.limit, "importer_version": IMPORTER_VERSION}
+
+    def key(self) -> str:
+        """Short stable hash of the source (path, layout, options, every file's path, size and mtime)."""
+        if self._key is None:
+            h = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode("utf-8"))
+            h.update(f"projection {PROJECTION_SEED} {PROJECTION_SIDE}\n".encode())
+            for p in _walk(self.root):
+                st = p.stat()
+                h.update(f"{p.relative_to(self.root)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            self._key = "src-" + h.hexdigest()[:12]
+        return self._key
+
+    # -- one pass over the source: what is usable --
+
+    def _records(self) -> Iterator[Record]:
+        return READERS[self.layout](self.root)
+
+    def _usable(self, rec: Record, stats: ImportStats) -> tuple[np.ndarray, tuple[int, int]] | None:
+        """The decoded thumbnail and sides of a record, or None when it is skipped (counted in stats)."""
+        stats.candidates += 1
+        try:
+            if rec.jpeg is None:
+                raise ValueError("not a JPEG")
+            small, sides = decode_small(rec.jpeg)
+        except ValueError as err:
+            if self.strict:
+                raise UsageError(f"{self.root}/{rec.key} is not a readable JPEG ({err}); remove it, or run "
+                                 f"without --strict to skip corrupt images (they are counted)") from None
+            stats.corrupt += 1
+            if len(stats.corrupt_keys) < MAX_LISTED:
+                stats.corrupt_keys.append(f"{rec.key}: {err}")
+            self._skip.add(rec.key)
+            return None
+        if rec.caption is None:
+            if self.missing_captions == "error":
+                raise UsageError(f"{self.root}/{rec.key} has no caption (a same-named .txt, or txt member or "
+                                 f"column); add the captions, or import with missing_captions='empty' to use "
+                                 f"empty ones")
+            stats.empty_captions += 1
+        return small, sides
+
+    def scan(self, progress: Callable[[int], None] | None = None) -> ImportStats:
+        """Read every record once: count the usable ones, note the corrupt ones, record image sides. Cached."""
+        if self._stats is not None:
+            return self._stats
+        stats = ImportStats(layout=self.layout)
+        sides = array("i")
+        with_embs = True
+        self._skip = set()
+        for rec in self._records():
+            got = self._usable(rec, stats)
+            if progress is not None:
+                progress(stats.candidates)
+            if got is None:
+                continue
+            sides.extend(got[1])
+            with_embs = with_embs and rec.image_emb is not None and rec.text_emb is not None
+            stats.samples += 1
+            if self.limit is not None and stats.samples >= self.limit:
+                break
+        if stats.samples == 0:
+            what = f"{stats.corrupt} corrupt or non-JPEG images" if stats.corrupt else "no images"
+            raise UsageError(f"data source {self.root} ({self.layout} layout) has no usable sample ({what}); "
+                             f"{REMEDY}")
+        stats.embeddings = "source" if with_embs else "projection"
+        self._sides = np.frombuffer(sides, dtype=np.int32).reshape(-1, 2).copy()
+        self._stats = stats
+        return stats
+
+    def count(self) -> int:
+        return self.scan().samples
+
+    @property
+    def samples(self) -> int:
+        return self.count()
+
+    @property
+    def stats(self) -> ImportStats:
+        return self.scan()
+
+    def image_sides(self) -> np.ndarray:
+        """int32[N, 2]: (height, width) of every sample's image (from the scan)."""
+        self.scan()
+        return self._sides
+
+    def iter_samples(self) -> Iterator[Sample]:
+        """The samples 0..count()-1 in order, one at a time (bounded memory)."""
+        stats = self.scan()
+        n = 0
+        for rec in self._records():
+            if rec.key in self._skip:
+                continue
+            if n >= stats.samples:
+                break
+            where = f"{self.root}/{rec.key}"
+            caption = rec.caption if rec.caption is not None else ""
+            if stats.embeddings == "source":
+                image_emb = _embedding(rec.image_emb, IMAGE_EMB_DIM, "image_emb", where)
+                text_emb = _embedding(rec.text_emb, TEXT_EMB_DIM, "text_emb", where)
+            else:
+                try:
+                    small, _ = decode_small(rec.jpeg)
+                except (ValueError, TypeError):
+                    raise UsageError(f"{where} changed since the source was scanned; run again") from None
+                image_emb, text_emb = image_embedding(small), text_embedding(caption)
+            yield Sample(index=n, jpeg=bytes(rec.jpeg), caption=caption, image_emb=image_emb, text_emb=text_emb)
+            n += 1
+        if n != stats.samples:
+            raise UsageError(f"data source {self.root} changed while it was imported ({n} samples, the scan "
+                             f"found {stats.samples}); run again")

@@ -1,0 +1,291 @@
+"""Importing a user's dataset: the four layouts built on the fly (real JPEGs from PIL, real tars and Parquet),
+detection, order, counts, corrupt JPEGs, captions, embeddings, the source key and clean errors."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from harness.errors import UsageError
+from harness.importer import (LAYOUTS, SourceSpec, decode_small, detect_layout, image_embedding,
+                              text_embedding)
+from strategies import registry
+from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM
+
+N = 24  # images per dataset; shards of 10
+
+
+def _jpeg(i: int) -> bytes:
+    rng = np.random.default_rng(i)
+    h, w = 20 + 3 * (i % 7), 24 + 5 * (i % 5)
+    arr = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(arr, "RGB").save(out, format="JPEG", quality=80)
+    return out.getvalue()
+
+
+ITEMS = [(f"{i:09d}", _jpeg(i), f"a photo number {i} of a red house") for i in range(N)]
+CORRUPT = {5: _jpeg(5)[: len(_jpeg(5)) // 2], 11: b"definitely not a jpeg"}  # truncated, garbage
+
+
+def _items(corrupt: bool):
+    return [(k, CORRUPT[i] if corrupt and i in CORRUPT else j, c) for i, (k, j, c) in enumerate(ITEMS)]
+
+
+def _metadata_parquet(path, keys):
+    """What img2dataset writes beside files and tar shards: metadata without images."""
+    pq.write_table(pa.table({"key": keys, "url": [f"http://x/{k}" for k in keys], "status": ["success"] * len(keys)}),
+                   path)
+
+
+def make_files(root, corrupt=False, drop_caption=None):
+    for i, (key, jpeg, caption) in enumerate(_items(corrupt)):
+        shard = root / f"{i // 10:05d}"
+        shard.mkdir(parents=True, exist_ok=True)
+        (shard / f"{key}.jpg").write_bytes(jpeg)
+        if i != drop_caption:
+            (shard / f"{key}.txt").write_text(caption)
+        (shard / f"{key}.json").write_text(json.dumps({"key": key, "caption": caption}))
+    for s in range(3):
+        _metadata_parquet(root / f"{s:05d}.parquet", [k for k, _, _ in ITEMS[s * 10:(s + 1) * 10]])
+        (root / f"{s:05d}_stats.json").write_text("{}")
+    return root
+
+
+def _add(tar, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def make_webdataset(root, corrupt=False):
+    root.mkdir(parents=True, exist_ok=True)
+    items = _items(corrupt)
+    for s in range(3):
+        with tarfile.open(root / f"{s:05d}.tar", "w") as tar:
+            # members of a sample in the order img2dataset writes them, keys in reverse: the reader sorts
+            for key, jpeg, caption in reversed(items[s * 10:(s + 1) * 10]):
+                _add(tar, f"{key}.jpg", jpeg)
+                _add(tar, f"{key}.txt", caption.encode())
+                _add(tar, f"{key}.json", json.dumps({"key": key}).encode())
+        _metadata_parquet(root / f"{s:05d}.parquet", [k for k, _, _ in items[s * 10:(s + 1) * 10]])
+    return root
+
+
+def make_parquet(root, corrupt=False):
+    root.mkdir(parents=True, exist_ok=True)
+    items = _items(corrupt)
+    for s in range(3):
+        part = items[s * 10:(s + 1) * 10]
+        pq.write_table(pa.table({"key": [k for k, _, _ in part], "jpg": [j for _, j, _ in part],
+                                 "txt": [c for _, _, c in part], "width": [1] * len(part)}),
+                       root / f"{s:05d}.parquet", row_group_size=4)
+    return root
+
+
+def make_folder(root, corrupt=False):
+    root.mkdir(parents=True, exist_ok=True)
+    for key, jpeg, caption in _items(corrupt):
+        (root / f"img_{key}.jpg").write_bytes(jpeg)
+        (root / f"img_{key}.txt").write_text(caption + "\n")
+    return root
+
+
+MAKERS = {"files": make_files, "webdataset": make_webdataset, "parquet": make_parquet, "folder": make_folder}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sources")
+    return {layout: MAKERS[layout](root / layout) for layout in LAYOUTS}
+
+
+@pytest.fixture(scope="module")
+def corrupt_sources(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corrupt")
+    return {layout: MAKERS[layout](root / layout, corrupt=True) for layout in LAYOUTS}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_detects_the_layout_and_reads_every_sample_in_key_order(layout, sources):
+    assert detect_layout(sources[layout]) == layout
+    spec = SourceSpec(sources[layout])
+    assert spec.layout == layout and spec.count() == spec.samples == N
+    got = list(spec.iter_samples())
+    assert [s.index for s in got] == list(range(N))
+    assert [s.jpeg for s in got] == [j for _, j, _ in ITEMS]
+    assert [s.caption for s in got] == [c for _, _, c in ITEMS]
+    stats = spec.stats
+    assert (stats.candidates, stats.corrupt, stats.empty_captions, stats.embeddings) == (N, 0, 0, "projection")
+    sides = spec.image_sides()
+    assert sides.shape == (N, 2)
+    assert [tuple(x) for x in sides] == [(20 + 3 * (i % 7), 24 + 5 * (i % 5)) for i in range(N)]
+
+
+def test_all_layouts_give_identical_samples(sources):
+    per_layout = [list(SourceSpec(sources[layout]).iter_samples()) for layout in LAYOUTS]
+    for row in zip(*per_layout):
+        assert all(row[0].same_as(other) for other in row[1:])
+
+
+def test_embeddings_are_deterministic_unit_vectors_of_the_models_sizes(sources):
+    a = list(SourceSpec(sources["files"]).iter_samples())
+    b = list(SourceSpec(sources["files"]).iter_samples())
+    for s, t in zip(a, b):
+        assert s.image_emb.shape == (IMAGE_EMB_DIM,) and s.text_emb.shape == (TEXT_EMB_DIM,)
+        assert s.image_emb.dtype == np.float32 and s.text_emb.dtype == np.float32
+        assert abs(np.linalg.norm(s.image_emb) - 1) < 1e-5 and abs(np.linalg.norm(s.text_emb) - 1) < 1e-5
+        assert np.array_equal(s.image_emb, t.image_emb) and np.array_equal(s.text_emb, t.text_emb)
+    # the documented recipe: decode at 32x32, project; captions: hashed tokens
+    small, _ = decode_small(ITEMS[3][1])
+    assert small.shape == (32, 32, 3)
+    assert np.array_equal(a[3].image_emb, image_embedding(small))
+    assert np.array_equal(a[3].text_emb, text_embedding(ITEMS[3][2]))
+    # different images and captions, different vectors; same words, same text vector
+    assert not np.array_equal(a[0].image_emb, a[1].image_emb)
+    assert np.array_equal(text_embedding("Red  house"), text_embedding("red house"))
+    assert abs(np.linalg.norm(text_embedding("")) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_corrupt_jpegs_are_skipped_and_counted(layout, corrupt_sources):
+    spec = SourceSpec(corrupt_sources[layout])
+    assert spec.count() == N - len(CORRUPT)
+    stats = spec.stats
+    assert stats.candidates == N and stats.corrupt == len(CORRUPT) and len(stats.corrupt_keys) == len(CORRUPT)
+    got = list(spec.iter_samples())
+    assert [s.index for s in got] == list(range(N - len(CORRUPT)))
+    assert [s.jpeg for s in got] == [j for i, (_, j, _) in enumerate(ITEMS) if i not in CORRUPT]
+    assert len(spec.image_sides()) == N - len(CORRUPT)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_strict_fails_on_the_first_corrupt_jpeg(layout, corrupt_sources):
+    with pytest.raises(UsageError, match=r"is not a readable JPEG .*without --strict") as err:
+        SourceSpec(corrupt_sources[layout], strict=True).count()
+    assert ITEMS[5][0] in str(err.value) and "\n" not in str(err.value)
+
+
+def test_missing_captions_are_an_error_or_empty_when_asked(tmp_path):
+    root = make_files(tmp_path / "src", drop_caption=7)
+    with pytest.raises(UsageError, match=f"{ITEMS[7][0]}.jpg has no caption"):
+        SourceSpec(root).count()
+    spec = SourceSpec(root, missing_captions="empty")
+    got = list(spec.iter_samples())
+    assert spec.stats.empty_captions == 1 and got[7].caption == "" and got[8].caption == ITEMS[8][2]
+    assert SourceSpec(root, missing_captions="empty").key() != SourceSpec(root).key()
+
+
+def test_limit_takes_the_first_samples(sources):
+    spec = SourceSpec(sources["webdataset"], limit=7)
+    got = list(spec.iter_samples())
+    assert spec.count() == 7 and [s.jpeg for s in got] == [j for _, j, _ in ITEMS[:7]]
+
+
+def test_source_embeddings_are_used_when_present(tmp_path):
+    root = make_folder(tmp_path / "src")
+    rng = np.random.default_rng(0)
+    embs = {}
+    for key, _, _ in ITEMS:
+        embs[key] = (rng.standard_normal(IMAGE_EMB_DIM).astype(np.float32),
+                     rng.standard_normal(TEXT_EMB_DIM).astype(np.float32))
+        np.save(root / f"img_{key}.image_emb.npy", embs[key][0])
+        np.save(root / f"img_{key}.text_emb.npy", embs[key][1])
+    spec = SourceSpec(root)
+    got = list(spec.iter_samples())
+    assert spec.stats.embeddings == "source"
+    assert all(np.array_equal(s.image_emb, embs[k][0]) for s, (k, _, _) in zip(got, ITEMS))
+    np.save(root / f"img_{ITEMS[2][0]}.image_emb.npy", np.zeros(512, np.float32))  # a CLIP ViT-B size
+    with pytest.raises(UsageError, match="image_emb has 512 values, the harness's models take 2048"):
+        list(SourceSpec(root).iter_samples())
+
+
+def test_key_follows_the_files(tmp_path):
+    root = make_folder(tmp_path / "src")
+    k1 = SourceSpec(root).key()
+    assert SourceSpec(root).key() == k1 and k1.startswith("src-")
+    assert SourceSpec(root, limit=5).key() != k1
+    p = root / f"img_{ITEMS[0][0]}.txt"
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert SourceSpec(root).key() != k1
+    (root / "extra.jpg").write_bytes(ITEMS[1][1])
+    (root / "extra.txt").write_text("x")
+    spec = SourceSpec(root)
+    assert spec.count() == N + 1
+
+
+@pytest.mark.parametrize("storage", ("mmap", "webdataset", "parquet", "lmdb"))
+def test_streams_into_a_storage(storage, sources, tmp_path):
+    spec = SourceSpec(sources["parquet"])
+    expected = list(spec.iter_samples())
+    strategy = registry.create("storage", storage)
+    strategy.write(spec.iter_samples(), tmp_path / storage, spec.count())
+    reader = strategy.open(tmp_path / storage)
+    got = reader.read_batch([23, 0, 7, 7])
+    assert all(s.same_as(expected[s.index]) for s in got)
+    reader.close()
+
+
+# ---- bad sources: one line naming the path and the remedy ----
+
+
+def _one_line(err) -> str:
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_missing_path_file_and_empty_folder(tmp_path):
+    with pytest.raises(UsageError) as err:
+        SourceSpec(tmp_path / "nope")
+    assert f"{tmp_path / 'nope'} does not exist" in _one_line(err) and "img2dataset" in str(err.value)
+    (tmp_path / "f.tar").write_bytes(b"")
+    with pytest.raises(UsageError, match="is a file, not a folder"):
+        SourceSpec(tmp_path / "f.tar")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ".hidden").write_text("")
+    with pytest.raises(UsageError, match="empty; pass the folder img2dataset wrote"):
+        SourceSpec(tmp_path / "empty")
+
+
+def test_unknown_layouts(tmp_path):
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "urls.csv").write_text("url,caption\n")
+    with pytest.raises(UsageError, match="unknown layout") as err:
+        SourceSpec(tmp_path / "csv")
+    assert str(tmp_path / "csv") in _one_line(err)
+    meta = tmp_path / "meta"
+    meta.mkdir()
+    _metadata_parquet(meta / "00000.parquet", ["a"])
+    with pytest.raises(UsageError, match="no jpg column"):
+        SourceSpec(meta)
+    png = tmp_path / "png"
+    png.mkdir()
+    Image.new("RGB", (8, 8)).save(png / "a.png")
+    with pytest.raises(UsageError, match="no JPEG .*--encode_format jpg"):
+        SourceSpec(png)
+
+
+def test_explicit_layout_is_checked(sources):
+    assert SourceSpec(sources["files"], layout="files").layout == "files"
+    with pytest.raises(UsageError, match="does not hold the webdataset layout"):
+        SourceSpec(sources["files"], layout="webdataset")
+    with pytest.raises(UsageError, match="unknown data format 'tfrecord'; known: files, webdataset, parquet, folder"):
+        SourceSpec(sources["files"], layout="tfrecord")
+
+
+def test_only_corrupt_images_is_an_error(tmp_path):
+    root = tmp_path / "bad"
+    root.mkdir()
+    (root / "a.jpg").write_bytes(b"garbage")
+    (root / "a.txt").write_text("x")
+    with pytest.raises(UsageError, match=r"no usable sample \(1 corrupt or non-JPEG images\)"):
+        SourceSpec(root).count()
