@@ -33,7 +33,6 @@ def data_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def paths(data_dir):
-    # the defaults (256 samples per shard / 64 rows per group) would give one shard: use small ones here
     made = {name: materialise(SPEC, name, data_dir, progress=False) for name in NEW + OLD}
     return made
 
@@ -237,7 +236,7 @@ def test_parquet_row_groups_and_reads_per_group(small_shards, expected):
     # a batch touching three row groups reads each once, however many of its rows it wants
     reader.read_batch([0, 9, 1, 17, 10, 2])
     assert reader.groups_read == 3
-    # streaming in order reads every row group once (the last two stay cached between batches)
+    # streaming in order reads every row group once (recent ones stay cached between batches)
     reader = storage.open(path, ("caption",))
     for a in range(0, 50, 5):
         reader.read_batch(range(a, min(a + 5, 50)))

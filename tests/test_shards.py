@@ -120,7 +120,7 @@ def test_epochs_reshuffle_shards_and_buffers():
 def test_protocol_members_and_parameters():
     strategy = registry.create("sampler", "shards")
     assert isinstance(strategy, Sampler) and strategy.cost == "auto" and strategy.uses_shards
-    assert (strategy.shard_size, strategy.buffer_size) == (256, 512)
+    assert (strategy.shard_size, strategy.buffer_size) == (64, 128)
     s = strategy.sampler(10, 2, 1, 0, np.ones(10), 2)  # the protocol's positional call
     assert isinstance(s, EpochSampler) and len(s) == 5
     for key in ("shard_size", "buffer_size"):

@@ -10,6 +10,11 @@ Each rank then shuffles its slice through a buffer of ``buffer_size`` samples (f
 random element of it, put the next sample in its place), seeded by (seed, epoch, rank); ``buffer_size = 1``
 keeps the stream order.
 
+In this harness the sampler only orders indices: the storage then reads them in that order, so a buffer of
+B samples makes a rank read within a window of about B / shard_size + 1 consecutive shards (a streaming
+loader reads those sequentially into memory and shuffles there). The page cache holds that window for tar
+and flat files; the parquet reader keeps ``cached_groups`` decoded row groups, which should cover it.
+
 Contract (DistributedSampler's): every index once per epoch across ranks plus exactly the padding torch
 adds (``ceil(size / world) * world - size`` repeats), equal ``len`` on every rank, and the order a pure
 function of (seed, epoch) for a given rank and world size. The multiset differs from DistributedSampler's
@@ -118,7 +123,7 @@ class ShardsSampler(SamplerBase):
 
     uses_shards = True  # sampler(..., shards=[range, ...]) takes the storage's own shards
 
-    def __init__(self, shard_size: int = 256, buffer_size: int = 512) -> None:
+    def __init__(self, shard_size: int = 64, buffer_size: int = 128) -> None:
         self.shard_size = integer("shard_size", shard_size, 1)
         self.buffer_size = integer("buffer_size", buffer_size, 1)
 

@@ -71,7 +71,7 @@ class _Group:
 
 
 class ParquetReader:
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, cached_groups: int = 2):
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, cached_groups: int = 4):
         self.path = Path(path)
         self.fields = checked_fields(fields)
         self._count = read_count(self.path)
@@ -134,11 +134,12 @@ class ParquetReader:
 @register("storage", "parquet")
 class ParquetStorage:
     """``row_group_size``: rows per row group (the unit of every read); ``compression``: none, snappy
-    (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per process)."""
+    (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per process); keep it
+    above the ``shards`` sampler's buffer_size / row_group_size, the row groups its shuffle window spans."""
 
     name = "parquet"
 
-    def __init__(self, row_group_size: int = 64, compression: str = "snappy", cached_groups: int = 2):
+    def __init__(self, row_group_size: int = 64, compression: str = "snappy", cached_groups: int = 4):
         self.row_group_size = integer("row_group_size", row_group_size, 1)
         self.compression = choice("compression", compression, COMPRESSIONS)
         self.cached_groups = integer("cached_groups", cached_groups, 0)
