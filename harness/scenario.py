@@ -12,6 +12,7 @@ from typing import Any
 
 from harness.accelerators import Accelerator, get_accelerator
 from harness.dataset import PROFILES, DatasetSpec
+from harness.decoders import DECODERS, DEFAULT_DECODER
 from harness.errors import UsageError
 from strategies import registry
 
@@ -28,7 +29,7 @@ SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
     "training": {"workload": (str, "pixels"), "batch_size": (int, REQUIRED), "image_size": (int, 160),
                  "warmup_steps": (int, 3), "steps": (int, 0), "epochs": (int, 0), "workers": (int, 1),
                  "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
-                 "seed": (int, 0), "cell_timeout_s": (float, 0.0)},
+                 "seed": (int, 0), "cell_timeout_s": (float, 0.0), "decoder": (str, DEFAULT_DECODER)},
 }
 TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix"}
 
@@ -73,6 +74,7 @@ class Training:
     lr: float
     seed: int
     cell_timeout_s: float = 0.0  # a cell's deadline; 0: derived from its steps (harness.supervisor)
+    decoder: str = DEFAULT_DECODER  # the pixels workload's JPEG decoder (harness.decoders)
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,9 @@ def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
     if tr["workload"] not in WORKLOADS:
         raise UsageError(f"{where('training', 'workload')} = {tr['workload']!r}; "
                          f"choose one of: {', '.join(WORKLOADS)}")
+    if tr["decoder"] not in DECODERS:
+        raise UsageError(f"{where('training', 'decoder')} = {tr['decoder']!r}; "
+                         f"choose one of: {', '.join(DECODERS)}")
     if ds["profile"] not in PROFILES:
         raise UsageError(f"{where('dataset', 'profile')} = {ds['profile']!r}; "
                          f"choose one of: {', '.join(PROFILES)}")

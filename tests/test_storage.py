@@ -1,6 +1,7 @@
 """The three storages on real files: same samples back, lazy per-process handles, reuse."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
@@ -210,7 +211,9 @@ def test_reader_works_in_forked_dataloader_workers_after_parent_use(name, paths,
 @pytest.mark.parametrize("name", STORAGES)
 def test_materialise_reuses_a_finished_directory(name, paths, data_dir):
     path = paths[name]
-    assert path == data_dir / f"{SPEC.key()}-{name}"
+    # <key>-<name>, or <key>-<name><variant> once materialise keys a storage's variant (hdf5's layout)
+    variant = registry.create("storage", name).variant
+    assert path in (data_dir / f"{SPEC.key()}-{name}", data_dir / f"{SPEC.key()}-{name}{variant}")
     manifest = load_manifest(path)
     assert manifest["storage"] == name and manifest["count"] == SPEC.samples
     assert manifest["spec"] == SPEC.to_dict() and manifest["key"] == SPEC.key()
@@ -252,3 +255,168 @@ def test_unknown_storage_is_reported(tmp_path):
 def test_default_fields_are_all_fields(paths):
     reader = registry.create("storage", "hdf5").open(paths["hdf5"])
     assert tuple(reader.fields) == FIELDS
+
+
+# ---- batched reads: hdf5 layouts, preallocated buffers, memory-mapped indexes ----
+
+HDF5_VARIANTS = {
+    "contiguous": {"layout": "contiguous"},
+    "chunked": {"layout": "chunked"},
+    "chunked7": {"layout": "chunked", "chunk_rows": 7},
+    "chunked4-gzip": {"layout": "chunked", "chunk_rows": 4, "compression": "gzip"},
+}
+
+
+@pytest.fixture(scope="module")
+def hdf5_paths(data_dir):
+    """Every hdf5 variant written straight through its storage (one directory each)."""
+    from harness.dataset import iter_samples
+
+    out = {}
+    for label, params in HDF5_VARIANTS.items():
+        storage = registry.create("storage", "hdf5", **params)
+        path = data_dir / f"layouts-hdf5{storage.variant}"
+        storage.write(iter_samples(SPEC), path, SPEC.samples)
+        out[label] = (storage, path)
+    return out
+
+
+def _unsorted_with_duplicates():
+    idx = [31, 2, 49, 2, 0, 17, 31, 31, 8, 48, 1, 17]
+    assert idx != sorted(idx) and len(set(idx)) < len(idx)
+    return idx
+
+
+def test_hdf5_variants_name_their_files():
+    assert registry.create("storage", "hdf5").variant == "-contiguous"
+    assert registry.create("storage", "hdf5", layout="chunked").variant == "-chunked16"
+    assert registry.create("storage", "hdf5", layout="chunked", chunk_rows=4,
+                           compression="gzip").variant == "-chunked4-gzip"
+    assert registry.create("storage", "raw").variant == "" and registry.create("storage", "mmap").variant == ""
+
+
+def test_hdf5_checks_layout_parameters():
+    with pytest.raises(ValueError, match="layout must be one of"):
+        registry.create("storage", "hdf5", layout="striped")
+    with pytest.raises(ValueError, match="compression must be one of"):
+        registry.create("storage", "hdf5", layout="chunked", compression="lz4")
+    with pytest.raises(ValueError, match="chunked"):
+        registry.create("storage", "hdf5", layout="contiguous", chunk_rows=8)
+    with pytest.raises(ValueError, match="chunked"):
+        registry.create("storage", "hdf5", compression="gzip")
+
+
+@pytest.mark.parametrize("fields", [FIELDS, ("image_emb", "text_emb"), ("jpeg", "caption"), ("text_emb",)])
+def test_every_storage_and_layout_reads_identical_samples(paths, hdf5_paths, expected, fields):
+    idx = _unsorted_with_duplicates()
+    readers = [registry.create("storage", n).open(paths[n], fields=fields) for n in STORAGES]
+    readers += [storage.open(path, fields=fields) for storage, path in hdf5_paths.values()]
+    try:
+        for reader in readers:
+            got = reader.read_batch(idx)
+            assert [s.index for s in got] == idx
+            for s in got:
+                for f in FIELDS:
+                    value, want = getattr(s, f), getattr(expected[s.index], f)
+                    if f not in fields:
+                        assert value is None
+                    elif f.endswith("_emb"):
+                        assert value.dtype == np.float32 and np.array_equal(value, want)
+                    else:
+                        assert value == want
+    finally:
+        for reader in readers:
+            reader.close()
+
+
+@pytest.mark.parametrize("name", STORAGES + tuple(f"hdf5:{v}" for v in HDF5_VARIANTS))
+def test_batch_buffers_give_duplicates_their_own_rows(name, paths, hdf5_paths, expected):
+    if name.startswith("hdf5:"):
+        storage, path = hdf5_paths[name.split(":", 1)[1]]
+        reader = storage.open(path, fields=("image_emb", "text_emb"))
+    else:
+        reader = registry.create("storage", name).open(paths[name], fields=("image_emb", "text_emb"))
+    got = reader.read_batch([9, 3, 9])
+    got[0].image_emb[:] = -1.0  # a consumer writing into one sample's row
+    assert np.array_equal(got[2].image_emb, expected[9].image_emb)
+    assert np.array_equal(got[1].image_emb, expected[3].image_emb)
+    assert got[1].image_emb.shape == (2048,) and got[1].text_emb.shape == (768,)
+    owned = got[1].detached()
+    assert owned.same_as(got[1]) and owned.image_emb.flags.owndata
+    reader.close()
+
+
+def test_contiguous_hdf5_is_read_through_a_memory_map(hdf5_paths):
+    from strategies.storage import hdf5
+
+    storage, path = hdf5_paths["contiguous"]
+    reader = storage.open(path)
+    reader.read_batch([1, 2])
+    maps = reader._h.get()
+    assert maps.files and all(not a.flags.owndata for a in maps.arrays.values() if a.ndim)
+    assert reader not in hdf5._OPEN_READERS  # no h5py handle stays open
+    reader.close()
+
+
+def test_hdf5_refuses_a_directory_of_another_variant(hdf5_paths, paths):
+    storage, path = hdf5_paths["chunked7"]
+    with pytest.raises(ValueError, match="hdf5-chunked7, not the hdf5-contiguous"):
+        registry.create("storage", "hdf5").open(path)
+    # A directory written before layouts existed (no variant in meta.json) holds chunked16 files.
+    legacy = path.parent / "legacy-hdf5"
+    import shutil
+
+    shutil.copytree(hdf5_paths["chunked"][1], legacy)
+    meta = json.loads((legacy / "meta.json").read_text())
+    del meta["variant"], meta["layout"]
+    (legacy / "meta.json").write_text(json.dumps(meta))
+    reader = registry.create("storage", "hdf5", layout="chunked").open(legacy)
+    assert reader.layout == "chunked" and len(reader.read_batch([4])) == 1
+    reader.close()
+    with pytest.raises(ValueError, match="--regenerate"):
+        registry.create("storage", "hdf5").open(legacy)
+
+
+@pytest.mark.parametrize("name", STORAGES)
+def test_stored_bytes_are_memory_mapped(name, paths):
+    reader = registry.create("storage", name).open(paths[name])
+    sizes = reader.stored_bytes()
+    assert isinstance(sizes, np.ndarray) and not sizes.flags.owndata and not sizes.flags.writeable
+    clone = pickle.loads(pickle.dumps(reader))  # the mapped array does not travel
+    assert clone._stored is None
+    reader.close()
+
+
+def test_mmap_computes_stored_bytes_without_the_sidecar(paths, tmp_path):
+    import shutil
+
+    copy = tmp_path / "mmap-old"
+    shutil.copytree(paths["mmap"], copy)
+    (copy / "stored_bytes.npy").unlink()
+    storage = registry.create("storage", "mmap")
+    reader = storage.open(copy)
+    fresh = storage.open(paths["mmap"])
+    assert np.array_equal(reader.stored_bytes(), fresh.stored_bytes())
+    assert "stored_bytes.npy" not in [p.name for p in storage.files(copy)]
+    reader.close()
+    fresh.close()
+
+
+def test_raw_reads_past_a_too_small_bound_and_checks_embedding_sizes(paths, tmp_path, expected):
+    import shutil
+
+    from strategies.storage.raw import RawReader
+
+    reader = RawReader(paths["raw"])
+    fd = reader._dir.get().fd
+    stem = "00000/00000004"
+    assert reader._read_whole(fd, [stem], "jpeg", [1]) == [expected[4].jpeg]
+    reader.close()
+    copy = tmp_path / "raw-cut"
+    shutil.copytree(paths["raw"], copy)
+    with open(copy / "00000" / "00000004.img.f32", "r+b") as f:
+        f.truncate(100)
+    cut = registry.create("storage", "raw").open(copy, fields=("image_emb",))
+    with pytest.raises(ValueError, match="100 bytes, expected 8192"):
+        cut.read_batch([4])
+    cut.close()

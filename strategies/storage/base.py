@@ -7,7 +7,9 @@ and reopen after a fork: file handles never cross ``fork``.
 """
 from __future__ import annotations
 
+import itertools
 import json
+import mmap
 import os
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -72,12 +74,94 @@ def in_order(samples: Iterable[Sample], count: int) -> Iterator[tuple[int, Sampl
         raise ValueError(f"got {n} samples, expected {count}")
 
 
-def write_meta(path: Path, fmt: str, count: int) -> None:
-    """meta.json: the storage format and sample count (so len() never opens the data files)."""
+def write_meta(path: Path, fmt: str, count: int, **extra) -> None:
+    """meta.json: the storage format and sample count (so len() never opens the data files), and any
+    storage-specific ``extra`` keys (e.g. hdf5's layout)."""
     with open(Path(path) / "meta.json", "w") as f:
-        json.dump({"format": fmt, "version": 1, "count": count}, f)
+        json.dump({"format": fmt, "version": 1, "count": count, **extra}, f)
+
+
+def read_meta(path: Path) -> dict:
+    with open(Path(path) / "meta.json") as f:
+        return json.load(f)
 
 
 def read_count(path: Path) -> int:
-    with open(Path(path) / "meta.json") as f:
-        return int(json.load(f)["count"])
+    return int(read_meta(path)["count"])
+
+
+# ---- batched reads: one gather per field into a buffer allocated once per batch ----
+
+
+def sorted_order(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order, idx[order]): a batch is read in file order; the j-th sorted row belongs to sample order[j]."""
+    order = np.argsort(idx, kind="stable")
+    return order, idx[order]
+
+
+def gather_rows(array: np.ndarray, sorted_idx: np.ndarray) -> np.ndarray:
+    """Rows ``sorted_idx`` of a 2-D array (a memory map) in one fancy index, into one preallocated buffer.
+
+    ``mode="clip"`` lets numpy write straight into ``out`` (the indices are already checked); with the
+    default ``"raise"`` it gathers into a temporary first.
+    """
+    out = np.empty((len(sorted_idx),) + array.shape[1:], dtype=array.dtype)
+    np.take(array, sorted_idx, axis=0, out=out, mode="clip")
+    return out
+
+
+def in_request_order(items: Sequence, order: np.ndarray) -> list:
+    """``items`` (one per sorted position) rearranged so that item k belongs to the k-th requested index."""
+    out = [None] * len(items)
+    for j, k in enumerate(order.tolist()):
+        out[k] = items[j]
+    return out
+
+
+def slices(flat, offsets: np.ndarray, sorted_idx: np.ndarray, base: int = 0) -> list[bytes]:
+    """``flat[base + offsets[i] : base + offsets[i + 1]]`` for each index: bytes, one copy each.
+
+    ``flat`` is an ``mmap.mmap`` (slicing it copies straight into a new bytes object) or bytes.
+    """
+    starts = offsets[sorted_idx].tolist()
+    ends = offsets[sorted_idx + 1].tolist()
+    return [flat[base + a:base + b] for a, b in zip(starts, ends)]
+
+
+def build_samples(indices: list[int], columns: dict[str, list]) -> list[Sample]:
+    """Samples in request order from per-field columns (a field not read stays None)."""
+    none = itertools.repeat(None)
+    return [Sample(*row) for row in zip(indices, *(columns.get(f, none) for f in FIELDS))]
+
+
+def map_file(path: str | Path):
+    """A read-only ``mmap.mmap`` of a whole file (bytes for an empty file, which cannot be mapped)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def load_mapped(path: str | Path) -> np.ndarray:
+    """An .npy file memory-mapped (never loaded), as a plain ndarray view (no np.memmap subclass overhead)."""
+    return np.load(path, mmap_mode="r").view(np.ndarray)
+
+
+class Maps:
+    """A process's open memory maps and the arrays viewing them; ``close`` drops the views, then unmaps."""
+
+    def __init__(self):
+        self.files: list = []
+        self.arrays: dict[str, np.ndarray] = {}
+        self.flat: dict = {}
+
+    def close(self) -> None:
+        self.arrays.clear()
+        self.flat.clear()
+        for m in self.files:
+            if isinstance(m, mmap.mmap):
+                try:
+                    m.close()
+                except BufferError:  # a view still exported: the map goes when its last view does
+                    pass
+        self.files.clear()

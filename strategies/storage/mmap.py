@@ -6,11 +6,10 @@ Layout under ``path``::
     jpeg.bin, jpeg_offsets.npy         uint8 flat buffer, int64[N+1] offsets
     caption.bin, caption_offsets.npy   utf-8 flat buffer, int64[N+1] offsets
     image_emb.npy, text_emb.npy        float32[N, 2048], float32[N, 768]
+    stored_bytes.npy                   int64[N], bytes each sample occupies (absent in older materialisations)
 """
 from __future__ import annotations
 
-import functools
-import os
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -18,74 +17,80 @@ import numpy as np
 
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
+from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices, gather_rows,
+                                     in_order, in_request_order, load_mapped, map_file, read_count, slices,
+                                     sorted_order, write_meta)
 
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
 _VAR = ("jpeg", "caption")
 
 
-def _open_flat(path: str) -> np.ndarray:
-    # np.memmap refuses an empty file; an empty buffer needs no mapping.
-    if os.path.getsize(path) == 0:
-        return np.zeros(0, dtype=np.uint8)
-    return np.memmap(path, dtype=np.uint8, mode="r")
-
-
 class MmapReader:
+    """Reads a batch with one sorted fancy index per embedding array (into one buffer per batch and field)
+    and one slice per sample of each flat byte buffer. Offsets and stored bytes stay memory-mapped, so the
+    reader's memory does not grow with the dataset."""
+
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
         self.fields = checked_fields(fields)
         self._count = read_count(self.path)
-        self._h: dict[str, LazyHandle] = {}
+        self._maps = LazyHandle(self._open_maps)
+        self._stored: np.ndarray | None = None
+
+    def _open_maps(self) -> Maps:
+        maps = Maps()
         for name in _VAR:
-            self._h[name] = LazyHandle(functools.partial(_open_flat, str(self.path / f"{name}.bin")))
-            self._h[name + "_offsets"] = LazyHandle(
-                functools.partial(np.load, str(self.path / f"{name}_offsets.npy"), mmap_mode="r")
-            )
+            if name in self.fields:
+                flat = map_file(self.path / f"{name}.bin")
+                maps.files.append(flat)
+                maps.flat[name] = flat
+                maps.arrays[name + "_offsets"] = load_mapped(self.path / f"{name}_offsets.npy")
         for name in _EMB_DIMS:
-            self._h[name] = LazyHandle(functools.partial(np.load, str(self.path / f"{name}.npy"), mmap_mode="r"))
-        self._stored: list[int] | None = None
+            if name in self.fields:
+                maps.arrays[name] = load_mapped(self.path / f"{name}.npy")
+        return maps
 
     def __len__(self) -> int:
         return self._count
 
     def read_batch(self, indices: Sequence[int]) -> list[Sample]:
         idx = checked_indices(indices, self._count)
-        out = [Sample(index=int(i)) for i in idx]
+        if not idx.size:
+            return []
+        maps = self._maps.get()
+        order, sidx = sorted_order(idx)
+        columns: dict[str, list] = {}
         for name in _VAR:
-            if name not in self.fields:
-                continue
-            buf = self._h[name].get()
-            offs = self._h[name + "_offsets"].get()
-            starts = offs[idx]
-            ends = offs[idx + 1]
-            for s, a, b in zip(out, starts.tolist(), ends.tolist()):
-                data = buf[a:b].tobytes()
-                if name == "jpeg":
-                    s.jpeg = data
-                else:
-                    s.caption = data.decode("utf-8")
+            if name in self.fields:
+                got = slices(maps.flat[name], maps.arrays[name + "_offsets"], sidx)
+                if name == "caption":
+                    got = [b.decode("utf-8") for b in got]
+                columns[name] = in_request_order(got, order)
         for name in _EMB_DIMS:
-            if name not in self.fields:
-                continue
-            rows = self._h[name].get()[idx]  # one fancy-indexed read, an owned copy
-            for s, row in zip(out, rows):
-                setattr(s, name, row.copy())  # own each row so caches don't pin the batch
-        return out
+            if name in self.fields:
+                columns[name] = in_request_order(list(gather_rows(maps.arrays[name], sidx)), order)
+        return build_samples(idx.tolist(), columns)
 
-    def stored_bytes(self) -> list[int]:
+    def stored_bytes(self) -> np.ndarray:
+        """Memory-mapped int64[N] (computed in memory for a materialisation written before the sidecar)."""
         if self._stored is None:
-            fixed = 4 * (IMAGE_EMB_DIM + TEXT_EMB_DIM)
-            total = np.full(self._count, fixed, dtype=np.int64)
-            for name in _VAR:
-                offs = np.load(self.path / f"{name}_offsets.npy")
-                total += np.diff(offs)
-            self._stored = total.tolist()
+            sidecar = self.path / "stored_bytes.npy"
+            if sidecar.exists():
+                self._stored = load_mapped(sidecar)
+            else:
+                fixed = 4 * (IMAGE_EMB_DIM + TEXT_EMB_DIM)
+                total = np.full(self._count, fixed, dtype=np.int64)
+                for name in _VAR:
+                    total += np.diff(load_mapped(self.path / f"{name}_offsets.npy"))
+                self._stored = total
         return self._stored
 
     def close(self) -> None:
-        for h in self._h.values():
-            h.close()
+        self._maps.close()
+        self._stored = None
+
+    def __getstate__(self):
+        return dict(self.__dict__, _stored=None)  # a mapped array would pickle as a copy
 
 
 class _FlatWriter:
@@ -103,6 +108,7 @@ class _FlatWriter:
 @register("storage", "mmap")
 class MmapStorage:
     name = "mmap"
+    variant = ""  # what the written files depend on besides the spec: nothing
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         path = Path(path)
@@ -127,8 +133,11 @@ class MmapStorage:
             for m in embs.values():
                 m.flush()
             del embs
+        stored = np.full(count, 4 * (IMAGE_EMB_DIM + TEXT_EMB_DIM), dtype=np.int64)
         for name, w in flat.items():
             np.save(path / f"{name}_offsets.npy", w.offsets)
+            stored += np.diff(w.offsets)
+        np.save(path / "stored_bytes.npy", stored)
         write_meta(path, "mmap", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> MmapReader:
@@ -140,4 +149,6 @@ class MmapStorage:
         for name in _VAR:
             names += [f"{name}.bin", f"{name}_offsets.npy"]
         names += [f"{name}.npy" for name in _EMB_DIMS]
+        if (path / "stored_bytes.npy").exists():  # older materialisations lack it
+            names.append("stored_bytes.npy")
         return [path / n for n in names]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.dataset import DatasetSpec, generate_sample
+from harness.dataset import DatasetSpec, generate_sample, iter_samples
 from harness.materialise import materialise
 from strategies import registry
 from strategies.sample import FIELDS
@@ -31,6 +31,9 @@ HERE = Path(__file__).resolve().parent
 # 128 random indices is a real random-access read.
 SPEC = DatasetSpec(samples=512, seed=0, profile="cc3m", image_scale=0.5)
 INDEX_SEED = 20240601
+# Storage variants the benchmarks name (label -> registry name, parameters), beside the plain names.
+VARIANTS = {"hdf5-chunked": ("hdf5", {"layout": "chunked"}),
+            "hdf5-chunked-gzip": ("hdf5", {"layout": "chunked", "compression": "gzip"})}
 
 _REQUEST_OPTIONS = ("benchmark_only", "benchmark_enable", "benchmark_autosave", "benchmark_save",
                     "benchmark_compare", "benchmark_json")
@@ -76,7 +79,14 @@ class Materialised:
 
     def path(self, storage: str) -> Path:
         if storage not in self._paths:
-            self._paths[storage] = materialise(SPEC, storage, self.root, progress=False)
+            if storage in VARIANTS:  # written straight through the storage, under its own directory
+                name, params = VARIANTS[storage]
+                made = registry.create("storage", name, **params)
+                path = self.root / f"{SPEC.key()}-{name}{made.variant}"
+                made.write(iter_samples(SPEC), path, SPEC.samples)
+                self._paths[storage] = path
+            else:
+                self._paths[storage] = materialise(SPEC, storage, self.root, progress=False)
         return self._paths[storage]
 
     @staticmethod
@@ -90,7 +100,8 @@ class Materialised:
         cache: every sample has been read once through it."""
         key = (storage, tuple(fields))
         if key not in self._readers:
-            reader = registry.create("storage", storage).open(self.path(storage), fields=key[1])
+            name, params = VARIANTS.get(storage, (storage, {}))
+            reader = registry.create("storage", name, **params).open(self.path(storage), fields=key[1])
             warm = reader.read_batch(range(SPEC.samples))
             assert [s.index for s in warm] == list(range(SPEC.samples))
             self._readers[key] = reader

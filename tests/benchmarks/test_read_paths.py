@@ -1,18 +1,24 @@
 """Read-path microbenchmarks: storage ``read_batch``, the LRU cache (hit and miss, worker and shared scope)
 and the pixels decode path, each on a warm page cache. Every benchmark also checks what it read.
 
-Groups (one comparison table each): ``storage-read-bs{8,32,128}`` (raw vs mmap vs hdf5 at one batch size),
-``cache-hit-bs32``, ``cache-miss-bs32`` (worker vs shared scope) and ``decode``.
+Groups (one comparison table each): ``storage-read-bs{8,32,128,256}`` (raw vs mmap vs the hdf5 layouts at
+one batch size, all fields), ``features-read-bs256`` (the features fields, with the references: a numpy
+gather from RAM and the first article's per-row h5py reads), ``cache-hit-bs32``, ``cache-miss-bs32`` (worker
+vs shared scope), ``decode`` (the pixels Dataset) and ``decode-resize`` (PIL vs simplejpeg, per batch).
 """
 from __future__ import annotations
 
 import pytest
 
+import h5py
+import numpy as np
+
+from harness.decoders import DECODERS, decode_resize
 from harness.items import FIELDS_FOR, SampleDataset, sample_nbytes
 from strategies.cache.lru import LRUCache
 
-STORAGES = ("raw", "mmap", "hdf5")
-BATCH_SIZES = (8, 32, 128)
+STORAGES = ("raw", "mmap", "hdf5", "hdf5-chunked", "hdf5-chunked-gzip")  # hdf5: the contiguous layout
+BATCH_SIZES = (8, 32, 128, 256)
 CACHE_BATCH = 32
 DECODE_BATCH = 32
 DECODE_STORAGE = "mmap"
@@ -106,3 +112,42 @@ def test_decode_pixels(benchmark, bench_data):
         image = it["image"]
         assert image.ndim == 3 and image.shape[2] == 3 and max(image.shape[:2]) == IMAGE_SIZE
         assert it["tokens"] and all(0 < t for t in it["tokens"])
+
+
+FEATURES = ("image_emb", "text_emb")
+FEATURES_BATCH = 256
+
+
+@pytest.mark.parametrize("source", STORAGES + ("ref-ram-gather", "ref-article-hdf5"))
+@pytest.mark.benchmark(group=f"features-read-bs{FEATURES_BATCH}", **STEADY)
+def test_features_read(benchmark, bench_data, source):
+    """The --loader-only comparison as a benchmark: features fields, batch 256, warm page cache."""
+    indices = bench_data.indices(FEATURES_BATCH)
+    idx = np.asarray(indices)
+    benchmark.extra_info.update(source=source, batch_size=FEATURES_BATCH)
+    if source == "ref-ram-gather":
+        path = bench_data.path("mmap")
+        ram = [np.load(path / f"{f}.npy") for f in FEATURES]
+        image, text = benchmark(lambda: [a[idx] for a in ram])
+    elif source == "ref-article-hdf5":  # per-row reads of resizable chunked datasets, as the article does
+        with h5py.File(bench_data.path("hdf5-chunked") / "data.h5", "r") as f:
+            dsets = [f[name] for name in FEATURES]
+            rows = benchmark(lambda: [[ds[i] for ds in dsets] for i in indices])
+        image, text = np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
+    else:
+        batch = benchmark(bench_data.open(source, fields=FEATURES).read_batch, indices)
+        image, text = np.stack([s.image_emb for s in batch]), np.stack([s.text_emb for s in batch])
+    for k, i in enumerate(indices[:16]):
+        assert np.array_equal(image[k], bench_data.expected(i).image_emb)
+        assert np.array_equal(text[k], bench_data.expected(i).text_emb)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.benchmark(group="decode-resize", **STEADY)
+def test_decode_resize(benchmark, bench_data, decoder):
+    """decode_resize alone over one batch of the benchmark's JPEGs: PIL's draft mode vs simplejpeg."""
+    indices = bench_data.indices(DECODE_BATCH)
+    jpegs = [bench_data.expected(i).jpeg for i in indices]
+    benchmark.extra_info.update(decoder=decoder, batch_size=DECODE_BATCH, image_size=IMAGE_SIZE)
+    images = benchmark(lambda: [decode_resize(j, IMAGE_SIZE, decoder) for j in jpegs])
+    assert all(max(im.shape[:2]) == IMAGE_SIZE and im.shape[2] == 3 for im in images)

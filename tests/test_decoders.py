@@ -1,0 +1,62 @@
+"""The pixels workload's decoders: the same geometry, and simplejpeg within the stated tolerance of PIL."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.dataset import DatasetSpec, generate_sample
+from harness.decoders import DECODERS, DEFAULT_DECODER, check_decoder, decode_resize, mean_abs_diff, target_size
+
+# The tolerance simplejpeg must keep against PIL on the generated data (pixel levels, 0-255): the mean over
+# images of each image's mean absolute difference, and the worst image's. Measured (cc3m, 60 images, sizes
+# 96/160/224): mean 0.4-0.8, worst 3.3-4.2; the differences come from libjpeg-turbo's finer choice of
+# scale (n/8 against PIL's 1/2, 1/4, 1/8) and rounding, not from a different image.
+MEAN_TOLERANCE = 1.5
+WORST_TOLERANCE = 6.0
+SPEC = DatasetSpec(samples=60, seed=3, profile="cc3m", image_scale=1.0)
+
+
+@pytest.fixture(scope="module")
+def jpegs():
+    return [generate_sample(SPEC, i).jpeg for i in range(SPEC.samples)]
+
+
+def test_default_is_a_known_decoder():
+    assert DEFAULT_DECODER in DECODERS and DEFAULT_DECODER == "simplejpeg"
+    assert check_decoder("simplejpeg") == "simplejpeg"
+    with pytest.raises(ValueError, match="decoder must be one of pil, simplejpeg"):
+        check_decoder("turbo")
+    with pytest.raises(ValueError, match="decoder must be one of"):
+        decode_resize(b"", 96, "turbo")
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_decoders_keep_the_aspect_ratio_and_the_longest_side(jpegs, decoder):
+    from PIL import Image
+    import io
+
+    for jpeg in jpegs[:20]:
+        image = decode_resize(jpeg, 96, decoder)
+        w, h = Image.open(io.BytesIO(jpeg)).size
+        assert image.dtype == np.uint8 and image.shape == (*target_size(w, h, 96)[::-1], 3)
+        assert max(image.shape[:2]) == 96 and image.flags.writeable and image.flags.owndata
+
+
+@pytest.mark.parametrize("image_size", (96, 160))
+def test_simplejpeg_matches_pil_within_tolerance(jpegs, image_size):
+    diffs = [mean_abs_diff(decode_resize(j, image_size, "pil"), decode_resize(j, image_size, "simplejpeg"))
+             for j in jpegs]
+    assert np.mean(diffs) <= MEAN_TOLERANCE and max(diffs) <= WORST_TOLERANCE, (np.mean(diffs), max(diffs))
+
+
+def test_items_keeps_the_pil_decoder_importable():
+    from harness import items
+
+    assert items.decode_resize is decode_resize
+
+
+def test_mean_abs_diff_checks_shapes():
+    a = np.zeros((2, 2, 3), np.uint8)
+    assert mean_abs_diff(a, a + 3) == 3.0
+    with pytest.raises(ValueError):
+        mean_abs_diff(a, np.zeros((2, 3, 3), np.uint8))

@@ -1,0 +1,76 @@
+"""--loader-only on a tiny dataset: every storage, both references, both cache states; keys, not timings."""
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from harness import loaderonly, scenario
+
+TOML = """
+description = "loader-only test"
+[hardware]
+accelerator = "V100-16GB"
+count = 1
+[dataset]
+samples = 40
+profile = "tiny"
+[training]
+workload = "features"
+batch_size = 8
+image_size = 32
+steps = 1
+[matrix]
+storage = ["raw", "mmap", "hdf5"]
+"""
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader")
+    path = root / "s.toml"
+    path.write_text(TOML)
+    sc = scenario.load(str(path))
+    out = io.StringIO()
+    rows = loaderonly.run(sc, root / "data", root / "run", ("warm", "cold"), workloads=("features", "pixels"),
+                          seconds=0.01, batches=12, cold_batches=2, out=out)
+    return root, rows, out.getvalue()
+
+
+def test_rows_cover_every_storage_reference_fields_and_cache_state(measured):
+    _, rows, _ = measured
+    names = ["raw", "mmap", "hdf5", loaderonly.REF_RAM, loaderonly.REF_ARTICLE]
+    for workload in ("features", "pixels"):
+        for state in ("warm", "cold"):
+            got = [r["storage"] for r in rows if r["fields"] == workload and r["cache_state"] == state]
+            assert sorted(got) == sorted(names)
+    for r in rows:
+        assert set(loaderonly.KEYS) <= set(r)
+        assert r["batch_size"] == 8 and r["samples_per_s"] > 0 and r["mb_per_s"] > 0 and r["vs_ram"] > 0
+        if r["storage"] == loaderonly.REF_RAM:
+            assert r["vs_ram"] == 1.0
+        if r["cache_state"] == "cold" and r["storage"] != loaderonly.REF_RAM:
+            assert "cold_verified" in r
+
+
+def test_loader_jsonl_decode_jsonl_and_tables(measured):
+    root, rows, printed = measured
+    lines = [json.loads(line) for line in (root / "run" / "loader.jsonl").read_text().splitlines()]
+    assert lines == json.loads(json.dumps(rows))
+    decode = [json.loads(line) for line in (root / "run" / "decode.jsonl").read_text().splitlines()]
+    assert {d["decoder"] for d in decode} == {"pil", "simplejpeg"}
+    assert all(d["ms_per_image"] > 0 and d["image_size"] == 32 for d in decode)
+    assert "Read path alone (features fields" in printed and "Read path alone (pixels fields" in printed
+    assert "Decode + resize per image" in printed and loaderonly.REF_ARTICLE in printed
+    assert "| storage" in loaderonly.render(rows, decode, fmt="markdown")
+    assert (root / "data").glob("*-article.h5")
+
+
+def test_unknown_cache_state_is_a_usage_error(tmp_path):
+    from harness.errors import UsageError
+
+    path = tmp_path / "s.toml"
+    path.write_text(TOML)
+    with pytest.raises(UsageError, match="cache state 'hot'"):
+        loaderonly.run(scenario.load(str(path)), tmp_path / "d", tmp_path / "r", ("hot",), out=None)
