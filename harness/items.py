@@ -22,6 +22,7 @@ import torch
 from PIL import Image
 from torch.utils.data import Dataset
 
+from harness.decoders import decode_resize  # noqa: F401  (the decoders moved there; callers import it here)
 from strategies.sample import Sample
 
 VOCAB_SIZE = 4096
@@ -32,17 +33,6 @@ FIELDS_FOR = {"pixels": ("jpeg", "caption"), "features": ("image_emb", "text_emb
 def tokenize(caption: str) -> list[int]:
     """Words hashed into a fixed vocabulary (stable across processes, unlike hash())."""
     return [zlib.crc32(w.encode()) % (VOCAB_SIZE - 1) + 1 for w in caption.split()[:MAX_TOKENS]]
-
-
-def decode_resize(jpeg: bytes, image_size: int) -> np.ndarray:
-    """JPEG bytes -> uint8 HWC, longest side image_size, aspect ratio kept."""
-    img = Image.open(io.BytesIO(jpeg))
-    w, h = img.size
-    scale = image_size / max(w, h)
-    size = (max(1, round(w * scale)), max(1, round(h * scale)))
-    img.draft("RGB", size)  # let libjpeg decode at a reduced scale when it can
-    img = img.convert("RGB").resize(size, Image.BILINEAR)
-    return np.array(img)  # an owned, writable copy
 
 
 def decoded_pixels(sides: np.ndarray, image_size: int) -> np.ndarray:
