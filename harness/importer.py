@@ -385,8 +385,37 @@ class SourceSpec:
             stats.empty_captions += 1
         return small, sides
 
+    def save_scan(self, directory: Path | str) -> Path:
+        """Write the scan (stats, every skipped key, image sides) as ``<key>.scan.json`` + ``<key>.sides.npy``
+        in ``directory``, so a later run over the unchanged source skips the scan (see ``load_scan``)."""
+        stats = self.scan()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        np.save(directory / f"{self.key()}.sides.npy", self._sides)
+        doc = {"key": self.key(), "stats": stats.to_dict(), "skip": sorted(self._skip)}
+        tmp = directory / f".{self.key()}.scan.json.tmp-{os.getpid()}"
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, directory / f"{self.key()}.scan.json")  # the json last: it marks a complete scan
+        return directory / f"{self.key()}.scan.json"
+
+    def load_scan(self, directory: Path | str) -> bool:
+        """Take the scan ``save_scan`` wrote for this source (same key: same files, sizes and mtimes); False
+        when there is none."""
+        directory = Path(directory)
+        try:
+            doc = json.loads((directory / f"{self.key()}.scan.json").read_text())
+            sides = np.load(directory / f"{self.key()}.sides.npy")
+        except (OSError, ValueError):
+            return False
+        if doc.get("key") != self.key() or len(sides) != doc["stats"]["samples"]:
+            return False
+        self._stats, self._sides, self._skip = ImportStats(**doc["stats"]), sides, set(doc["skip"])
+        return True
+
     def scan(self, progress: Callable[[int], None] | None = None) -> ImportStats:
-        """Read every record once: count the usable ones, note the corrupt ones, record image sides. Cached."""
+        """Read every record once: count the usable ones, note the corrupt ones, record image sides. Cached
+        (in memory; on disk with ``save_scan`` / ``load_scan``). ``progress`` is called with the number of
+        records read so far."""
         if self._stats is not None:
             return self._stats
         stats = ImportStats(layout=self.layout)

@@ -222,6 +222,19 @@ def test_key_follows_the_files(tmp_path):
     assert spec.count() == N + 1
 
 
+def test_a_saved_scan_is_reused_while_the_source_is_unchanged(corrupt_sources, tmp_path):
+    spec = SourceSpec(corrupt_sources["webdataset"])
+    calls = []
+    stats = spec.scan(progress=calls.append)
+    assert calls[-1] == N and stats.corrupt == len(CORRUPT)
+    spec.save_scan(tmp_path)
+    again = SourceSpec(corrupt_sources["webdataset"])
+    assert again.load_scan(tmp_path)
+    assert again.stats == stats and np.array_equal(again.image_sides(), spec.image_sides())
+    assert [s.jpeg for s in again.iter_samples()] == [s.jpeg for s in spec.iter_samples()]
+    assert not SourceSpec(corrupt_sources["webdataset"], limit=3).load_scan(tmp_path)  # another key
+
+
 @pytest.mark.parametrize("storage", ("mmap", "webdataset", "parquet", "lmdb"))
 def test_streams_into_a_storage(storage, sources, tmp_path):
     spec = SourceSpec(sources["parquet"])
