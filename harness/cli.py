@@ -31,7 +31,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from harness import compare, launch, report, results, resume, scenario, supervisor
+from harness import compare, gpuinfo, launch, report, results, resume, scenario, supervisor
 from harness.errors import UsageError
 from harness.records import CellResult
 from harness.matrix import expand, select
@@ -167,7 +167,8 @@ def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is"
             "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": device != "cuda",
             "device": name or device_name(sc, device), "image_size": t.image_size, "steps": t.steps,
             "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
-            "prefetch_factor": t.prefetch_factor, "cache_state": cache_state}
+            "prefetch_factor": t.prefetch_factor, "cache_state": cache_state,
+            **({"gpu": gpuinfo.comparability_key()} if device == "cuda" else {})}
 
 
 RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")

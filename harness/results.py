@@ -10,6 +10,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from harness import gpuinfo
 from harness.errors import UsageError
 from harness.records import CellResult
 
@@ -63,14 +64,11 @@ def _git_commit() -> dict:
 
 
 def environment(argv: list[str], device: dict) -> dict:
-    import torch
-
     try:
         mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
     except (ValueError, OSError):
         mem_gb = None
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
-        if torch.cuda.is_available() else []
+    gpu = gpuinfo.environment()  # devices, names, memory, driver, CUDA runtime, cuDNN (empty without CUDA)
     return {
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": [sys.executable, sys.argv[0], *argv],
@@ -82,7 +80,8 @@ def environment(argv: list[str], device: dict) -> dict:
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "memory_gb": mem_gb,
-        "gpus": gpus,
+        "gpus": [g["name"] for g in gpu["gpus"]],
+        "gpu": gpu,
         "device": device,
         "git": _git_commit(),
     }
