@@ -4,7 +4,7 @@ The precision, preprocess and loader axes are declarative: their strategies carr
 applies (autocast, where pixels are prepared, what runs the loader), so their protocols are attributes.
 
 Every member a harness uses is declared here. Optional capabilities have a default implementation in the
-axis's small base class (``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy that subclasses it
+axis's small base class (``StorageBase``, ``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy that subclasses it
 gets them and the harness never probes with ``getattr``. A strategy may also satisfy its protocol
 structurally; :func:`missing` names the members it lacks. The protocols are ``runtime_checkable``:
 ``isinstance(obj, Cache)`` checks that every member exists (not its signature).
@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtim
 
 from strategies.sample import FIELDS, Sample
 
-# ---- storage: how samples lie on disk and how a batch is read back (no optional members) ----
+# ---- storage: how samples lie on disk and how a batch is read back ----
 
 
 @runtime_checkable
@@ -35,6 +35,10 @@ class Reader(Protocol):
 @runtime_checkable
 class Storage(Protocol):
     name: str
+    # What the written files depend on besides the dataset, as a directory-name suffix ("" when nothing;
+    # hdf5: "-contiguous", "-chunked16-gzip"). Two parameter sets with the same variant share one
+    # materialisation; a variant other than the default instance's gets its own directory.
+    variant: str
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         """Materialise ``count`` samples (streamed, bounded memory) under ``path``."""
@@ -43,6 +47,18 @@ class Storage(Protocol):
 
     def files(self, path: Path) -> list[Path]:
         """The data files of a materialisation (for page-cache control, sizes)."""
+
+    def shards(self, path: Path) -> list[range] | None:
+        """The materialisation's shards (tar shards, row groups) as contiguous index ranges in index order,
+        covering every sample; None when the storage has none (a shard-streaming sampler then cuts its own
+        fixed-size ranges)."""
+
+
+class StorageBase:
+    variant = ""
+
+    def shards(self, path: Path) -> list[range] | None:
+        return None
 
 
 # ---- cache: a fetch of a batch of indices, behind an optional cache ----
@@ -115,6 +131,9 @@ class EpochSampler(Protocol):
 @runtime_checkable
 class Sampler(Protocol):
     cost: str  # the per-sample cost the harness passes: "auto" (pixels or bytes by workload) or "bytes"
+    # True: ``sampler()`` also takes ``shards=`` (the storage's ``shards(path)``: a list of contiguous
+    # ranges, or None when the storage has none) and the harness passes it
+    uses_shards: bool
 
     def sampler(self, size: int, num_replicas: int, rank: int, seed: int, costs: Any,
                 batch_size: int) -> EpochSampler: ...
@@ -122,6 +141,7 @@ class Sampler(Protocol):
 
 class SamplerBase:
     cost = "auto"
+    uses_shards = False
 
 
 # ---- precision: the arithmetic of the training step ----

@@ -8,7 +8,7 @@ import pytest
 
 from strategies import registry
 from strategies.protocols import (PROTOCOLS, Batching, BatchingBase, Cache, Sampler, SamplerBase, Storage,
-                                  members, missing)
+                                  StorageBase, members, missing)
 
 
 @pytest.fixture
@@ -26,10 +26,10 @@ def isolated(monkeypatch):
 
 def test_protocol_member_names():
     """The exact members the harness calls; changing one is changing the harness's contract."""
-    assert members(Storage) == ["files", "name", "open", "write"]
+    assert members(Storage) == ["files", "name", "open", "shards", "variant", "write"]
     assert members(Cache) == ["close", "level", "scope", "wrap"]
     assert members(Batching) == ["batch_sampler", "observe", "splits_on_oom"]
-    assert members(Sampler) == ["cost", "sampler"]
+    assert members(Sampler) == ["cost", "sampler", "uses_shards"]
 
 
 def check_conforms(axis: str, name: str) -> None:
@@ -57,6 +57,7 @@ def test_base_classes_supply_the_optional_members():
     assert isinstance(Plain(), Batching) and Plain.splits_on_oom is False and Plain().observe(0.5) is None
     assert not isinstance(object(), Batching)
     assert SamplerBase.cost == "auto"
+    assert SamplerBase.uses_shards is False and StorageBase.variant == "" and StorageBase().shards("x") is None
 
 
 @pytest.mark.parametrize("axis, name, params, message", [

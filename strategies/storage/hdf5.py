@@ -33,6 +33,7 @@ import h5py
 import numpy as np
 
 from strategies.params import choice, integer
+from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices,
@@ -301,7 +302,7 @@ def _write_contiguous(f: h5py.File, samples: Iterable[Sample], count: int, path:
 
 
 @register("storage", "hdf5")
-class Hdf5Storage:
+class Hdf5Storage(StorageBase):
     name = "hdf5"
 
     def __init__(self, layout: str = "contiguous", chunk_rows: int | None = None, compression: str = "none"):

@@ -26,6 +26,7 @@ from typing import Iterable, Sequence
 import lmdb
 import numpy as np
 
+from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import checked_fields, checked_indices, in_order, read_count, write_meta
@@ -151,7 +152,7 @@ class LmdbReader:
 
 
 @register("storage", "lmdb")
-class LmdbStorage:
+class LmdbStorage(StorageBase):
     name = "lmdb"
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:

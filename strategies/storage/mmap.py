@@ -15,6 +15,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices, gather_rows,
@@ -106,7 +107,7 @@ class _FlatWriter:
 
 
 @register("storage", "mmap")
-class MmapStorage:
+class MmapStorage(StorageBase):
     name = "mmap"
     variant = ""  # what the written files depend on besides the spec: nothing
 

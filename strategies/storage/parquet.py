@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from strategies.params import choice, integer
+from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
@@ -132,7 +133,7 @@ class ParquetReader:
 
 
 @register("storage", "parquet")
-class ParquetStorage:
+class ParquetStorage(StorageBase):
     """``row_group_size``: rows per row group (the unit of every read); ``compression``: none, snappy
     (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per process); keep it
     above the ``shards`` sampler's buffer_size / row_group_size, the row groups its shuffle window spans."""
@@ -143,6 +144,11 @@ class ParquetStorage:
         self.row_group_size = integer("row_group_size", row_group_size, 1)
         self.compression = choice("compression", compression, COMPRESSIONS)
         self.cached_groups = integer("cached_groups", cached_groups, 0)
+
+    @property
+    def variant(self) -> str:
+        """What the written files depend on besides the spec (not ``cached_groups``, a reader setting)."""
+        return f"-rg{self.row_group_size}-{self.compression}"
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         path = Path(path)

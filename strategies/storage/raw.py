@@ -21,6 +21,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import (LazyHandle, build_samples, checked_fields, checked_indices, in_order,
@@ -132,7 +133,7 @@ class RawReader:
 
 
 @register("storage", "raw")
-class RawStorage:
+class RawStorage(StorageBase):
     name = "raw"
     variant = ""  # what the written files depend on besides the spec: nothing
 

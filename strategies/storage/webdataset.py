@@ -32,6 +32,7 @@ import numpy as np
 import webdataset as wds
 
 from strategies.params import integer
+from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
@@ -180,7 +181,7 @@ def fixed_shards(count: int, shard_size: int) -> list[range]:
 
 
 @register("storage", "webdataset")
-class WebDatasetStorage:
+class WebDatasetStorage(StorageBase):
     """``shard_size``: samples per tar shard. Real datasets use 1k-10k (100 MB-1 GB shards); the default
     suits the harness's datasets of a few thousand samples and equals the ``shards`` sampler's default."""
 
@@ -188,6 +189,11 @@ class WebDatasetStorage:
 
     def __init__(self, shard_size: int = 64):
         self.shard_size = integer("shard_size", shard_size, 1)
+
+    @property
+    def variant(self) -> str:
+        """What the written files depend on besides the spec, as a directory-name suffix."""
+        return f"-shard{self.shard_size}"
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         path = Path(path)
