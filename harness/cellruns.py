@@ -78,8 +78,8 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
             if rank == 0 and repeat not in _probed(config.run_dir):
                 results.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
             dist.barrier()
-        storage = cell.choice("storage").name
-        verify_dir(data_paths[storage], storage)  # sizes and sampled checksums: nothing runs on bad data
+        storage = cell.choice("storage")
+        verify_dir(data_paths[storage.label], storage.name)  # sizes and sampled checksums: nothing runs on bad data
         show = config.progress and rank == 0
         if show:
             print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)

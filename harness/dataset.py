@@ -230,8 +230,11 @@ def iter_samples_parallel(spec: DatasetSpec, processes: int | None = None) -> It
             yield from pending.popleft().get()
 
 
-def image_sides(spec: DatasetSpec) -> np.ndarray:
-    """int32[samples, 2]: (height, width) of every sample's image, without encoding any."""
+def image_sides(spec) -> np.ndarray:
+    """int32[samples, 2]: (height, width) of every sample's image, without encoding any. For an imported
+    source (harness.importer.SourceSpec, duck-typed: this module does not import the importer) its scan's."""
+    if not isinstance(spec, DatasetSpec):
+        return spec.image_sides()
     profile = PROFILES[spec.profile]
     out = np.empty((spec.samples, 2), dtype=np.int32)
     for index in range(spec.samples):

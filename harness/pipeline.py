@@ -114,15 +114,17 @@ def _costs(sc, reader, sampler_strategy, shapes) -> np.ndarray:
 def build(ctx, cell: Cell) -> Pipeline:
     sc, tr = ctx.scenario, ctx.scenario.training
     storage_choice = cell.choice("storage")
-    reader = storage_choice.create().open(ctx.data_paths[storage_choice.name], fields=FIELDS_FOR[tr.workload])
+    storage, data_path = storage_choice.create(), ctx.data_paths[storage_choice.label]
+    reader = storage.open(data_path, fields=FIELDS_FOR[tr.workload])
     cache = cell.choice("cache").create()
     prep = cell.choice("preprocess").create()
     dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache, preprocess=prep)
     shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
     sampler_strategy = cell.choice("sampler").create()
     costs = _costs(sc, reader, sampler_strategy, shapes)
+    shards = {"shards": storage.shards(data_path)} if sampler_strategy.uses_shards else {}
     sampler = sampler_strategy.sampler(size=len(dataset), num_replicas=ctx.world_size, rank=ctx.rank,
-                                       seed=tr.seed, costs=costs, batch_size=tr.batch_size)
+                                       seed=tr.seed, costs=costs, batch_size=tr.batch_size, **shards)
     batching = cell.choice("batching").create()
     sort_key = shapes[:, 0] / shapes[:, 1] if shapes is not None else costs
     rate = cell.choice("precision").create().rate

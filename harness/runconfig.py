@@ -37,12 +37,28 @@ class LaunchConfig:
     verify_data: bool = False  # --verify-data: check every byte against the manifest (else sizes + samples)
 
     def materialise_all(self, progress: bool, regenerate: bool | None = None) -> dict[str, Path]:
-        """Every storage of the matrix materialised (reused when it already exists) and checked against its
-        manifest (harness.verify: a DataError, exit 2, on a damaged file)."""
-        from harness.materialise import materialise
+        """Every storage of the matrix, with its parameters, materialised (reused when it already exists) and
+        checked against its manifest (harness.verify: a DataError, exit 2, on a damaged file). Keyed by the
+        storage choice's label; choices whose files are the same (same variant) share a directory. An
+        imported source is staged in mmap first (harness.materialise), so with --regenerate that is rewritten
+        first, once."""
+        from harness.importer import SourceSpec
+        from harness.materialise import STAGING, materialise
 
         regenerate = self.regenerate if regenerate is None else regenerate
         check = "full" if self.verify_data else "quick"
-        storages = sorted({c.choice("storage").name for c in self.cells})
-        return {s: materialise(self.scenario.dataset, s, self.data_dir, progress=progress,
-                               regenerate=regenerate, check=check) for s in storages}
+        spec = self.scenario.dataset
+        if isinstance(spec, SourceSpec) and regenerate:
+            materialise(spec, STAGING, self.data_dir, progress=progress, regenerate=True, check="")
+        choices = sorted({c.choice("storage") for c in self.cells}, key=lambda c: c.label)
+        done: dict[tuple, Path] = {}
+        paths: dict[str, Path] = {}
+        for choice in choices:
+            key = (choice.name, getattr(choice.create(), "variant", ""))
+            if key not in done:
+                done[key] = materialise(spec, choice.name, self.data_dir, progress=progress,
+                                        regenerate=regenerate and not (isinstance(spec, SourceSpec)
+                                                                       and choice.label == STAGING),
+                                        check=check, params=dict(choice.params))
+            paths[choice.label] = done[key]
+        return paths

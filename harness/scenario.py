@@ -14,6 +14,7 @@ from harness.accelerators import Accelerator, get_accelerator
 from harness.dataset import PROFILES, DatasetSpec
 from harness.decoders import DECODERS, DEFAULT_DECODER
 from harness.errors import UsageError
+from harness.importer import LAYOUTS, SourceSpec
 from strategies import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -24,8 +25,9 @@ WORKLOADS = ("pixels", "features")
 REQUIRED = object()
 SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
     "hardware": {"accelerator": (str, REQUIRED), "count": (int, REQUIRED), "memory_gb": (float, 0.0)},
-    "dataset": {"samples": (int, REQUIRED), "seed": (int, 0), "profile": (str, "cc3m"),
-                "image_scale": (float, 1.0)},
+    # samples: required unless source is set (then it limits the import to the first N samples)
+    "dataset": {"samples": (int, 0), "seed": (int, 0), "profile": (str, "cc3m"),
+                "image_scale": (float, 1.0), "source": (str, ""), "format": (str, ""), "strict": (bool, False)},
     "training": {"workload": (str, "pixels"), "batch_size": (int, REQUIRED), "image_size": (int, 160),
                  "warmup_steps": (int, 3), "steps": (int, 0), "epochs": (int, 0), "workers": (int, 1),
                  "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
@@ -84,7 +86,7 @@ class Scenario:
     path: Path
     accelerator: Accelerator
     world_size: int
-    dataset: DatasetSpec
+    dataset: DatasetSpec  # or an imported source (harness.importer.SourceSpec): [dataset] source, --data
     training: Training
     matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
 
@@ -154,6 +156,9 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
     if isinstance(raw.get("hardware"), dict) and raw["hardware"].get("count") == "auto":
         raw["hardware"]["count"] = _visible_gpu_count(path)  # the `gpu` scenario: every visible GPU
     values = _typed_sections(path, raw, where)
+    if not values["dataset"]["source"] and "samples" not in raw.get("dataset", {}):
+        raise UsageError(f"{path}: missing required field [dataset] samples (or set [dataset] source to "
+                         f"import a dataset)")
     _check_values(path, values, where)
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
     try:
@@ -168,11 +173,36 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         path=path,
         accelerator=accelerator,
         world_size=hw["count"],
-        dataset=DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
-                            image_scale=ds["image_scale"]),
+        dataset=_dataset(path, ds, where),
         training=Training(**tr),
         matrix=_matrix(path, raw.get("matrix", {})),
     )
+
+
+def _dataset(path: Path, ds: dict[str, Any], where) -> DatasetSpec | SourceSpec:
+    """The generated dataset, or the source [dataset] source names (relative to the scenario file)."""
+    if not ds["source"]:
+        return DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
+                           image_scale=ds["image_scale"])
+    return source_spec(path.parent / Path(ds["source"]).expanduser(), ds["format"] or None, ds["strict"],
+                       ds["samples"] or None, where("dataset", "source"))
+
+
+def source_spec(data: Path | str, layout: str | None, strict: bool, limit: int | None,
+                where: str = "--data") -> SourceSpec:
+    """An imported source as the scenario's dataset (harness.importer; nothing is read beyond the folder's
+    listing until it is scanned). Its errors name ``where``."""
+    try:
+        return SourceSpec(data, layout=layout, strict=strict, limit=limit)
+    except UsageError as err:
+        raise UsageError(f"{where}: {err}") from None
+
+
+def checked_source_size(sc: Scenario, where: str = "the data source") -> None:
+    """After the source's scan: as many samples as ranks at least."""
+    if sc.world_size > sc.dataset.samples:
+        raise UsageError(f"{sc.world_size} ranks exceed the {sc.dataset.samples} samples of {where}; use a "
+                         f"bigger source or fewer ranks (--world-size)")
 
 
 def _visible_gpu_count(path: Path) -> int:
@@ -214,8 +244,17 @@ def _typed_sections(path: Path, raw: dict[str, Any], where) -> dict[str, dict[st
 def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
     """Ranges and choices of the typed fields."""
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
+    for key in ("format", "strict"):
+        if ds[key] and not ds["source"]:
+            raise UsageError(f"{where('dataset', key)} applies to an imported dataset only: set [dataset] "
+                             f"source too, or remove {key}")
+    if ds["format"] and ds["format"] not in LAYOUTS:
+        raise UsageError(f"{where('dataset', 'format')} = {ds['format']!r}; choose one of: {', '.join(LAYOUTS)} "
+                         f"(or leave it out to detect it)")
     for section, key in (("hardware", "count"), ("dataset", "samples"), ("training", "batch_size"),
                          ("training", "image_size"), ("training", "prefetch_factor")):
+        if section == "dataset" and ds["source"] and not ds["samples"]:
+            continue  # every sample of the source
         if values[section][key] <= 0:
             raise UsageError(f"{where(section, key)} = {values[section][key]} must be a positive integer")
     for section, key in (("training", "warmup_steps"), ("training", "steps"), ("training", "epochs"),
@@ -238,7 +277,7 @@ def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
                          f"choose one of: {', '.join(PROFILES)}")
     if ds["image_scale"] <= 0:
         raise UsageError(f"{where('dataset', 'image_scale')} must be > 0")
-    if hw["count"] > ds["samples"]:
+    if ds["samples"] and hw["count"] > ds["samples"]:  # a source's own size is checked once it is scanned
         raise UsageError(f"{where('hardware', 'count')} = {hw['count']} ranks exceeds "
                          f"{ds['samples']} samples; use more samples or fewer ranks")
     if tr["cell_timeout_s"] < 0:

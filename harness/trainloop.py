@@ -44,7 +44,7 @@ class RankContext:
     world_size: int
     scenario: Scenario
     device: object  # EmulatedDevice | CudaDevice
-    data_paths: dict[str, Path]  # storage name -> materialised directory
+    data_paths: dict[str, Path]  # storage choice's label -> materialised directory (runconfig.materialise_all)
     progress: Callable[[int, int], None] | None = None
     local_rank: int = 0
     cache_state: str = "as-is"  # page cache before each cell: as-is, warm or cold
@@ -54,7 +54,7 @@ class RankContext:
     def files_of(self, cell: Cell) -> list[Path]:
         """The data files of the cell's storage (for page-cache control)."""
         storage = cell.choice("storage")
-        return storage.create().files(self.data_paths[storage.name])
+        return storage.create().files(self.data_paths[storage.label])
 
 
 @dataclass
