@@ -24,21 +24,20 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import signal
 import sys
 import traceback
 from pathlib import Path
 
-from harness import compare, gpuinfo, launch, report, results, resume, scenario, supervisor
+from harness import compare, gpuinfo, launch, report, results, resume, runsetup, scenario, supervisor
+from harness.runsetup import CC3M_SAMPLES, full_scale, with_source
 from harness.errors import UsageError
 from harness.records import CellResult
 from harness.matrix import expand, select
 
 REPO = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_BASELINE = 0, 1, 2, 3
-CC3M_SAMPLES = 3_318_333  # image-caption pairs in Conceptual Captions 3M's training split
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -87,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     life.add_argument("--regenerate", action="store_true", help="write the datasets again (damaged data)")
     life.add_argument("--scale", choices=("full",), help="full: a CC3M-size dataset (3,318,333 samples) of "
                       "embeddings and captions, for --workload features")
+    runsetup.add_data_options(p.add_argument_group("your own data"))
     depth = p.add_argument_group("measurement depth")
     depth.add_argument("--cache-state", choices=("as-is", "warm", "cold"), default="as-is",
                        help="page cache before each cell: cold drops the dataset's files (posix_fadvise), "
@@ -242,26 +242,18 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dic
     return code
 
 
-def full_scale(sc: scenario.Scenario) -> scenario.Scenario:
-    """--scale full: CC3M's size, embeddings and captions only (about 11 KB per sample, no JPEG)."""
-    if sc.training.workload != "features":
-        raise UsageError(f"--scale full generates embeddings only; it needs the features workload, not "
-                         f"{sc.training.workload!r}: add --workload features")
-    return dataclasses.replace(sc, dataset=dataclasses.replace(sc.dataset, content="features"))
-
-
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     load_plugins(args.plugin)
     if args.repeats < 1:
         raise UsageError(f"--repeats = {args.repeats} must be a positive integer")
     check_what_if(args.what_if_cores)
     overrides = {k: getattr(args, k) for k in scenario.OVERRIDES}
-    if args.scale == "full" and args.samples is None:
+    if args.scale == "full" and args.samples is None and args.data is None:
         overrides["samples"] = CC3M_SAMPLES
     torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if torchrun:
         overrides["world_size"] = int(os.environ["WORLD_SIZE"])
-    sc = scenario.load(args.scenario, overrides)
+    sc = with_source(args, scenario.load(args.scenario, overrides))  # --data, [dataset] source
     if args.scale == "full":
         sc = full_scale(sc)
     device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
@@ -271,6 +263,7 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"{i:3d}  {cell.id}")
         print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
         return EXIT_OK
+    runsetup.scan_source(sc, args.data_dir, progress=not args.quiet)  # an imported source: its size, corrupt JPEGs
     comparable = comparable_of(sc, device, args.cache_state)
     baseline = compare.load_baseline(args.baseline) if args.baseline else None
     if baseline is not None:  # fail fast, before anything runs

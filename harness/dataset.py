@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import os
 from collections import deque
@@ -240,3 +241,11 @@ def image_sides(spec) -> np.ndarray:
     for index in range(spec.samples):
         out[index] = _draw_sides(_rng(spec, index), profile, spec.image_scale)
     return out
+
+
+def head(spec, n: int) -> list[Sample]:
+    """The first ``n`` samples (fewer when the dataset is smaller); of an imported source (duck-typed, see
+    image_sides) as it streams them."""
+    if not isinstance(spec, DatasetSpec):
+        return list(itertools.islice(spec.iter_samples(), n))
+    return [generate_sample(spec, i) for i in range(min(n, spec.samples))]

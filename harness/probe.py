@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from harness.dataset import generate_sample
+from harness.dataset import head
 from harness.items import SampleDataset, collate
 from harness.scenario import Scenario
 
@@ -31,7 +31,7 @@ class _InMemoryReader:
 @functools.lru_cache(maxsize=4)
 def _pool(spec, size: int) -> list:
     """The probe's samples, generated once per process (the other ranks wait while rank 0 probes)."""
-    return [generate_sample(spec, i) for i in range(min(size, spec.samples))]
+    return head(spec, size)
 
 
 def ideal_samples_per_s(scenario: Scenario, seconds: float = 0.4, pool: int = 64) -> float:

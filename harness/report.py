@@ -35,6 +35,7 @@ def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict 
     c0, every = cells[0], cells + (others or [])
     lines = [f"Scenario {c0.scenario}: {c0.world_size} ranks x {c0.device}, workload {c0.workload}, "
              f"batch {c0.batch_size} per rank, {c0.figures.get('window_steps', 0)} measured steps per rank"]
+    lines += import_lines(env)
     lines += emulation_lines(every)
     lines += overrun_lines(cells, env)
     lines += page_cache_lines(cells, env)
@@ -55,6 +56,19 @@ def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict 
         lines.append(f"Host: {env.get('cpu_count')} CPUs ({env.get('cpu_model')}), "
                      f"{env.get('memory_gb') or 0:.0f} GB RAM, torch {(env.get('versions') or {}).get('torch')}")
     return lines
+
+
+def import_lines(env: dict | None) -> list[str]:
+    """The imported dataset (--data): how many samples from where, and the corrupt JPEGs skipped."""
+    imp = (env or {}).get("import")
+    if not imp:
+        return []
+    line = (f"Data: {imp['samples']} samples imported from {imp['source']} ({imp['layout']}), "
+            f"{imp['corrupt']} corrupt JPEGs skipped")
+    if imp.get("empty_captions"):
+        line += f", {imp['empty_captions']} empty captions"
+    return [line + ("; embeddings from the source" if imp.get("embeddings") == "source"
+                    else "; embeddings: a fixed random projection of the pixels and captions")]
 
 
 def failed_repeat_lines(cells: list[CellSummary]) -> list[str]:

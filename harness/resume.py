@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness import report, results
+from harness import report, results, runsetup
 from harness.errors import UsageError
 
 # options that may change between the first run and its resumption
@@ -96,6 +96,9 @@ def open_run_dir(args, argv: list[str], sc, device: str,
                                          "world_size": sc.world_size})
         env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
                    cache_state=args.cache_state, repeats=args.repeats, settings=settings, argv=argv)
+        imported = runsetup.import_env(sc)
+        if imported is not None:  # the report's header names the source and the corrupt JPEGs skipped
+            env["import"] = imported
     results.write_json(run_dir / "env.json", env)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
     print(f"{sc.name}: {n_cells} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "

@@ -1,0 +1,74 @@
+"""Setting up a run's dataset before anything starts: generated (--scale full: CC3M's size) or imported
+(--data PATH or [dataset] source). Kept out of harness.cli so that the command line stays thin."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from harness import scenario
+from harness.errors import UsageError
+from harness.importer import LAYOUTS, SourceSpec
+
+CC3M_SAMPLES = 3_318_333  # image-caption pairs in Conceptual Captions 3M's training split
+
+
+def add_data_options(group) -> None:
+    group.add_argument("--data", type=Path, metavar="PATH",
+                       help="benchmark your own dataset: a folder img2dataset wrote (files, webdataset or "
+                            "parquet output) or a folder of .jpg + same-named .txt captions; imported once per "
+                            "storage into --data-dir (--samples N: only the first N samples)")
+    group.add_argument("--data-format", choices=LAYOUTS, help="the layout of --data (default: detected)")
+    group.add_argument("--strict-data", action="store_true",
+                       help="a corrupt JPEG in --data is an error (default: skipped and counted)")
+
+
+def with_source(args: argparse.Namespace, sc: scenario.Scenario) -> scenario.Scenario:
+    """The scenario with --data as its dataset (or its [dataset] source with --data-format / --strict-data
+    applied); unchanged when neither is set."""
+    current = sc.dataset if isinstance(sc.dataset, SourceSpec) else None
+    if args.data is None and current is None:
+        for flag, given in (("--data-format", args.data_format), ("--strict-data", args.strict_data)):
+            if given:
+                raise UsageError(f"{flag} applies to an imported dataset: add --data PATH (or set [dataset] "
+                                 f"source in the scenario)")
+        return sc
+    if args.scale == "full":
+        raise UsageError("--scale full generates a CC3M-size dataset and cannot be combined with --data or "
+                         "[dataset] source (an imported dataset has its own size; --samples N limits it)")
+    if args.data is not None:
+        source = scenario.source_spec(args.data, args.data_format, args.strict_data, args.samples, "--data")
+    elif args.data_format or args.strict_data:
+        source = scenario.source_spec(current.root, args.data_format or current.layout,
+                                      args.strict_data or current.strict, current.limit,
+                                      f"{sc.path} [dataset] source")
+    else:
+        source = current
+    return dataclasses.replace(sc, dataset=source)
+
+
+def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool) -> None:
+    """An imported source is scanned now (or its earlier scan read from data_dir): its size, corrupt JPEGs
+    and image sides are known before the run directory is written."""
+    if not isinstance(sc.dataset, SourceSpec):
+        return
+    from harness.materialise import _writable, scanned
+
+    _writable(Path(data_dir))
+    scanned(sc.dataset, data_dir, progress)
+    scenario.checked_source_size(sc, f"data source {sc.dataset.root}")
+
+
+def import_env(sc: scenario.Scenario) -> dict | None:
+    """What env.json records of an imported source (the report's header says it), or None."""
+    if not isinstance(sc.dataset, SourceSpec):
+        return None
+    return {"source": str(sc.dataset.root), **sc.dataset.stats.to_dict()}
+
+
+def full_scale(sc: scenario.Scenario) -> scenario.Scenario:
+    """--scale full: CC3M's size, embeddings and captions only (about 11 KB per sample, no JPEG)."""
+    if sc.training.workload != "features":
+        raise UsageError(f"--scale full generates embeddings only; it needs the features workload, not "
+                         f"{sc.training.workload!r}: add --workload features")
+    return dataclasses.replace(sc, dataset=dataclasses.replace(sc.dataset, content="features"))
