@@ -75,33 +75,52 @@ def _materialised(spec: DatasetSpec, choice: StrategyChoice, data_dir: Path, pro
     return materialise(spec, choice.name, data_dir, progress=progress, params=dict(choice.params))
 
 
-def _timed(read: Callable[[np.ndarray], int], batches: list[np.ndarray], prepare: Callable[[], None] | None,
-           seconds: float, min_batches: int) -> tuple[float, int, int]:
-    """(seconds spent in ``read``, samples, bytes) over the batches, ``prepare`` run untimed before each,
-    stopping once ``seconds`` of reading and ``min_batches`` batches are done."""
+def _timed(source, batches: list[np.ndarray], prepare: Callable[[], None] | None, seconds: float,
+           min_batches: int) -> tuple[float, int, int]:
+    """(seconds spent in ``source.read``, samples, bytes delivered) over the batches, stopping once
+    ``seconds`` of reading and ``min_batches`` batches are done. Only the read is timed: ``prepare`` (run
+    before each batch), the batch's conversion to what the source takes, and counting the bytes are not."""
     spent, samples, nbytes = 0.0, 0, 0
     for k, batch in enumerate(batches):
         if prepare is not None:
             prepare()
+        arg = source.argument(batch)
         start = time.perf_counter()
-        got = read(batch)
+        got = source.read(arg)
         spent += time.perf_counter() - start
         samples += len(batch)
-        nbytes += got
+        nbytes += source.nbytes(got)
         if spent >= seconds and k + 1 >= min_batches:
             break
     return spent, samples, nbytes
 
 
-class _Reader:
-    """A storage reader as a ``read(batch) -> bytes delivered`` callable that can be reopened."""
+class _Source:
+    """What is timed: ``read(argument(batch))``; ``nbytes`` of what it returned is counted untimed."""
+
+    def argument(self, batch: np.ndarray):
+        return batch
+
+    def __call__(self, batch: np.ndarray):
+        return self.read(self.argument(batch))
+
+
+class _Reader(_Source):
+    """A storage reader (given the batch as a list of ints, as a DataLoader hands it), reopenable."""
 
     def __init__(self, storage, path: Path, fields: Sequence[str]):
         self.storage, self.path, self.fields = storage, path, fields
         self.reader = storage.open(path, fields=fields)
 
-    def __call__(self, batch: np.ndarray) -> int:
-        return sum(s.nbytes for s in self.reader.read_batch(batch.tolist()))
+    def argument(self, batch: np.ndarray) -> list[int]:
+        return batch.tolist()
+
+    def read(self, indices: list[int]) -> list:
+        return self.reader.read_batch(indices)
+
+    @staticmethod
+    def nbytes(samples: list) -> int:
+        return sum(s.nbytes for s in samples)
 
     def reopen(self) -> None:
         self.reader.close()
@@ -111,7 +130,7 @@ class _Reader:
         self.reader.close()
 
 
-class _RamGather:
+class _RamGather(_Source):
     """The fields in RAM, read once from the mmap materialisation; a batch is one gather per array."""
 
     def __init__(self, path: Path, fields: Sequence[str]):
@@ -119,14 +138,15 @@ class _RamGather:
         self.flat = {f: ((path / f"{f}.bin").read_bytes(), np.load(path / f"{f}_offsets.npy"))
                      for f in fields if not f.endswith("_emb")}
 
-    def __call__(self, batch: np.ndarray) -> int:
-        n = 0
-        for a in self.arrays.values():
-            n += a[batch].nbytes
+    def read(self, batch: np.ndarray) -> list:
+        out = [a[batch] for a in self.arrays.values()]
         for flat, offs in self.flat.values():
-            got = [flat[a:b] for a, b in zip(offs[batch].tolist(), offs[batch + 1].tolist())]
-            n += sum(map(len, got))
-        return n
+            out.append([flat[a:b] for a, b in zip(offs[batch].tolist(), offs[batch + 1].tolist())])
+        return out
+
+    @staticmethod
+    def nbytes(got: list) -> int:
+        return sum(x.nbytes if isinstance(x, np.ndarray) else sum(map(len, x)) for x in got)
 
     def reopen(self) -> None:  # RAM has no cold state
         pass
@@ -174,7 +194,7 @@ def article_file(spec: DatasetSpec, data_dir: Path, mmap_path: Path) -> Path:
     return path
 
 
-class _ArticleHdf5:
+class _ArticleHdf5(_Source):
     """The first article's Dataset: one h5py file, ``dataset[i]`` per row and per field."""
 
     def __init__(self, path: Path, fields: Sequence[str]):
@@ -187,16 +207,21 @@ class _ArticleHdf5:
         self.file = h5py.File(self.path, "r", libver="latest", swmr=True)
         self.dsets = [self.file[f] for f in self.fields]
 
-    def __call__(self, batch: np.ndarray) -> int:
-        n = 0
-        for i in batch.tolist():
-            for ds in self.dsets:
-                row = ds[i]
-                if isinstance(row, np.ndarray) and row.dtype != object:
-                    n += torch.from_numpy(row).numel() * row.itemsize
-                else:
-                    n += len(row)
-        return n
+    def argument(self, batch: np.ndarray) -> list[int]:
+        return batch.tolist()
+
+    def read(self, indices: list[int]) -> list:
+        out = []
+        for i in indices:  # the article's __getitem__, once per index
+            row = [ds[i] for ds in self.dsets]
+            out.append([torch.from_numpy(x) if isinstance(x, np.ndarray) and x.dtype != object else x
+                        for x in row])
+        return out
+
+    @staticmethod
+    def nbytes(got: list) -> int:
+        return sum(x.numel() * x.element_size() if isinstance(x, torch.Tensor) else len(x)
+                   for row in got for x in row)
 
     def close(self) -> None:
         self.file.close()
