@@ -174,6 +174,12 @@ def scanned(spec: SourceSpec, data_dir: Path, progress: bool = True) -> SourceSp
     done now (with progress) and saved there."""
     with _locked(Path(data_dir) / f".{spec.key()}.scan.lock"):
         if spec.load_scan(data_dir):
+            stats = spec.stats
+            if spec.strict and stats.corrupt:  # the saved scan skipped them; strict fails on the first
+                first = stats.corrupt_keys[0] if stats.corrupt_keys else "an image"
+                raise UsageError(f"{spec.root}/{first}: not a readable JPEG ({stats.corrupt} in the source); "
+                                 f"remove it, or run without --strict-data to skip corrupt images (they are "
+                                 f"counted)")
             return spec
         bar = Progress(f"scan {spec.root}", _records_estimate(spec), sys.stderr) if progress else None
         spec.scan(progress=(lambda n: bar.update(min(n, bar.total) if bar.total else n)) if bar else None)
