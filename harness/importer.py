@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import re
 import json
 import os
 import tarfile
@@ -143,7 +144,8 @@ def decode_small(jpeg: bytes) -> tuple[np.ndarray, tuple[int, int]]:
     except ValueError:
         raise
     except (OSError, SyntaxError, Image.DecompressionBombError) as err:  # PIL's ways of saying "corrupt"
-        raise ValueError(" ".join(str(err).split()) or type(err).__name__) from None
+        text = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the bytes", " ".join(str(err).split()))  # no addresses
+        raise ValueError(text or type(err).__name__) from None
 
 
 def _embedding(value, dim: int, name: str, where: str) -> np.ndarray:
@@ -371,7 +373,7 @@ class SourceSpec:
         except ValueError as err:
             if self.strict:
                 raise UsageError(f"{self.root}/{rec.key} is not a readable JPEG ({err}); remove it, or run "
-                                 f"without --strict to skip corrupt images (they are counted)") from None
+                                 f"without --strict-data to skip corrupt images (they are counted)") from None
             stats.corrupt += 1
             if len(stats.corrupt_keys) < MAX_LISTED:
                 stats.corrupt_keys.append(f"{rec.key}: {err}")
