@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "warm pre-reads them (default: as-is)")
     depth.add_argument("--decompose", action="store_true",
                        help="per cell, also measure compute alone and the pipeline warm and cold")
+    depth.add_argument("--loader-only", action="store_true",
+                       help="time each storage's read path alone (no training, no DataLoader), warm and cold, "
+                            "against a RAM gather and the first article's per-row h5py reads; writes loader.jsonl")
     depth.add_argument("--profile", action="store_true",
                        help="torch.profiler traces per cell and rank under RUN_DIR/traces/")
     gate = p.add_argument_group("repeats, baselines and the CI gate")
@@ -167,7 +170,7 @@ def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is"
             "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": device != "cuda",
             "device": name or device_name(sc, device), "image_size": t.image_size, "steps": t.steps,
             "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
-            "prefetch_factor": t.prefetch_factor, "cache_state": cache_state,
+            "prefetch_factor": t.prefetch_factor, "cache_state": cache_state, "decoder": t.decoder,
             **({"gpu": gpuinfo.comparability_key()} if device == "cuda" else {})}
 
 
@@ -242,6 +245,17 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dic
     return code
 
 
+def cmd_loader_only(args: argparse.Namespace, sc: scenario.Scenario) -> int:
+    """--loader-only: each storage's read path alone, beside a RAM gather and the article's per-row reads."""
+    from harness import loaderonly
+
+    run_dir = results.new_run_dir(args.out, f"{sc.name}-loader")
+    states = loaderonly.CACHE_STATES if args.cache_state == "as-is" else (args.cache_state,)
+    loaderonly.run(sc, args.data_dir, run_dir, states, progress=not args.quiet)
+    print(f"\nresults: {run_dir}", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
     load_plugins(args.plugin)
     if args.repeats < 1:
@@ -264,6 +278,8 @@ def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
         return EXIT_OK
     runsetup.scan_source(sc, args.data_dir, progress=not args.quiet)  # an imported source: its size, corrupt JPEGs
+    if args.loader_only:
+        return cmd_loader_only(args, sc)
     comparable = comparable_of(sc, device, args.cache_state)
     baseline = compare.load_baseline(args.baseline) if args.baseline else None
     if baseline is not None:  # fail fast, before anything runs

@@ -10,7 +10,6 @@ only the JPEG bytes are handed over, as uint8 tensors; harness.devprep decodes t
 """
 from __future__ import annotations
 
-import io
 import os
 import random
 import threading
@@ -19,7 +18,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import Dataset
 
 from harness.decoders import decode_resize  # noqa: F401  (the decoders moved there; callers import it here)
@@ -35,19 +33,26 @@ def tokenize(caption: str) -> list[int]:
     return [zlib.crc32(w.encode()) % (VOCAB_SIZE - 1) + 1 for w in caption.split()[:MAX_TOKENS]]
 
 
-def decoded_pixels(sides: np.ndarray, image_size: int) -> np.ndarray:
-    """Pixels libjpeg decodes for each (height, width) in `sides` under decode_resize's draft mode.
+def decoded_pixels(sides: np.ndarray, image_size: int, decoder: str = "pil") -> np.ndarray:
+    """Pixels libjpeg decodes for each (height, width) in `sides` under decode_resize's reduced-scale decode.
 
-    PIL's draft picks the largest scale 1/s, s in (8, 4, 2, 1), with s <= min(w // target_w, h // target_h),
-    and decodes ceil(w / s) x ceil(h / s) pixels. This is the decode work of a sample: on the generated
-    cc3m data it predicts decode+resize time better (r = 0.81) than the stored JPEG bytes (0.78), the source
-    pixels (0.76) or the resized area (0.47).
+    PIL's draft picks the largest scale 1/s, s in (8, 4, 2, 1), with s <= min(w // target_w, h // target_h);
+    simplejpeg picks the smallest of libjpeg-turbo's scales n/8, n = 1..8, that keeps both sides at least
+    the target's. Either decodes ceil(w * scale) x ceil(h * scale) pixels. This is the decode work of a
+    sample: on the generated cc3m data (PIL) it predicts decode+resize time better (r = 0.81) than the
+    stored JPEG bytes (0.78), the source pixels (0.76) or the resized area (0.47).
     """
     sides = np.asarray(sides, dtype=np.int64)
     h, w = sides[:, 0], sides[:, 1]
     scale = image_size / np.maximum(h, w)
     th = np.maximum(1, np.round(h * scale)).astype(np.int64)
     tw = np.maximum(1, np.round(w * scale)).astype(np.int64)
+    if decoder == "simplejpeg":
+        n = np.full(len(sides), 8, dtype=np.int64)
+        for k in range(7, 0, -1):  # the smallest n/8 whose decode still covers the target
+            fits = (-(-w * k // 8) >= tw) & (-(-h * k // 8) >= th)
+            n = np.where(fits, k, n)
+        return (-(-h * n // 8)) * (-(-w * n // 8))
     ratio = np.minimum(w // tw, h // th)
     s = np.select([ratio >= 8, ratio >= 4, ratio >= 2], [8, 4, 2], default=1)
     return (-(-h // s)) * (-(-w // s))
@@ -100,10 +105,12 @@ class SampleDataset(Dataset):
     Without a cache strategy (cache=None) every read goes to storage.
     """
 
-    def __init__(self, reader, workload: str, image_size: int, cache=None, preprocess=None):
+    def __init__(self, reader, workload: str, image_size: int, cache=None, preprocess=None,
+                 decoder: str = "pil"):
         self.reader = reader
         self.workload = workload
         self.image_size = image_size
+        self.decoder = decoder
         self.on_device = preprocess is not None and preprocess.where == "device"
         self.flip = preprocess is not None and preprocess.flip and not self.on_device
         self.scope = None if cache is None else cache.scope
@@ -155,7 +162,7 @@ class SampleDataset(Dataset):
             item["jpeg"] = torch.frombuffer(bytearray(s.jpeg), dtype=torch.uint8)
             item["tokens"] = tokenize(s.caption)
         elif self.workload == "pixels":
-            item["image"] = torch.from_numpy(decode_resize(s.jpeg, self.image_size))
+            item["image"] = torch.from_numpy(decode_resize(s.jpeg, self.image_size, self.decoder))
             item["tokens"] = tokenize(s.caption)
         else:
             item["image_emb"] = torch.from_numpy(s.image_emb)

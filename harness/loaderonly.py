@@ -321,7 +321,8 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
         sources = [(REF_RAM, lambda: _RamGather(mmap_path, fields), [])]
         for c in choices:
             storage = c.create()
-            sources.append((c.label, lambda s=storage, p=paths[c.label]: _Reader(s, p, fields), storage.files(paths[c.label])))
+            path = paths[c.label]
+            sources.append((c.label, lambda s=storage, p=path: _Reader(s, p, fields), storage.files(path)))
         sources.append((REF_ARTICLE, lambda: _ArticleHdf5(article, fields), [article]))
         for state in cache_states:
             for name, make, files in sources:

@@ -3,8 +3,10 @@ storage reader -> cache -> SampleDataset(__getitems__) -> sampler -> batching ->
 processes, or a thread pool in the rank: the loader axis), with pixels prepared where the preprocess axis says.
 
 It also derives what the cost-aware strategies need: per-sample costs (the decode work, i.e. source
-pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the device cost of a batch and the budget that fits the device's memory: modelled from the catalogue on an
-emulated device, measured (a probe at two batch sizes, harness.memprobe) against torch.cuda.mem_get_info on CUDA.
+pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the
+device cost of a batch and the budget that fits the device's memory: modelled from the catalogue on an
+emulated device, measured (a probe at two batch sizes, harness.memprobe) against torch.cuda.mem_get_info on
+CUDA.
 """
 from __future__ import annotations
 
@@ -108,7 +110,8 @@ def _costs(sc, reader, sampler_strategy, shapes) -> np.ndarray:
     if sampler_strategy.cost == "bytes" or shapes is None:
         return np.asarray(reader.stored_bytes(), dtype=np.float64)
     # the decode work: source pixels at the decoder's reduced scale
-    return decoded_pixels(image_sides(sc.dataset), sc.training.image_size).astype(np.float64)
+    tr = sc.training
+    return decoded_pixels(image_sides(sc.dataset), tr.image_size, tr.decoder).astype(np.float64)
 
 
 def build(ctx, cell: Cell) -> Pipeline:
@@ -118,7 +121,8 @@ def build(ctx, cell: Cell) -> Pipeline:
     reader = storage.open(data_path, fields=FIELDS_FOR[tr.workload])
     cache = cell.choice("cache").create()
     prep = cell.choice("preprocess").create()
-    dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache, preprocess=prep)
+    dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache, preprocess=prep,
+                            decoder=tr.decoder)
     shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
     sampler_strategy = cell.choice("sampler").create()
     costs = _costs(sc, reader, sampler_strategy, shapes)

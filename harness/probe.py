@@ -37,7 +37,7 @@ def _pool(spec, size: int) -> list:
 def ideal_samples_per_s(scenario: Scenario, seconds: float = 0.4, pool: int = 64) -> float:
     tr = scenario.training
     samples = _pool(scenario.dataset, pool)
-    dataset = SampleDataset(_InMemoryReader(samples), tr.workload, tr.image_size)
+    dataset = SampleDataset(_InMemoryReader(samples), tr.workload, tr.image_size, decoder=tr.decoder)
     batch = [i % len(samples) for i in range(tr.batch_size)]
     collate(dataset.__getitems__(batch))  # warm-up
     done, start = 0, time.perf_counter()

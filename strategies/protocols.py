@@ -4,8 +4,8 @@ The precision, preprocess and loader axes are declarative: their strategies carr
 applies (autocast, where pixels are prepared, what runs the loader), so their protocols are attributes.
 
 Every member a harness uses is declared here. Optional capabilities have a default implementation in the
-axis's small base class (``StorageBase``, ``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy that subclasses it
-gets them and the harness never probes with ``getattr``. A strategy may also satisfy its protocol
+axis's small base class (``StorageBase``, ``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy
+that subclasses it gets them and the harness never probes with ``getattr``. A strategy may also satisfy its protocol
 structurally; :func:`missing` names the members it lacks. The protocols are ``runtime_checkable``:
 ``isinstance(obj, Cache)`` checks that every member exists (not its signature).
 """

@@ -114,9 +114,10 @@ def test_comparable_names_every_setting_and_the_real_device():
                     "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": True,
                     "device": f"{sc.accelerator.name} (emulated)", "image_size": t.image_size,
                     "steps": t.steps, "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
-                    "prefetch_factor": t.prefetch_factor, "cache_state": "cold"}
+                    "prefetch_factor": t.prefetch_factor, "cache_state": "cold", "decoder": t.decoder}
     on_gpu = cli.comparable_of(sc, "cuda", name="NVIDIA H200")
     assert on_gpu["device"] == "NVIDIA H200" and on_gpu["emulated"] is False
+    assert set(on_gpu["gpu"]) == {"gpu_count", "gpu_names", "gpu_memory_bytes", "driver", "cuda_runtime"}
 
 
 def test_strict_and_what_if_options_parse():

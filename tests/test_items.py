@@ -124,3 +124,22 @@ def test_decoded_pixels_match_pil_draft_on_generated_jpegs():
             img.draft("RGB", (max(1, round(w * scale)), max(1, round(h * scale))))
             assert img.size[0] * img.size[1] == predicted[i], (i, image_size, (w, h), img.size)
     assert len(set(predicted.tolist())) > 10  # the cost varies between samples
+
+
+def test_decoded_pixels_match_simplejpeg_scales():
+    """With decoder = simplejpeg the cost is the pixels of the n/8 scale libjpeg-turbo really decodes."""
+    import simplejpeg
+
+    from harness.dataset import DatasetSpec, generate_sample, image_sides
+    from harness.decoders import target_size
+    from harness.items import decoded_pixels
+
+    spec = DatasetSpec(samples=40, seed=3, profile="cc3m", image_scale=1.0)
+    for image_size in (64, 160):
+        predicted = decoded_pixels(image_sides(spec), image_size, "simplejpeg")
+        for i in range(spec.samples):
+            jpeg = generate_sample(spec, i).jpeg
+            h, w, _, _ = simplejpeg.decode_jpeg_header(jpeg)
+            tw, th = target_size(w, h, image_size)
+            out = simplejpeg.decode_jpeg(jpeg, colorspace="RGB", min_height=th, min_width=tw)
+            assert out.shape[0] * out.shape[1] == predicted[i], (i, image_size, (w, h), out.shape)

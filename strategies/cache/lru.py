@@ -20,6 +20,7 @@ from strategies.cache.store import LRUStore
 from strategies.params import choice, number
 from strategies.protocols import CacheBase
 from strategies.registry import register
+from strategies.sample import Sample
 
 SCOPES = ("worker", "shared")
 LEVELS = ("stored", "decoded")
@@ -42,7 +43,10 @@ class CachedFetch:
             if len(items) != len(missing):
                 raise RuntimeError(f"fetch returned {len(items)} items for {len(missing)} indices")
             read = dict(zip(missing, items))
-            self.store.put_many([(k, v, int(self.sizeof(v))) for k, v in read.items()])
+            # a stored sample may be a row of its batch's shared buffer: keep an owned copy, so the cache
+            # holds what it counts and not the whole batch
+            self.store.put_many([(k, v.detached() if isinstance(v, Sample) else v, int(self.sizeof(v)))
+                                 for k, v in read.items()])
             found.update(read)
         return [found[i] for i in indices]
 

@@ -9,7 +9,8 @@ Layout under ``path``::
 Key: the index as 8 ASCII digits (so key order is index order and neighbours share B-tree pages). Value:
 a little-endian header ``uint32[4]`` = (jpeg bytes, caption bytes, image_emb floats, text_emb floats), then
 the jpeg, the utf-8 caption and the two float32 vectors. A reader opens the environment lazily in each
-process (one handle per process shared by its readers, see ``_EnvHandle``; readonly, ``lock=False``: nothing writes while it reads, so no reader table is needed;
+process (one handle per process shared by its readers, see ``_EnvHandle``; readonly, ``lock=False``:
+nothing writes while it reads, so no reader table is needed;
 ``readahead=False``: the reads are random, and readahead would fill the page cache with neighbours), reads a
 batch in one read transaction with zero-copy buffers, and copies out only the requested fields.
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from strategies.protocols import StorageBase
 from strategies.registry import register
-from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.sample import FIELDS, Sample
 from strategies.storage.base import checked_fields, checked_indices, in_order, read_count, write_meta
 
 HEADER = struct.Struct("<4I")
