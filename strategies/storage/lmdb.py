@@ -30,7 +30,7 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
-from strategies.storage.base import checked_fields, checked_indices, in_order, read_count, write_meta
+from strategies.storage.base import checked_fields, checked_indices, in_order, load_mapped, read_count, write_meta
 
 HEADER = struct.Struct("<4I")
 MAP_BYTES_PER_SAMPLE = 1 << 20  # virtual address space only: a sparse file grows with the data written
@@ -143,9 +143,9 @@ class LmdbReader:
                     s.text_emb = np.frombuffer(value[d:e], dtype="<f4").astype(np.float32)
         return out
 
-    def stored_bytes(self) -> list[int]:
-        if self._stored is None:
-            self._stored = np.load(self.path / "stored_bytes.npy").tolist()
+    def stored_bytes(self) -> np.ndarray:
+        if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
+            self._stored = load_mapped(self.path / "stored_bytes.npy")
         return self._stored
 
     def close(self) -> None:

@@ -28,7 +28,8 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
+from strategies.storage.base import (LazyHandle, checked_fields, checked_indices, in_order, load_mapped,
+    read_count, write_meta)
 
 COLUMN = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb", "text_emb": "text_emb"}
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
@@ -122,9 +123,9 @@ class ParquetReader:
             cache.popitem(last=False)
         return out
 
-    def stored_bytes(self) -> list[int]:
-        if self._stored is None:
-            self._stored = np.load(self.path / "stored_bytes.npy").tolist()
+    def stored_bytes(self) -> np.ndarray:
+        if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
+            self._stored = load_mapped(self.path / "stored_bytes.npy")
         return self._stored
 
     def close(self) -> None:

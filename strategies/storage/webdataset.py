@@ -35,7 +35,8 @@ from strategies.params import integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import LazyHandle, checked_fields, checked_indices, in_order, read_count, write_meta
+from strategies.storage.base import (LazyHandle, checked_fields, checked_indices, in_order, load_mapped,
+    read_count, write_meta)
 
 # member extension of each sample field, in FIELDS order (the column pairs of index.npy)
 MEMBERS = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb.npy", "text_emb": "text_emb.npy"}
@@ -162,9 +163,9 @@ class WebDatasetReader:
                         setattr(s, field, np.frombuffer(piece, dtype="<f4").astype(np.float32))
         return out
 
-    def stored_bytes(self) -> list[int]:
-        if self._stored is None:
-            self._stored = np.load(self.path / "stored_bytes.npy").tolist()
+    def stored_bytes(self) -> np.ndarray:
+        if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
+            self._stored = load_mapped(self.path / "stored_bytes.npy")
         return self._stored
 
     def shards(self) -> list[range]:
