@@ -24,11 +24,11 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import Sampler
 
 from strategies.params import choice
 from strategies.protocols import SamplerBase
 from strategies.registry import register
+from strategies.sampler.epochs import DistributedEpochs
 
 
 def padded_permutation(size: int, total_size: int, seed: int, epoch: int) -> list[int]:
@@ -62,26 +62,16 @@ def lpt_assign(costs: np.ndarray, num_replicas: int) -> np.ndarray:
     return ranks
 
 
-class BalancedDistributedSampler(Sampler[int]):
+class BalancedDistributedSampler(DistributedEpochs):
     def __init__(self, size: int, num_replicas: int, rank: int, seed: int, costs: np.ndarray,
                  batch_size: int) -> None:
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        super().__init__(size, num_replicas, rank, seed)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.costs = np.asarray(costs, dtype=np.float64)
         if self.costs.shape != (size,):
             raise ValueError(f"costs has shape {self.costs.shape}, expected ({size},)")
-        self.size, self.num_replicas, self.rank = size, num_replicas, rank
-        self.seed, self.batch_size, self.epoch = seed, batch_size, 0
-        self.num_samples = math.ceil(size / num_replicas)
-        self.total_size = self.num_samples * num_replicas
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.num_samples
+        self.batch_size = batch_size
 
     def __iter__(self) -> Iterator[int]:
         indices = padded_permutation(self.size, self.total_size, self.seed, self.epoch)

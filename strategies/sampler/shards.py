@@ -29,15 +29,14 @@ passes them as ``shards=`` (a storage with shards has a ``shards(path) -> list[r
 """
 from __future__ import annotations
 
-import math
 from typing import Iterator, Sequence
 
 import numpy as np
-from torch.utils.data import Sampler
 
 from strategies.params import integer
 from strategies.protocols import SamplerBase
 from strategies.registry import register
+from strategies.sampler.epochs import DistributedEpochs
 
 
 def fixed_shards(size: int, shard_size: int) -> list[range]:
@@ -89,22 +88,12 @@ def buffer_shuffle(items: np.ndarray, buffer_size: int, rng: np.random.Generator
     return out
 
 
-class ShardStreamSampler(Sampler[int]):
+class ShardStreamSampler(DistributedEpochs):
     def __init__(self, size: int, num_replicas: int, rank: int, seed: int, shard_size: int, buffer_size: int,
                  shards: Sequence[range] | None = None) -> None:
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        self.size, self.num_replicas, self.rank, self.seed = size, num_replicas, rank, seed
-        self.buffer_size, self.epoch = buffer_size, 0
+        super().__init__(size, num_replicas, rank, seed)
+        self.buffer_size = buffer_size
         self.shards = checked_shards(shards, size) if shards is not None else fixed_shards(size, shard_size)
-        self.num_samples = math.ceil(size / num_replicas)
-        self.total_size = self.num_samples * num_replicas
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return self.num_samples
 
     def rank_stream(self) -> np.ndarray:
         """This rank's slice of the epoch's shard stream, before the buffer shuffle."""
