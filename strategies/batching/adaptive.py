@@ -1,4 +1,4 @@
-"""Feedback-controlled batch size (seed 004's DynamicBatchSampler, for comparison, minus its bugs).
+"""Feedback-controlled batch size (the second article's DynamicBatchSampler, for comparison, minus its bugs).
 
 The batch size starts at ``batch_size``. The training loop reports the device-memory use of each step
 by calling ``observe(memory_fraction)`` (used / capacity; report > 1 after an OOM) on the strategy, which

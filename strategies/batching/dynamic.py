@@ -8,7 +8,7 @@ below ``min_batch`` samples (default 1, so a single sample over budget forms its
 OOM safety net splits it). Batches run across window boundaries. Every index of the stream lands in
 exactly one batch, and the batches are a pure function of the sampler's stream.
 
-Unlike the blog's ``dynamic_batch_collate`` (seed 000), which catches the OOM in the collate function
+Unlike the first article's ``dynamic_batch_collate``, which catches the OOM in the collate function
 (where no device memory is allocated, so it never fires) and silently drops the rest of the batch, this
 plans each batch from its modelled cost before anything is loaded and drops nothing.
 

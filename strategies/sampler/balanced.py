@@ -9,7 +9,7 @@ costliest first, each to the least-loaded rank that still has room (ties to the 
 gets exactly ``len(step) / num_replicas`` indices of every step, hence ``total_size / num_replicas`` in
 all and the same number of fixed batches; its k-th ``batch_size`` slice is its share of step k.
 
-Unlike the blog's ``DistributedSamplerWithBalance`` (seed 000), which gave every rank the same unshuffled
+Unlike the first article's ``DistributedSamplerWithBalance``, which gave every rank the same unshuffled
 prefix of the dataset, stopped after ~1/world of it, ignored rank, epoch and ``__len__`` and loaded every
 image in ``__init__`` to weigh it, this keeps DistributedSampler's contract: every index once per epoch
 across ranks (plus the same padding), equal lengths, order a pure function of (seed, epoch).
