@@ -47,7 +47,10 @@ from harness.scenario import Scenario, StrategyChoice, Training
 from harness.trainloop import RankContext, run_cell
 from strategies import registry
 
-TOLERANCE = 3.0  # % for throughput, percentage points for stall and AU
+# % for throughput, percentage points for stall, peer wait and AU. On a host with 2 cores or fewer the ranks,
+# their workers and the hand-off share the cores, and the overlapped regime drifts by up to ~3.3% between
+# runs there: 5 on such a host (stated in the output), 3 elsewhere.
+TOLERANCE = 3.0 if (os.cpu_count() or 1) > 2 else 5.0
 
 
 @dataclass(frozen=True)
