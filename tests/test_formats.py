@@ -3,7 +3,6 @@ mmap, hdf5), requested fields only, per-process handles, shard structure, and fi
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import random
 import tarfile
@@ -12,11 +11,10 @@ import lmdb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 from harness.dataset import DatasetSpec, generate_sample, iter_samples
 from harness.materialise import load_manifest, materialise
+from forked_readers import check_forked_workers
 from strategies import registry
 from strategies.protocols import Reader, Storage
 from strategies.sample import FIELDS
@@ -284,36 +282,9 @@ def test_lmdb_grows_its_map_when_the_estimate_is_too_small(tmp_path, monkeypatch
 # ---- in DataLoader workers ----
 
 
-class _BatchDataset(Dataset):
-    def __init__(self, reader):
-        self.reader = reader
-
-    def __len__(self):
-        return len(self.reader)
-
-    def __getitems__(self, indices):
-        return [(s.index, os.getpid(), s.jpeg, torch.from_numpy(s.image_emb)) for s in self.reader.read_batch(indices)]
-
-    def __getitem__(self, i):  # pragma: no cover - DataLoader uses __getitems__
-        return self.__getitems__([i])[0]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NEW)
 def test_reader_works_in_forked_dataloader_workers_after_parent_use(name, paths, expected):
     reader = registry.create("storage", name).open(paths[name])
-    reader.read_batch([0, 1])  # the parent opened its handles before the fork
-    loader = DataLoader(_BatchDataset(reader), batch_size=8, shuffle=True,
-                        generator=torch.Generator().manual_seed(0), num_workers=2,
-                        multiprocessing_context="fork", collate_fn=lambda items: items)
-    seen, pids = [], set()
-    for batch in loader:
-        for index, pid, jpeg, emb in batch:
-            assert jpeg == expected[index].jpeg
-            assert np.array_equal(emb.numpy(), expected[index].image_emb)
-            seen.append(index)
-            pids.add(pid)
-    assert sorted(seen) == list(range(SPEC.samples))
-    assert os.getpid() not in pids and len(pids) == 2
-    assert reader.read_batch([3])[0].same_as(expected[3])
+    check_forked_workers(reader, expected)
     reader.close()

@@ -2,18 +2,16 @@
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import random
 
 import numpy as np
 import pytest
-import torch
-from torch.utils.data import DataLoader, Dataset
 
 from harness.dataset import DatasetSpec, generate_sample
 from harness.errors import UsageError
 from harness.materialise import load_manifest, materialise
+from forked_readers import check_forked_workers
 from strategies import registry
 from strategies.protocols import Reader, Storage
 from strategies.sample import FIELDS
@@ -162,49 +160,11 @@ def test_reader_opens_nothing_before_use_and_survives_pickling(name, paths, expe
     clone2.close()
 
 
-class _BatchDataset(Dataset):
-    def __init__(self, reader):
-        self.reader = reader
-
-    def __len__(self):
-        return len(self.reader)
-
-    def __getitems__(self, indices):
-        return [(s.index, os.getpid(), s.jpeg, torch.from_numpy(s.image_emb)) for s in self.reader.read_batch(indices)]
-
-    def __getitem__(self, i):  # pragma: no cover - DataLoader uses __getitems__
-        return self.__getitems__([i])[0]
-
-
-def _collate(items):
-    return items
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", STORAGES)
 def test_reader_works_in_forked_dataloader_workers_after_parent_use(name, paths, expected):
     reader = registry.create("storage", name).open(paths[name])
-    reader.read_batch([0, 1])  # the parent opened its handles before the fork
-    loader = DataLoader(
-        _BatchDataset(reader),
-        batch_size=8,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(0),
-        num_workers=2,
-        multiprocessing_context="fork",
-        collate_fn=_collate,
-    )
-    seen, pids = [], set()
-    for batch in loader:
-        for index, pid, jpeg, emb in batch:
-            assert jpeg == expected[index].jpeg
-            assert np.array_equal(emb.numpy(), expected[index].image_emb)
-            seen.append(index)
-            pids.add(pid)
-    assert sorted(seen) == list(range(SPEC.samples))
-    assert os.getpid() not in pids and len(pids) == 2
-    # The parent still reads after its workers forked.
-    assert reader.read_batch([3])[0].same_as(expected[3])
+    check_forked_workers(reader, expected)
     reader.close()
 
 
