@@ -128,6 +128,24 @@ def slices(flat, offsets: np.ndarray, sorted_idx: np.ndarray, base: int = 0) -> 
     return [flat[base + a:base + b] for a, b in zip(starts, ends)]
 
 
+def mapped_columns(fields: Sequence[str], flat: dict, arrays: dict, sorted_idx: np.ndarray, order: np.ndarray,
+                   bases: dict[str, int] | None = None) -> dict[str, list]:
+    """A batch's per-field columns, in request order, from memory-mapped storage: the jpeg and caption bytes
+    sliced from ``flat[name]`` at ``arrays[name + "_offsets"]`` (shifted by ``bases[name]``), the embeddings
+    gathered from ``arrays[name]`` into one buffer each."""
+    columns: dict[str, list] = {}
+    for name in ("jpeg", "caption"):
+        if name in fields:
+            got = slices(flat[name], arrays[name + "_offsets"], sorted_idx, (bases or {}).get(name, 0))
+            if name == "caption":
+                got = [b.decode("utf-8") for b in got]
+            columns[name] = in_request_order(got, order)
+    for name in ("image_emb", "text_emb"):
+        if name in fields:
+            columns[name] = in_request_order(list(gather_rows(arrays[name], sorted_idx)), order)
+    return columns
+
+
 def build_samples(indices: list[int], columns: dict[str, list]) -> list[Sample]:
     """Samples in request order from per-field columns (a field not read stays None)."""
     none = itertools.repeat(None)

@@ -38,7 +38,7 @@ from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices,
                                      gather_rows, in_order, in_request_order, load_mapped, map_file,
-                                     read_meta, slices, sorted_order, write_meta)
+                                     mapped_columns, read_meta, sorted_order, write_meta)
 
 WRITE_BATCH = 512
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
@@ -169,17 +169,8 @@ class Hdf5Reader:
 
     def _read_mapped(self, sidx: np.ndarray, order: np.ndarray) -> dict[str, list]:
         maps = self._h.get()
-        columns: dict[str, list] = {}
-        for name in _VAR:
-            if name in self.fields:
-                got = slices(maps.flat[name], maps.arrays[name + "_offsets"], sidx, int(maps.arrays[name + "_base"]))
-                if name == "caption":
-                    got = [b.decode("utf-8") for b in got]
-                columns[name] = in_request_order(got, order)
-        for name in _EMB_DIMS:
-            if name in self.fields:
-                columns[name] = in_request_order(list(gather_rows(maps.arrays[name], sidx)), order)
-        return columns
+        bases = {name: int(maps.arrays[name + "_base"]) for name in _VAR if name in self.fields}
+        return mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, bases)
 
     def _read_chunked(self, idx: np.ndarray, sidx: np.ndarray, order: np.ndarray) -> dict[str, list]:
         f = self._h.get()

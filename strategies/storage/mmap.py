@@ -18,9 +18,8 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices, gather_rows,
-                                     in_order, in_request_order, load_mapped, map_file, read_count, slices,
-                                     sorted_order, write_meta)
+from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices, in_order,
+                                     load_mapped, map_file, mapped_columns, read_count, sorted_order, write_meta)
 
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
 _VAR = ("jpeg", "caption")
@@ -60,17 +59,7 @@ class MmapReader:
             return []
         maps = self._maps.get()
         order, sidx = sorted_order(idx)
-        columns: dict[str, list] = {}
-        for name in _VAR:
-            if name in self.fields:
-                got = slices(maps.flat[name], maps.arrays[name + "_offsets"], sidx)
-                if name == "caption":
-                    got = [b.decode("utf-8") for b in got]
-                columns[name] = in_request_order(got, order)
-        for name in _EMB_DIMS:
-            if name in self.fields:
-                columns[name] = in_request_order(list(gather_rows(maps.arrays[name], sidx)), order)
-        return build_samples(idx.tolist(), columns)
+        return build_samples(idx.tolist(), mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order))
 
     def stored_bytes(self) -> np.ndarray:
         """Memory-mapped int64[N] (computed in memory for a materialisation written before the sidecar)."""
