@@ -15,16 +15,17 @@ from dataclasses import dataclass
 import numpy as np
 from torch.utils.data import DataLoader
 
-from harness.dataset import DatasetSpec, image_sides
+from harness.dataset import image_sides
 from harness.devprep import DevicePrep
 from harness.matrix import Cell
 from harness.items import FIELDS_FOR, Collate, SampleDataset, decoded_pixels
 from harness.threadloader import ThreadLoader
 
 
-def resized_shapes(spec: DatasetSpec, image_size: int) -> np.ndarray:
-    """int64[N, 2] (height, width) after the pixels workload's resize (same rounding as decode_resize)."""
-    sides = image_sides(spec).astype(np.float64)
+def resized_shapes(sides: np.ndarray, image_size: int) -> np.ndarray:
+    """int64[N, 2] (height, width) of images of `sides` after the pixels workload's resize (same rounding as
+    decode_resize)."""
+    sides = np.asarray(sides, dtype=np.float64)
     scale = image_size / sides.max(axis=1)
     return np.maximum(1, np.round(sides * scale[:, None])).astype(np.int64)
 
@@ -106,12 +107,11 @@ def _loader(ctx, dataset, batch_sampler, collate, strategy):
         multiprocessing_context="forkserver" if workers > 0 else None)
 
 
-def _costs(sc, reader, sampler_strategy, shapes) -> np.ndarray:
-    if sampler_strategy.cost == "bytes" or shapes is None:
+def _costs(tr, reader, sampler_strategy, sides: np.ndarray | None) -> np.ndarray:
+    if sampler_strategy.cost == "bytes" or sides is None:
         return np.asarray(reader.stored_bytes(), dtype=np.float64)
     # the decode work: source pixels at the decoder's reduced scale
-    tr = sc.training
-    return decoded_pixels(image_sides(sc.dataset), tr.image_size, tr.decoder).astype(np.float64)
+    return decoded_pixels(sides, tr.image_size, tr.decoder).astype(np.float64)
 
 
 def build(ctx, cell: Cell) -> Pipeline:
@@ -123,9 +123,10 @@ def build(ctx, cell: Cell) -> Pipeline:
     prep = cell.choice("preprocess").create()
     dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache, preprocess=prep,
                             decoder=tr.decoder)
-    shapes = resized_shapes(sc.dataset, tr.image_size) if tr.workload == "pixels" else None
+    sides = image_sides(sc.dataset) if tr.workload == "pixels" else None  # every image's size, once
+    shapes = resized_shapes(sides, tr.image_size) if sides is not None else None
     sampler_strategy = cell.choice("sampler").create()
-    costs = _costs(sc, reader, sampler_strategy, shapes)
+    costs = _costs(tr, reader, sampler_strategy, sides)
     shards = {"shards": storage.shards(data_path)} if sampler_strategy.uses_shards else {}
     sampler = sampler_strategy.sampler(size=len(dataset), num_replicas=ctx.world_size, rank=ctx.rank,
                                        seed=tr.seed, costs=costs, batch_size=tr.batch_size, **shards)
@@ -139,7 +140,6 @@ def build(ctx, cell: Cell) -> Pipeline:
     loader_strategy = cell.choice("loader").create()
     loader = _loader(ctx, dataset, batch_sampler, Collate(prep.normalise and prep.where == "host"),
                      loader_strategy)
-    devprep = DevicePrep(shapes, image_sides(sc.dataset), prep.flip) \
-        if prep.where == "device" and shapes is not None else None
+    devprep = DevicePrep(shapes, sides, prep.flip) if prep.where == "device" and shapes is not None else None
     return Pipeline(loader, sampler, batch_sampler, batching, cache, costs, devprep,
                     loader_strategy.side_stream and not ctx.device.emulated)
