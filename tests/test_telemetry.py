@@ -1,6 +1,7 @@
 """Telemetry: host memory and disk reads of the process tree; NVML skipped cleanly without an NVIDIA driver."""
 from __future__ import annotations
 
+import mmap
 import time
 
 import pytest
@@ -33,14 +34,17 @@ def test_nvml_sampler_samples_at_10_hz_or_faster():
 def test_memory_sampler_sees_this_process_and_restarts_at_the_window():
     with MemorySampler(interval=0.01) as sampler:
         start = sampler.peak_pss  # the sample taken on entering
-        ballast = bytearray(64 << 20)  # 64 MiB touched: resident
-        ballast[::4096] = b"x" * len(ballast[::4096])
+        # 64 MiB of fresh anonymous pages, each touched: resident, and returned to the kernel on close (a
+        # bytearray may reuse heap pages an earlier test left resident, which PSS already counted)
+        ballast = mmap.mmap(-1, 64 << 20)
+        for offset in range(0, 64 << 20, 4096):
+            ballast[offset] = 1
         seen = sampler.samples
         deadline = time.monotonic() + 10
         while sampler.samples < seen + 2 and time.monotonic() < deadline:  # a loaded host may be slow
             time.sleep(0.01)
         peak_before = sampler.peak_pss
-        del ballast
+        ballast.close()
         sampler.mark_window()  # the peaks restart here (warm-up excluded)
     assert peak_before >= start + (60 << 20) and sampler.samples >= 3
     assert 0 < sampler.peak_pss < peak_before - (32 << 20) and sampler.peak_pss <= sampler.peak_rss
