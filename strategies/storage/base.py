@@ -44,6 +44,19 @@ class LazyHandle:
         return {"_opener": self._opener, "_pid": None, "_value": None}
 
 
+class PicklesUnmapped:
+    """A reader whose pickle carries no memory map: the attributes named in ``_mapped`` (arrays viewing a
+    map, re-mapped lazily on next use) are pickled as None. A numpy view of a memory map pickles as a copy
+    of its whole data, so without this every DataLoader worker that receives the reader by pickle (spawn,
+    forkserver) would get a copy of e.g. ``stored_bytes`` instead of mapping it. Handles kept in a
+    ``LazyHandle`` drop their value on their own."""
+
+    _mapped: tuple[str, ...] = ("_stored",)
+
+    def __getstate__(self):
+        return dict(self.__dict__, **dict.fromkeys(self._mapped))
+
+
 def checked_fields(fields: Sequence[str]) -> tuple[str, ...]:
     """The fields as a tuple, or ValueError naming the unknown ones."""
     bad = [f for f in fields if f not in FIELDS]

@@ -30,7 +30,8 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
-from strategies.storage.base import checked_fields, checked_indices, in_order, load_mapped, read_count, write_meta
+from strategies.storage.base import (PicklesUnmapped, checked_fields, checked_indices, in_order, load_mapped,
+    read_count, write_meta)
 
 HEADER = struct.Struct("<4I")
 MAP_BYTES_PER_SAMPLE = 1 << 20  # virtual address space only: a sparse file grows with the data written
@@ -105,13 +106,13 @@ class _EnvHandle:
         return {"path": self.path, "_key": None, "_generation": -1}
 
 
-class LmdbReader:
+class LmdbReader(PicklesUnmapped):
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
         self.fields = checked_fields(fields)
         self._count = read_count(self.path)
         self._env = _EnvHandle(str(self.path))
-        self._stored: list[int] | None = None
+        self._stored: np.ndarray | None = None  # memory-mapped on first use; not pickled
 
     def __len__(self) -> int:
         return self._count
@@ -150,6 +151,7 @@ class LmdbReader:
 
     def close(self) -> None:
         self._env.close()
+        self._stored = None
 
 
 @register("storage", "lmdb")

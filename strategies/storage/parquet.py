@@ -28,8 +28,8 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, checked_fields, checked_indices, in_order, load_mapped,
-    read_count, write_meta)
+from strategies.storage.base import (LazyHandle, PicklesUnmapped, checked_fields, checked_indices, in_order,
+    load_mapped, read_count, write_meta)
 
 COLUMN = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb", "text_emb": "text_emb"}
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
@@ -72,7 +72,7 @@ class _Group:
                 self.values[field] = col.to_pylist()
 
 
-class ParquetReader:
+class ParquetReader(PicklesUnmapped):
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, cached_groups: int = 4):
         self.path = Path(path)
         self.fields = checked_fields(fields)
@@ -83,7 +83,7 @@ class ParquetReader:
         self._file = LazyHandle(functools.partial(pq.ParquetFile, str(self.path / "data.parquet"),
                                                   memory_map=False))
         self._groups = LazyHandle(OrderedDict)  # row group -> _Group, per process (emptied after a fork)
-        self._stored: list[int] | None = None
+        self._stored: np.ndarray | None = None  # memory-mapped on first use; not pickled
         self.groups_read = 0  # row groups read from the file by this reader in this process (for tests)
 
     def __len__(self) -> int:
@@ -131,6 +131,7 @@ class ParquetReader:
     def close(self) -> None:
         self._file.close()
         self._groups.close()
+        self._stored = None
 
 
 @register("storage", "parquet")

@@ -35,8 +35,8 @@ from strategies.params import integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, checked_fields, checked_indices, in_order, load_mapped,
-    read_count, write_meta)
+from strategies.storage.base import (LazyHandle, PicklesUnmapped, checked_fields, checked_indices, in_order,
+    load_mapped, read_count, write_meta)
 
 # member extension of each sample field, in FIELDS order (the column pairs of index.npy)
 MEMBERS = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb.npy", "text_emb": "text_emb.npy"}
@@ -90,10 +90,12 @@ def _index_shard(tar_path: Path, first: int, count: int, k: int, index: np.ndarr
 
 
 class _Descriptors:
-    """The shard files of one reader in one process, opened on first use."""
+    """The shard files of one reader in one process, opened on first use (their names read from shards.json
+    here, in the reading process: a pickled reader does not carry a list that grows with the dataset)."""
 
-    def __init__(self, root: str, names: list[str]):
-        self.root, self.names = root, names
+    def __init__(self, root: str):
+        self.root = root
+        self.names: list[str] = list(_read_shards_json(root)["shards"])
         self.fds: dict[int, int] = {}
 
     def fd(self, shard: int) -> int:
@@ -113,7 +115,7 @@ def _read_shards_json(path: Path) -> dict:
         return json.load(f)
 
 
-class WebDatasetReader:
+class WebDatasetReader(PicklesUnmapped):
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
         self.fields = checked_fields(fields)
@@ -121,9 +123,9 @@ class WebDatasetReader:
         layout = _read_shards_json(self.path)
         self.shard_size = int(layout["shard_size"])
         self._index = LazyHandle(functools.partial(np.load, str(self.path / "index.npy"), mmap_mode="r"))
-        self._fds = LazyHandle(functools.partial(_Descriptors, str(self.path), list(layout["shards"])))
+        self._fds = LazyHandle(functools.partial(_Descriptors, str(self.path)))
         self._columns = [c for c, f in enumerate(FIELDS) if f in self.fields]
-        self._stored: list[int] | None = None
+        self._stored: np.ndarray | None = None  # memory-mapped on first use; not pickled
 
     def __len__(self) -> int:
         return self._count
@@ -174,6 +176,7 @@ class WebDatasetReader:
     def close(self) -> None:
         self._fds.close()
         self._index.close()
+        self._stored = None
 
 
 def fixed_shards(count: int, shard_size: int) -> list[range]:
