@@ -25,19 +25,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
 
-from harness import compare, gpuinfo, launch, report, results, resume, runsetup, scenario, supervisor
-from harness.runsetup import CC3M_SAMPLES, full_scale, with_source
-from harness.errors import UsageError
-from harness.records import CellResult
-from harness.matrix import expand, select
+from harness.commands import bench, compare_runs, list_scenarios, rebuild_report, resume
+from harness.config import runsetup, scenario
+from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
+from harness.report import compare
 
 REPO = Path(__file__).resolve().parent.parent
-EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_BASELINE = 0, 1, 2, 3
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -77,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     cells.add_argument("--exclude", action="append", default=[], metavar="AXIS=NAME[,NAME]",
                        help="skip cells with these strategies on that axis (repeatable)")
     cells.add_argument("--dry-run", action="store_true", help="print the cells and exit without running")
+    add_run_options(p)
+    return p
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of a run's life, its depth and its gate."""
     life = p.add_argument_group("faults, resuming and the data")
     life.add_argument("--resume", metavar="RUN_DIR", help="run only the cells missing from RUN_DIR/cells.jsonl "
                       "(same scenario and settings), then rebuild its report")
@@ -105,7 +108,6 @@ def build_parser() -> argparse.ArgumentParser:
                       help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
     add_compare_options(gate)
     add_what_if_option(p)
-    return p
 
 
 def add_debug_option(parser) -> None:
@@ -126,7 +128,8 @@ def add_compare_options(group) -> None:
 def add_what_if_option(parser) -> None:
     parser.add_argument("--what-if-cores", type=float, metavar="N",
                         help="add a modelled column: samples/s predicted with N loader cores per rank "
-                             "(world size x min(device rate, N / loader CPU s per sample))")
+                             "(world size x min(device rate, N / (loader + rank CPU s per sample), workers / "
+                             "loader CPU s per sample))")
 
 
 def check_what_if(value: float | None) -> None:
@@ -134,205 +137,12 @@ def check_what_if(value: float | None) -> None:
         raise UsageError(f"--what-if-cores = {value:g} must be a positive number of cores per rank")
 
 
-def cmd_list() -> int:
-    rows = scenario.describe_all()
-    width = max(len(name) for name, _ in rows)
-    for name, description in rows:
-        print(f"{name:<{width}}  {description}")
-    return EXIT_OK
-
-
 def cmd_self_test() -> int:
-    from harness import selftest
+    from harness.commands import selftest
 
     rows = selftest.run()
     print(selftest.render(rows))
     return EXIT_OK if all(r["ok"] for r in rows) else EXIT_REGRESSION
-
-
-def device_name(sc: scenario.Scenario, device: str) -> str:
-    """The real device: on CUDA the GPUs' name (names joined with "+" when they differ), on an emulated run
-    "<accelerator> (emulated)"."""
-    if device == "cuda":
-        import torch
-
-        names = dict.fromkeys(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        return "+".join(names) or "cuda"
-    return f"{sc.accelerator.name} (emulated)"
-
-
-def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
-                  name: str | None = None) -> dict:
-    """What a baseline and a run must share to be compared (harness.compare). `name`: the device's name
-    (default: `device_name`)."""
-    t = sc.training
-    return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
-            "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": device != "cuda",
-            "device": name or device_name(sc, device), "image_size": t.image_size, "steps": t.steps,
-            "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
-            "prefetch_factor": t.prefetch_factor, "cache_state": cache_state, "decoder": t.decoder,
-            **({"gpu": gpuinfo.comparability_key()} if device == "cuda" else {})}
-
-
-RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")
-
-
-def run_as_baseline(run_dir: Path, role: str = "run") -> dict:
-    """A run directory as a baseline-shaped dict; a one-line BaselineError (exit 3) when it is missing,
-    incomplete (no env.json, probe.jsonl or cells.jsonl) or unreadable."""
-    where = f"{role} {run_dir}"
-    if not Path(run_dir).is_dir():
-        raise compare.BaselineError(f"{where} is not a directory; pass a run directory under results/")
-    missing = [name for name in RUN_FILES if not (Path(run_dir) / name).is_file()]
-    if missing:
-        raise compare.BaselineError(f"{where} is incomplete (no {', '.join(missing)}); pass a finished run "
-                                    f"directory under results/")
-    try:
-        env, cells = results.read_env(run_dir), results.read_results(run_dir)
-        if not cells:
-            raise ValueError(f"{run_dir}/cells.jsonl is empty")
-        lacking = [k for k in ("comparable", "scenario") if k not in env]
-        if lacking:
-            raise ValueError(f"{run_dir}/env.json lacks {', '.join(lacking)} (written by an older harness?)")
-        return compare.build_baseline(cells, env, results.read_probe(run_dir), env["comparable"],
-                                      env["scenario"])
-    except ValueError as err:  # results.ResultsError included
-        raise compare.BaselineError(f"{where} cannot be compared: {err}") from None
-
-
-def load_plugins(modules: list[str]) -> None:
-    from strategies import registry
-
-    for module in modules:
-        try:
-            registry.load_plugin(module)
-        except ImportError as err:
-            raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH")
-
-
-def spawn_ranks(config: launch.LaunchConfig, env: dict) -> bool:
-    """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as failed and
-    fresh ranks go on; False when a cell failed so (exit 1)."""
-    data_paths, failures = launch.spawn(config)
-    env["dataset_gb"] = launch.dataset_gb(data_paths)
-    results.write_json(config.run_dir / "env.json", env)
-    if failures:
-        print(f"run_bench.py: {len(failures)} cell(s) failed when a rank died or hung; the other cells ran:\n  "
-              + "\n  ".join(failures), file=sys.stderr)
-    return not failures
-
-
-def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dict | None, ok: bool) -> int:
-    """The report from cells.jsonl, the sampler contract, and the baseline (saved and/or compared)."""
-    cells_done: list[CellResult] = results.read_results(run_dir)
-    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
-    code = EXIT_OK if ok else EXIT_REGRESSION
-    broken = [c.cell for c in cells_done if not c.contract_ok]
-    if broken:
-        print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
-              file=sys.stderr)
-        code = EXIT_REGRESSION
-    if args.save_baseline or baseline is not None:
-        current = run_as_baseline(run_dir)
-        if args.save_baseline:
-            compare.save_baseline(current, args.save_baseline)
-            print(f"baseline written: {args.save_baseline}", file=sys.stderr)
-        if baseline is not None:
-            code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
-                                                             args.alpha, args.strict),
-                                             run_dir / "comparison.md"))
-    print(f"\nresults: {run_dir}", file=sys.stderr)
-    return code
-
-
-def cmd_loader_only(args: argparse.Namespace, sc: scenario.Scenario) -> int:
-    """--loader-only: each storage's read path alone, beside a RAM gather and the article's per-row reads."""
-    from harness import loaderonly
-
-    run_dir = results.new_run_dir(args.out, f"{sc.name}-loader")
-    states = loaderonly.CACHE_STATES if args.cache_state == "as-is" else (args.cache_state,)
-    loaderonly.run(sc, args.data_dir, run_dir, states, progress=not args.quiet)
-    print(f"\nresults: {run_dir}", file=sys.stderr)
-    return EXIT_OK
-
-
-def cmd_run(args: argparse.Namespace, argv: list[str]) -> int:
-    load_plugins(args.plugin)
-    if args.repeats < 1:
-        raise UsageError(f"--repeats = {args.repeats} must be a positive integer")
-    check_what_if(args.what_if_cores)
-    overrides = {k: getattr(args, k) for k in scenario.OVERRIDES}
-    if args.scale == "full" and args.samples is None and args.data is None:
-        overrides["samples"] = CC3M_SAMPLES
-    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if torchrun:
-        overrides["world_size"] = int(os.environ["WORLD_SIZE"])
-    sc = with_source(args, scenario.load(args.scenario, overrides))  # --data, [dataset] source
-    if args.scale == "full":
-        sc = full_scale(sc)
-    device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
-    cells = select(expand(sc), args.only, args.exclude)
-    if args.dry_run:
-        for i, cell in enumerate(cells, 1):
-            print(f"{i:3d}  {cell.id}")
-        print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
-        return EXIT_OK
-    runsetup.scan_source(sc, args.data_dir, progress=not args.quiet)  # an imported source: its size, corrupt JPEGs
-    if args.loader_only:
-        return cmd_loader_only(args, sc)
-    comparable = comparable_of(sc, device, args.cache_state)
-    baseline = compare.load_baseline(args.baseline) if args.baseline else None
-    if baseline is not None:  # fail fast, before anything runs
-        compare.check_comparable({"scenario": sc.name, "comparable": comparable}, baseline)
-    rank = int(os.environ.get("RANK", 0))
-    settings = resume.settings_of(args, sc, cells, device, comparable)
-    run_dir, env = (args.out, None) if rank != 0 else resume.open_run_dir(args, argv, sc, device, comparable,
-                                                                           len(cells), settings)
-    config = launch.LaunchConfig(sc, cells, run_dir, args.data_dir, device, plugins=args.plugin,
-                                 progress=not args.quiet, cache_state=args.cache_state,
-                                 decompose=args.decompose, profile=args.profile, repeats=args.repeats,
-                                 device_name=comparable["device"], regenerate=args.regenerate,
-                                 verify_data=args.verify_data)
-    signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
-    try:
-        if not torchrun:
-            return finish_run(args, run_dir, env, baseline, spawn_ranks(config, env))
-        return run_torchrun_rank(args, config, env, baseline, rank)
-    except (KeyboardInterrupt, supervisor.Interrupted) as err:
-        code = err.code if isinstance(err, supervisor.Interrupted) else 130
-        return resume.stopped(args, run_dir, env, code, torchrun) if rank == 0 else code
-
-
-def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env: dict | None,
-                      baseline: dict | None, rank: int) -> int:
-    """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
-    that resumes it."""
-    if rank == 0 and args.resume:
-        config.plan = supervisor.remaining(config, config.full_plan())
-    try:
-        data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), config.scenario.world_size,
-                                      config)
-    except (UsageError, KeyboardInterrupt, supervisor.Interrupted):
-        raise
-    except Exception as err:
-        if rank == 0:
-            print(resume.stopped_message(config.run_dir, f"rank {rank} failed ({type(err).__name__}: "
-                                         f"{' '.join(str(err).split())[:200]})", torchrun=True), file=sys.stderr)
-        return EXIT_REGRESSION
-    if rank != 0:
-        return EXIT_OK
-    env["dataset_gb"] = launch.dataset_gb(data_paths)
-    results.write_json(config.run_dir / "env.json", env)
-    return finish_run(args, config.run_dir, env, baseline, True)
-
-
-def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:
-    print("\n" + compare.render(comparison, "text"))
-    for warning in comparison.warnings:
-        print(f"WARNING: {warning}", file=sys.stderr)
-    if markdown_path is not None:
-        markdown_path.write_text(compare.render(comparison, "markdown") + "\n")
-    return comparison.exit_code
 
 
 def cmd_report(argv: list[str]) -> int:
@@ -345,24 +155,7 @@ def cmd_report(argv: list[str]) -> int:
     add_debug_option(p)
     args = p.parse_args(argv)
     check_what_if(args.what_if_cores)
-    try:
-        cells = read_run(args.run_dir)
-        cells_1x = read_run(args.with_1x) if args.with_1x else None
-        env = results.read_env(args.run_dir)
-    except results.ResultsError as err:
-        raise UsageError(str(err)) from None
-    print(report.write_all(args.run_dir, cells, env, cells_1x, what_if_cores=args.what_if_cores))
-    return EXIT_OK
-
-
-def read_run(run_dir: Path) -> list[CellResult]:
-    """A run directory's results; a UsageError when it has none."""
-    if not Path(run_dir).is_dir():
-        raise UsageError(f"{run_dir} is not a directory; pass a run directory under results/")
-    cells = results.read_results(run_dir)
-    if not cells:
-        raise UsageError(f"{run_dir}/cells.jsonl is missing or empty; pass a run directory under results/")
-    return cells
+    return rebuild_report.main(args)
 
 
 def cmd_compare(argv: list[str]) -> int:
@@ -372,14 +165,7 @@ def cmd_compare(argv: list[str]) -> int:
     p.add_argument("--markdown", action="store_true", help="print markdown (for a pull-request comment)")
     add_compare_options(p)
     add_debug_option(p)
-    args = p.parse_args(argv)
-    baseline = run_as_baseline(args.run_a, "run A (the baseline)")
-    current = run_as_baseline(args.run_b, "run B")
-    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha, args.strict)
-    if args.markdown:
-        print(compare.render(comparison, "markdown"))
-        return comparison.exit_code
-    return show_comparison(comparison, None)
+    return compare_runs.main(p.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,12 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         args.resume = resume_dir
         if args.list:
-            return cmd_list()
+            return list_scenarios.main()
         if args.self_test:
             return cmd_self_test()
         if not args.scenario:
             raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
-        code = cmd_run(args, argv)
+        check_what_if(args.what_if_cores)
+        code = bench.main(args, argv)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
             # background threads sometimes abort ("terminate called without an active exception")

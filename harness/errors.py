@@ -1,4 +1,6 @@
-"""The one error type for user mistakes: the CLI prints it as one line and exits 2."""
+"""The one error type for user mistakes (the CLI prints it as one line and exits 2) and the exit codes."""
+
+EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_BASELINE = 0, 1, 2, 3
 
 
 class UsageError(Exception):

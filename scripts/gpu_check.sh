@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=.
 python - <<'PY' | tee "$OUT/versions.txt"
 import json, torch
-from harness import gpuinfo
+from harness.measure import gpuinfo
 print("torch", torch.__version__)
 try:
     import torchvision; print("torchvision", torchvision.__version__)
@@ -22,8 +22,8 @@ except ImportError:
 print(json.dumps(gpuinfo.environment(), indent=1))
 PY
 echo "== OOM on one rank: injected, then real" | tee -a "$OUT/oom.txt"
-timeout 300 python -m harness.oomcheck 2>&1 | tee -a "$OUT/oom.txt"
-timeout 300 python -m harness.oomcheck --real 2>&1 | tee -a "$OUT/oom.txt"
+timeout 300 python -m harness.commands.oomcheck 2>&1 | tee -a "$OUT/oom.txt"
+timeout 300 python -m harness.commands.oomcheck --real 2>&1 | tee -a "$OUT/oom.txt"
 for WL in pixels features; do
   echo "== gpu scenario, workload $WL" | tee -a "$OUT/run.txt"
   timeout 900 python run_bench.py --scenario gpu --workload "$WL" --samples 1200 --steps 12 --warmup-steps 3 \

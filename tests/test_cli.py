@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_bench
-from harness import cli, report
+from harness import cli
+from harness.commands import bench
+from harness.report import report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cells_1xV100.jsonl"
 
@@ -105,17 +107,17 @@ def test_unwritable_data_dir_is_usage_error(tmp_path):
 
 
 def test_comparable_names_every_setting_and_the_real_device():
-    from harness import scenario
+    from harness.config import scenario
 
     sc = scenario.load("ci", {k: None for k in scenario.OVERRIDES})
-    comp = cli.comparable_of(sc, "emulated", "cold")
+    comp = bench.comparable_of(sc, "emulated", "cold")
     t = sc.training
     assert comp == {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
                     "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": True,
                     "device": f"{sc.accelerator.name} (emulated)", "image_size": t.image_size,
                     "steps": t.steps, "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
                     "prefetch_factor": t.prefetch_factor, "cache_state": "cold", "decoder": t.decoder}
-    on_gpu = cli.comparable_of(sc, "cuda", name="NVIDIA H200")
+    on_gpu = bench.comparable_of(sc, "cuda", name="NVIDIA H200")
     assert on_gpu["device"] == "NVIDIA H200" and on_gpu["emulated"] is False
     assert set(on_gpu["gpu"]) == {"gpu_count", "gpu_names", "gpu_memory_bytes", "driver", "cuda_runtime"}
 

@@ -1,4 +1,4 @@
-"""harness.compare: baselines on disk, verdicts and exit codes on planted changes, rendering."""
+"""harness.report.compare: baselines on disk, verdicts and exit codes on planted changes, rendering."""
 from __future__ import annotations
 
 import json
@@ -7,9 +7,9 @@ import re
 import numpy as np
 import pytest
 
-from harness import compare as cmp
-from harness.compare import BaselineError
-from harness.records import CellResult, Figures
+from harness.report import compare as cmp
+from harness.report.compare import BaselineError
+from harness.results.cellresult import CellResult, Figures
 
 ENV = {"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3,
        "versions": {"numpy": "2.4.6"}, "git": {"commit": "abc", "dirty": False},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from harness.dataset import (
+from harness.data.generator import (
     PROFILES,
     DatasetSpec,
     generate_sample,
@@ -125,7 +125,7 @@ def test_features_content_has_no_jpeg_and_a_key_of_its_own():
     import hashlib
     import json
 
-    from harness.dataset import GENERATOR_VERSION
+    from harness.data.generator import GENERATOR_VERSION
 
     plain = DatasetSpec(samples=10, seed=1)
     doc = {"samples": 10, "seed": 1, "profile": "cc3m", "image_scale": 1.0, "generator_version": GENERATOR_VERSION}
@@ -140,11 +140,11 @@ def test_features_content_has_no_jpeg_and_a_key_of_its_own():
 
 
 def test_parallel_generation_yields_the_same_samples_in_order(monkeypatch):
-    from harness import dataset
+    from harness.data import generator
 
-    monkeypatch.setattr(dataset, "PARALLEL_MIN_SAMPLES", 1)
-    monkeypatch.setattr(dataset, "CHUNK", 16)
+    monkeypatch.setattr(generator, "PARALLEL_MIN_SAMPLES", 1)
+    monkeypatch.setattr(generator, "CHUNK", 16)
     spec = DatasetSpec(samples=70, seed=2, profile="tiny")
-    got = list(dataset.iter_samples_parallel(spec, processes=2))
+    got = list(generator.iter_samples_parallel(spec, processes=2))
     assert [s.index for s in got] == list(range(70))
     assert all(a.same_as(b) for a, b in zip(got, iter_samples(spec)))

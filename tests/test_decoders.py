@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.dataset import DatasetSpec, generate_sample
-from harness.decoders import DECODERS, DEFAULT_DECODER, check_decoder, decode_resize, mean_abs_diff, target_size
+from harness.data.generator import DatasetSpec, generate_sample
+from harness.data.decoders import DECODERS, DEFAULT_DECODER, check_decoder, decode_resize, mean_abs_diff, target_size
 
 # The tolerance simplejpeg must keep against PIL on the generated data (pixel levels, 0-255): the mean over
 # images of each image's mean absolute difference, and the worst image's. Measured on 200 cc3m images at
@@ -49,12 +49,6 @@ def test_simplejpeg_matches_pil_within_tolerance(jpegs, image_size):
     diffs = [mean_abs_diff(decode_resize(j, image_size, "pil"), decode_resize(j, image_size, "simplejpeg"))
              for j in jpegs]
     assert np.mean(diffs) <= MEAN_TOLERANCE and max(diffs) <= WORST_TOLERANCE, (np.mean(diffs), max(diffs))
-
-
-def test_items_keeps_the_pil_decoder_importable():
-    from harness import items
-
-    assert items.decode_resize is decode_resize
 
 
 def test_mean_abs_diff_checks_shapes():

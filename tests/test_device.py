@@ -6,8 +6,8 @@ import time
 import pytest
 import torch
 
-from harness.accelerators import get_accelerator, load_catalogue
-from harness.device import EmulatedDevice
+from harness.config.accelerators import get_accelerator, load_catalogue
+from harness.device.devices import EmulatedDevice
 
 
 def test_catalogue_has_the_named_accelerators_with_sources():

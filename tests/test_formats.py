@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from harness.dataset import DatasetSpec, generate_sample, iter_samples
-from harness.materialise import load_manifest, materialise
+from harness.data.generator import DatasetSpec, generate_sample, iter_samples
+from harness.data.materialise import load_manifest, materialise
 from forked_readers import check_forked_workers
 from strategies import registry
 from strategies.protocols import Reader, Storage

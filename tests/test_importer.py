@@ -14,8 +14,9 @@ import pytest
 from PIL import Image
 
 from harness.errors import UsageError
-from harness.importer import (LAYOUTS, SourceSpec, decode_small, detect_layout, image_embedding,
-                              text_embedding)
+from harness.data.embeddings import decode_small, image_embedding, text_embedding
+from harness.data.importer import SourceSpec
+from harness.data.layouts import LAYOUTS, detect_layout
 from strategies import registry
 from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM
 

@@ -1,6 +1,9 @@
 """Dependencies between the harness's and the strategies' modules point one way: no import cycle, counting
 imports inside functions too (a lazy import hides a cycle from Python, not from this test) and imports
-under `if TYPE_CHECKING:` (an annotation-only cycle is still two modules that need each other)."""
+under `if TYPE_CHECKING:` (an annotation-only cycle is still two modules that need each other).
+
+`harness/` is in wings that follow one run, and a wing imports only the wings below it in WINGS (and the
+shared base modules); `strategies/` never imports `harness/`."""
 from __future__ import annotations
 
 import ast
@@ -8,6 +11,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "strategies")
+# lowest first: a module of a wing may import its own wing and the wings before it, never one after it
+WINGS = ("measure", "data", "config", "device", "train", "results", "run", "report", "commands")
+BASE = {"harness.errors", "harness.progress"}  # imported by any wing; they import no other harness module
+TOP = {"harness.cli"}  # the parser and the dispatch: may import every wing
 
 
 def module_name(path: Path) -> str:
@@ -29,7 +36,8 @@ def imports_of(path: Path, modules: set[str], name: str | None = None) -> set[st
             if node.level:  # relative: from . import x, from .a import b
                 anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 base = ".".join(anchor + ([base] if base else []))
-            targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            # from a.b import c: the module a.b.c if there is one, else the module a.b (c is a name in it)
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
         else:
             continue
         for target in targets:
@@ -77,23 +85,94 @@ def test_the_cycle_finder_finds_cycles():
 def test_the_graph_sees_function_local_imports(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from harness import cli\n"
-                      "def f():\n    from harness import report\n    import harness.plots as p\n"
+                      "def f():\n    from harness.report import report\n    import harness.report.plots as p\n"
                       "    from .tables import fmt\n")
-    modules = {"harness.report", "harness.plots", "harness.tables", "harness.cli", "harness"}
-    assert imports_of(source, modules, "harness.m") == {"harness.report", "harness.plots", "harness.tables",
-                                                        "harness.cli"}
+    modules = {"harness.report.report", "harness.report.plots", "harness.report.tables", "harness.report",
+               "harness.cli", "harness"}
+    assert imports_of(source, modules, "harness.report.m") == {"harness.report.report", "harness.report.plots",
+                                                               "harness.report.tables", "harness.cli"}
+
+
+def wing_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "harness" and len(parts) > 1 and parts[1] in WINGS else None
+
+
+def order_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of harness/ that points up the wing order (or from a base module to any other)."""
+    rank = {w: i for i, w in enumerate(WINGS)}
+    bad = []
+    for module, targets in graph.items():
+        if module.startswith("strategies"):
+            bad += [f"{module} -> {t}" for t in targets if t.startswith("harness")]
+            continue
+        for target in targets:
+            if not target.startswith("harness.") or module in TOP or target in BASE:
+                continue
+            if module in BASE or target in TOP:
+                bad.append(f"{module} -> {target}")
+                continue
+            mine, theirs = wing_of(module), wing_of(target)
+            if theirs is None or mine is None or rank[theirs] > rank[mine]:
+                bad.append(f"{module} -> {target}")
+    return sorted(bad)
+
+
+def test_the_order_check_finds_an_upward_import():
+    assert order_violations({"harness.data.generator": {"harness.report.tables"}}) == [
+        "harness.data.generator -> harness.report.tables"]
+    assert order_violations({"harness.report.tables": {"harness.data.generator", "harness.errors"}}) == []
+    assert order_violations({"harness.errors": {"harness.data.generator"}}) != []
+    assert order_violations({"strategies.cache.lru": {"harness.data.generator"}}) != []
+
+
+def test_every_harness_module_is_in_a_wing():
+    graph = import_graph()
+    loose = [m for m in graph if m.startswith("harness.") and m not in BASE | TOP and wing_of(m) not in WINGS]
+    assert loose == []
+    assert all((REPO / "harness" / w / "__init__.py").read_text().strip() for w in WINGS), "a wing without a docstring"
+
+
+def test_wings_depend_downward_only():
+    assert order_violations(import_graph()) == []
 
 
 def test_no_import_cycle_in_harness_and_strategies():
     graph = import_graph()
-    assert "harness.report" in graph and "harness.articles" in graph
+    assert "harness.report.report" in graph and "harness.report.articles" in graph
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 
 
 def test_reporting_depends_one_way():
     graph = import_graph()
-    assert graph["harness.tables"] <= {"harness.records", "harness.stats", "strategies.registry"}
-    assert "harness.report" not in graph["harness.articles"] | graph["harness.plots"]
-    assert "harness.articles" not in graph["harness.plots"] and "harness.plots" not in graph["harness.articles"]
-    assert graph["harness.records"] <= {"harness.metrics", "harness.stats"}
+    assert "harness.report.report" not in graph["harness.report.articles"] | graph["harness.report.plots"]
+    assert "harness.report.articles" not in graph["harness.report.plots"]
+    assert "harness.report.plots" not in graph["harness.report.articles"]
+    assert graph["harness.results.cellresult"] <= {"harness.results.metrics", "harness.results.stats"}
+
+
+def test_modules_and_functions_stay_small():
+    """A module past 400 lines, or a function past 60, holds two things."""
+    too_long = []
+    for pkg in PACKAGES:
+        for path in (REPO / pkg).rglob("*.py"):
+            text = path.read_text()
+            if len(text.splitlines()) > 400:
+                too_long.append(f"{path.relative_to(REPO)}: {len(text.splitlines())} lines")
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    length = node.end_lineno - node.lineno + 1
+                    if length > 60:
+                        too_long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []
+
+
+def test_no_two_classes_share_a_name():
+    seen: dict[str, list[str]] = {}
+    for pkg in PACKAGES:
+        for path in (REPO / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    seen.setdefault(node.name, []).append(str(path.relative_to(REPO)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -10,13 +10,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from harness import metrics
-from harness.compare import _params_differ
-from harness.devprep import DevicePrep
-from harness.items import Collate, SampleDataset, flip_item
-from harness.matrix import Cell
-from harness.scenario import StrategyChoice
-from harness.threadloader import ThreadLoader
+from harness.results import metrics
+from harness.report.compare import _params_differ
+from harness.train.devprep import DevicePrep
+from harness.train.torchdataset import Collate, SampleDataset, flip_item
+from harness.config.matrix import Cell
+from harness.config.scenario import StrategyChoice
+from harness.train.threadloader import BatchThreadPool
 from strategies import registry
 from strategies.sample import Sample
 
@@ -29,7 +29,7 @@ class SlowDataset:
 
 def test_thread_loader_yields_every_batch_once_in_order():
     batches = [[i, i + 1] for i in range(0, 40, 2)]
-    loader = ThreadLoader(SlowDataset(), batches, lambda items: [it["i"] for it in items], threads=3,
+    loader = BatchThreadPool(SlowDataset(), batches, lambda items: [it["i"] for it in items], threads=3,
                           prefetch=2)
     assert list(loader) == batches and len(loader) == 20
     assert loader.cpu_s > 0

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from harness import loaderonly, scenario
+from harness.commands import loaderonly
+
+from harness.config import scenario
 
 TOML = """
 description = "loader-only test"

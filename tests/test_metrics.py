@@ -1,9 +1,9 @@
-"""The figures of one cell (harness.metrics) computed from hand-made rank records with known answers."""
+"""The figures of one cell (harness.results.metrics) computed from hand-made rank records with known answers."""
 from __future__ import annotations
 
 import pytest
 
-from harness.metrics import cell_figures, coverage
+from harness.results.metrics import cell_figures, coverage
 
 
 def record(rank, wait, device, peer_wait=None, overhead=None, cost=None, samples_per_step=4, pss=100e6,

@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import scenario
+from harness.config import scenario
 from harness.errors import UsageError
-from harness.model import build_model
-from harness.models import CLIPResNet, ResNet50
+from harness.device.standin import build_model
+from harness.device.gpumodels import CLIPResNet, ResNet50
 
 
 def test_resnet50_trunk_has_torchvisions_parameter_count_and_2048_features():

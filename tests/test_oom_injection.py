@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import oomcheck
+from harness.commands import oomcheck
 
 pytestmark = pytest.mark.slow  # spawns two rank processes
 

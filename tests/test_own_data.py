@@ -9,14 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, results, scenario
-from harness.dataset import DatasetSpec
-from harness.device import EmulatedDevice
+from harness import cli
+
+from harness.results import rundir
+
+from harness.config import scenario
+from harness.data.generator import DatasetSpec
+from harness.device.devices import EmulatedDevice
 from harness.errors import UsageError
-from harness.importer import LAYOUTS, SourceSpec
-from harness.materialise import load_manifest, materialise
-from harness.matrix import expand
-from harness.runconfig import LaunchConfig
+from harness.data.importer import LAYOUTS, SourceSpec
+from harness.data.materialise import load_manifest, materialise
+from harness.config.matrix import expand
+from harness.config.runconfig import LaunchConfig
 from strategies import registry
 from tests.test_importer import MAKERS, N
 
@@ -131,8 +135,8 @@ def test_materialise_all_keys_the_paths_by_label_and_shares_same_files(tmp_path)
 
 
 def test_the_pipeline_gives_the_shards_sampler_the_storages_own_shards(sources, tmp_path):
-    from harness.pipeline import build
-    from harness.trainloop import RankContext
+    from harness.train.pipeline import build
+    from harness.train.trainloop import RankContext
 
     sc = scenario.load(str(write_scenario(tmp_path / "s.toml", dataset=f'source = "{sources["folder"]}"')))
     config = LaunchConfig(sc, expand(sc), tmp_path / "run", tmp_path / "data", "emulated")
@@ -209,7 +213,7 @@ def _run(tmp_path: Path, argv: list[str]) -> tuple[Path, list, dict]:
     out = tmp_path / "out"
     assert cli.main(argv + ["--quiet", "--data-dir", str(tmp_path / "data"), "--out", str(out)]) == 0
     (run_dir,) = list(out.iterdir())
-    return run_dir, results.read_results(run_dir), json.loads((run_dir / "env.json").read_text())
+    return run_dir, rundir.read_results(run_dir), json.loads((run_dir / "env.json").read_text())
 
 
 @pytest.mark.slow
@@ -242,7 +246,7 @@ def test_the_formats_scenario_runs_on_an_img2dataset_folder_and_resumes(sources,
 
 
 def test_image_sides_and_head_take_a_source(sources):
-    from harness.dataset import head, image_sides
+    from harness.data.generator import head, image_sides
 
     spec = SourceSpec(sources["folder"])
     assert image_sides(spec).shape == (N - 2, 2) and (image_sides(spec) == spec.image_sides()).all()

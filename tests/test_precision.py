@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.accelerators import get_accelerator, load_catalogue
-from harness.device import EmulatedDevice
-from harness.trainstep import StepPrecision
+from harness.config.accelerators import get_accelerator, load_catalogue
+from harness.device.devices import EmulatedDevice
+from harness.train.trainstep import StepPrecision
 from strategies import registry
 
 CITED = {"V100-16GB": (367, 1200), "V100-32GB": (356, 1156), "A100-80GB": (938, 2470)}

@@ -22,7 +22,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from harness.profiling import CellProfiler, fix_dataloader_events, is_dataloader_event
+from harness.measure.profiling import CellProfiler, fix_dataloader_events, is_dataloader_event
 
 SLEEP_S = 0.02  # per batch
 STEPS = 6  # wait 1 + warmup 1 + active 3, and one more

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 
 from harness import progress
-from harness.cellruns import StepProgress
-from harness.materialise import _progress
+from harness.run.cellruns import StepProgress
+from harness.data.materialise import _progress
 from harness.progress import Progress
 
 

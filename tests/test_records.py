@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import results
-from harness.records import (SCHEMA_VERSION, CellResult, CellSummary, Figures, cell_line, merge_repeats,
+from harness.results import rundir
+from harness.results.cellresult import (SCHEMA_VERSION, CellResult, CellSummary, Figures, cell_line, merge_repeats,
                              relative_to_probe, summary_text)
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -134,13 +134,13 @@ def test_cell_line_writes_the_schema_and_the_names():
 
 def test_read_results_and_a_broken_line(tmp_path):
     (tmp_path / "cells.jsonl").write_text((FIXTURES / "cells_1xV100.jsonl").read_text())
-    rs = results.read_results(tmp_path)
+    rs = rundir.read_results(tmp_path)
     assert [r.name("storage") for r in rs] == ["raw", "mmap", "hdf5"] and rs[0].world_size == 1
-    assert results.read_results(tmp_path / "nothing-here") == []
+    assert rundir.read_results(tmp_path / "nothing-here") == []
     with open(tmp_path / "cells.jsonl", "a") as f:  # a crash cut the last line: skipped, the rest is read
         f.write('{"cell": "half a line')
-    assert len(results.read_results(tmp_path)) == 3
+    assert len(rundir.read_results(tmp_path)) == 3
     with open(tmp_path / "cells.jsonl", "a") as f:  # a broken line with lines after it is an error
         f.write("\n" + (FIXTURES / "cells_1xV100.jsonl").read_text().splitlines()[0] + "\n")
-    with pytest.raises(results.ResultsError, match=r"cells.jsonl:4 is not valid JSON"):
-        results.read_results(tmp_path)
+    with pytest.raises(rundir.ResultsError, match=r"cells.jsonl:4 is not valid JSON"):
+        rundir.read_results(tmp_path)

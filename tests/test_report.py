@@ -1,4 +1,4 @@
-"""harness.report and harness.tables: intervals shown as [low, high] with their labels, the five-part split,
+"""harness.report.report and harness.report.tables: intervals shown as [low, high] with their labels, the five-part split,
 balance and feeding figures, the overrun verdict, failed repeats, on real fixture lines and synthetic ones."""
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import report, tables
-from harness.records import CellResult, merge_repeats
+from harness.report import report
+
+from harness.report import tables
+from harness.results.cellresult import CellResult, merge_repeats
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

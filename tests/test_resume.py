@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, resume, results
+from harness import cli
+
+from harness.commands import bench, resume
+
+from harness.results import rundir
 from harness.errors import UsageError
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cells_1xV100.jsonl"
@@ -24,8 +28,8 @@ def _cut_run(tmp_path: Path) -> Path:
 def test_a_cut_last_line_is_skipped_with_one_warning(tmp_path, capsys):
     run = _cut_run(tmp_path)
     whole = len(FIXTURE.read_text().splitlines())
-    assert len(results.read_results(run)) == whole
-    assert len(results.read_results(run)) == whole
+    assert len(rundir.read_results(run)) == whole
+    assert len(rundir.read_results(run)) == whole
     err = capsys.readouterr().err
     assert err.count("warning") == 1 and f"cells.jsonl:{whole + 1}" in err and "cut off" in err
 
@@ -35,17 +39,17 @@ def test_a_bad_line_in_the_middle_is_still_an_error(tmp_path):
     run.mkdir()
     lines = FIXTURE.read_text().splitlines()
     (run / "cells.jsonl").write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
-    with pytest.raises(results.ResultsError, match="cells.jsonl:2 is not valid JSON"):
-        results.read_results(run)
+    with pytest.raises(rundir.ResultsError, match="cells.jsonl:2 is not valid JSON"):
+        rundir.read_results(run)
 
 
 def test_drop_cut_tail_keeps_appended_lines_whole(tmp_path):
     run = _cut_run(tmp_path)
     whole = len(FIXTURE.read_text().splitlines())
-    assert results.drop_cut_tail(run / "cells.jsonl")
-    results.append_cell(run, json.loads(FIXTURE.read_text().splitlines()[0]))
-    assert len(results.read_results(run)) == whole + 1
-    assert not results.drop_cut_tail(run / "cells.jsonl")
+    assert rundir.drop_cut_tail(run / "cells.jsonl")
+    rundir.append_cell(run, json.loads(FIXTURE.read_text().splitlines()[0]))
+    assert len(rundir.read_results(run)) == whole + 1
+    assert not rundir.drop_cut_tail(run / "cells.jsonl")
 
 
 def test_report_and_compare_read_a_cut_file(tmp_path, capsys):
@@ -76,7 +80,7 @@ def test_resume_refuses_other_settings_in_one_line(tmp_path):
 def test_resume_replays_the_recorded_command_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    results.write_json(run / "env.json", {"settings": SETTINGS, "argv": ["--scenario", "smoke", "--steps", "3"]})
+    rundir.write_json(run / "env.json", {"settings": SETTINGS, "argv": ["--scenario", "smoke", "--steps", "3"]})
     assert resume.resume_argv(["--resume", str(run), "--quiet"]) == (run, ["--scenario", "smoke", "--steps",
                                                                            "3", "--quiet"])
     assert resume.resume_argv([f"--resume={run}", "--scenario", "ci"]) == (run, ["--scenario", "ci"])
@@ -86,7 +90,7 @@ def test_resume_of_something_else_is_one_line_exit_2(tmp_path, capsys):
     assert cli.main(["--resume", str(tmp_path / "nope")]) == 2
     assert "not a directory" in capsys.readouterr().err
     (tmp_path / "old").mkdir()
-    results.write_json(tmp_path / "old" / "env.json", {"scenario": "smoke"})
+    rundir.write_json(tmp_path / "old" / "env.json", {"scenario": "smoke"})
     assert cli.main(["--resume", str(tmp_path / "old")]) == 2
     assert "lacks the run's settings" in capsys.readouterr().err
 
@@ -95,16 +99,16 @@ def test_resume_with_a_changed_option_is_refused_before_anything_runs(tmp_path, 
     out = tmp_path / "out"
     argv = ["--scenario", "smoke", "--steps", "3", "--out", str(out), "--data-dir", str(tmp_path / "d")]
     sc_settings = None
-    from harness import scenario
-    from harness.matrix import expand
+    from harness.config import scenario
+    from harness.config.matrix import expand
 
     sc = scenario.load("smoke", {"steps": 3})
     args = cli.build_parser().parse_args(argv)
     sc_settings = resume.settings_of(args, sc, expand(sc), "emulated",
-                                     cli.comparable_of(sc, "emulated", "as-is"))
+                                     bench.comparable_of(sc, "emulated", "as-is"))
     run = out / "run"
     run.mkdir(parents=True)
-    results.write_json(run / "env.json", {"settings": sc_settings, "argv": argv})
+    rundir.write_json(run / "env.json", {"settings": sc_settings, "argv": argv})
     assert cli.main(["--resume", str(run), *argv[:2], "--steps", "4", *argv[4:]]) == 2
     err = capsys.readouterr().err
     assert "settings differ" in err and "steps 3 -> 4" in err

@@ -5,9 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, gpuinfo, scenario
+from harness import cli
+
+from harness.measure import gpuinfo
+
+from harness.config import scenario
 from harness.errors import UsageError
-from harness.matrix import expand, select
+from harness.config.matrix import expand, select
 
 GOOD = """
 description = "test"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import selftest
+from harness.commands import selftest
 
 
 @pytest.mark.slow  # rank processes and DataLoader workers

@@ -144,7 +144,7 @@ def test_shards_passed_in_must_tile_the_index_space():
 
 def test_storage_shards_match_the_default_shard_ranges(tmp_path):
     """A webdataset storage with shard_size S and the sampler with shard_size S agree on shard boundaries."""
-    from harness.dataset import DatasetSpec, iter_samples
+    from harness.data.generator import DatasetSpec, iter_samples
 
     spec = DatasetSpec(samples=37, seed=1, profile="tiny")
     for name, key in (("webdataset", "shard_size"), ("parquet", "row_group_size")):

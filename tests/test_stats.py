@@ -1,4 +1,4 @@
-"""harness.stats: known values by hand, cross-checks against scipy when it is installed, properties."""
+"""harness.results.stats: known values by hand, cross-checks against scipy when it is installed, properties."""
 from __future__ import annotations
 
 import math
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness import stats
+from harness.results import stats
 
 finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
 sample = st.lists(finite, min_size=1, max_size=30)

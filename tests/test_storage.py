@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from harness.dataset import DatasetSpec, generate_sample
+from harness.data.generator import DatasetSpec, generate_sample
 from harness.errors import UsageError
-from harness.materialise import load_manifest, materialise
+from harness.data.materialise import load_manifest, materialise
 from forked_readers import check_forked_workers
 from strategies import registry
 from strategies.protocols import Reader, Storage
@@ -230,7 +230,7 @@ HDF5_VARIANTS = {
 @pytest.fixture(scope="module")
 def hdf5_paths(data_dir):
     """Every hdf5 variant written straight through its storage (one directory each)."""
-    from harness.dataset import iter_samples
+    from harness.data.generator import iter_samples
 
     out = {}
     for label, params in HDF5_VARIANTS.items():

@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from harness.telemetry import MemorySampler, NvmlSampler
+from harness.measure.telemetry import MemorySampler, NvmlSampler
 
 
 def test_nvml_sampler_without_a_device_reports_nothing():

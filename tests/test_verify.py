@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli, verify
-from harness.dataset import DatasetSpec
-from harness.materialise import load_manifest, materialise
+from harness import cli
+
+from harness.data import verify
+from harness.data.generator import DatasetSpec
+from harness.data.materialise import load_manifest, materialise
 
 SPEC = DatasetSpec(samples=32, seed=3, profile="tiny")
 STORAGES = ("raw", "mmap", "hdf5")

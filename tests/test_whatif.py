@@ -1,12 +1,12 @@
-"""harness.whatif: the modelled throughput at N loader cores per rank."""
+"""harness.report.whatif: the modelled throughput at N loader cores per rank."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from harness import whatif
-from harness.records import CellResult
+from harness.report import whatif
+from harness.results.cellresult import CellResult
 
 
 def test_prediction_by_hand():

@@ -38,19 +38,19 @@ import numpy as np
 import torch
 from PIL import Image
 
-from harness import pagecache
-from harness.dataset import DatasetSpec
-from harness.decoders import DECODERS, decode_resize
+from harness.data import pagecache
+from harness.data.generator import DatasetSpec
+from harness.data.decoders import DECODERS, decode_resize
+from harness.data.fields import FIELDS_FOR
 from harness.errors import UsageError
-from harness.materialise import materialise
-from harness.scenario import Scenario, StrategyChoice
-from harness.tables import Table, render_tables
+from harness.data.materialise import materialise
+from harness.config.scenario import Scenario, StrategyChoice
+from harness.report.tables import Table, render_tables
 from strategies import registry
 from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM
 
 REF_RAM = "ref-ram-gather"
 REF_ARTICLE = "ref-article-hdf5"
-FIELDS = {"features": ("image_emb", "text_emb"), "pixels": ("jpeg", "caption")}
 CACHE_STATES = ("warm", "cold")
 KEYS = ("storage", "fields", "cache_state", "batch_size", "samples_per_s", "mb_per_s", "vs_ram")
 SIZE_BINS = (0, 256, 512, 1024)  # source image's longer side, px: <256, 256-511, 512-1023, >=1024
@@ -316,7 +316,7 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
     rows: list[dict] = []
     decode: list[dict] = []
     for workload in todo:
-        fields = FIELDS[workload]
+        fields = FIELDS_FOR[workload]
         sets = _batches(spec.samples, bs, batches, seed)
         sources = [(REF_RAM, lambda: _RamGather(mmap_path, fields), [])]
         for c in choices:

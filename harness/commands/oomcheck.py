@@ -1,4 +1,4 @@
-"""An OOM on one rank of a 2-rank DDP run must neither hang nor crash the other: python -m harness.oomcheck.
+"""An OOM on one rank of a 2-rank DDP run must neither hang nor crash the other: python -m harness.commands.oomcheck.
 
 Rank 1's model raises torch.OutOfMemoryError in its forward pass at one step: injected (the exception
 raised, on CPU) or real (`--real`: a CUDA allocation larger than the free memory, both ranks on GPU 0 over
@@ -41,7 +41,7 @@ class InjectOOM(nn.Module):
         return self.inner(batch)
 
 
-class Batching:
+class SplitPolicy:
     def __init__(self, split: bool):
         self.splits_on_oom = split
 
@@ -57,13 +57,13 @@ def _batches(where: torch.device, n: int = 4) -> list[dict]:
 
 
 def _rank(rank: int, world: int, port: int, split: bool, real: bool, at_call: int, out: str) -> None:
-    from harness.accelerators import get_accelerator
-    from harness.agreement import param_digest
-    from harness.batches import InMemoryBatches
-    from harness.device import CudaDevice, EmulatedDevice
-    from harness.model import TwoTower
-    from harness.telemetry import MemorySampler, NvmlSampler
-    from harness.trainloop import MeasuredLoop
+    from harness.config.accelerators import get_accelerator
+    from harness.train.agreement import param_digest
+    from harness.train.batches import InMemoryBatches
+    from harness.device.devices import CudaDevice, EmulatedDevice
+    from harness.device.standin import TwoTower
+    from harness.measure.telemetry import MemorySampler, NvmlSampler
+    from harness.train.trainloop import MeasuredLoop
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -73,7 +73,7 @@ def _rank(rank: int, world: int, port: int, split: bool, real: bool, at_call: in
     model = InjectOOM(TwoTower("features"), rank, at_call, real).to(device.torch_device)
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    loop = MeasuredLoop(device, ddp, opt, InMemoryBatches(_batches(device.torch_device)), Batching(split),
+    loop = MeasuredLoop(device, ddp, opt, InMemoryBatches(_batches(device.torch_device)), SplitPolicy(split),
                         WARMUP, WINDOW)
     with MemorySampler() as memory, NvmlSampler(None) as nvml:
         loop.run(memory, nvml)
@@ -85,7 +85,7 @@ def _rank(rank: int, world: int, port: int, split: bool, real: bool, at_call: in
 
 def run(split: bool, real: bool = False, at_call: int = 3, timeout_s: float = 120.0) -> list[dict]:
     """Both ranks' results; RuntimeError when a rank crashed or the run did not end within timeout_s."""
-    from harness.launch import free_port
+    from harness.run.launch import free_port
 
     with tempfile.TemporaryDirectory() as out:
         ctx = mp.start_processes(_rank, args=(2, free_port(), split, real, at_call, out), nprocs=2,

@@ -3,7 +3,7 @@
 A run's env.json records its settings (scenario, the comparable settings, the cells, repeats and measurement
 options) and its command line. `--resume RUN_DIR` alone replays that command line; given with other options
 they must yield the same settings (else one line, exit 2). The cells and repeats without a line in
-cells.jsonl then run (harness.supervisor skips the rest), and the report is rebuilt over all of them.
+cells.jsonl then run (harness.run.supervisor skips the rest), and the report is rebuilt over all of them.
 """
 from __future__ import annotations
 
@@ -11,7 +11,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness import report, results, runsetup
+from harness.report import report
+
+from harness.results import rundir
+
+from harness.config import runsetup
 from harness.errors import UsageError
 
 # options that may change between the first run and its resumption
@@ -50,8 +54,8 @@ def read_run_env(run_dir: Path) -> dict:
     if not Path(run_dir).is_dir():
         raise UsageError(f"--resume {run_dir}: not a directory; pass a run directory under results/")
     try:
-        env = results.read_env(run_dir)
-    except results.ResultsError as err:
+        env = rundir.read_env(run_dir)
+    except rundir.ResultsError as err:
         raise UsageError(f"--resume {run_dir}: {err}") from None
     if "settings" not in env or "argv" not in env:
         raise UsageError(f"--resume {run_dir}: env.json lacks the run's settings (an older harness, or not "
@@ -76,7 +80,7 @@ def check_settings(run_dir: Path, recorded: dict, now: dict) -> None:
 
 
 def stopped_message(run_dir: Path, why: str, torchrun: bool = False) -> str:
-    done = len(results.read_results(run_dir))
+    done = len(rundir.read_results(run_dir))
     again = ("torchrun <the same torchrun options> run_bench.py" if torchrun else "python run_bench.py")
     return (f"run_bench.py: {why}; the {done} cell line(s) written are kept in {run_dir}/cells.jsonl; "
             f"run the rest with: {again} --resume {shlex.quote(str(run_dir))}")
@@ -89,17 +93,17 @@ def open_run_dir(args, argv: list[str], sc, device: str,
         env = read_run_env(args.resume)
         check_settings(args.resume, env["settings"], settings)
         run_dir = Path(args.resume)
-        env.setdefault("resumed", []).append(results.environment(argv, {})["time_utc"])
+        env.setdefault("resumed", []).append(rundir.environment(argv, {})["time_utc"])
     else:
-        run_dir = results.new_run_dir(args.out, sc.name)
-        env = results.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
+        run_dir = rundir.new_run_dir(args.out, sc.name)
+        env = rundir.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
                                          "world_size": sc.world_size})
         env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
                    cache_state=args.cache_state, repeats=args.repeats, settings=settings, argv=argv)
         imported = runsetup.import_env(sc)
         if imported is not None:  # the report's header names the source and the corrupt JPEGs skipped
             env["import"] = imported
-    results.write_json(run_dir / "env.json", env)
+    rundir.write_json(run_dir / "env.json", env)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
     print(f"{sc.name}: {n_cells} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
           f"results in {run_dir}", file=sys.stderr)
@@ -108,7 +112,7 @@ def open_run_dir(args, argv: list[str], sc, device: str,
 
 def stopped(args, run_dir: Path, env: dict, code: int, torchrun: bool = False) -> int:
     """Ctrl-C or SIGTERM: the report over the cells written so far, how to resume, exit 130 or 143."""
-    cells_done = results.read_results(run_dir)
+    cells_done = rundir.read_results(run_dir)
     if cells_done:
         print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
     why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"

@@ -35,16 +35,16 @@ import torch.multiprocessing as mp
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from harness import metrics
-from harness.accelerators import get_accelerator
-from harness.dataset import DatasetSpec
-from harness.device import EmulatedDevice
-from harness.launch import free_port
-from harness.pipeline import Pipeline
-from harness.matrix import Cell
-from harness.items import collate
-from harness.scenario import Scenario, StrategyChoice, Training
-from harness.trainloop import RankContext, run_cell
+from harness.results import metrics
+from harness.config.accelerators import get_accelerator
+from harness.data.generator import DatasetSpec
+from harness.device.devices import EmulatedDevice
+from harness.run.launch import free_port
+from harness.train.pipeline import Pipeline
+from harness.config.matrix import Cell
+from harness.train.torchdataset import collate
+from harness.config.scenario import Scenario, StrategyChoice, Training
+from harness.train.trainloop import RankContext, run_cell
 from strategies import registry
 
 # % for throughput, percentage points for stall, peer wait and AU. On a host with 2 cores or fewer the ranks,

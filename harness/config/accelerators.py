@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 
-CATALOGUE = Path(__file__).resolve().parent.parent / "scenarios" / "accelerators.toml"
+CATALOGUE = Path(__file__).resolve().parents[2] / "scenarios" / "accelerators.toml"
 RESNET_PIXELS = 224 * 224
 RATES = ("amp", "fp32")
 DEFAULT_KEYS = ("step_overhead_s", "model_state_bytes", "activation_bytes_per_pixel",
@@ -103,7 +103,7 @@ def visible_accelerator() -> Accelerator:
     catalogue lacks gets the A100-80GB's rates (an assumption, stated in its source). UsageError without one."""
     from dataclasses import replace
 
-    from harness import gpuinfo
+    from harness.measure import gpuinfo
 
     gpus = gpuinfo.visible_gpus()
     if not gpus:

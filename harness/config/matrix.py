@@ -5,7 +5,7 @@ import itertools
 from dataclasses import dataclass
 
 from harness.errors import UsageError
-from harness.scenario import Scenario, StrategyChoice
+from harness.config.scenario import Scenario, StrategyChoice
 from strategies.registry import ADDED_AXES, AXES, DEFAULTS
 
 

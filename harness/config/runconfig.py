@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.matrix import Cell
-from harness.scenario import Scenario
+from harness.config.matrix import Cell
+from harness.config.scenario import Scenario
 
 
 @dataclass
@@ -24,7 +24,7 @@ class LaunchConfig:
     repeats: int = 1
     plan: list[tuple[int, int]] | None = None  # (repeat, index into cells) to run, in order; None: all
     device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
-    supervised: bool = False  # spawned under harness.supervisor: ranks write heartbeats under run_dir
+    supervised: bool = False  # spawned under harness.run.supervisor: ranks write heartbeats under run_dir
 
     def full_plan(self) -> list[tuple[int, int]]:
         """Every (repeat, cell) of the run, repeats interleaved across cells (A B C A B C)."""
@@ -38,12 +38,12 @@ class LaunchConfig:
 
     def materialise_all(self, progress: bool, regenerate: bool | None = None) -> dict[str, Path]:
         """Every storage of the matrix, with its parameters, materialised (reused when it already exists) and
-        checked against its manifest (harness.verify: a DataError, exit 2, on a damaged file). Keyed by the
+        checked against its manifest (harness.data.verify: a DataError, exit 2, on a damaged file). Keyed by the
         storage choice's label; choices whose files are the same (same variant) share a directory. An
-        imported source is staged in mmap first (harness.materialise), so with --regenerate that is rewritten
+        imported source is staged in mmap first (harness.data.materialise), so with --regenerate that is rewritten
         first, once."""
-        from harness.importer import SourceSpec
-        from harness.materialise import STAGING, materialise
+        from harness.data.importer import SourceSpec
+        from harness.data.materialise import STAGING, materialise
 
         regenerate = self.regenerate if regenerate is None else regenerate
         check = "full" if self.verify_data else "quick"

@@ -6,9 +6,9 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from harness import scenario
+from harness.config import scenario
 from harness.errors import UsageError
-from harness.importer import LAYOUTS, SourceSpec
+from harness.data.importer import LAYOUTS, SourceSpec
 
 CC3M_SAMPLES = 3_318_333  # image-caption pairs in Conceptual Captions 3M's training split
 
@@ -52,7 +52,7 @@ def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool) -> None:
     and image sides are known before the run directory is written."""
     if not isinstance(sc.dataset, SourceSpec):
         return
-    from harness.materialise import _writable, scanned
+    from harness.data.materialise import _writable, scanned
 
     _writable(Path(data_dir))
     scanned(sc.dataset, data_dir, progress)

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.accelerators import Accelerator, get_accelerator
-from harness.dataset import PROFILES, DatasetSpec
-from harness.decoders import DECODERS, DEFAULT_DECODER
+from harness.config.accelerators import Accelerator, get_accelerator
+from harness.data.generator import PROFILES, DatasetSpec
+from harness.data.decoders import DECODERS, DEFAULT_DECODER
 from harness.errors import UsageError
-from harness.importer import LAYOUTS, SourceSpec
+from harness.data.importer import LAYOUTS, SourceSpec
 from strategies import registry
 
-SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 NOT_SCENARIOS = {"accelerators"}
 WORKLOADS = ("pixels", "features")
 
@@ -75,8 +75,8 @@ class Training:
     persistent_workers: bool
     lr: float
     seed: int
-    cell_timeout_s: float = 0.0  # a cell's deadline; 0: derived from its steps (harness.supervisor)
-    decoder: str = DEFAULT_DECODER  # the pixels workload's JPEG decoder (harness.decoders)
+    cell_timeout_s: float = 0.0  # a cell's deadline; 0: derived from its steps (harness.run.supervisor)
+    decoder: str = DEFAULT_DECODER  # the pixels workload's JPEG decoder (harness.data.decoders)
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class Scenario:
     path: Path
     accelerator: Accelerator
     world_size: int
-    dataset: DatasetSpec  # or an imported source (harness.importer.SourceSpec): [dataset] source, --data
+    dataset: DatasetSpec  # or an imported source (harness.data.importer.SourceSpec): [dataset] source, --data
     training: Training
     matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
 
@@ -190,7 +190,7 @@ def _dataset(path: Path, ds: dict[str, Any], where) -> DatasetSpec | SourceSpec:
 
 def source_spec(data: Path | str, layout: str | None, strict: bool, limit: int | None,
                 where: str = "--data") -> SourceSpec:
-    """An imported source as the scenario's dataset (harness.importer; nothing is read beyond the folder's
+    """An imported source as the scenario's dataset (harness.data.importer; nothing is read beyond the folder's
     listing until it is scanned). Its errors name ``where``."""
     try:
         return SourceSpec(data, layout=layout, strict=strict, limit=limit)
@@ -206,7 +206,7 @@ def checked_source_size(sc: Scenario, where: str = "the data source") -> None:
 
 
 def _visible_gpu_count(path: Path) -> int:
-    from harness import gpuinfo
+    from harness.measure import gpuinfo
 
     count = gpuinfo.gpu_count()
     if not count:

@@ -83,3 +83,28 @@ def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     if a.shape != b.shape:
         raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
     return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
+
+
+def decoded_pixels(sides: np.ndarray, image_size: int, decoder: str = "pil") -> np.ndarray:
+    """Pixels libjpeg decodes for each (height, width) in `sides` under decode_resize's reduced-scale decode.
+
+    PIL's draft picks the largest scale 1/s, s in (8, 4, 2, 1), with s <= min(w // target_w, h // target_h);
+    simplejpeg picks the smallest of libjpeg-turbo's scales n/8, n = 1..8, that keeps both sides at least
+    the target's. Either decodes ceil(w * scale) x ceil(h * scale) pixels. This is the decode work of a
+    sample: on the generated cc3m data (PIL) it predicts decode+resize time better (r = 0.81) than the
+    stored JPEG bytes (0.78), the source pixels (0.76) or the resized area (0.47).
+    """
+    sides = np.asarray(sides, dtype=np.int64)
+    h, w = sides[:, 0], sides[:, 1]
+    scale = image_size / np.maximum(h, w)
+    th = np.maximum(1, np.round(h * scale)).astype(np.int64)
+    tw = np.maximum(1, np.round(w * scale)).astype(np.int64)
+    if decoder == "simplejpeg":
+        n = np.full(len(sides), 8, dtype=np.int64)
+        for k in range(7, 0, -1):  # the smallest n/8 whose decode still covers the target
+            fits = (-(-w * k // 8) >= tw) & (-(-h * k // 8) >= th)
+            n = np.where(fits, k, n)
+        return (-(-h * n // 8)) * (-(-w * n // 8))
+    ratio = np.minimum(w // tw, h // th)
+    s = np.select([ratio >= 8, ratio >= 4, ratio >= 2], [8, 4, 2], default=1)
+    return (-(-h // s)) * (-(-w // s))

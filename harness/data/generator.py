@@ -233,7 +233,7 @@ def iter_samples_parallel(spec: DatasetSpec, processes: int | None = None) -> It
 
 def image_sides(spec) -> np.ndarray:
     """int32[samples, 2]: (height, width) of every sample's image, without encoding any. For an imported
-    source (harness.importer.SourceSpec, duck-typed: this module does not import the importer) its scan's."""
+    source (harness.data.importer.SourceSpec, duck-typed: this module does not import the importer) its scan's."""
     if not isinstance(spec, DatasetSpec):
         return spec.image_sides()
     profile = PROFILES[spec.profile]

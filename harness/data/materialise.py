@@ -1,6 +1,6 @@
 """Materialise a dataset into a storage format, once, and reuse it afterwards.
 
-The dataset is a generated one (harness.dataset.DatasetSpec) or an imported source (harness.importer
+The dataset is a generated one (harness.data.generator.DatasetSpec) or an imported source (harness.data.importer
 .SourceSpec, ``--data PATH``). ``materialise(spec, "hdf5", data_dir)`` returns ``data_dir /
 f"{spec.key()}-hdf5"``; a storage built with parameters that change its files (its ``variant`` differs from
 the default instance's) gets ``f"{spec.key()}-{name}{variant}"``, e.g. ``-hdf5-chunked16``. A finished
@@ -26,9 +26,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Iterator, TextIO
 
-from harness.dataset import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples_parallel
-from harness import verify
-from harness.importer import SourceSpec
+from harness.data.generator import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples_parallel
+from harness.data import verify
+from harness.data.importer import SourceSpec
 from harness.errors import UsageError
 from harness.progress import Progress
 from strategies import registry

@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from harness.telemetry import read_bytes
+from harness.measure.telemetry import read_bytes
 
 STATES = ("as-is", "warm", "cold")
 PROBE_BYTES = 256 * 1024

@@ -1,6 +1,6 @@
 """Check a materialised dataset against its manifest before anything runs on it.
 
-The manifest (harness.materialise) lists every file with its size, a *sampled* digest (SHA-256 of the size
+The manifest (harness.data.materialise) lists every file with its size, a *sampled* digest (SHA-256 of the size
 and 16 blocks of 4 KiB spread over the file, first and last included) and its full SHA-256; above
 MAX_LISTED_FILES files (raw storage at scale) it lists a deterministic spot sample of files instead, plus the
 count, the total bytes and one digest over every file. `quick` checks sizes and sampled digests (a few reads

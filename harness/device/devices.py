@@ -22,7 +22,16 @@ import time
 
 import torch
 
-from harness.accelerators import Accelerator
+from harness.config.accelerators import Accelerator
+
+
+def run_device_name(accelerator: str, device: str) -> str:
+    """The run's device as cells.jsonl and the baseline name it: on CUDA the GPUs' name (names joined with
+    "+" when they differ), on an emulated run "<accelerator> (emulated)"."""
+    if device == "cuda":
+        names = dict.fromkeys(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        return "+".join(names) or "cuda"
+    return f"{accelerator} (emulated)"
 
 
 class EmulatedDevice:
@@ -54,7 +63,7 @@ class EmulatedDevice:
 
     @property
     def name(self) -> str:
-        return f"{self.accelerator.name} (emulated)"
+        return run_device_name(self.accelerator.name, "emulated")
 
     @property
     def capacity_bytes(self) -> int:
@@ -160,7 +169,7 @@ class CudaDevice:
 
     @property
     def name(self) -> str:
-        return torch.cuda.get_device_name(self.torch_device)
+        return run_device_name("", "cuda")
 
     @property
     def last_bytes(self) -> int:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.items import MAX_TOKENS, VOCAB_SIZE, normalise
+from harness.data.fields import MAX_TOKENS, VOCAB_SIZE, normalise
 
 
 class Bottleneck(nn.Module):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.items import MAX_TOKENS
+from harness.data.fields import MAX_TOKENS
 
 PROBE_BATCHES = (2, 4)
 HEADROOM = 0.9  # of the budget; the rest absorbs fragmentation and the allocator's rounding

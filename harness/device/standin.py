@@ -1,7 +1,7 @@
 """A small image/text two-tower model with a CLIP-style contrastive loss, and which model a cell trains.
 
 Small on purpose: on an emulated accelerator the real CPU step must fit inside the modelled step time. On a
-real GPU the pixels workload trains harness.models.CLIPResNet (ResNet-50 + a text transformer); the features
+real GPU the pixels workload trains harness.device.gpumodels.CLIPResNet (ResNet-50 + a text transformer); the features
 workload keeps the two-tower projections on the 2048/768-d embeddings everywhere.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from harness.items import VOCAB_SIZE
+from harness.data.fields import VOCAB_SIZE
 
 EMBED = 128
 
@@ -79,7 +79,7 @@ def build_model(workload: str, cuda: bool) -> nn.Module:
             "stand-in two-tower, emulated (2048/768-d projections)"
         return TwoTower(workload, name=label)
     if workload == "pixels":
-        from harness.models import CLIPResNet
+        from harness.device.gpumodels import CLIPResNet
 
         return CLIPResNet(channels_last=True).to(memory_format=torch.channels_last)
     return TwoTower(workload)

@@ -54,8 +54,8 @@ from pathlib import Path
 
 from tabulate import tabulate
 
-from harness import stats
-from harness.records import CellResult
+from harness.results import stats
+from harness.results.cellresult import CellResult
 from strategies.registry import ADDED_AXES
 
 FORMAT = "dlbench-baseline/1"

@@ -2,9 +2,9 @@
 goes (the five parts of its wall time).
 
 Drawn on matplotlib's Agg canvas directly (no pyplot, no GUI backend, the global backend is left alone).
-Takes results (harness.records.CellResult). Errored cells are left out. Repeats of a cell (several lines with
-its id) are merged (harness.records.merge_repeats): the bar is the median. The whiskers are the cell's
-throughput interval (harness.tables.interval: batch means within one run, the order-statistic interval of the
+Takes results (harness.results.cellresult.CellResult). Errored cells are left out. Repeats of a cell (several lines with
+its id) are merged (harness.results.cellresult.merge_repeats): the bar is the median. The whiskers are the cell's
+throughput interval (harness.report.tables.interval: batch means within one run, the order-statistic interval of the
 median across repeats), and the axis label says what they are.
 """
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.records import CellResult, CellSummary, merge_repeats
-from harness.tables import EMULATED_MARK, emulated, interval, shown_axes, stack_label
+from harness.results.cellresult import CellResult, CellSummary, merge_repeats
+from harness.report.tables import EMULATED_MARK, emulated, interval, shown_axes, stack_label
 
 # the five parts of a rank's wall time (figures, % of the window, mean over ranks; they sum to 100)
 PARTS = (("stall_mean_pct", "stall (waiting for data)", "#d62728"), ("h2d_pct", "host-to-device", "#ff7f0e"),

@@ -1,12 +1,12 @@
 """The report of a run, from cells.jsonl alone: terminal text, report.md, summary.csv (pandas) and plots/.
 
-Table builders are pure: results in (harness.records.CellResult), a harness.tables.Table out. One renderer
-(harness.tables.render_tables) writes them as text or markdown; the header (scenario, emulation banner,
+Table builders are pure: results in (harness.results.cellresult.CellResult), a harness.report.tables.Table out. One renderer
+(harness.report.tables.render_tables) writes them as text or markdown; the header (scenario, emulation banner,
 overrun verdict, page cache, repeats, probe, parameters, host) is written once, above every table.
 
 Every throughput is shown with its interval as [low, high] and a label that says what the interval is
 (method, level, n): within one run, batch means over the window's steps; across repeats, the median with the
-order-statistic interval and its real coverage (harness.stats).
+order-statistic interval and its real coverage (harness.results.stats).
 """
 from __future__ import annotations
 
@@ -15,9 +15,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness import articles, plots, results as run_files, whatif
-from harness.records import CellResult, CellSummary, merge_repeats, relative_to_probe
-from harness.tables import (Table, display_name, emulation_lines, fmt, fmt_throughput, interval, interval_header,
+from harness.report import articles
+
+from harness.report import plots
+
+from harness.results import rundir as run_files
+
+from harness.report import whatif
+from harness.results.cellresult import CellResult, CellSummary, merge_repeats, relative_to_probe
+from harness.report.tables import (Table, display_name, emulation_lines, fmt, fmt_throughput, interval, interval_header,
                             interval_label_of, mark, overrun_lines, render_lines, render_tables, repeats_text,
                             short_error, shown_axes, strategy_notes)
 
@@ -204,7 +210,8 @@ def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) 
              "rank's own host work need to keep the device fed"]
     if what_if_cores is not None:
         notes.append(f"predicted (modelled, an upper bound): world size x min(device samples/s/rank, "
-                     f"{what_if_cores:g} / loader CPU s per sample); it ignores peer waits and host overhead")
+                     f"{what_if_cores:g} / (loader + rank CPU s per sample), workers / loader CPU s per sample); it "
+                     f"ignores peer waits and host overhead")
     return Table("Balance across ranks and the cost of feeding the device", headers, rows, notes)
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from tabulate import tabulate
 
-from harness import stats
-from harness.records import CellResult, CellSummary
+from harness.results import stats
+from harness.results.cellresult import CellResult, CellSummary
 from strategies.registry import AXES
 
 EMULATED_MARK = "*"  # marks columns whose values depend on the emulated accelerator's model

@@ -1,6 +1,6 @@
 """What-if: the throughput a cell would reach with a given number of cores per rank (modelled).
 
-Pure functions over a cell's figures (harness.metrics.feeding): `loader_cpu_s_per_sample` (CPU seconds of the
+Pure functions over a cell's figures (harness.results.metrics.feeding): `loader_cpu_s_per_sample` (CPU seconds of the
 rank's loader processes per sample), `rank_cpu_s_per_sample` (CPU seconds of the rank process itself: its
 host share of the step, receiving batches, the agreement, telemetry) and `device_samples_per_s` (per rank,
 the accelerator's rate when never starved, modelled on an emulated device). With N cores per rank and at
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from harness.records import CellResult
+from harness.results.cellresult import CellResult
 
 
 def predicted_samples_per_s(world_size: int, device_samples_per_s: float, loader_cpu_s_per_sample: float,

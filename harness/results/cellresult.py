@@ -3,13 +3,13 @@
 - `CellResult`: one cell, one repeat: one line of cells.jsonl (docs/results-format.md lists every key).
   `to_json()` / `CellResult.from_json(obj)` round-trip it; keys this version does not know are kept in
   `extra` and written back unchanged. Lines without "schema" are read as version 1.
-- `Figures`: the figures of a cell (harness.metrics.cell_figures) as typed, optional attributes; figures this
+- `Figures`: the figures of a cell (harness.results.metrics.cell_figures) as typed, optional attributes; figures this
   version does not know are kept in `extra` and read with `get(key)` like the known ones.
 - `CellSummary`: the repeats of one cell merged (`merge_repeats`): medians of the measured repeats' figures,
   the throughput's confidence interval, and how many repeats failed and why.
 - `cell_line` / `summary_text`: the line written after each cell, built from the records of all its ranks.
 
-This module depends on harness.metrics and harness.stats only (and on the scenario and matrix types for
+This module depends on harness.results.metrics and harness.results.stats only (and on the scenario and matrix types for
 `cell_line`); every reporting module reads results through it.
 """
 from __future__ import annotations
@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from harness import metrics, stats
+from harness.results import metrics
+
+from harness.results import stats
 
 SCHEMA_VERSION = 2
 
@@ -189,7 +191,7 @@ class CellResult:
 
 def _name_of(label: str, params: dict | None) -> str:
     """A strategy's name from its label, for lines written before names were stored: the label is the name
-    followed by "(k=v,...)" of its parameters (harness.scenario.StrategyChoice.label)."""
+    followed by "(k=v,...)" of its parameters (harness.config.scenario.StrategyChoice.label)."""
     if not params:
         return label
     suffix = "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
@@ -206,7 +208,7 @@ class CellSummary(CellResult):
     failed_repeats: int = 0
     repeat_errors: list[str] = field(default_factory=list)
     throughput_repeats: list[float] = field(default_factory=list)
-    throughput_summary: dict | None = None  # harness.stats.summary of throughput_repeats, with 2+ repeats
+    throughput_summary: dict | None = None  # harness.results.stats.summary of throughput_repeats, with 2+ repeats
 
     @property
     def total_repeats(self) -> int:
@@ -266,8 +268,8 @@ def relative_to_probe(results: list[CellResult], probe: dict) -> list[CellResult
 
 def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[dict], elapsed: float,
               repeat: int = 0) -> dict:
-    """The JSON object appended to cells.jsonl for one cell (a harness.scenario.Scenario and a
-    harness.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
+    """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and a
+    harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
     repeat it belongs to)."""
     errors = sorted({r["error"] for r in records if r.get("error")})
     result = CellResult(

@@ -1,11 +1,11 @@
 """Pure functions: the per-rank records of one cell -> its figures, coverage, cache and decomposition.
 
-Each returns a JSON-ready dict; harness.records wraps them in the result model (docs/results-format.md)."""
+Each returns a JSON-ready dict; harness.results.cellresult wraps them in the result model (docs/results-format.md)."""
 from __future__ import annotations
 
 import numpy as np
 
-from harness import stats
+from harness.results import stats
 
 # the five parts of a rank's step (per-step lists in each rank's record) and the figure of each
 PARTS = ("wait", "h2d", "peer_wait", "device", "overhead")

@@ -10,11 +10,11 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from harness import gpuinfo
+from harness.measure import gpuinfo
 from harness.errors import UsageError
-from harness.records import CellResult
+from harness.results.cellresult import CellResult
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def new_run_dir(out_root: Path, scenario_name: str) -> Path:

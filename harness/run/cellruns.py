@@ -12,13 +12,19 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from harness import probe, records, results, supervisor
-from harness.materialise import verify_dir
-from harness.matrix import Cell
-from harness.profiling import CellProfiler
+from harness.run import probe
+
+from harness.results import cellresult
+
+from harness.results import rundir
+
+from harness.run import supervisor
+from harness.data.materialise import verify_dir
+from harness.config.matrix import Cell
+from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
-from harness.runconfig import LaunchConfig
-from harness.trainloop import RankContext, run_cell
+from harness.config.runconfig import LaunchConfig
+from harness.train.trainloop import RankContext, run_cell
 
 
 HEARTBEAT_S = 1.0
@@ -44,7 +50,7 @@ class StepProgress:
 
 
 class Heartbeat:
-    """Per-step callback of a supervised rank: the rank's heartbeat file (harness.supervisor) at most every
+    """Per-step callback of a supervised rank: the rank's heartbeat file (harness.run.supervisor) at most every
     HEARTBEAT_S, passed on to the progress bar when there is one."""
 
     def __init__(self, run_dir: Path, rank: int, position: int, cell_id: str, bar=None):
@@ -76,7 +82,7 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
         cell = config.cells[index]
         if i == 0 or plan[i - 1][0] != repeat:  # the machine probe, once per repeat, while the others wait
             if rank == 0 and repeat not in _probed(config.run_dir):
-                results.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
+                rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
             dist.barrier()
         storage = cell.choice("storage")
         verify_dir(data_paths[storage.label], storage.name)  # sizes and sampled checksums: nothing runs on bad data
@@ -89,7 +95,7 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
 
 
 def _probed(run_dir: Path) -> set[int]:
-    return {int(p.get("repeat", 0)) for p in results.read_lines(Path(run_dir) / "probe.jsonl")}
+    return {int(p.get("repeat", 0)) for p in rundir.read_lines(Path(run_dir) / "probe.jsonl")}
 
 
 def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellProfiler | None:
@@ -115,8 +121,8 @@ def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, dev
     gathered = [None] * ctx.world_size if ctx.rank == 0 else None
     dist.gather_object(record, gathered, dst=0)
     if ctx.rank == 0:
-        line = records.cell_line(config.scenario, cell, device.name, config.device != "cuda",
+        line = cellresult.cell_line(config.scenario, cell, config.device_name or device.name, config.device != "cuda",
                                  gathered, time.perf_counter() - started, repeat)
-        results.append_cell(config.run_dir, line)
+        rundir.append_cell(config.run_dir, line)
         if show:
-            print(records.summary_text(line), file=sys.stderr, flush=True)
+            print(cellresult.summary_text(line), file=sys.stderr, flush=True)

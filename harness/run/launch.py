@@ -2,7 +2,7 @@
 
 One node: ``world_size`` processes are spawned (torch.multiprocessing, start method spawn) on a fresh free
 port. Under torchrun the processes already exist and call :func:`rank_main` directly. gloo on CPU, NCCL on
-CUDA. What each rank does with the cells once it has joined is in harness.cellruns.
+CUDA. What each rank does with the cells once it has joined is in harness.run.cellruns.
 """
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness import cellruns, supervisor
-from harness.runconfig import LaunchConfig
-from harness.device import CudaDevice, EmulatedDevice
+from harness.run import cellruns
+
+from harness.run import supervisor
+from harness.config.runconfig import LaunchConfig
+from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
 
 PG_TIMEOUT = timedelta(seconds=300)
@@ -50,13 +52,13 @@ def threads_per_rank(world_size: int) -> int:
 
 def dataset_gb(data_paths: dict[str, Path]) -> float:
     """Size on disk of the largest materialisation the run used."""
-    from harness.materialise import load_manifest
+    from harness.data.materialise import load_manifest
 
     return max((load_manifest(p)["total_bytes"] for p in data_paths.values()), default=0) / 1e9
 
 
 def spawn(config: LaunchConfig, log=None) -> tuple[dict[str, Path], list[str]]:
-    """Run the cells in world_size spawned processes on this node, watched by harness.supervisor: a cell
+    """Run the cells in world_size spawned processes on this node, watched by harness.run.supervisor: a cell
     whose rank dies or hangs is recorded as failed and fresh ranks go on. Returns the data paths and the
     failures (one line per failed cell)."""
     data_paths = config.materialise_all(progress=config.progress)  # before the ranks start
@@ -97,7 +99,7 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
 
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
     # worker exit); preloading makes each worker a cheap fork of a process that has imported the items.
-    mp.set_forkserver_preload(["torch", "harness.items", "strategies.registry", *config.plugins])
+    mp.set_forkserver_preload(["torch", "harness.train.torchdataset", "strategies.registry", *config.plugins])
     cuda = config.device == "cuda"
     # An emulated rank's stand-in model is tiny: one thread, so that idle OpenMP threads do not spin on the
     # cores the DataLoader workers need (a GPU host launches kernels from one thread too).

@@ -21,10 +21,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness import results
+from harness.results import rundir
 from harness.errors import UsageError
-from harness.records import CellResult, Figures
-from harness.runconfig import LaunchConfig
+from harness.results.cellresult import CellResult, Figures
+from harness.config.runconfig import LaunchConfig
 
 HEARTBEATS = ".ranks"
 POLL_S = 0.1
@@ -123,7 +123,7 @@ def read_heartbeats(run_dir: Path) -> dict[int, dict]:
 
 def done_keys(run_dir: Path) -> set[tuple[str, int]]:
     """(cell id, repeat) of every line of cells.jsonl, measured or failed."""
-    return {(c.cell, c.repeat) for c in results.read_results(run_dir)}
+    return {(c.cell, c.repeat) for c in rundir.read_results(run_dir)}
 
 
 def remaining(config: LaunchConfig, plan: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -241,7 +241,7 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
     timeout = default_timeout(config)
     failures: list[str] = []
     while True:
-        results.drop_cut_tail(config.run_dir / "cells.jsonl")
+        rundir.drop_cut_tail(config.run_dir / "cells.jsonl")
         todo = remaining(config, config.todo())
         if not todo:
             shutil.rmtree(heartbeat_dir(config.run_dir), ignore_errors=True)
@@ -257,7 +257,7 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
         if fatal:
             raise UsageError(fatal)
         cause, reached = outcome
-        results.drop_cut_tail(config.run_dir / "cells.jsonl")
+        rundir.drop_cut_tail(config.run_dir / "cells.jsonl")
         left = remaining(config, todo)
         if not left:  # every cell was written before the failure (e.g. a rank died on its way out)
             return failures
@@ -265,7 +265,7 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
             raise RunFailed(f"the ranks failed before their first cell: {cause}")
         cell = config.cells[left[0][1]]
         elapsed = time.time() - group.cell_started()
-        results.append_cell(config.run_dir, failed_line(config, left[0], cause, elapsed))
+        rundir.append_cell(config.run_dir, failed_line(config, left[0], cause, elapsed))
         failures.append(f"{cell.id} (repeat {left[0][0]}): {cause}")
         log(f"run_bench.py: cell {cell.id} failed: {cause}; fresh ranks go on with {len(left) - 1} "
             f"remaining cell(s)")

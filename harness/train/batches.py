@@ -8,7 +8,7 @@ CUDA stream, which overlaps the step of batch k; the step's stream waits for tha
 wait for batch k+1 is then counted in step k (the total wait is unchanged)."""
 from __future__ import annotations
 
-from harness.pipeline import Pipeline
+from harness.train.pipeline import Pipeline
 
 TENSOR_KEYS = ("images", "tokens", "image_emb", "text_emb")
 

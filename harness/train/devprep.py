@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from harness.items import normalise
+from harness.data.fields import normalise
 
 
 class DevicePrep:

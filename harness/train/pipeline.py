@@ -5,7 +5,7 @@ processes, or a thread pool in the rank: the loader axis), with pixels prepared 
 It also derives what the cost-aware strategies need: per-sample costs (the decode work, i.e. source
 pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the
 device cost of a batch and the budget that fits the device's memory: modelled from the catalogue on an
-emulated device, measured (a probe at two batch sizes, harness.memprobe) against torch.cuda.mem_get_info on
+emulated device, measured (a probe at two batch sizes, harness.device.memprobe) against torch.cuda.mem_get_info on
 CUDA.
 """
 from __future__ import annotations
@@ -15,11 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 from torch.utils.data import DataLoader
 
-from harness.dataset import image_sides
-from harness.devprep import DevicePrep
-from harness.matrix import Cell
-from harness.items import FIELDS_FOR, Collate, SampleDataset, decoded_pixels
-from harness.threadloader import ThreadLoader
+from harness.data.generator import image_sides
+from harness.train.devprep import DevicePrep
+from harness.config.matrix import Cell
+from harness.data.decoders import decoded_pixels
+from harness.data.fields import FIELDS_FOR
+from harness.train.torchdataset import Collate, SampleDataset
+from harness.train.threadloader import BatchThreadPool
 
 
 def resized_shapes(sides: np.ndarray, image_size: int) -> np.ndarray:
@@ -65,11 +67,11 @@ class Pipeline:
 
     @property
     def loader_kind(self) -> str:
-        return "threads" if isinstance(self.loader, ThreadLoader) else "workers"
+        return "threads" if isinstance(self.loader, BatchThreadPool) else "workers"
 
     def loader_thread_cpu_s(self) -> float:
         """CPU seconds of a thread loader's threads so far (0 for worker processes, measured elsewhere)."""
-        return self.loader.cpu_s if isinstance(self.loader, ThreadLoader) else 0.0
+        return self.loader.cpu_s if isinstance(self.loader, BatchThreadPool) else 0.0
 
     def shared_cache_stats(self):
         """A call that reads the rank-wide shared cache's statistics, or None (no SampleDataset here)."""
@@ -95,7 +97,7 @@ def _budget(ctx, accelerator, rate: str) -> tuple[float, tuple | None]:
 def _loader(ctx, dataset, batch_sampler, collate, strategy):
     tr = ctx.scenario.training
     if strategy.kind == "threads":
-        return ThreadLoader(dataset.for_threads(), batch_sampler, collate,
+        return BatchThreadPool(dataset.for_threads(), batch_sampler, collate,
                             strategy.threads or max(1, tr.workers), strategy.prefetch)
     workers = tr.workers
     return DataLoader(

@@ -3,7 +3,7 @@ Dataset's __getitems__ and the collate), at most threads x prefetch batches in f
 batch sampler's order. It keeps the sampler contract: every batch of the batch sampler, once, in order.
 
 Its CPU time is measured per thread (time.thread_time around each batch) and reported as the loader's; the
-rank process's own CPU figure excludes it (harness.metrics)."""
+rank process's own CPU figure excludes it (harness.results.metrics)."""
 from __future__ import annotations
 
 import threading
@@ -12,7 +12,7 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 
-class ThreadLoader:
+class BatchThreadPool:
     def __init__(self, dataset, batch_sampler, collate_fn, threads: int, prefetch: int):
         self.dataset, self.batch_sampler, self.collate_fn = dataset, batch_sampler, collate_fn
         self.threads, self.depth = max(1, threads), max(1, threads) * max(1, prefetch)

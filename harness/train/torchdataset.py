@@ -6,57 +6,21 @@ batch's largest image. features: the precomputed image and text embeddings.
 
 Where pixels are prepared is the preprocess strategy's choice: "host" (here, in the loader: decode, resize,
 a random horizontal flip, and with normalise=True float32 normalisation in the collate), or "device" (here
-only the JPEG bytes are handed over, as uint8 tensors; harness.devprep decodes them on the accelerator).
+only the JPEG bytes are handed over, as uint8 tensors; harness.train.devprep decodes them on the accelerator).
 """
 from __future__ import annotations
 
 import os
 import random
 import threading
-import zlib
 from typing import Sequence
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from harness.decoders import decode_resize  # noqa: F401  (the decoders moved there; callers import it here)
+from harness.data.decoders import decode_resize
+from harness.data.fields import MAX_TOKENS, normalise, tokenize
 from strategies.sample import Sample
-
-VOCAB_SIZE = 4096
-MAX_TOKENS = 48
-FIELDS_FOR = {"pixels": ("jpeg", "caption"), "features": ("image_emb", "text_emb")}
-
-
-def tokenize(caption: str) -> list[int]:
-    """Words hashed into a fixed vocabulary (stable across processes, unlike hash())."""
-    return [zlib.crc32(w.encode()) % (VOCAB_SIZE - 1) + 1 for w in caption.split()[:MAX_TOKENS]]
-
-
-def decoded_pixels(sides: np.ndarray, image_size: int, decoder: str = "pil") -> np.ndarray:
-    """Pixels libjpeg decodes for each (height, width) in `sides` under decode_resize's reduced-scale decode.
-
-    PIL's draft picks the largest scale 1/s, s in (8, 4, 2, 1), with s <= min(w // target_w, h // target_h);
-    simplejpeg picks the smallest of libjpeg-turbo's scales n/8, n = 1..8, that keeps both sides at least
-    the target's. Either decodes ceil(w * scale) x ceil(h * scale) pixels. This is the decode work of a
-    sample: on the generated cc3m data (PIL) it predicts decode+resize time better (r = 0.81) than the
-    stored JPEG bytes (0.78), the source pixels (0.76) or the resized area (0.47).
-    """
-    sides = np.asarray(sides, dtype=np.int64)
-    h, w = sides[:, 0], sides[:, 1]
-    scale = image_size / np.maximum(h, w)
-    th = np.maximum(1, np.round(h * scale)).astype(np.int64)
-    tw = np.maximum(1, np.round(w * scale)).astype(np.int64)
-    if decoder == "simplejpeg":
-        n = np.full(len(sides), 8, dtype=np.int64)
-        for k in range(7, 0, -1):  # the smallest n/8 whose decode still covers the target
-            fits = (-(-w * k // 8) >= tw) & (-(-h * k // 8) >= th)
-            n = np.where(fits, k, n)
-        return (-(-h * n // 8)) * (-(-w * n // 8))
-    ratio = np.minimum(w // tw, h // th)
-    s = np.select([ratio >= 8, ratio >= 4, ratio >= 2], [8, 4, 2], default=1)
-    return (-(-h // s)) * (-(-w // s))
-
 
 def sample_nbytes(sample: Sample) -> int:
     return sample.nbytes
@@ -168,19 +132,6 @@ class SampleDataset(Dataset):
             item["image_emb"] = torch.from_numpy(s.image_emb)
             item["text_emb"] = torch.from_numpy(s.text_emb)
         return item
-
-
-MEAN = (0.485, 0.456, 0.406)  # ImageNet statistics, as torchvision's normalisation
-STD = (0.229, 0.224, 0.225)
-
-
-def normalise(images: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, 3, H, W] -> float32 normalised; a float input is taken as normalised already."""
-    if images.dtype != torch.uint8:
-        return images
-    mean = torch.tensor(MEAN, device=images.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(STD, device=images.device).view(1, 3, 1, 1) * 255
-    return (images.float() - mean) / std
 
 
 def flip_item(item: dict) -> dict:

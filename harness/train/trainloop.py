@@ -25,15 +25,17 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from harness import pagecache, pipeline
-from harness.agreement import agree, param_digest, window_steps
-from harness.batches import BatchSource, InMemoryBatches, collect_batches, to_device
-from harness.matrix import Cell
-from harness.model import build_model
-from harness.recorder import CacheTally, StepRecorder
-from harness.scenario import Scenario
-from harness.telemetry import MemorySampler, NvmlSampler
-from harness.trainstep import StepPrecision, shadow_step, train_step
+from harness.data import pagecache
+
+from harness.train import pipeline
+from harness.train.agreement import agree, param_digest, window_steps
+from harness.train.batches import BatchSource, InMemoryBatches, collect_batches, to_device
+from harness.config.matrix import Cell
+from harness.device.standin import build_model
+from harness.measure.recorder import CacheTally, StepRecorder
+from harness.config.scenario import Scenario
+from harness.measure.telemetry import MemorySampler, NvmlSampler
+from harness.train.trainstep import StepPrecision, shadow_step, train_step
 
 IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase
 
@@ -232,7 +234,7 @@ class Trainer:
         torch.manual_seed(self.tr.seed)  # same initial weights on every rank (DDP also broadcasts them)
         self.model = build_model(self.tr.workload, cuda).to(self.device.torch_device)
         if cuda and cell.choice("batching").create().splits_on_oom:  # dynamic: plan against this GPU
-            from harness import memprobe
+            from harness.device import memprobe
 
             self.device.set_memory_model(*memprobe.measure(self.model, self.tr.workload, self.tr.image_size,
                                                            self.precision, self.device.torch_device))

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.dataset import DatasetSpec, generate_sample, iter_samples
-from harness.materialise import materialise
+from harness.data.generator import DatasetSpec, generate_sample, iter_samples
+from harness.data.materialise import materialise
 from strategies import registry
 from strategies.sample import FIELDS
 

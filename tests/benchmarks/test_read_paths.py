@@ -13,8 +13,9 @@ import pytest
 import h5py
 import numpy as np
 
-from harness.decoders import DECODERS, decode_resize
-from harness.items import FIELDS_FOR, SampleDataset, sample_nbytes
+from harness.data.decoders import DECODERS, decode_resize
+from harness.data.fields import FIELDS_FOR
+from harness.train.torchdataset import SampleDataset, sample_nbytes
 from strategies.cache.lru import LRUCache
 
 STORAGES = ("raw", "mmap", "hdf5", "hdf5-chunked", "hdf5-chunked-gzip")  # hdf5: the contiguous layout

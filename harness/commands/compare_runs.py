@@ -1,0 +1,54 @@
+"""`run_bench.py compare RUN_A RUN_B`: run B against run A, cell by cell, as the CI gate compares a run with
+a baseline."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from harness.report import compare
+from harness.results import rundir
+
+
+RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")
+
+
+def run_as_baseline(run_dir: Path, role: str = "run") -> dict:
+    """A run directory as a baseline-shaped dict; a one-line BaselineError (exit 3) when it is missing,
+    incomplete (no env.json, probe.jsonl or cells.jsonl) or unreadable."""
+    where = f"{role} {run_dir}"
+    if not Path(run_dir).is_dir():
+        raise compare.BaselineError(f"{where} is not a directory; pass a run directory under results/")
+    missing = [name for name in RUN_FILES if not (Path(run_dir) / name).is_file()]
+    if missing:
+        raise compare.BaselineError(f"{where} is incomplete (no {', '.join(missing)}); pass a finished run "
+                                    f"directory under results/")
+    try:
+        env, cells = rundir.read_env(run_dir), rundir.read_results(run_dir)
+        if not cells:
+            raise ValueError(f"{run_dir}/cells.jsonl is empty")
+        lacking = [k for k in ("comparable", "scenario") if k not in env]
+        if lacking:
+            raise ValueError(f"{run_dir}/env.json lacks {', '.join(lacking)} (written by an older harness?)")
+        return compare.build_baseline(cells, env, rundir.read_probe(run_dir), env["comparable"],
+                                      env["scenario"])
+    except ValueError as err:  # rundir.ResultsError included
+        raise compare.BaselineError(f"{where} cannot be compared: {err}") from None
+
+
+def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:
+    print("\n" + compare.render(comparison, "text"))
+    for warning in comparison.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    if markdown_path is not None:
+        markdown_path.write_text(compare.render(comparison, "markdown") + "\n")
+    return comparison.exit_code
+
+
+def main(args) -> int:
+    baseline = run_as_baseline(args.run_a, "run A (the baseline)")
+    current = run_as_baseline(args.run_b, "run B")
+    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha, args.strict)
+    if args.markdown:
+        print(compare.render(comparison, "markdown"))
+        return comparison.exit_code
+    return show_comparison(comparison, None)

@@ -1,0 +1,3 @@
+"""data: the samples a run reads: the CC3M-like generator, your own data imported from img2dataset layouts
+(importer), one materialisation per storage with its manifest (materialise, verify), the page cache made warm
+or cold (pagecache), JPEG decoders and the fields each workload reads (decoders, fields)."""
