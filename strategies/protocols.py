@@ -11,8 +11,9 @@ structurally; :func:`missing` names the members it lacks. The protocols are ``ru
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from strategies.sample import FIELDS, Sample
 

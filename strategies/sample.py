@@ -38,13 +38,13 @@ class Sample:
                 n += arr.nbytes
         return n
 
-    def detached(self) -> "Sample":
+    def detached(self) -> Sample:
         """A copy whose arrays own their memory (for a cache that keeps single samples of a batch)."""
         return Sample(self.index, self.jpeg, self.caption,
                       None if self.image_emb is None else self.image_emb.copy(),
                       None if self.text_emb is None else self.text_emb.copy())
 
-    def same_as(self, other: "Sample") -> bool:
+    def same_as(self, other: Sample) -> bool:
         """Field-by-field equality (numpy arrays compared exactly)."""
         if self.index != other.index or self.jpeg != other.jpeg or self.caption != other.caption:
             return False

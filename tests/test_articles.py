@@ -8,10 +8,16 @@ from pathlib import Path
 import pytest
 
 from harness.report import report
-from harness.report.articles import (article_tables, fixed_vs_dynamic_table, ladder_table, note_lines,
-                              ranking_table, scaling_table)
-from harness.results.cellresult import CellResult, merge_repeats
+from harness.report.articles import (
+    article_tables,
+    fixed_vs_dynamic_table,
+    ladder_table,
+    note_lines,
+    ranking_table,
+    scaling_table,
+)
 from harness.report.tables import render_tables
+from harness.results.cellresult import CellResult, merge_repeats
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

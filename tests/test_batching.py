@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, SequentialSampler
 
 import strategies.batching.adaptive  # noqa: F401  (register before they are builtins)

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import run_bench
+
 from harness import cli
 from harness.commands import bench
 from harness.report import report

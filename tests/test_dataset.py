@@ -49,7 +49,8 @@ def test_sample_fields_have_the_declared_shapes():
     assert isinstance(s.caption, str) and s.caption
 
 
-@pytest.mark.parametrize("spec", [DatasetSpec(samples=40, seed=5, image_scale=0.3), DatasetSpec(samples=40, profile="tiny")])
+@pytest.mark.parametrize("spec", [DatasetSpec(samples=40, seed=5, image_scale=0.3),
+                                  DatasetSpec(samples=40, profile="tiny")])
 def test_jpegs_decode_to_the_sizes_image_sides_reports(spec):
     sides = image_sides(spec)
     assert sides.dtype == np.int32 and sides.shape == (spec.samples, 2)

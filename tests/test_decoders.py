@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.data.generator import DatasetSpec, generate_sample
 from harness.data.decoders import DECODERS, DEFAULT_DECODER, check_decoder, decode_resize, mean_abs_diff, target_size
+from harness.data.generator import DatasetSpec, generate_sample
 
 # The tolerance simplejpeg must keep against PIL on the generated data (pixel levels, 0-255): the mean over
 # images of each image's mean absolute difference, and the worst image's. Measured on 200 cc3m images at
@@ -34,8 +34,9 @@ def test_default_is_a_known_decoder():
 
 @pytest.mark.parametrize("decoder", DECODERS)
 def test_decoders_keep_the_aspect_ratio_and_the_longest_side(jpegs, decoder):
-    from PIL import Image
     import io
+
+    from PIL import Image
 
     for jpeg in jpegs[:20]:
         image = decode_resize(jpeg, 96, decoder)

@@ -5,7 +5,6 @@ import json
 
 import pandas as pd
 import pytest
-
 from conftest import run_bench
 
 pytestmark = pytest.mark.slow  # every test here runs 2 rank processes with DataLoader workers

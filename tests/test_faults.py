@@ -8,7 +8,6 @@ import signal
 import time
 
 import pytest
-
 from procs import cells, children, heartbeat, no_survivors, run_dir, start, wait_for
 
 pytestmark = pytest.mark.slow  # every test here spawns rank processes

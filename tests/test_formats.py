@@ -11,10 +11,10 @@ import lmdb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from forked_readers import check_forked_workers
 
 from harness.data.generator import DatasetSpec, generate_sample, iter_samples
 from harness.data.materialise import load_manifest, materialise
-from forked_readers import check_forked_workers
 from strategies import registry
 from strategies.protocols import Reader, Storage
 from strategies.sample import FIELDS
@@ -192,7 +192,8 @@ def test_webdataset_shards_are_plain_tars_in_index_order(small_shards, expected)
             i = shard.start
             assert tar.extractfile(f"{i:08d}.jpg").read() == expected[i].jpeg
             assert tar.extractfile(f"{i:08d}.txt").read().decode() == expected[i].caption
-            assert np.array_equal(np.load(io.BytesIO(tar.extractfile(f"{i:08d}.text_emb.npy").read())), expected[i].text_emb)
+            text_emb = np.load(io.BytesIO(tar.extractfile(f"{i:08d}.text_emb.npy").read()))
+            assert np.array_equal(text_emb, expected[i].text_emb)
 
 
 def test_webdataset_package_reads_the_shards(small_shards, expected):

@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_bench
+
 from harness import cli
 
 FIXTURE = REPO / "tests" / "fixtures" / "cells_4xV100.jsonl"

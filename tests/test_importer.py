@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from harness.errors import UsageError
 from harness.data.embeddings import decode_small, image_embedding, text_embedding
 from harness.data.importer import SourceSpec
 from harness.data.layouts import LAYOUTS, detect_layout
+from harness.errors import UsageError
 from strategies import registry
 from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM
 

@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from harness.data.generator import DatasetSpec, generate_sample
 from harness.data.fields import MAX_TOKENS, tokenize
+from harness.data.generator import DatasetSpec, generate_sample
 from harness.train.torchdataset import SampleDataset, collate
 from strategies import registry
 from strategies.sample import Sample
@@ -112,8 +112,8 @@ def test_decoded_pixels_match_pil_draft_on_generated_jpegs():
 
     from PIL import Image
 
-    from harness.data.generator import DatasetSpec, generate_sample, image_sides
     from harness.data.decoders import decoded_pixels
+    from harness.data.generator import DatasetSpec, generate_sample, image_sides
 
     spec = DatasetSpec(samples=40, seed=3, profile="cc3m", image_scale=1.0)
     for image_size in (64, 160):
@@ -131,9 +131,8 @@ def test_decoded_pixels_match_simplejpeg_scales():
     """With decoder = simplejpeg the cost is the pixels of the n/8 scale libjpeg-turbo really decodes."""
     import simplejpeg
 
+    from harness.data.decoders import decoded_pixels, target_size
     from harness.data.generator import DatasetSpec, generate_sample, image_sides
-    from harness.data.decoders import target_size
-    from harness.data.decoders import decoded_pixels
 
     spec = DatasetSpec(samples=40, seed=3, profile="cc3m", image_scale=1.0)
     for image_size in (64, 160):

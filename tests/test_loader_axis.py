@@ -10,13 +10,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-from harness.results import metrics
-from harness.report.compare import _params_differ
-from harness.train.devprep import DevicePrep
-from harness.train.torchdataset import Collate, SampleDataset, flip_item
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
+from harness.report.compare import _params_differ
+from harness.results import metrics
+from harness.train.devprep import DevicePrep
 from harness.train.threadloader import BatchThreadPool
+from harness.train.torchdataset import Collate, SampleDataset, flip_item
 from strategies import registry
 from strategies.sample import Sample
 

@@ -7,7 +7,6 @@ import json
 import pytest
 
 from harness.commands import loaderonly
-
 from harness.config import scenario
 
 TOML = """

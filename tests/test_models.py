@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from harness.config import scenario
-from harness.errors import UsageError
-from harness.device.standin import build_model
 from harness.device.gpumodels import CLIPResNet, ResNet50
+from harness.device.standin import build_model
+from harness.errors import UsageError
 
 
 def test_resnet50_trunk_has_torchvisions_parameter_count_and_2048_features():

@@ -10,17 +10,15 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-
-from harness.results import rundir
-
 from harness.config import scenario
-from harness.data.generator import DatasetSpec
-from harness.device.devices import EmulatedDevice
-from harness.errors import UsageError
-from harness.data.importer import LAYOUTS, SourceSpec
-from harness.data.materialise import load_manifest, materialise
 from harness.config.matrix import expand
 from harness.config.runconfig import LaunchConfig
+from harness.data.generator import DatasetSpec
+from harness.data.importer import LAYOUTS, SourceSpec
+from harness.data.materialise import load_manifest, materialise
+from harness.device.devices import EmulatedDevice
+from harness.errors import UsageError
+from harness.results import rundir
 from strategies import registry
 from tests.test_importer import MAKERS, N
 

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from harness.report import plots  # noqa: E402
-from harness.results.cellresult import CellResult, merge_repeats  # noqa: E402
 from harness.report.tables import shown_axes, stack_label  # noqa: E402
+from harness.results.cellresult import CellResult, merge_repeats  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

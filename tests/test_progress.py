@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 
 from harness import progress
-from harness.run.cellruns import StepProgress
 from harness.data.materialise import _progress
 from harness.progress import Progress
+from harness.run.cellruns import StepProgress
 
 
 class Terminal(io.StringIO):

@@ -5,7 +5,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_bench
 
 pytestmark = pytest.mark.slow  # every test here spawns rank processes

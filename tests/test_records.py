@@ -10,8 +10,16 @@ from types import SimpleNamespace
 import pytest
 
 from harness.results import rundir
-from harness.results.cellresult import (SCHEMA_VERSION, CellResult, CellSummary, Figures, cell_line, merge_repeats,
-                             relative_to_probe, summary_text)
+from harness.results.cellresult import (
+    SCHEMA_VERSION,
+    CellResult,
+    CellSummary,
+    Figures,
+    cell_line,
+    merge_repeats,
+    relative_to_probe,
+    summary_text,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

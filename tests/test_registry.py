@@ -7,8 +7,18 @@ from pathlib import Path
 import pytest
 
 from strategies import registry
-from strategies.protocols import (PROTOCOLS, Batching, BatchingBase, Cache, Sampler, SamplerBase, Storage,
-                                  StorageBase, members, missing)
+from strategies.protocols import (
+    PROTOCOLS,
+    Batching,
+    BatchingBase,
+    Cache,
+    Sampler,
+    SamplerBase,
+    Storage,
+    StorageBase,
+    members,
+    missing,
+)
 
 
 @pytest.fixture

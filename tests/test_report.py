@@ -1,5 +1,6 @@
-"""harness.report.report and harness.report.tables: intervals shown as [low, high] with their labels, the five-part split,
-balance and feeding figures, the overrun verdict, failed repeats, on real fixture lines and synthetic ones."""
+"""harness.report.report and harness.report.tables: intervals shown as [low, high] with their labels, the five-part
+split, balance and feeding figures, the overrun verdict, failed repeats, on real fixture lines and synthetic
+ones."""
 from __future__ import annotations
 
 import copy
@@ -8,9 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report import report
-
-from harness.report import tables
+from harness.report import report, tables
 from harness.results.cellresult import CellResult, merge_repeats
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-
 from harness.commands import bench, resume
-
-from harness.results import rundir
 from harness.errors import UsageError
+from harness.results import rundir
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cells_1xV100.jsonl"
 

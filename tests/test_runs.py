@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_bench
 
 pytestmark = pytest.mark.slow  # rank processes and DataLoader workers
@@ -27,7 +26,8 @@ workers = 1
 persistent_workers = true
 [matrix]
 storage = ["mmap"]
-cache = ["none", { name = "lru", capacity_mb = 64, scope = "worker" }, { name = "lru", capacity_mb = 64, scope = "shared" }]
+cache = ["none", { name = "lru", capacity_mb = 64, scope = "worker" },
+         { name = "lru", capacity_mb = 64, scope = "shared" }]
 sampler = ["default", "balanced"]
 """
 

@@ -6,7 +6,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data.distributed import DistributedSampler
 
 import strategies.sampler.balanced  # noqa: F401  (registers "balanced" even before it is a builtin)

@@ -6,12 +6,10 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-
-from harness.measure import gpuinfo
-
 from harness.config import scenario
-from harness.errors import UsageError
 from harness.config.matrix import expand, select
+from harness.errors import UsageError
+from harness.measure import gpuinfo
 
 GOOD = """
 description = "test"

@@ -7,7 +7,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from strategies import registry
 from strategies.protocols import EpochSampler, Sampler
@@ -69,7 +70,7 @@ def test_ranks_read_whole_shards_in_stream_order(size, world, shard_size):
     per_rank = epoch_of(c)
     check_contract(per_rank, size, world)
     n = math.ceil(size / world)
-    for rank, order in enumerate(per_rank):
+    for order in per_rank:
         touched = [i // shard_size for i in order if i < size]
         runs = [k for j, k in enumerate(touched) if j == 0 or k != touched[j - 1]]
         assert len(runs) == len(set(runs))  # a shard is read in one run

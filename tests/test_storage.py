@@ -7,11 +7,11 @@ import random
 
 import numpy as np
 import pytest
+from forked_readers import check_forked_workers
 
 from harness.data.generator import DatasetSpec, generate_sample
-from harness.errors import UsageError
 from harness.data.materialise import load_manifest, materialise
-from forked_readers import check_forked_workers
+from harness.errors import UsageError
 from strategies import registry
 from strategies.protocols import Reader, Storage
 from strategies.sample import FIELDS

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-
 from harness.data import verify
 from harness.data.generator import DatasetSpec
 from harness.data.materialise import load_manifest, materialise

@@ -29,7 +29,8 @@ def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is"
     t = sc.training
     return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
             "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": device != "cuda",
-            "device": name or run_device_name(sc.accelerator.name, device), "image_size": t.image_size, "steps": t.steps,
+            "device": name or run_device_name(sc.accelerator.name, device), "image_size": t.image_size,
+            "steps": t.steps,
             "epochs": t.epochs, "warmup_steps": t.warmup_steps, "workers": t.workers,
             "prefetch_factor": t.prefetch_factor, "cache_state": cache_state, "decoder": t.decoder,
             **({"gpu": gpuinfo.comparability_key()} if device == "cuda" else {})}
@@ -42,7 +43,8 @@ def load_plugins(modules: list[str]) -> None:
         try:
             registry.load_plugin(module)
         except ImportError as err:
-            raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH")
+            raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH"
+                             ) from None
 
 
 def spawn_ranks(config: launch.LaunchConfig, env: dict) -> bool:

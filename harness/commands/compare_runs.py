@@ -8,7 +8,6 @@ from pathlib import Path
 from harness.report import compare
 from harness.results import rundir
 
-
 RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")
 
 

@@ -30,21 +30,22 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import TextIO
 
 import h5py
 import numpy as np
 import torch
 from PIL import Image
 
+from harness.config.scenario import Scenario, StrategyChoice
 from harness.data import pagecache
-from harness.data.generator import DatasetSpec
 from harness.data.decoders import DECODERS, decode_resize
 from harness.data.fields import FIELDS_FOR
-from harness.errors import UsageError
+from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
-from harness.config.scenario import Scenario, StrategyChoice
+from harness.errors import UsageError
 from harness.report.tables import Table, render_tables
 from strategies import registry
 from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM
@@ -318,12 +319,12 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
     for workload in todo:
         fields = FIELDS_FOR[workload]
         sets = _batches(spec.samples, bs, batches, seed)
-        sources = [(REF_RAM, lambda: _RamGather(mmap_path, fields), [])]
+        sources = [(REF_RAM, lambda f=fields: _RamGather(mmap_path, f), [])]
         for c in choices:
             storage = c.create()
             path = paths[c.label]
-            sources.append((c.label, lambda s=storage, p=path: _Reader(s, p, fields), storage.files(path)))
-        sources.append((REF_ARTICLE, lambda: _ArticleHdf5(article, fields), [article]))
+            sources.append((c.label, lambda s=storage, p=path, f=fields: _Reader(s, p, f), storage.files(path)))
+        sources.append((REF_ARTICLE, lambda f=fields: _ArticleHdf5(article, f), [article]))
         for state in cache_states:
             for name, make, files in sources:
                 source = make()

@@ -58,11 +58,11 @@ def _batches(where: torch.device, n: int = 4) -> list[dict]:
 
 def _rank(rank: int, world: int, port: int, split: bool, real: bool, at_call: int, out: str) -> None:
     from harness.config.accelerators import get_accelerator
-    from harness.train.agreement import param_digest
-    from harness.train.batches import InMemoryBatches
     from harness.device.devices import CudaDevice, EmulatedDevice
     from harness.device.standin import TwoTower
     from harness.measure.telemetry import MemorySampler, NvmlSampler
+    from harness.train.agreement import param_digest
+    from harness.train.batches import InMemoryBatches
     from harness.train.trainloop import MeasuredLoop
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))

@@ -11,12 +11,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.report import report
-
-from harness.results import rundir
-
 from harness.config import runsetup
 from harness.errors import UsageError
+from harness.report import report
+from harness.results import rundir
 
 # options that may change between the first run and its resumption
 FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate"}

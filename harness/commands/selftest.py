@@ -35,15 +35,15 @@ import torch.multiprocessing as mp
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
-from harness.results import metrics
 from harness.config.accelerators import get_accelerator
+from harness.config.matrix import Cell
+from harness.config.scenario import Scenario, StrategyChoice, Training
 from harness.data.generator import DatasetSpec
 from harness.device.devices import EmulatedDevice
+from harness.results import metrics
 from harness.run.launch import free_port
 from harness.train.pipeline import Pipeline
-from harness.config.matrix import Cell
 from harness.train.torchdataset import collate
-from harness.config.scenario import Scenario, StrategyChoice, Training
 from harness.train.trainloop import RankContext, run_cell
 from strategies import registry
 

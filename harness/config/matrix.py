@@ -4,8 +4,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from harness.errors import UsageError
 from harness.config.scenario import Scenario, StrategyChoice
+from harness.errors import UsageError
 from strategies.registry import ADDED_AXES, AXES, DEFAULTS
 
 

@@ -7,8 +7,8 @@ import dataclasses
 from pathlib import Path
 
 from harness.config import scenario
-from harness.errors import UsageError
 from harness.data.importer import LAYOUTS, SourceSpec
+from harness.errors import UsageError
 
 CC3M_SAMPLES = 3_318_333  # image-caption pairs in Conceptual Captions 3M's training split
 

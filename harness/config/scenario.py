@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.accelerators import Accelerator, get_accelerator
-from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.decoders import DECODERS, DEFAULT_DECODER
-from harness.errors import UsageError
+from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
+from harness.errors import UsageError
 from strategies import registry
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"

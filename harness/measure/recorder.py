@@ -1,8 +1,8 @@
 """What a rank records while it trains one cell: per-step timings and the cache statistics of its workers."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -1,8 +1,9 @@
 """The articles' tables, measured: the tables the two blog posts print (scaling, fixed vs dynamic device
 memory, the cumulative ladder, a ranking), built from what this run measured.
 
-Pure functions: results in (harness.results.cellresult.CellResult, the lines of cells.jsonl), a harness.report.tables.Table out.
-Several results with the same cell id (a run with --repeats) are merged first (harness.results.cellresult.merge_repeats):
+Pure functions: results in (harness.results.cellresult.CellResult, the lines of cells.jsonl), a
+harness.report.tables.Table out. Several results with the same cell id (a run with --repeats) are merged first
+(harness.results.cellresult.merge_repeats):
 the median of the repeats' figures; a cell that ran once counts as n=1.
 
 Every throughput carries its interval ([low, high], labelled in the header or an "interval" column). The
@@ -13,10 +14,25 @@ noisy cells would overstate the step.
 """
 from __future__ import annotations
 
+from harness.report.tables import (
+    TIE_NOTE,
+    Table,
+    common_axes,
+    compare_intervals,
+    display_name,
+    fmt,
+    fmt_throughput,
+    interval,
+    interval_header,
+    interval_label_of,
+    mark,
+    repeats_text,
+    short_error,
+    shown_axes,
+    stack_label,
+    tie_ranks,
+)
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats
-from harness.report.tables import (TIE_NOTE, Table, common_axes, compare_intervals, display_name, fmt, fmt_throughput,
-                            interval, interval_header, interval_label_of, mark, repeats_text, shown_axes,
-                            short_error, stack_label, tie_ranks)
 
 BASELINE = {"storage": "raw", "cache": "none", "batching": "fixed", "sampler": "default"}
 # the storage of the ladder's last step, fixed before measuring: the articles' first choice that the run has

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from tabulate import tabulate
@@ -97,7 +97,7 @@ def build_baseline(results: list[CellResult], env: dict, probe: dict, comparable
                 entry["step_p50_ms"].append(float(c.figures.step_p50_ms))
         out_cells[cid] = entry
     return {"format": FORMAT,
-            "created": created or datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "created": created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "scenario": scenario, "comparable": dict(comparable),
             "machine": {k: env.get(k) for k in MACHINE_KEYS},
             "versions": dict(env.get("versions", {})), "git": dict(env.get("git", {})),

@@ -15,8 +15,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.results.cellresult import CellResult, CellSummary, merge_repeats
 from harness.report.tables import EMULATED_MARK, emulated, interval, shown_axes, stack_label
+from harness.results.cellresult import CellResult, CellSummary, merge_repeats
 
 # the five parts of a rank's wall time (figures, % of the window, mean over ranks; they sum to 100)
 PARTS = (("stall_mean_pct", "stall (waiting for data)", "#d62728"), ("h2d_pct", "host-to-device", "#ff7f0e"),

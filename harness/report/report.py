@@ -1,8 +1,8 @@
 """The report of a run, from cells.jsonl alone: terminal text, report.md, summary.csv (pandas) and plots/.
 
-Table builders are pure: results in (harness.results.cellresult.CellResult), a harness.report.tables.Table out. One renderer
-(harness.report.tables.render_tables) writes them as text or markdown; the header (scenario, emulation banner,
-overrun verdict, page cache, repeats, probe, parameters, host) is written once, above every table.
+Table builders are pure: results in (harness.results.cellresult.CellResult), a harness.report.tables.Table out. One
+renderer (harness.report.tables.render_tables) writes them as text or markdown; the header (scenario, emulation
+banner, overrun verdict, page cache, repeats, probe, parameters, host) is written once, above every table.
 
 Every throughput is shown with its interval as [low, high] and a label that says what the interval is
 (method, level, n): within one run, batch means over the window's steps; across repeats, the median with the
@@ -15,17 +15,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.report import articles
-
-from harness.report import plots
-
+from harness.report import articles, plots, whatif
+from harness.report.tables import (
+    Table,
+    display_name,
+    emulation_lines,
+    fmt,
+    fmt_throughput,
+    interval,
+    interval_header,
+    interval_label_of,
+    mark,
+    overrun_lines,
+    render_lines,
+    render_tables,
+    repeats_text,
+    short_error,
+    shown_axes,
+    strategy_notes,
+)
 from harness.results import rundir as run_files
-
-from harness.report import whatif
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats, relative_to_probe
-from harness.report.tables import (Table, display_name, emulation_lines, fmt, fmt_throughput, interval, interval_header,
-                            interval_label_of, mark, overrun_lines, render_lines, render_tables, repeats_text,
-                            short_error, shown_axes, strategy_notes)
 
 REPORT_TITLE = "Data-loading benchmark report"
 ARTICLES_TITLE = "The articles' tables, measured"

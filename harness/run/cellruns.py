@@ -12,20 +12,14 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from harness.run import probe
-
-from harness.results import cellresult
-
-from harness.results import rundir
-
-from harness.run import supervisor
-from harness.data.materialise import verify_dir
 from harness.config.matrix import Cell
+from harness.config.runconfig import LaunchConfig
+from harness.data.materialise import verify_dir
 from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
-from harness.config.runconfig import LaunchConfig
+from harness.results import cellresult, rundir
+from harness.run import probe, supervisor
 from harness.train.trainloop import RankContext, run_cell
-
 
 HEARTBEAT_S = 1.0
 

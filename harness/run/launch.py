@@ -16,12 +16,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from harness.run import cellruns
-
-from harness.run import supervisor
 from harness.config.runconfig import LaunchConfig
 from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
+from harness.run import cellruns, supervisor
 
 PG_TIMEOUT = timedelta(seconds=300)
 

@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
+from harness.config.scenario import Scenario
 from harness.data.generator import head
 from harness.train.torchdataset import SampleDataset, collate
-from harness.config.scenario import Scenario
 
 
 class _InMemoryReader:

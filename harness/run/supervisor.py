@@ -21,10 +21,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from harness.results import rundir
-from harness.errors import UsageError
-from harness.results.cellresult import CellResult, Figures
 from harness.config.runconfig import LaunchConfig
+from harness.errors import UsageError
+from harness.results import rundir
+from harness.results.cellresult import CellResult, Figures
 
 HEARTBEATS = ".ranks"
 POLL_S = 0.1

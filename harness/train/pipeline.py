@@ -15,13 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 from torch.utils.data import DataLoader
 
-from harness.data.generator import image_sides
-from harness.train.devprep import DevicePrep
 from harness.config.matrix import Cell
 from harness.data.decoders import decoded_pixels
 from harness.data.fields import FIELDS_FOR
-from harness.train.torchdataset import Collate, SampleDataset
+from harness.data.generator import image_sides
+from harness.train.devprep import DevicePrep
 from harness.train.threadloader import BatchThreadPool
+from harness.train.torchdataset import Collate, SampleDataset
 
 
 def resized_shapes(sides: np.ndarray, image_size: int) -> np.ndarray:

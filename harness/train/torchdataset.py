@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import random
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -21,6 +21,7 @@ from torch.utils.data import Dataset
 from harness.data.decoders import decode_resize
 from harness.data.fields import MAX_TOKENS, normalise, tokenize
 from strategies.sample import Sample
+
 
 def sample_nbytes(sample: Sample) -> int:
     return sample.nbytes
@@ -89,7 +90,7 @@ class SampleDataset(Dataset):
     def __len__(self) -> int:
         return len(self.reader)
 
-    def for_threads(self) -> "SampleDataset":
+    def for_threads(self) -> SampleDataset:
         """Make the cached fetch safe for a thread pool (loader = threads): a cache strategy's store and a
         shared cache's connection are per-process objects, so their calls are serialised by one lock."""
         if self.scope is not None:

@@ -16,25 +16,24 @@ With --decompose a cell runs three phases (see run_cell); each phase is one Meas
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from harness.config.matrix import Cell
+from harness.config.scenario import Scenario
 from harness.data import pagecache
-
+from harness.device.standin import build_model
+from harness.measure.recorder import CacheTally, StepRecorder
+from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.train import pipeline
 from harness.train.agreement import agree, param_digest, window_steps
 from harness.train.batches import BatchSource, InMemoryBatches, collect_batches, to_device
-from harness.config.matrix import Cell
-from harness.device.standin import build_model
-from harness.measure.recorder import CacheTally, StepRecorder
-from harness.config.scenario import Scenario
-from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.train.trainstep import StepPrecision, shadow_step, train_step
 
 IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase

@@ -21,7 +21,7 @@ stub; it shuffled with the unseeded global ``random`` and ignored the distribute
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from collections.abc import Iterator
 
 from strategies.params import integer, number
 from strategies.protocols import BatchingBase

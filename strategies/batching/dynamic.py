@@ -16,8 +16,8 @@ In DDP the ranks may get different numbers of batches per epoch; the harness mus
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Callable, Iterator
 
 import numpy as np
 

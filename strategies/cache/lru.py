@@ -13,7 +13,8 @@ every DataLoader worker starts empty. scope "shared": one store per rank, served
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from strategies.cache.lru_shared import CacheServer
 from strategies.cache.store import LRUStore

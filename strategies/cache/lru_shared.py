@@ -129,7 +129,7 @@ class CacheServer:
         self._manager = CacheManager(address=self.address, authkey=self.authkey)
         self._manager.connect()
 
-    def new_store(self, capacity_bytes: int) -> "SharedStore":
+    def new_store(self, capacity_bytes: int) -> SharedStore:
         name = os.urandom(8).hex()
         self._manager.create_store(name, capacity_bytes)  # the server keeps it in _STORES
         return SharedStore(self.address, self.authkey, name, owner=self)

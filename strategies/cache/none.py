@@ -1,7 +1,8 @@
 """No cache: every read goes to storage."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from strategies.protocols import CacheBase
 from strategies.registry import register

@@ -29,7 +29,7 @@ passes them as ``shards=`` (a storage with shards has a ``shards(path) -> list[r
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 

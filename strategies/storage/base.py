@@ -11,8 +11,8 @@ import itertools
 import json
 import mmap
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 

@@ -26,8 +26,8 @@ import functools
 import os
 import weakref
 import zlib
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import h5py
 import numpy as np
@@ -36,9 +36,22 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices,
-                                     gather_rows, in_order, in_request_order, load_mapped, map_file,
-                                     mapped_columns, read_meta, sorted_order, write_meta)
+from strategies.storage.base import (
+    LazyHandle,
+    Maps,
+    build_samples,
+    checked_fields,
+    checked_indices,
+    gather_rows,
+    in_order,
+    in_request_order,
+    load_mapped,
+    map_file,
+    mapped_columns,
+    read_meta,
+    sorted_order,
+    write_meta,
+)
 
 WRITE_BATCH = 512
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
@@ -53,7 +66,7 @@ DEFAULT_CHUNK_ROWS = 16
 CHUNK_CACHE_BYTES = 4 << 20
 CHUNK_CACHE_SLOTS = 10007  # a prime well above the chunks that fit, as HDF5 recommends
 
-_OPEN_READERS: "weakref.WeakSet[Hdf5Reader]" = weakref.WeakSet()
+_OPEN_READERS: weakref.WeakSet[Hdf5Reader] = weakref.WeakSet()
 
 
 def _close_before_fork() -> None:

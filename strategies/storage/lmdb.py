@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import lmdb
 import numpy as np
@@ -30,8 +30,15 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
-from strategies.storage.base import (PicklesUnmapped, checked_fields, checked_indices, in_order, load_mapped,
-    read_count, write_meta)
+from strategies.storage.base import (
+    PicklesUnmapped,
+    checked_fields,
+    checked_indices,
+    in_order,
+    load_mapped,
+    read_count,
+    write_meta,
+)
 
 HEADER = struct.Struct("<4I")
 MAP_BYTES_PER_SAMPLE = 1 << 20  # virtual address space only: a sparse file grows with the data written

@@ -10,16 +10,28 @@ Layout under ``path``::
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, Maps, build_samples, checked_fields, checked_indices, in_order,
-                                     load_mapped, map_file, mapped_columns, read_count, sorted_order, write_meta)
+from strategies.storage.base import (
+    LazyHandle,
+    Maps,
+    build_samples,
+    checked_fields,
+    checked_indices,
+    in_order,
+    load_mapped,
+    map_file,
+    mapped_columns,
+    read_count,
+    sorted_order,
+    write_meta,
+)
 
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
 _VAR = ("jpeg", "caption")

@@ -17,8 +17,8 @@ from __future__ import annotations
 import functools
 import json
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -28,8 +28,16 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, PicklesUnmapped, checked_fields, checked_indices, in_order,
-    load_mapped, read_count, write_meta)
+from strategies.storage.base import (
+    LazyHandle,
+    PicklesUnmapped,
+    checked_fields,
+    checked_indices,
+    in_order,
+    load_mapped,
+    read_count,
+    write_meta,
+)
 
 COLUMN = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb", "text_emb": "text_emb"}
 _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}

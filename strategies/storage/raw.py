@@ -16,16 +16,26 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, build_samples, checked_fields, checked_indices, in_order,
-                                     in_request_order, load_mapped, read_count, sorted_order, write_meta)
+from strategies.storage.base import (
+    LazyHandle,
+    build_samples,
+    checked_fields,
+    checked_indices,
+    in_order,
+    in_request_order,
+    load_mapped,
+    read_count,
+    sorted_order,
+    write_meta,
+)
 
 SHARD = 1000
 _SUFFIX = {"jpeg": ".jpg", "caption": ".txt", "image_emb": ".img.f32", "text_emb": ".txt.f32"}

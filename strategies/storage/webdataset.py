@@ -25,8 +25,8 @@ import io
 import json
 import os
 import tarfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 import webdataset as wds
@@ -35,8 +35,16 @@ from strategies.params import integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.base import (LazyHandle, PicklesUnmapped, checked_fields, checked_indices, in_order,
-    load_mapped, read_count, write_meta)
+from strategies.storage.base import (
+    LazyHandle,
+    PicklesUnmapped,
+    checked_fields,
+    checked_indices,
+    in_order,
+    load_mapped,
+    read_count,
+    write_meta,
+)
 
 # member extension of each sample field, in FIELDS order (the column pairs of index.npy)
 MEMBERS = {"jpeg": "jpg", "caption": "txt", "image_emb": "image_emb.npy", "text_emb": "text_emb.npy"}

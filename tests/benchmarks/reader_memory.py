@@ -2,16 +2,16 @@
 
     python tests/benchmarks/reader_memory.py --sizes 10000,100000 --root /tmp/dlbench-mem
 
-For each size and storage, a features-only dataset is written once under ``--root`` (the embeddings of
-sample i filled with i mod 251, an empty caption and a stand-in JPEG: the content does not matter to the reader's
-memory, and a generated cc3m dataset would take ~1.6 ms a sample to make; h5py cannot write a batch of
-vlen rows that all have one length, so the stand-in JPEGs are 1-5 bytes). Then, in a fresh process per
-(size, storage), a reader is opened on the features fields and reads ``--batches`` random batches of
-``--batch-size``; the process's PSS and RSS (/proc/self/smaps_rollup) are sampled after each batch. The
-table gives the peak PSS over the batches (while a batch is held) minus the PSS before the reader was opened
-(imports done), split into anonymous memory (the reader's own: buffers, indexes it loaded) and mapped file
-pages (page cache the process maps: the rows and offsets it touched; shared and reclaimable). Memory that grows with N would show as a growing column; the pages a batch maps
-(its rows, and the pages of the offsets it touches) do not grow with N.
+For each size and storage, a features-only dataset is written once under ``--root`` (the embeddings of sample i
+filled with i mod 251, an empty caption and a stand-in JPEG: the content does not matter to the reader's memory,
+and a generated cc3m dataset would take ~1.6 ms a sample to make; h5py cannot write a batch of vlen rows that
+all have one length, so the stand-in JPEGs are 1-5 bytes). Then, in a fresh process per (size, storage), a
+reader is opened on the features fields and reads ``--batches`` random batches of ``--batch-size``; the
+process's PSS and RSS (/proc/self/smaps_rollup) are sampled after each batch. The table gives the peak PSS over
+the batches (while a batch is held) minus the PSS before the reader was opened (imports done), split into
+anonymous memory (the reader's own: buffers, indexes it loaded) and mapped file pages (page cache the process
+maps: the rows and offsets it touched; shared and reclaimable). Memory that grows with N would show as a growing
+column; the pages a batch maps (its rows, and the pages of the offsets it touches) do not grow with N.
 """
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ STORAGES = {"raw": ("raw", {}), "mmap": ("mmap", {}), "hdf5-contiguous": ("hdf5"
 def samples(count: int):
     for i in range(count):
         v = np.float32(i % 251)
-        yield Sample(i, b"j" * (1 + i % 5), "", np.full(IMAGE_EMB_DIM, v, np.float32), np.full(TEXT_EMB_DIM, v, np.float32))
+        yield Sample(i, b"j" * (1 + i % 5), "", np.full(IMAGE_EMB_DIM, v, np.float32),
+                     np.full(TEXT_EMB_DIM, v, np.float32))
 
 
 def ensure(root: Path, label: str, count: int) -> Path:

@@ -8,10 +8,9 @@ vs shared scope), ``decode`` (the pixels Dataset) and ``decode-resize`` (PIL vs 
 """
 from __future__ import annotations
 
-import pytest
-
 import h5py
 import numpy as np
+import pytest
 
 from harness.data.decoders import DECODERS, decode_resize
 from harness.data.fields import FIELDS_FOR
