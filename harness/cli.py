@@ -32,7 +32,7 @@ from pathlib import Path
 from harness.commands import bench, compare_runs, list_scenarios, rebuild_report, resume
 from harness.config import runsetup, scenario
 from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
-from harness.report import compare
+from harness.results.baseline import BaselineError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except UsageError as err:
         return _fail(err, EXIT_USAGE, debug, f"run_bench.py: error: {err}")
-    except compare.BaselineError as err:
+    except BaselineError as err:
         return _fail(err, EXIT_BASELINE, debug, f"run_bench.py: error: {err}")
     except Exception as err:  # a bug: say so in one line, exit 2 (never 1, which means a regression)
         where = _origin(err)

@@ -1,4 +1,5 @@
-"""harness.report.compare: baselines on disk, verdicts and exit codes on planted changes, rendering."""
+"""harness.results.baseline and harness.report.compare: baselines on disk, verdicts and exit codes on planted
+changes, rendering."""
 from __future__ import annotations
 
 import json
@@ -8,12 +9,13 @@ import numpy as np
 import pytest
 
 from harness.report import compare as cmp
-from harness.report.compare import BaselineError
+from harness.results.baseline import Baseline, BaselineError
 from harness.results.cellresult import CellResult, Figures
+from harness.results.environment import Environment
 
-ENV = {"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3,
+ENV = Environment.from_json({"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3,
        "versions": {"numpy": "2.4.6"}, "git": {"commit": "abc", "dirty": False},
-       "device": {"accelerator": "V100-16GB", "mode": "emulated", "world_size": 2}}
+       "device": {"accelerator": "V100-16GB", "mode": "emulated", "world_size": 2}})
 COMPARABLE = {"dataset_key": "0123456789ab", "world_size": 2, "workload": "pixels", "batch_size": 8,
               "accelerator": "V100-16GB", "emulated": True}
 CELLS = ["storage=raw,cache=none", "storage=hdf5,cache=none", "storage=mmap,cache=lru"]
@@ -33,7 +35,7 @@ def run(factors=None, repeats=5, noise=0.005, seed=0, machine=1.0, cells=CELLS, 
             lines.append(CellResult(c, repeat=rep, error="OOM: batch too big" if c in errors else None,
                                     figures=Figures(throughput=tp, step_p50_ms=1000.0 / tp)))
     probe = {"ideal_samples_per_s": ideal, "memcpy_gb_s": [10.0 * machine] * repeats}
-    return cmp.build_baseline(lines, env, probe, comparable, scenario, created="2026-01-01T00:00:00Z")
+    return Baseline.from_run(lines, env, probe, comparable, scenario, created="2026-01-01T00:00:00Z")
 
 
 def verdicts(comparison):
@@ -41,7 +43,7 @@ def verdicts(comparison):
 
 
 def test_build_baseline_shape():
-    b = run(repeats=3)
+    b = run(repeats=3).to_json()
     assert b["format"] == "dlbench-baseline/1" and b["scenario"] == "ci" and b["comparable"] == COMPARABLE
     assert b["machine"] == {"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3}
     cell = b["cells"][CELLS[0]]
@@ -49,7 +51,7 @@ def test_build_baseline_shape():
     ideal = b["probe"]["ideal_samples_per_s"]
     assert cell["normalised"] == pytest.approx([t / i for t, i in zip(cell["throughput"], ideal)])
     assert cell["error"] is None
-    json.dumps(b)  # serialisable as is
+    assert Baseline.from_json(json.loads(json.dumps(b))).to_json() == b  # round trip
 
 
 def test_build_baseline_orders_by_repeat_and_keeps_errors():
@@ -57,25 +59,25 @@ def test_build_baseline_orders_by_repeat_and_keeps_errors():
         {"cell": "a", "repeat": 1, "error": None, "figures": {"throughput": 20.0, "step_p50_ms": 1.0}},
         {"cell": "a", "repeat": 0, "error": None, "figures": {"throughput": 10.0, "step_p50_ms": 2.0}},
         {"cell": "b", "repeat": 0, "error": "OOM", "figures": {}}]]
-    b = cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
+    b = Baseline.from_run(lines, ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci").to_json()
     assert b["cells"]["a"]["throughput"] == [10.0, 20.0]
     assert b["cells"]["a"]["normalised"] == [0.1, 0.1]
     assert b["cells"]["b"] == {"throughput": [], "normalised": [], "step_p50_ms": [], "error": "OOM",
                                "params": {}}
     with pytest.raises(ValueError, match="repeat 1"):
-        cmp.build_baseline(lines, ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
+        Baseline.from_run(lines, ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
     with pytest.raises(ValueError, match="two results for repeat 0"):
-        cmp.build_baseline(lines + lines[1:2], ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
+        Baseline.from_run(lines + lines[1:2], ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
     no_figures = CellResult("c", figures=Figures(ranks=2, window_steps=0))  # no error, yet no throughput
     with pytest.raises(ValueError, match="cell c repeat 0 has no error and no throughput"):
-        cmp.build_baseline([no_figures], ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
+        Baseline.from_run([no_figures], ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
 
 
 def test_save_and_load_round_trip(tmp_path):
     b = run()
     path = tmp_path / "baselines" / "ci.json"
-    cmp.save_baseline(b, path)
-    assert cmp.load_baseline(path) == b
+    b.save(path)
+    assert Baseline.load(path) == b
 
 
 def test_identical_runs_are_unchanged():
@@ -139,12 +141,9 @@ def test_the_same_code_twice_with_one_repeat_does_not_cry_wolf():
         assert c.exit_code == 0 and "slower" not in verdicts(c).values()
 
 
-def with_params(baseline: dict, cell: str, params) -> dict:
-    out = json.loads(json.dumps(baseline))
-    if params is None:
-        del out["cells"][cell]["params"]
-    else:
-        out["cells"][cell]["params"] = params
+def with_params(baseline: Baseline, cell: str, params) -> Baseline:
+    out = Baseline.from_json(json.loads(json.dumps(baseline.to_json())))
+    out.cells[cell].params = params
     return out
 
 
@@ -180,8 +179,8 @@ def test_an_old_baseline_without_the_new_keys_is_compared_on_the_shared_ones():
 def test_the_committed_baseline_still_loads_and_compares():
     from conftest import REPO
 
-    base = cmp.load_baseline(REPO / "results" / "baselines" / "ci.json")
-    c = cmp.compare(json.loads(json.dumps(base)), base)
+    base = Baseline.load(REPO / "results" / "baselines" / "ci.json")
+    c = cmp.compare(Baseline.from_json(json.loads(json.dumps(base.to_json()))), base)
     assert c.exit_code == 0 and set(verdicts(c).values()) <= {"unchanged", "new", "error"}
 
 
@@ -223,23 +222,23 @@ def test_other_scenario_is_not_comparable():
 def test_load_errors_name_the_file_and_the_remedy(tmp_path):
     missing = tmp_path / "nope.json"
     with pytest.raises(BaselineError, match="nope.json does not exist; create it with --save-baseline"):
-        cmp.load_baseline(missing)
+        Baseline.load(missing)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     with pytest.raises(BaselineError, match="bad.json is not valid JSON.*--save-baseline"):
-        cmp.load_baseline(bad)
+        Baseline.load(bad)
     for i, obj in enumerate([{"format": "dlbench-baseline/9", "scenario": "ci", "comparable": {}, "cells": {}},
                              {"scenario": "ci"}, [1, 2], {"format": "dlbench-baseline/1", "scenario": "ci"}]):
         path = tmp_path / f"odd{i}.json"
         path.write_text(json.dumps(obj))
         with pytest.raises(BaselineError) as err:
-            cmp.load_baseline(path)
+            Baseline.load(path)
         assert f"odd{i}.json" in str(err.value) and "--save-baseline" in str(err.value)
         assert "\n" not in str(err.value)
 
 
 def test_normalised_versus_raw_on_a_faster_machine():
-    other = dict(ENV, hostname="big", cpu_count=64)
+    other = Environment.from_json(dict(ENV.to_json(), hostname="big", cpu_count=64))
     fast = run(machine=2.0, seed=2, env=other)
     normalised = cmp.compare(fast, run(seed=1))
     assert set(verdicts(normalised).values()) == {"unchanged"} and normalised.exit_code == 0

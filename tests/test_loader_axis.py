@@ -13,6 +13,7 @@ from PIL import Image
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
 from harness.report.compare import _params_differ
+from harness.results.baseline import BaselineCell
 from harness.results import metrics
 from harness.train.devprep import DevicePrep
 from harness.train.threadloader import BatchThreadPool
@@ -91,6 +92,6 @@ def test_cell_ids_omit_the_new_axes_at_their_defaults():
 
     assert cell().id == "storage=raw,cache=none,batching=fixed,sampler=default"
     assert cell(precision="fp32", loader="threads").id.endswith(",precision=fp32,loader=threads")
-    old = {"params": {"storage": {}, "cache": {}, "batching": {}, "sampler": {}}}
-    new = {"params": {a: {} for a in registry.AXES}}
+    old = BaselineCell(params={"storage": {}, "cache": {}, "batching": {}, "sampler": {}})
+    new = BaselineCell(params={a: {} for a in registry.AXES})
     assert _params_differ(new, old) is None

@@ -18,7 +18,9 @@ from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
 from harness.report import compare, report
 from harness.results import rundir
+from harness.results.baseline import Baseline
 from harness.results.cellresult import CellResult
+from harness.results.environment import Environment
 from harness.run import launch, supervisor
 
 
@@ -47,22 +49,23 @@ def load_plugins(modules: list[str]) -> None:
                              ) from None
 
 
-def spawn_ranks(config: launch.LaunchConfig, env: dict) -> bool:
+def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
     """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as failed and
     fresh ranks go on; False when a cell failed so (exit 1)."""
     data_paths, failures = launch.spawn(config)
-    env["dataset_gb"] = launch.dataset_gb(data_paths)
-    rundir.write_json(config.run_dir / "env.json", env)
+    env.dataset_gb = launch.dataset_gb(data_paths)
+    env.write(config.run_dir)
     if failures:
         print(f"run_bench.py: {len(failures)} cell(s) failed when a rank died or hung; the other cells ran:\n  "
               + "\n  ".join(failures), file=sys.stderr)
     return not failures
 
 
-def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dict | None, ok: bool) -> int:
+def finish_run(args: argparse.Namespace, run_dir: Path, env: Environment, baseline: Baseline | None,
+               ok: bool) -> int:
     """The report from cells.jsonl, the sampler contract, and the baseline (saved and/or compared)."""
     cells_done: list[CellResult] = rundir.read_results(run_dir)
-    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
+    print(report.write_all(run_dir, cells_done, env.to_json(), what_if_cores=args.what_if_cores))
     code = EXIT_OK if ok else EXIT_REGRESSION
     broken = [c.cell for c in cells_done if not c.contract_ok]
     if broken:
@@ -72,7 +75,7 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: dict, baseline: dic
     if args.save_baseline or baseline is not None:
         current = run_as_baseline(run_dir)
         if args.save_baseline:
-            compare.save_baseline(current, args.save_baseline)
+            current.save(args.save_baseline)
             print(f"baseline written: {args.save_baseline}", file=sys.stderr)
         if baseline is not None:
             code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
@@ -115,9 +118,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if args.loader_only:
         return run_loader_only(args, sc)
     comparable = comparable_of(sc, device, args.cache_state)
-    baseline = compare.load_baseline(args.baseline) if args.baseline else None
+    baseline = Baseline.load(args.baseline) if args.baseline else None
     if baseline is not None:  # fail fast, before anything runs
-        compare.check_comparable({"scenario": sc.name, "comparable": comparable}, baseline)
+        compare.check_comparable(sc.name, comparable, baseline)
     rank = int(os.environ.get("RANK", 0))
     settings = resume.settings_of(args, sc, cells, device, comparable)
     run_dir, env = (args.out, None) if rank != 0 else resume.open_run_dir(args, argv, sc, device, comparable,
@@ -137,8 +140,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         return resume.stopped(args, run_dir, env, code, torchrun) if rank == 0 else code
 
 
-def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env: dict | None,
-                      baseline: dict | None, rank: int) -> int:
+def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env: Environment | None,
+                      baseline: Baseline | None, rank: int) -> int:
     """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
     that resumes it."""
     if rank == 0 and args.resume:
@@ -155,6 +158,6 @@ def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env
         return EXIT_REGRESSION
     if rank != 0:
         return EXIT_OK
-    env["dataset_gb"] = launch.dataset_gb(data_paths)
-    rundir.write_json(config.run_dir / "env.json", env)
+    env.dataset_gb = launch.dataset_gb(data_paths)
+    env.write(config.run_dir)
     return finish_run(args, config.run_dir, env, baseline, True)

@@ -7,31 +7,31 @@ from pathlib import Path
 
 from harness.report import compare
 from harness.results import rundir
+from harness.results.baseline import Baseline, BaselineError
 
 RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")
 
 
-def run_as_baseline(run_dir: Path, role: str = "run") -> dict:
-    """A run directory as a baseline-shaped dict; a one-line BaselineError (exit 3) when it is missing,
+def run_as_baseline(run_dir: Path, role: str = "run") -> Baseline:
+    """A run directory as a Baseline; a one-line BaselineError (exit 3) when it is missing,
     incomplete (no env.json, probe.jsonl or cells.jsonl) or unreadable."""
     where = f"{role} {run_dir}"
     if not Path(run_dir).is_dir():
-        raise compare.BaselineError(f"{where} is not a directory; pass a run directory under results/")
+        raise BaselineError(f"{where} is not a directory; pass a run directory under results/")
     missing = [name for name in RUN_FILES if not (Path(run_dir) / name).is_file()]
     if missing:
-        raise compare.BaselineError(f"{where} is incomplete (no {', '.join(missing)}); pass a finished run "
+        raise BaselineError(f"{where} is incomplete (no {', '.join(missing)}); pass a finished run "
                                     f"directory under results/")
     try:
         env, cells = rundir.read_env(run_dir), rundir.read_results(run_dir)
         if not cells:
             raise ValueError(f"{run_dir}/cells.jsonl is empty")
-        lacking = [k for k in ("comparable", "scenario") if k not in env]
+        lacking = [k for k in ("comparable", "scenario") if getattr(env, k) is None]
         if lacking:
             raise ValueError(f"{run_dir}/env.json lacks {', '.join(lacking)} (written by an older harness?)")
-        return compare.build_baseline(cells, env, rundir.read_probe(run_dir), env["comparable"],
-                                      env["scenario"])
+        return Baseline.from_run(cells, env, rundir.read_probe(run_dir), env.comparable, env.scenario)
     except ValueError as err:  # rundir.ResultsError included
-        raise compare.BaselineError(f"{where} cannot be compared: {err}") from None
+        raise BaselineError(f"{where} cannot be compared: {err}") from None
 
 
 def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:

@@ -7,6 +7,7 @@ cells.jsonl then run (harness.run.supervisor skips the rest), and the report is 
 """
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ from harness.config import runsetup
 from harness.errors import UsageError
 from harness.report import report
 from harness.results import rundir
+from harness.results.environment import Environment, utc_now
 
 # options that may change between the first run and its resumption
 FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate"}
@@ -45,17 +47,17 @@ def resume_argv(argv: list[str]) -> tuple[Path, list[str]]:
     env = read_run_env(run_dir)
     if any(a not in FREE_OPTIONS for a in rest):
         return run_dir, rest
-    return run_dir, list(env["argv"]) + [a for a in rest if a not in env["argv"]]
+    return run_dir, list(env.argv) + [a for a in rest if a not in env.argv]
 
 
-def read_run_env(run_dir: Path) -> dict:
+def read_run_env(run_dir: Path) -> Environment:
     if not Path(run_dir).is_dir():
         raise UsageError(f"--resume {run_dir}: not a directory; pass a run directory under results/")
     try:
         env = rundir.read_env(run_dir)
     except rundir.ResultsError as err:
         raise UsageError(f"--resume {run_dir}: {err}") from None
-    if "settings" not in env or "argv" not in env:
+    if env.settings is None or env.argv is None:
         raise UsageError(f"--resume {run_dir}: env.json lacks the run's settings (an older harness, or not "
                          f"a run directory); start a new run instead")
     return env
@@ -85,34 +87,32 @@ def stopped_message(run_dir: Path, why: str, torchrun: bool = False) -> str:
 
 
 def open_run_dir(args, argv: list[str], sc, device: str,
-                  comparable: dict, n_cells: int, settings: dict) -> tuple[Path, dict]:
+                  comparable: dict, n_cells: int, settings: dict) -> tuple[Path, Environment]:
     """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line header."""
     if args.resume:
         env = read_run_env(args.resume)
-        check_settings(args.resume, env["settings"], settings)
+        check_settings(args.resume, env.settings, settings)
         run_dir = Path(args.resume)
-        env.setdefault("resumed", []).append(rundir.environment(argv, {})["time_utc"])
+        env.resumed = [*(env.resumed or []), utc_now()]
     else:
         run_dir = rundir.new_run_dir(args.out, sc.name)
-        env = rundir.environment(argv, {"mode": device, "accelerator": sc.accelerator.name,
+        env = Environment.capture(argv, {"mode": device, "accelerator": sc.accelerator.name,
                                          "world_size": sc.world_size})
-        env.update(scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
-                   cache_state=args.cache_state, repeats=args.repeats, settings=settings, argv=argv)
-        imported = runsetup.import_env(sc)
-        if imported is not None:  # the report's header names the source and the corrupt JPEGs skipped
-            env["import"] = imported
-    rundir.write_json(run_dir / "env.json", env)
+        env = dataclasses.replace(env, scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
+                                  cache_state=args.cache_state, repeats=args.repeats, settings=settings,
+                                  argv=argv, imported=runsetup.import_env(sc))  # an imported source's scan
+    env.write(run_dir)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
     print(f"{sc.name}: {n_cells} cells x {args.repeats} repeats x {sc.world_size} ranks on {note}; "
           f"results in {run_dir}", file=sys.stderr)
     return run_dir, env
 
 
-def stopped(args, run_dir: Path, env: dict, code: int, torchrun: bool = False) -> int:
+def stopped(args, run_dir: Path, env: Environment, code: int, torchrun: bool = False) -> int:
     """Ctrl-C or SIGTERM: the report over the cells written so far, how to resume, exit 130 or 143."""
     cells_done = rundir.read_results(run_dir)
     if cells_done:
-        print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
+        print(report.write_all(run_dir, cells_done, env.to_json(), what_if_cores=args.what_if_cores))
     why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"
     print(stopped_message(run_dir, why, torchrun), file=sys.stderr)
     return code

@@ -1,20 +1,16 @@
-"""A run's directory under results/: env.json, cells.jsonl (appended per cell), summary.csv, report.md."""
+"""A run's directory under results/: env.json (results.environment), cells.jsonl (appended per cell), probe.jsonl,
+summary.csv, report.md."""
 from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
-from harness.measure import gpuinfo
 from harness.errors import UsageError
 from harness.results.cellresult import CellResult
-
-REPO = Path(__file__).resolve().parents[2]
+from harness.results.environment import Environment
 
 
 def new_run_dir(out_root: Path, scenario_name: str) -> Path:
@@ -34,57 +30,6 @@ def new_run_dir(out_root: Path, scenario_name: str) -> Path:
         raise UsageError(f"output directory {out_root} is not writable ({err.strerror}); "
                          f"pass --out with a writable directory") from None
     return run_dir
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _git_commit() -> dict:
-    def git(*args: str) -> str | None:
-        try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                                  timeout=5).stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            return None
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
-
-
-def environment(argv: list[str], device: dict) -> dict:
-    try:
-        mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
-    except (ValueError, OSError):
-        mem_gb = None
-    gpu = gpuinfo.environment()  # devices, names, memory, driver, CUDA runtime, cuDNN (empty without CUDA)
-    return {
-        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": [sys.executable, sys.argv[0], *argv],
-        "python": platform.python_version(),
-        "versions": {d: _version(d) for d in ("torch", "h5py", "numpy", "pandas", "tabulate", "pillow")},
-        "platform": platform.platform(),
-        "hostname": platform.node(),
-        "cpu_model": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "memory_gb": mem_gb,
-        "gpus": [g["name"] for g in gpu["gpus"]],
-        "gpu": gpu,
-        "device": device,
-        "git": _git_commit(),
-    }
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -179,15 +124,15 @@ def read_probe(run_dir: Path) -> dict:
         raise ResultsError(f"{path} lacks {err} in a line; it is not a probe.jsonl of this harness") from None
 
 
-def read_env(run_dir: Path) -> dict:
-    """env.json; {} when it does not exist."""
+def read_env(run_dir: Path) -> Environment:
+    """env.json as an Environment (upgraded on read); an empty Environment when it does not exist."""
     path = Path(run_dir) / "env.json"
     if not path.exists():
-        return {}
+        return Environment()
     try:
         env = json.loads(path.read_text())
     except json.JSONDecodeError as err:
         raise ResultsError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
     if not isinstance(env, dict):
         raise ResultsError(f"{path} is not a JSON object")
-    return env
+    return Environment.from_json(env)

@@ -1,0 +1,169 @@
+"""A baseline: a run's throughput per cell and repeat, saved to compare later runs with (the CI gate).
+
+File format "dlbench-baseline/1" (JSON; keys are stable, new optional keys may be added without bumping the
+version, any change of meaning bumps it):
+
+    {"format": "dlbench-baseline/1", "created": "<UTC ISO time>", "scenario": "ci",
+     "comparable": {"dataset_key": "<hash>", "world_size": 2, "workload": "pixels", "batch_size": 8,
+                    "accelerator": "V100-16GB", "emulated": true,
+                    "device": "V100-16GB (emulated)", "image_size": 64, "steps": 12, "epochs": 0,
+                    "warmup_steps": 2, "workers": 1, "prefetch_factor": 2, "cache_state": "as-is"},
+     "machine": {"cpu_model": ..., "cpu_count": ..., "hostname": ..., "memory_gb": ...},
+     "versions": {...}, "git": {...},
+     "probe": {"ideal_samples_per_s": [per repeat], "memcpy_gb_s": [per repeat]},
+     "cells": {"<cell id>": {"throughput": [per repeat], "normalised": [per repeat],
+                             "step_p50_ms": [per repeat], "error": null,
+                             "params": {"<axis>": {<the strategy's parameters>}}}}}
+
+- `comparable` must be equal between a baseline and a run, key by key, or they are not compared (exit 3).
+  `device` is the real device: on CUDA the GPU's name, on an emulated run "<accelerator> (emulated)".
+  Baselines written before `device`, `image_size`, `steps`, `epochs`, `warmup_steps`, `workers`,
+  `prefetch_factor` and `cache_state` were added lack them: they are compared on the keys both sides have,
+  with one warning naming the keys that could not be checked (report.compare).
+- `params` (optional, added later in version 1): a cell whose strategies' parameters differ between the
+  baseline and the run is not compared; without `params` on either side, cells are matched by id alone.
+- `normalised[i]` is the cell's `vs_probe` figure in repeat i (results.cellresult.relative_to_probe):
+  throughput / the same repeat's machine probe, so a baseline made on another machine still means something.
+- A cell that errored in any repeat keeps the error(s) and no samples (all lists empty).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.results.cellresult import CellResult, relative_to_probe
+from harness.results.environment import Environment
+
+FORMAT = "dlbench-baseline/1"
+REQUIRED = ("scenario", "comparable", "cells")
+REMEDY = "regenerate it with --save-baseline"
+SAMPLES = ("throughput", "normalised", "step_p50_ms")
+
+
+class BaselineError(Exception):
+    """A baseline that cannot be used (missing, unreadable, wrong format, not comparable); the CLI exits 3."""
+
+
+@dataclass
+class BaselineCell:
+    throughput: list[float] = field(default_factory=list)
+    normalised: list[float] = field(default_factory=list)
+    step_p50_ms: list[float] = field(default_factory=list)
+    error: str | None = None
+    params: dict | None = None  # None: an older baseline that does not record them
+
+    def samples(self, metric: str) -> list[float]:
+        """The per-repeat values of one metric ("throughput", "normalised" or "step_p50_ms")."""
+        return getattr(self, metric)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> BaselineCell:
+        return cls(**{k: list(obj.get(k) or []) for k in SAMPLES}, error=obj.get("error"), params=obj.get("params"))
+
+    def to_json(self) -> dict:
+        out = {k: list(self.samples(k)) for k in SAMPLES}
+        out["error"] = self.error
+        if self.params is not None:
+            out["params"] = self.params
+        return out
+
+
+@dataclass
+class Baseline:
+    scenario: str
+    comparable: dict
+    cells: dict[str, BaselineCell]
+    created: str = ""
+    machine: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    git: dict = field(default_factory=dict)
+    probe: dict = field(default_factory=dict)  # {"ideal_samples_per_s": [...], "memcpy_gb_s": [...]}
+
+    @classmethod
+    def from_run(cls, results: list[CellResult], env: Environment, probe: dict, comparable: dict, scenario: str,
+                 created: str | None = None) -> Baseline:
+        """A run's results (one per cell and repeat) as a baseline. A ValueError (one line) when a cell has
+        two results for one repeat or the probe lacks a repeat."""
+        ideal = [float(x) for x in probe.get("ideal_samples_per_s", [])]
+        grouped: dict[str, dict[int, CellResult]] = {}
+        for c in relative_to_probe(results, probe):
+            if c.repeat in grouped.setdefault(c.cell, {}):
+                raise ValueError(f"cell {c.cell} has two results for repeat {c.repeat}")
+            grouped[c.cell][c.repeat] = c
+        return cls(scenario=scenario, comparable=dict(comparable),
+                   cells={cid: _cell(cid, reps) for cid, reps in grouped.items()},
+                   created=created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                   machine=env.machine, versions=dict(env.versions), git=dict(env.git),
+                   probe={"ideal_samples_per_s": ideal,
+                          "memcpy_gb_s": [float(x) for x in probe.get("memcpy_gb_s", [])]})
+
+    @classmethod
+    def from_json(cls, obj, where: str = "the baseline") -> Baseline:
+        if not isinstance(obj, dict) or "format" not in obj:
+            raise BaselineError(f"{where} is not a dlbench baseline (no \"format\" key); {REMEDY}")
+        if obj["format"] != FORMAT:
+            raise BaselineError(f"{where} has format {obj['format']!r}, this harness reads {FORMAT!r}; {REMEDY}")
+        missing = [k for k in REQUIRED if not isinstance(obj.get(k), (dict, str))]
+        if missing:
+            raise BaselineError(f"{where} lacks {', '.join(missing)}; {REMEDY}")
+        return cls(scenario=obj["scenario"], comparable=dict(obj["comparable"]),
+                   cells={cid: BaselineCell.from_json(c) for cid, c in obj["cells"].items()},
+                   created=obj.get("created", ""), machine=dict(obj.get("machine") or {}),
+                   versions=dict(obj.get("versions") or {}), git=dict(obj.get("git") or {}),
+                   probe=dict(obj.get("probe") or {}))
+
+    def to_json(self) -> dict:
+        return {"format": FORMAT, "created": self.created, "scenario": self.scenario,
+                "comparable": dict(self.comparable), "machine": dict(self.machine),
+                "versions": dict(self.versions), "git": dict(self.git), "probe": dict(self.probe),
+                "cells": {cid: c.to_json() for cid, c in self.cells.items()}}
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write atomically (temporary file, then rename), creating parent directories."""
+        path = Path(path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+        except OSError as err:
+            raise UsageError(f"--save-baseline {path}: cannot write ({err.strerror}); pass a writable "
+                             f"path") from None
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Baseline:
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise BaselineError(f"baseline {path} does not exist; create it with --save-baseline {path}") from None
+        except OSError as err:
+            raise BaselineError(f"baseline {path} cannot be read ({err.strerror}); check the path") from None
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise BaselineError(f"baseline {path} is not valid JSON (line {err.lineno}: {err.msg}); "
+                                f"{REMEDY}") from None
+        return cls.from_json(obj, f"baseline {path}")
+
+
+def _cell(cid: str, reps: dict[int, CellResult]) -> BaselineCell:
+    ordered = [reps[r] for r in sorted(reps)]
+    errors = sorted({c.error for c in ordered if c.error})
+    cell = BaselineCell(error="; ".join(errors) or None,
+                        params={a: dict(p) for a, p in sorted(ordered[0].params.items())})
+    if errors:
+        return cell
+    for rep, c in zip(sorted(reps), ordered):
+        if c.figures.throughput is None or c.figures.step_p50_ms is None:
+            raise ValueError(f"cell {cid} repeat {rep} has no error and no throughput")
+        if c.figures.vs_probe is None:
+            raise ValueError(f"the probe has no ideal_samples_per_s for repeat {rep} (cell {cid})")
+        cell.throughput.append(float(c.figures.throughput))
+        cell.normalised.append(float(c.figures.vs_probe))
+        cell.step_p50_ms.append(float(c.figures.step_p50_ms))
+    return cell

@@ -1,0 +1,149 @@
+"""env.json: the machine, the libraries and the settings of a run, captured once for every command that writes
+a run directory (the main run and --loader-only), as one typed record that owns its JSON.
+
+`LIBRARIES` lists every installed distribution whose version can change a figure: the training and
+numerics stack, the decoders, the storages' libraries, the tables' and plots' libraries and NVML. A library
+that is not installed is recorded as null. Keys an older or newer harness wrote and this one does not know are
+kept (`extra`) and written back unchanged, so a resumed run's env.json loses nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from harness.measure import gpuinfo
+
+REPO = Path(__file__).resolve().parents[2]
+LIBRARIES = ("torch", "h5py", "numpy", "pandas", "tabulate", "pillow", "simplejpeg", "pyarrow", "lmdb",
+             "webdataset", "matplotlib", "nvidia-ml-py")
+RENAMED = {"import": "imported"}  # JSON key -> attribute, where the key is a Python keyword
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gb() -> float | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+    except (ValueError, OSError):
+        return None
+
+
+def _git_commit() -> dict:
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                                  timeout=5).stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+@dataclass
+class Environment:
+    """What env.json holds. The machine part is captured by `capture`; the run part (scenario and below) is
+    set by the command that writes the run directory (None where a command has no such setting)."""
+
+    time_utc: str = ""
+    command: list[str] = field(default_factory=list)
+    python: str = ""
+    versions: dict[str, str | None] = field(default_factory=dict)
+    platform: str = ""
+    hostname: str = ""
+    cpu_model: str = ""
+    cpu_count: int | None = None
+    cpu_affinity: int | None = None
+    memory_gb: float | None = None
+    gpus: list[str] = field(default_factory=list)
+    gpu: dict = field(default_factory=dict)  # gpuinfo.environment(): names, memory, driver, CUDA, cuDNN
+    device: dict = field(default_factory=dict)  # mode (emulated / cuda), accelerator, world_size
+    git: dict = field(default_factory=dict)
+    # the run's settings
+    scenario: str | None = None
+    comparable: dict | None = None  # what a baseline must share with the run (report.compare)
+    dataset: dict | None = None
+    cache_state: str | None = None
+    repeats: int | None = None
+    settings: dict | None = None  # what --resume checks (commands.resume)
+    argv: list[str] | None = None
+    dataset_gb: float | None = None
+    imported: dict | None = None  # JSON "import": an imported source's scan (config.runsetup.import_env)
+    resumed: list[str] | None = None  # UTC times of each --resume
+    extra: dict = field(default_factory=dict)  # keys this harness does not know, kept as they were
+
+    @classmethod
+    def capture(cls, argv: list[str], device: dict) -> Environment:
+        gpu = gpuinfo.environment()  # devices, names, memory, driver, CUDA runtime, cuDNN (empty without CUDA)
+        return cls(time_utc=utc_now(), command=[sys.executable, sys.argv[0], *argv],
+                   python=platform.python_version(), versions={d: _version(d) for d in LIBRARIES},
+                   platform=platform.platform(), hostname=platform.node(), cpu_model=_cpu_model(),
+                   cpu_count=os.cpu_count(),
+                   cpu_affinity=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                   memory_gb=_memory_gb(), gpus=[g["name"] for g in gpu["gpus"]], gpu=gpu, device=device,
+                   git=_git_commit())
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Environment:
+        """An env.json object of any harness version: missing keys take their defaults, unknown ones are kept."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known, extra = {}, {}
+        for key, value in obj.items():
+            name = RENAMED.get(key, key)
+            (known if name in names else extra)[name if name in names else key] = value
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        """The JSON object; a run setting that is None is left out (as the harness always wrote it)."""
+        out = {}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if value is None and f.name in RUN_SETTINGS:
+                continue
+            out[next((k for k, v in RENAMED.items() if v == f.name), f.name)] = value
+        return {**out, **self.extra}
+
+    def write(self, run_dir: Path) -> None:
+        path = Path(run_dir) / "env.json"
+        path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+
+    @property
+    def torch_version(self) -> str | None:
+        return self.versions.get("torch")
+
+    @property
+    def machine(self) -> dict:
+        """What a baseline records of the machine (report.compare warns when raw throughput crosses one)."""
+        return {"cpu_model": self.cpu_model, "cpu_count": self.cpu_count, "hostname": self.hostname,
+                "memory_gb": self.memory_gb}
+
+
+RUN_SETTINGS = ("scenario", "comparable", "dataset", "cache_state", "repeats", "settings", "argv", "dataset_gb",
+                "imported", "resumed")
