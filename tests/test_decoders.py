@@ -4,7 +4,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.data.decoders import DECODERS, DEFAULT_DECODER, check_decoder, decode_resize, mean_abs_diff, target_size
+from harness.data.decoders import (
+    DECODERS,
+    DEFAULT_DECODER,
+    check_decoder,
+    decode_resize,
+    mean_abs_diff,
+    resized_shapes,
+    target_size,
+)
 from harness.data.generator import DatasetSpec, generate_sample
 
 # The tolerance simplejpeg must keep against PIL on the generated data (pixel levels, 0-255): the mean over
@@ -57,3 +65,13 @@ def test_mean_abs_diff_checks_shapes():
     assert mean_abs_diff(a, a + 3) == 3.0
     with pytest.raises(ValueError):
         mean_abs_diff(a, np.zeros((2, 3, 3), np.uint8))
+
+
+def test_one_resize_rule_for_one_image_and_for_many():
+    rng = np.random.default_rng(0)
+    sides = rng.integers(1, 5000, size=(2000, 2))
+    for image_size in (32, 96, 224):
+        many = resized_shapes(sides, image_size)
+        one = [target_size(int(w), int(h), image_size)[::-1] for h, w in sides]
+        assert many.tolist() == [list(x) for x in one]
+        assert many.max() == image_size and many.min() >= 1

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from harness.commands import loaderonly
+from harness.results.loaderrows import DecodeRow, LoaderRow, read_rows
 from harness.config import scenario
 
 TOML = """
@@ -44,28 +45,30 @@ def test_rows_cover_every_storage_reference_fields_and_cache_state(measured):
     names = ["raw", "mmap", "hdf5", loaderonly.REF_RAM, loaderonly.REF_ARTICLE]
     for workload in ("features", "pixels"):
         for state in ("warm", "cold"):
-            got = [r["storage"] for r in rows if r["fields"] == workload and r["cache_state"] == state]
+            got = [r.storage for r in rows if r.fields == workload and r.cache_state == state]
             assert sorted(got) == sorted(names)
     for r in rows:
-        assert set(loaderonly.KEYS) <= set(r)
-        assert r["batch_size"] == 8 and r["samples_per_s"] > 0 and r["mb_per_s"] > 0 and r["vs_ram"] > 0
-        if r["storage"] == loaderonly.REF_RAM:
-            assert r["vs_ram"] == 1.0
-        if r["cache_state"] == "cold" and r["storage"] != loaderonly.REF_RAM:
-            assert "cold_verified" in r
+        assert r.batch_size == 8 and r.samples_per_s > 0 and r.mb_per_s > 0 and r.vs_ram > 0
+        if r.storage == loaderonly.REF_RAM:
+            assert r.vs_ram == 1.0
+        if r.cache_state == "cold" and r.storage != loaderonly.REF_RAM:
+            assert r.cold_verified is not None and "cold_verified" in r.to_json()
+        else:
+            assert "cold_verified" not in r.to_json()
 
 
 def test_loader_jsonl_decode_jsonl_and_tables(measured):
     root, rows, printed = measured
     lines = [json.loads(line) for line in (root / "run" / "loader.jsonl").read_text().splitlines()]
-    assert lines == json.loads(json.dumps(rows))
-    decode = [json.loads(line) for line in (root / "run" / "decode.jsonl").read_text().splitlines()]
-    assert {d["decoder"] for d in decode} == {"pil", "simplejpeg"}
-    assert all(d["ms_per_image"] > 0 and d["image_size"] == 32 for d in decode)
+    assert lines == [r.to_json() for r in rows]
+    assert read_rows(root / "run" / "loader.jsonl", LoaderRow) == rows
+    decode = read_rows(root / "run" / "decode.jsonl", DecodeRow)
+    assert {d.decoder for d in decode} == {"pil", "simplejpeg"}
+    assert all(d.ms_per_image > 0 and d.image_size == 32 for d in decode)
     assert "Read path alone (features fields" in printed and "Read path alone (pixels fields" in printed
     assert "Decode + resize per image" in printed and loaderonly.REF_ARTICLE in printed
     assert "| storage" in loaderonly.render(rows, decode, fmt="markdown")
-    assert (root / "data").glob("*-article.h5")
+    assert len(list((root / "data").glob("*-article.h5"))) == 1
 
 
 def test_unknown_cache_state_is_a_usage_error(tmp_path):
@@ -75,3 +78,19 @@ def test_unknown_cache_state_is_a_usage_error(tmp_path):
     path.write_text(TOML)
     with pytest.raises(UsageError, match="cache state 'hot'"):
         loaderonly.run(scenario.load(str(path)), tmp_path / "d", tmp_path / "r", ("hot",), out=None)
+
+
+@pytest.mark.slow
+def test_a_loader_only_run_writes_env_json(tmp_path):
+    from harness import cli
+    from harness.results import rundir
+
+    path = tmp_path / "s.toml"
+    path.write_text(TOML)
+    out = tmp_path / "out"
+    assert cli.main(["--scenario", str(path), "--loader-only", "--cache-state", "warm", "--quiet",
+                     "--data-dir", str(tmp_path / "data"), "--out", str(out)]) == 0
+    (run,) = out.iterdir()
+    env = rundir.read_env(run)
+    assert env.scenario == "s" and env.cache_state == "warm" and env.device["mode"] == "loader-only"
+    assert env.versions["simplejpeg"] and env.versions["h5py"] and (run / "loader.jsonl").is_file()

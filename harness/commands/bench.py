@@ -3,6 +3,7 @@ report, and save or compare a baseline (the CI gate)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -85,9 +86,12 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: Environment, baseli
     return code
 
 
-def run_loader_only(args: argparse.Namespace, sc: scenario.Scenario) -> int:
+def run_loader_only(args: argparse.Namespace, argv: list[str], sc: scenario.Scenario) -> int:
     """--loader-only: each storage's read path alone, beside a RAM gather and the article's per-row reads."""
     run_dir = rundir.new_run_dir(args.out, f"{sc.name}-loader")
+    env = Environment.capture(argv, {"mode": "loader-only", "accelerator": None, "world_size": 1})
+    dataclasses.replace(env, scenario=sc.name, dataset=sc.dataset.to_dict(), cache_state=args.cache_state,
+                        argv=argv, imported=runsetup.import_env(sc)).write(run_dir)
     states = loaderonly.CACHE_STATES if args.cache_state == "as-is" else (args.cache_state,)
     loaderonly.run(sc, args.data_dir, run_dir, states, progress=not args.quiet)
     print(f"\nresults: {run_dir}", file=sys.stderr)
@@ -116,7 +120,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         return EXIT_OK
     runsetup.scan_source(sc, args.data_dir, progress=not args.quiet)  # an imported source: its size, corrupt JPEGs
     if args.loader_only:
-        return run_loader_only(args, sc)
+        return run_loader_only(args, argv, sc)
     comparable = comparable_of(sc, device, args.cache_state)
     baseline = Baseline.load(args.baseline) if args.baseline else None
     if baseline is not None:  # fail fast, before anything runs

@@ -24,9 +24,9 @@ source size (``decode.jsonl``). ``render`` gives the tables as text.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
-import json
 import os
 import sys
 import time
@@ -47,13 +47,13 @@ from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
 from harness.errors import UsageError
 from harness.report.tables import Table, render_tables
+from harness.results.loaderrows import DecodeRow, LoaderRow, write_rows
 from strategies import registry
 from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM
 
 REF_RAM = "ref-ram-gather"
 REF_ARTICLE = "ref-article-hdf5"
 CACHE_STATES = ("warm", "cold")
-KEYS = ("storage", "fields", "cache_state", "batch_size", "samples_per_s", "mb_per_s", "vs_ram")
 SIZE_BINS = (0, 256, 512, 1024)  # source image's longer side, px: <256, 256-511, 512-1023, >=1024
 
 
@@ -230,8 +230,8 @@ class _ArticleHdf5(_Source):
 
 
 def _measure(name: str, source, files: list[Path], fields_name: str, state: str, batches: list[np.ndarray],
-             seconds: float, cold_batches: int) -> dict:
-    row = {"storage": name, "fields": fields_name, "cache_state": state, "batch_size": len(batches[0])}
+             seconds: float, cold_batches: int) -> LoaderRow:
+    row = LoaderRow(name, fields_name, state, len(batches[0]))
     if state == "warm" or not files:
         pagecache.warm(files)
         for batch in batches[:3]:  # warm-up: first-use opens, lazy maps
@@ -246,21 +246,21 @@ def _measure(name: str, source, files: list[Path], fields_name: str, state: str,
             verified.append(pagecache.prepare(files, "cold")["verified"])
 
         spent, samples, nbytes = _timed(source, batches[1:cold_batches + 1], go_cold, seconds, min_batches=1)
-        row["cold_verified"] = all(verified)
-    row.update(samples=samples, seconds=round(spent, 6), samples_per_s=samples / spent if spent else None,
-               mb_per_s=nbytes / spent / 1e6 if spent else None)
-    return row
+        row.cold_verified = all(verified)
+    return dataclasses.replace(row, samples=samples, seconds=round(spent, 6),
+                               samples_per_s=samples / spent if spent else None,
+                               mb_per_s=nbytes / spent / 1e6 if spent else None)
 
 
-def _with_ratios(rows: list[dict]) -> list[dict]:
-    ram = {(r["fields"], r["cache_state"]): r["samples_per_s"] for r in rows if r["storage"] == REF_RAM}
+def _with_ratios(rows: list[LoaderRow]) -> list[LoaderRow]:
+    ram = {(r.fields, r.cache_state): r.samples_per_s for r in rows if r.storage == REF_RAM}
     for r in rows:
-        limit = ram.get((r["fields"], r["cache_state"]))
-        r["vs_ram"] = r["samples_per_s"] / limit if limit and r["samples_per_s"] else None
+        limit = ram.get((r.fields, r.cache_state))
+        r.vs_ram = r.samples_per_s / limit if limit and r.samples_per_s else None
     return rows
 
 
-def decode_rows(path: Path, image_size: int, count: int, per_bin: int = 40, repeats: int = 3) -> list[dict]:
+def decode_rows(path: Path, image_size: int, count: int, per_bin: int = 40, repeats: int = 3) -> list[DecodeRow]:
     """Decode + resize time per image, by the source's longer side, for each decoder (mmap materialisation)."""
     reader = registry.create("storage", "mmap").open(path, fields=("jpeg",))
     try:
@@ -291,15 +291,14 @@ def decode_rows(path: Path, image_size: int, count: int, per_bin: int = 40, repe
                     decode_resize(jpeg, image_size, decoder)
                 took = (time.perf_counter() - start) / len(jpegs)
                 best = took if best is None else min(best, took)
-            rows.append({"source_long_side": label, "images": len(jpegs), "decoder": decoder,
-                         "image_size": image_size, "ms_per_image": best * 1e3})
+            rows.append(DecodeRow(label, len(jpegs), decoder, image_size, best * 1e3))
     return rows
 
 
 def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequence[str] = CACHE_STATES, *,
         workloads: Sequence[str] | None = None, batch_size: int | None = None, seconds: float = 1.0,
         batches: int = 400, cold_batches: int = 8, seed: int = 0, progress: bool = False,
-        out: TextIO | None = sys.stdout) -> list[dict]:
+        out: TextIO | None = sys.stdout) -> list[LoaderRow]:
     """Time every storage's read path (and the two references) per fields and cache state; write
     ``loader.jsonl`` (and ``decode.jsonl`` for pixels) in ``run_dir``; print the tables to ``out``."""
     for state in cache_states:
@@ -314,8 +313,8 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
     mmap_path = materialise(spec, "mmap", data_dir, progress=progress)  # the RAM reference's source
     article = article_file(spec, data_dir, mmap_path)
     todo = list(workloads or (tr.workload,))
-    rows: list[dict] = []
-    decode: list[dict] = []
+    rows: list[LoaderRow] = []
+    decode: list[DecodeRow] = []
     for workload in todo:
         fields = FIELDS_FOR[workload]
         sets = _batches(spec.samples, bs, batches, seed)
@@ -335,24 +334,20 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
         if workload == "pixels":
             decode += decode_rows(mmap_path, tr.image_size, spec.samples)
     rows = _with_ratios(rows)
-    with open(run_dir / "loader.jsonl", "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+    write_rows(run_dir / "loader.jsonl", rows)
     if decode:
-        with open(run_dir / "decode.jsonl", "w") as f:
-            for r in decode:
-                f.write(json.dumps(r) + "\n")
+        write_rows(run_dir / "decode.jsonl", decode)
     if out is not None:
         out.write(render(rows, decode) + "\n")
     return rows
 
 
-def tables(rows: list[dict], decode: list[dict] | None = None) -> list[Table]:
+def tables(rows: list[LoaderRow], decode: list[DecodeRow] | None = None) -> list[Table]:
     out = []
-    for workload in dict.fromkeys(r["fields"] for r in rows):
-        body = [[r["storage"], r["cache_state"], str(r["batch_size"]), f"{r['samples_per_s']:,.0f}",
-                 f"{r['mb_per_s']:,.0f}", "-" if r["vs_ram"] is None else f"{r['vs_ram']:.3f}x"]
-                for r in rows if r["fields"] == workload]
+    for workload in dict.fromkeys(r.fields for r in rows):
+        body = [[r.storage, r.cache_state, str(r.batch_size), f"{r.samples_per_s:,.0f}",
+                 f"{r.mb_per_s:,.0f}", "-" if r.vs_ram is None else f"{r.vs_ram:.3f}x"]
+                for r in rows if r.fields == workload]
         out.append(Table(f"Read path alone ({workload} fields; one process, random batches)",
                          ["storage", "cache", "batch", "samples/s", "MB/s", "vs RAM gather"], body,
                          notes=[f"{REF_RAM}: the same rows gathered from RAM (the limit); {REF_ARTICLE}: the first "
@@ -360,14 +355,14 @@ def tables(rows: list[dict], decode: list[dict] | None = None) -> list[Table]:
     if decode:
         dec = {}
         for r in decode:
-            dec.setdefault((r["source_long_side"], r["images"]), {})[r["decoder"]] = r["ms_per_image"]
-        out.append(Table(f"Decode + resize per image (longest side {decode[0]['image_size']}), by source size",
+            dec.setdefault((r.source_long_side, r.images), {})[r.decoder] = r.ms_per_image
+        out.append(Table(f"Decode + resize per image (longest side {decode[0].image_size}), by source size",
                          ["source longer side (px)", "images"] + [f"{d} ms" for d in DECODERS],
                          [[side, str(n)] + [f"{v.get(d, float('nan')):.3f}" for d in DECODERS]
                           for (side, n), v in dec.items()]))
     return out
 
 
-def render(rows: list[dict], decode: list[dict] | None = None, fmt: str = "text") -> str:
+def render(rows: list[LoaderRow], decode: list[DecodeRow] | None = None, fmt: str = "text") -> str:
     """The loader-only tables (and the decode table) as text or markdown."""
     return "\n".join(render_tables(tables(rows, decode), fmt))

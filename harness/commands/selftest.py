@@ -40,6 +40,7 @@ from harness.config.matrix import Cell
 from harness.config.scenario import Scenario, StrategyChoice, Training
 from harness.data.generator import DatasetSpec
 from harness.device.devices import EmulatedDevice
+from harness.report.tables import Table, render_tables
 from harness.results import metrics
 from harness.run.launch import free_port
 from harness.train.pipeline import Pipeline
@@ -243,8 +244,6 @@ def run(steps: int = 40) -> list[dict]:
 
 
 def render(rows: list[dict]) -> str:
-    from tabulate import tabulate
-
     table = [[r["regime"], r["figure"], f"{r['expected']:.1f}", f"{r['measured']:.1f}",
               f"{r['error']:+.2f}{' %' if r['figure'] == 'throughput' else ' pt'}", "ok" if r["ok"] else "FAIL"]
              for r in rows]
@@ -256,5 +255,5 @@ def render(rows: list[dict]) -> str:
     head = (f"Fidelity self-test ({regimes}; measured hand-off r={rows[0]['handoff_ms']:.1f} ms/batch)\n"
             f"tolerance {TOLERANCE:.0f}% (throughput, relative) / {TOLERANCE:.0f} points (stall, AU); "
             f"host has {os.cpu_count()} CPUs")
-    return head + "\n" + tabulate(table, headers=["regime", "figure", "expected", "measured", "error", ""],
-                                  tablefmt="simple", disable_numparse=True)
+    return head + "\n" + render_tables([Table("", ["regime", "figure", "expected", "measured", "error", ""],
+                                              table)])[-1]

@@ -28,10 +28,19 @@ DECODERS = ("pil", "simplejpeg")
 DEFAULT_DECODER = "simplejpeg"
 
 
+def resized_shapes(sides: np.ndarray, image_size: int) -> np.ndarray:
+    """int64[N, 2] (height, width) of images of `sides` (N x (height, width)) after the pixels workload's
+    resize: longest side image_size, aspect ratio kept, rounded half to even, at least 1. The one rule: the
+    decoders, the pipeline's cost model and decoded_pixels all use it."""
+    sides = np.asarray(sides, dtype=np.float64).reshape(-1, 2)
+    scale = image_size / sides.max(axis=1)
+    return np.maximum(1, np.round(sides * scale[:, None])).astype(np.int64)
+
+
 def target_size(width: int, height: int, image_size: int) -> tuple[int, int]:
-    """(width, height) after the resize: longest side image_size, aspect ratio kept."""
-    scale = image_size / max(width, height)
-    return max(1, round(width * scale)), max(1, round(height * scale))
+    """(width, height) of one image after the resize (resized_shapes)."""
+    (h, w), = resized_shapes([(height, width)], image_size)
+    return int(w), int(h)
 
 
 def _pil(jpeg: bytes, image_size: int) -> np.ndarray:
@@ -96,9 +105,7 @@ def decoded_pixels(sides: np.ndarray, image_size: int, decoder: str = "pil") -> 
     """
     sides = np.asarray(sides, dtype=np.int64)
     h, w = sides[:, 0], sides[:, 1]
-    scale = image_size / np.maximum(h, w)
-    th = np.maximum(1, np.round(h * scale)).astype(np.int64)
-    tw = np.maximum(1, np.round(w * scale)).astype(np.int64)
+    th, tw = resized_shapes(sides, image_size).T
     if decoder == "simplejpeg":
         n = np.full(len(sides), 8, dtype=np.int64)
         for k in range(7, 0, -1):  # the smallest n/8 whose decode still covers the target

@@ -16,20 +16,12 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from harness.config.matrix import Cell
-from harness.data.decoders import decoded_pixels
+from harness.data.decoders import decoded_pixels, resized_shapes
 from harness.data.fields import FIELDS_FOR
 from harness.data.generator import image_sides
 from harness.train.devprep import DevicePrep
 from harness.train.threadloader import BatchThreadPool
 from harness.train.torchdataset import Collate, SampleDataset
-
-
-def resized_shapes(sides: np.ndarray, image_size: int) -> np.ndarray:
-    """int64[N, 2] (height, width) of images of `sides` after the pixels workload's resize (same rounding as
-    decode_resize)."""
-    sides = np.asarray(sides, dtype=np.float64)
-    scale = image_size / sides.max(axis=1)
-    return np.maximum(1, np.round(sides * scale[:, None])).astype(np.int64)
 
 
 @dataclass

@@ -1,0 +1,46 @@
+"""harness.results.environment: env.json captured once, with every library that can change a figure, and
+read back from any harness version without losing a key."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.results import rundir
+from harness.results.environment import LIBRARIES, Environment
+
+
+def test_capture_records_every_library_that_can_change_a_figure():
+    env = Environment.capture(["--scenario", "smoke"], {"mode": "emulated"})
+    for lib in ("torch", "numpy", "h5py", "pillow", "simplejpeg", "pyarrow", "lmdb", "webdataset"):
+        assert lib in LIBRARIES and env.versions[lib], lib  # installed by pyproject.toml, so a version
+    assert env.command[-2:] == ["--scenario", "smoke"] and env.cpu_count and env.python.count(".") == 2
+    assert env.time_utc.endswith("Z") and env.machine["cpu_count"] == env.cpu_count
+
+
+def test_round_trip_keeps_unknown_keys_and_leaves_unset_settings_out(tmp_path):
+    env = Environment.capture([], {"mode": "emulated"})
+    env.scenario, env.imported, env.dataset_gb = "ci", {"layout": "files"}, 0.5
+    obj = env.to_json()
+    assert obj["import"] == {"layout": "files"} and "imported" not in obj
+    assert "settings" not in obj and "resumed" not in obj  # None run settings are not written
+    newer = dict(obj, written_by_a_newer_harness={"x": 1})
+    (tmp_path / "env.json").write_text(json.dumps(newer))
+    back = rundir.read_env(tmp_path)
+    assert back.imported == {"layout": "files"} and back.extra == {"written_by_a_newer_harness": {"x": 1}}
+    back.write(tmp_path)
+    assert json.loads((tmp_path / "env.json").read_text()) == newer
+
+
+def test_an_old_env_json_reads_with_defaults(tmp_path):
+    (tmp_path / "env.json").write_text(json.dumps({"python": "3.11.7", "versions": {"torch": "2.1.0"}}))
+    env = rundir.read_env(tmp_path)
+    assert env.torch_version == "2.1.0" and env.scenario is None and env.gpus == []
+    assert rundir.read_env(tmp_path / "missing") == Environment()
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_a_broken_env_json_is_one_line_naming_the_file(tmp_path, text):
+    (tmp_path / "env.json").write_text(text)
+    with pytest.raises(rundir.ResultsError, match="env.json"):
+        rundir.read_env(tmp_path)
