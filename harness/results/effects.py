@@ -1,0 +1,166 @@
+"""Pure: the effect of each choice, estimated from every cell and visit of a factorial matrix at once.
+
+The model is least squares on the log of a figure (throughput, AU, memory), one term per axis level against
+the axis's first level (treatment coding), plus one term per pass over the cells (a visit's pass absorbs the
+machine's drift between passes). exp(coefficient) is the level's effect as a ratio against the reference
+level; its 95% interval is exp(coefficient +- t * standard error), t from the residual degrees of freedom.
+In a full factorial design the main-effects fit gives each level's effect averaged over the other axes; what
+an interaction adds to the residual variance widens the intervals (conservative).
+
+Two-axis interactions are fitted in a second model (main effects, passes and every two-axis term) where the
+data leave at least MIN_RESIDUAL_DF residual degrees of freedom; an interaction ratio is the factor by which the
+pair of levels together differs from the product of their main effects. Their intervals are simultaneous
+(Bonferroni over the m interaction terms: each at 1 - 0.05 / m), so that "an interval excludes 1" is a 5% false
+alarm for the whole set, not for each of a dozen terms.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from harness.results import stats
+
+MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Observation:
+    levels: dict  # axis -> the level (strategy label) of the cell
+    value: float  # the figure, > 0
+    block: int = 0  # the pass over the cells this visit belongs to
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One line of effects.jsonl: `level` of `axis` against `reference`, as a ratio of the figure."""
+
+    figure: str
+    axis: str
+    level: str
+    reference: str
+    ratio: float
+    low: float
+    high: float
+    n: int  # observations the fit used
+    kind: str = "main"  # "main", or "interaction" (axis "a x b", level "x x y", reference "additive")
+
+    @property
+    def decided(self) -> bool:
+        """True when the interval excludes 1 (the level changes the figure, at the fit's confidence)."""
+        return self.low > 1 or self.high < 1
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Effect:
+        return cls(**obj)
+
+
+def _design(obs: list[Observation], order: dict[str, list[str]], pairs: list[tuple[str, str]]):
+    """The design matrix and the name of each column (None for the intercept)."""
+    columns: list[tuple] = [("intercept",)]
+    columns += [("level", axis, level) for axis, levels in order.items() for level in levels[1:]]
+    blocks = sorted({o.block for o in obs})
+    columns += [("block", b) for b in blocks[1:]]
+    columns += [("pair", a, x, b, y) for a, b in pairs for x in order[a][1:] for y in order[b][1:]]
+    x = np.zeros((len(obs), len(columns)))
+    for i, o in enumerate(obs):
+        for j, col in enumerate(columns):
+            kind = col[0]
+            if kind == "intercept":
+                x[i, j] = 1.0
+            elif kind == "level":
+                x[i, j] = o.levels.get(col[1]) == col[2]
+            elif kind == "block":
+                x[i, j] = o.block == col[1]
+            else:
+                x[i, j] = o.levels.get(col[1]) == col[2] and o.levels.get(col[3]) == col[4]
+    return x, columns
+
+
+def _fit(x: np.ndarray, y: np.ndarray):
+    """Coefficients, their standard errors (nan where a column is aliased) and the residual df."""
+    coef, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    df = len(y) - rank
+    if df <= 0:
+        return coef, np.full(len(coef), np.nan), df
+    resid = y - x @ coef
+    s2 = float(resid @ resid) / df
+    cov = s2 * np.linalg.pinv(x.T @ x)
+    se = np.sqrt(np.clip(np.diag(cov), 0, None))
+    estimable = _estimable(x)
+    se[~estimable] = np.nan
+    return coef, se, df
+
+
+def _estimable(x: np.ndarray) -> np.ndarray:
+    """Columns whose coefficient the data determine (not aliased with others): e_j lies in the row space."""
+    pinv = np.linalg.pinv(x)
+    projection = pinv @ x  # projector onto the row space
+    eye = np.eye(x.shape[1])
+    return np.all(np.abs(projection - eye) < 1e-8, axis=0)
+
+
+def _effect(figure, axis, level, reference, beta, se, df, n, kind, confidence) -> Effect | None:
+    if not math.isfinite(se):
+        return None
+    t = stats.t_quantile(confidence, df)
+    return Effect(figure, axis, level, reference, float(math.exp(beta)), float(math.exp(beta - t * se)),
+                  float(math.exp(beta + t * se)), n, kind)
+
+
+def fit_effects(obs: list[Observation], order: dict[str, list[str]], figure: str = "throughput",
+                confidence: float = CONFIDENCE, interactions: bool = True) -> list[Effect]:
+    """Each axis level's effect (and, where the data allow, each two-axis interaction) on `figure`.
+
+    `order`: axis -> its levels, the first being the reference. Axes with one level are left out.
+    Observations with a value that is not a positive number are left out. The reference level of each axis
+    is listed too, with ratio 1 and a zero-width interval."""
+    obs = [o for o in obs if o.value is not None and math.isfinite(o.value) and o.value > 0]
+    order = {a: list(levels) for a, levels in order.items() if len(levels) > 1}
+    if not obs or not order:
+        return []
+    y = np.log([o.value for o in obs])
+    x, columns = _design(obs, order, [])
+    coef, se, df = _fit(x, y)
+    if df <= 0:
+        return []
+    out = []
+    for axis, levels in order.items():
+        out.append(Effect(figure, axis, levels[0], levels[0], 1.0, 1.0, 1.0, len(obs)))
+        for level in levels[1:]:
+            j = columns.index(("level", axis, level))
+            e = _effect(figure, axis, level, levels[0], coef[j], se[j], df, len(obs), "main", confidence)
+            if e is not None:
+                out.append(e)
+    if interactions:
+        out += fit_interactions(obs, order, figure, confidence)
+    return out
+
+
+def fit_interactions(obs: list[Observation], order: dict[str, list[str]], figure: str,
+                     confidence: float = CONFIDENCE) -> list[Effect]:
+    """Every estimable two-axis interaction, from the model with all of them; [] when too few df remain."""
+    pairs = list(itertools.combinations(order, 2))
+    x, columns = _design(obs, order, pairs)
+    y = np.log([o.value for o in obs])
+    coef, se, df = _fit(x, y)
+    if df < MIN_RESIDUAL_DF:
+        return []
+    m = sum(col[0] == "pair" and math.isfinite(se[j]) for j, col in enumerate(columns))
+    simultaneous = 1 - (1 - confidence) / max(m, 1)
+    out = []
+    for j, col in enumerate(columns):
+        if col[0] != "pair":
+            continue
+        _, a, lx, b, ly = col
+        e = _effect(figure, f"{a} x {b}", f"{lx} x {ly}", "additive", coef[j], se[j], df, len(obs),
+                    "interaction", simultaneous)
+        if e is not None:
+            out.append(e)
+    return out

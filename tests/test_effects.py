@@ -1,0 +1,80 @@
+"""harness.results.effects: the factorial fit recovers a known synthetic answer, passes absorb drift, and
+interactions are found only where planted."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from harness.results.effects import Effect, Observation, fit_effects
+
+ORDER = {"storage": ["raw", "mmap", "hdf5"], "cache": ["none", "lru"], "batching": ["fixed", "dynamic"],
+         "sampler": ["default", "balanced"]}
+TRUE = {("storage", "mmap"): 0.9, ("storage", "hdf5"): 1.1, ("cache", "lru"): 1.2,
+        ("batching", "dynamic"): 1.5, ("sampler", "balanced"): 1.0}
+
+
+def observations(passes=3, noise=0.02, drift=(1.0, 0.8, 1.15), interaction=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for block in range(passes):
+        for combo in itertools.product(*ORDER.values()):
+            levels = dict(zip(ORDER, combo))
+            value = 1000.0 * drift[block % len(drift)]
+            for (axis, level), ratio in TRUE.items():
+                value *= ratio if levels[axis] == level else 1.0
+            if levels["storage"] == "mmap" and levels["cache"] == "lru":
+                value *= interaction
+            out.append(Observation(levels, value * float(np.exp(rng.normal(0, noise))), block))
+    return out
+
+
+def by_level(effects, kind="main"):
+    return {(e.axis, e.level): e for e in effects if e.kind == kind}
+
+
+def test_the_fit_recovers_known_effects_with_intervals_that_cover_them():
+    effects = by_level(fit_effects(observations(), ORDER))
+    for key, ratio in TRUE.items():
+        e = effects[key]
+        assert e.low <= ratio <= e.high, (key, e)
+        assert e.ratio == pytest.approx(ratio, rel=0.03)
+        assert e.decided == (ratio != 1.0)
+    assert effects[("storage", "raw")].ratio == 1.0 and effects[("storage", "raw")].reference == "raw"
+    assert all(e.n == 72 for e in effects.values())
+
+
+def test_drift_between_passes_does_not_leak_into_the_effects():
+    # without the pass term, a 30% drift would be noise; with it the intervals stay narrow
+    drifting = by_level(fit_effects(observations(drift=(1.0, 0.7, 1.3)), ORDER))
+    assert drifting[("cache", "lru")].high / drifting[("cache", "lru")].low < 1.1
+
+
+def test_a_planted_interaction_is_found_and_no_other():
+    inter = [e for e in fit_effects(observations(interaction=1.3), ORDER) if e.kind == "interaction"]
+    decided = [(e.axis, e.level) for e in inter if e.decided]
+    assert decided == [("storage x cache", "mmap x lru")]
+    (e,) = [e for e in inter if e.level == "mmap x lru"]
+    assert e.ratio == pytest.approx(1.3, rel=0.05)
+    assert not [e for e in fit_effects(observations(), ORDER) if e.kind == "interaction" and e.decided]
+
+
+def test_too_few_observations_fit_no_interactions_and_no_single_level_axis():
+    one_pass = fit_effects(observations(passes=1), ORDER | {"loader": ["workers"]})
+    assert not [e for e in one_pass if e.kind == "interaction"]  # 24 points, 17 terms: too few df
+    assert "loader" not in {e.axis for e in one_pass}
+
+
+def test_a_missing_level_combination_still_fits_the_estimable_effects():
+    obs = [o for o in observations() if not (o.levels["storage"] == "hdf5" and o.levels["cache"] == "lru")]
+    effects = by_level(fit_effects(obs, ORDER))
+    assert effects[("storage", "hdf5")].low <= 1.1 <= effects[("storage", "hdf5")].high
+    assert effects[("cache", "lru")].low <= 1.2 <= effects[("cache", "lru")].high
+
+
+def test_json_round_trip_and_bad_values_left_out():
+    obs = observations(passes=2) + [Observation(dict.fromkeys(ORDER, "x"), 0.0), Observation({}, float("nan"))]
+    effects = fit_effects(obs, ORDER, figure="au")
+    assert all(Effect.from_json(e.to_json()) == e for e in effects) and effects[0].figure == "au"
+    assert fit_effects([], ORDER) == []
