@@ -31,6 +31,7 @@ from pathlib import Path
 
 from harness.commands import bench, compare_runs, list_scenarios, rebuild_report, resume
 from harness.config import runsetup, scenario
+from harness.config.runconfig import ORDERS
 from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
 from harness.results.baseline import BaselineError
 
@@ -103,6 +104,11 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                        help="torch.profiler traces per cell and rank under RUN_DIR/traces/")
     gate = p.add_argument_group("repeats, baselines and the CI gate")
     gate.add_argument("--repeats", type=int, default=1, help="run every cell N times, interleaved")
+    gate.add_argument("--order", choices=ORDERS, default="random",
+                      help="random (default): each repeat visits the cells in a fresh order drawn from a "
+                           "recorded seed; fixed: the matrix's order every time")
+    gate.add_argument("--order-seed", type=int, metavar="N",
+                      help="the seed of the random order (default: drawn, and recorded in env.json)")
     gate.add_argument("--save-baseline", type=Path, metavar="FILE", help="write this run as a baseline")
     gate.add_argument("--baseline", type=Path, metavar="FILE",
                       help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")

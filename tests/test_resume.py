@@ -102,6 +102,7 @@ def test_resume_with_a_changed_option_is_refused_before_anything_runs(tmp_path, 
 
     sc = scenario.load("smoke", {"steps": 3})
     args = cli.build_parser().parse_args(argv)
+    args.order_seed = 7  # as the run recorded it: the resumed run takes the recorded seed
     sc_settings = resume.settings_of(args, sc, expand(sc), "emulated",
                                      bench.comparable_of(sc, "emulated", "as-is"))
     run = out / "run"

@@ -159,3 +159,13 @@ def test_filters_check_names_against_the_whole_matrix(tmp_path):
         select(cells, ["storage=hdf5"], ["storage=parquet"])
     with pytest.raises(UsageError, match="leave no cell"):
         select(cells, ["storage=hdf5"], ["cache=none,lru"])
+
+
+def test_each_repeat_visits_the_cells_in_its_own_recorded_order():
+    from harness.config.runconfig import visit_order
+
+    first, second = visit_order(24, 0, "random", 5), visit_order(24, 1, "random", 5)
+    assert sorted(first) == sorted(second) == list(range(24)) and first != second
+    assert visit_order(24, 0, "random", 5) == first  # a pure function of (seed, repeat)
+    assert visit_order(24, 0, "random", 6) != first
+    assert visit_order(24, 3, "fixed", 5) == list(range(24))

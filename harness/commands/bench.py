@@ -126,6 +126,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     if baseline is not None:  # fail fast, before anything runs
         compare.check_comparable(sc.name, comparable, baseline)
     rank = int(os.environ.get("RANK", 0))
+    args.order_seed = resume.order_seed(args)
     settings = resume.settings_of(args, sc, cells, device, comparable)
     run_dir, env = (args.out, None) if rank != 0 else resume.open_run_dir(args, argv, sc, device, comparable,
                                                                            len(cells), settings)
@@ -133,7 +134,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                                  progress=not args.quiet, cache_state=args.cache_state,
                                  decompose=args.decompose, profile=args.profile, repeats=args.repeats,
                                  device_name=comparable["device"], regenerate=args.regenerate,
-                                 verify_data=args.verify_data)
+                                 verify_data=args.verify_data, order=args.order, order_seed=args.order_seed)
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
     try:
         if not torchrun:
@@ -148,8 +149,8 @@ def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env
                       baseline: Baseline | None, rank: int) -> int:
     """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
     that resumes it."""
-    if rank == 0 and args.resume:
-        config.plan = supervisor.remaining(config, config.full_plan())
+    if rank == 0:  # the plan (its random order, what is left to resume) goes from rank 0 to every rank
+        config.plan = supervisor.remaining(config, config.full_plan()) if args.resume else config.full_plan()
     try:
         data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), config.scenario.world_size,
                                       config)

@@ -8,6 +8,7 @@ cells.jsonl then run (harness.run.supervisor skips the rest), and the report is 
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -23,11 +24,24 @@ FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate"}
 
 
 def settings_of(args, sc, cells, device: str, comparable: dict) -> dict:
-    """What a resumed run must share with the run it completes."""
+    """What a resumed run must share with the run it completes (a fixed order adds nothing: runs made before
+    the random order existed resume with --order fixed)."""
+    order = {"order": "random", "order_seed": args.order_seed} if args.order == "random" else {}
     return {"scenario": sc.name, "comparable": comparable, "cells": [c.id for c in cells],
             "repeats": args.repeats, "cache_state": args.cache_state, "decompose": args.decompose,
             "profile": args.profile, "plugins": list(args.plugin), "device": device,
-            "data_dir": str(Path(args.data_dir).resolve())}
+            "data_dir": str(Path(args.data_dir).resolve()), **order}
+
+
+def order_seed(args) -> int:
+    """The random order's seed: given, or the resumed run's, or drawn now (then recorded in env.json)."""
+    if args.order_seed is not None:
+        return args.order_seed
+    if args.resume:
+        recorded = (read_run_env(args.resume).settings or {}).get("order_seed")
+        if recorded is not None:
+            return int(recorded)
+    return int.from_bytes(os.urandom(4), "little")
 
 
 def resume_argv(argv: list[str]) -> tuple[Path, list[str]]:

@@ -5,8 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from harness.config.matrix import Cell
 from harness.config.scenario import Scenario
+
+ORDERS = ("random", "fixed")
+
+
+def visit_order(cells: int, repeat: int, order: str, seed: int) -> list[int]:
+    """The cell indices one repeat visits, in order: the matrix's order ("fixed") or a permutation drawn
+    from (seed, repeat) ("random")."""
+    if order == "fixed":
+        return list(range(cells))
+    return [int(i) for i in np.random.default_rng([seed, repeat]).permutation(cells)]
 
 
 @dataclass
@@ -23,12 +35,18 @@ class LaunchConfig:
     profile: bool = False
     repeats: int = 1
     plan: list[tuple[int, int]] | None = None  # (repeat, index into cells) to run, in order; None: all
+    order: str = "fixed"  # "random": each repeat visits the cells in its own order, drawn from order_seed
+    order_seed: int = 0
     device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
     supervised: bool = False  # spawned under harness.run.supervisor: ranks write heartbeats under run_dir
 
     def full_plan(self) -> list[tuple[int, int]]:
-        """Every (repeat, cell) of the run, repeats interleaved across cells (A B C A B C)."""
-        return [(repeat, i) for repeat in range(self.repeats) for i in range(len(self.cells))]
+        """Every (repeat, cell) of the run, repeats interleaved across cells (A B C, then A B C again). With
+        order "random" each repeat is a fresh permutation of the cells (C A B, B C A), a pure function of
+        (order_seed, repeat): drift of the machine over the run then spreads over every axis instead of
+        landing on the outermost one."""
+        return [(repeat, i) for repeat in range(self.repeats) for i in visit_order(
+            len(self.cells), repeat, self.order, self.order_seed)]
 
     def todo(self) -> list[tuple[int, int]]:
         return self.full_plan() if self.plan is None else list(self.plan)
