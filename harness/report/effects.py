@@ -1,0 +1,120 @@
+"""The effect of each choice, from every cell and visit of the run (harness.results.effects): the fits per
+figure, effects.jsonl, the table and the plot.
+
+Figures fitted: throughput (samples/s), AU (device busy / wall), device peak memory and host PSS. A visit's
+pass (its repeat) is a term of the fit, so drift between passes does not bias an axis. Effects are ratios
+against the axis's first level in the matrix; `low` and `high` bound a 95% interval.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from harness.report.tables import Table
+from harness.results.cellresult import CellResult
+from harness.results.effects import Effect, Observation, fit_effects
+from strategies.registry import AXES
+
+# effects.jsonl's `figure` -> (the Figures attribute, the label in tables)
+FIGURES = {"throughput": ("throughput", "samples/s"), "au": ("au_pct", "AU %"),
+           "device_memory": ("device_peak_gb", "device peak GB"), "host_memory": ("host_pss_peak_mb", "host PSS MB")}
+
+
+def level_order(results: list[CellResult], cell_ids: list[str] | None = None) -> dict[str, list[str]]:
+    """Each axis's levels (strategy labels) in the order the matrix lists them (`cell_ids`, the matrix's
+    cells in order, as env.json's settings record them; else the order of the results): the first level of
+    each axis is its reference."""
+    rank = {cid: i for i, cid in enumerate(cell_ids or [])}
+    order: dict[str, list[str]] = {}
+    for r in sorted(results, key=lambda r: rank.get(r.cell, len(rank))):
+        for axis, label in r.strategies.items():
+            order.setdefault(axis, [])
+            if label not in order[axis]:
+                order[axis].append(label)
+    return {a: order[a] for a in sorted(order, key=lambda a: AXES.index(a) if a in AXES else len(AXES))}
+
+
+def observations(results: list[CellResult], attribute: str) -> list[Observation]:
+    return [Observation(dict(r.strategies), getattr(r.figures, attribute), r.repeat)
+            for r in results if r.measured and getattr(r.figures, attribute) is not None]
+
+
+def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) -> list[Effect]:
+    """Every figure's effects over the run's measured visits ([] with fewer visits than terms)."""
+    order = level_order(results, cell_ids)
+    out = []
+    for figure, (attribute, _) in FIGURES.items():
+        out += fit_effects(observations(results, attribute), order, figure)
+    return out
+
+
+def write_effects(run_dir: Path, effects: list[Effect]) -> Path:
+    path = Path(run_dir) / "effects.jsonl"
+    with open(path, "w") as f:
+        for e in effects:
+            f.write(json.dumps(e.to_json(), sort_keys=True) + "\n")
+    return path
+
+
+def _ratio(e: Effect) -> str:
+    return f"x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}]"
+
+
+def verdict_word(e: Effect) -> str:
+    if e.level == e.reference:
+        return "reference"
+    if not e.decided:
+        return "not decided"
+    return "higher" if e.low > 1 else "lower"
+
+
+def effects_table(effects: list[Effect], emulated: bool) -> Table:
+    """One row per axis level: its effect on each figure, ratio [95% interval] against the reference."""
+    mark = "*" if emulated else ""
+    figures = [f for f in FIGURES if any(e.figure == f for e in effects)]
+    rows, seen = [], []
+    for e in effects:
+        if e.kind == "main" and (e.axis, e.level) not in seen:
+            seen.append((e.axis, e.level))
+    by = {(e.figure, e.axis, e.level): e for e in effects if e.kind == "main"}
+    for axis, level in seen:
+        ref = by[(figures[0], axis, level)].reference if (figures[0], axis, level) in by else ""
+        row = [axis, level, "reference" if level == ref else f"vs {ref}"]
+        for f in figures:
+            e = by.get((f, axis, level))
+            row.append("-" if e is None else ("1" if level == e.reference else f"{_ratio(e)} {verdict_word(e)}"))
+        rows.append(row)
+    headers = ["axis", "level", "against"] + [
+        FIGURES[f][1] + (mark if f in ("throughput", "au", "device_memory") else "") for f in figures]
+    notes = ["ratio of the figure against the axis's first level, averaged over the other axes, with a 95% "
+             "interval from every cell and visit (least squares on the log figure, a term per level and per "
+             "pass); 'not decided': the interval includes 1"]
+    notes += [f"interaction {e.axis} = {e.level}: {_ratio(e)} beyond the two effects combined ({e.figure})"
+              for e in effects if e.kind == "interaction" and e.decided]
+    return Table("Effect of each choice", headers, rows, notes)
+
+
+def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput") -> Path | None:
+    """A forest plot of one figure's effects: a point and a 95% bar per level, log scale, 1 marked."""
+    shown = [e for e in effects if e.figure == figure and e.kind == "main" and e.level != e.reference]
+    if not shown:
+        return None
+    fig = Figure(figsize=(8.0, 1.4 + 0.35 * len(shown)), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    y = np.arange(len(shown))[::-1]
+    ratio = np.array([e.ratio for e in shown])
+    err = np.array([[e.ratio - e.low for e in shown], [e.high - e.ratio for e in shown]])
+    ax.errorbar(ratio, y, xerr=err, fmt="o", color="#1f77b4", capsize=3)
+    ax.axvline(1.0, color="#7f7f7f", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_yticks(y, [f"{e.axis}={e.level} vs {e.reference}" for e in shown])
+    ax.set_xlabel(f"{FIGURES[figure][1]}: ratio against the axis's first level (95% interval)")
+    ax.set_title("Effect of each choice")
+    fig.tight_layout()
+    fig.savefig(path)
+    return path

@@ -1,0 +1,78 @@
+"""The answer first: the first lines of a run's output and of report.md.
+
+- the fastest configurations: the leader and every cell whose throughput interval overlaps the leader's (the
+  set the data cannot tell apart at the intervals' level);
+- each choice's effect on throughput with its interval (harness.report.effects), decided or not;
+- what binds: the device (AU high), the host's CPU (the loader and the rank need more cores than the host
+  has), the data (a stall with the CPU to spare), with the cores needed when the host cannot feed the
+  emulated devices.
+"""
+from __future__ import annotations
+
+import statistics
+
+from harness.report.effects import verdict_word
+from harness.report.tables import interval, shown_axes, stack_label
+from harness.results.cellresult import CellSummary
+from harness.results.effects import Effect
+
+DEVICE_BOUND_AU_PCT = 80.0  # a median AU at least this high: the device is what limits the run
+SHOWN_TIED = 4  # tied cells named in the verdict (the rest are counted)
+
+
+def fastest_lines(cells: list[CellSummary]) -> list[str]:
+    measured = [c for c in cells if c.measured]
+    if not measured:
+        return ["FASTEST: no cell was measured"]
+    axes = shown_axes(cells)
+
+    def name(c: CellSummary) -> str:
+        return stack_label(cells, c, axes)
+
+    leader = max(measured, key=lambda c: c.figures.throughput)
+    lead = interval(leader)
+    tied = [c for c in measured if c is not leader and lead is not None and (iv := interval(c)) is not None
+            and iv.high >= lead.low]
+    shown = ", ".join(name(c) for c in tied[:SHOWN_TIED]) + (
+        f" and {len(tied) - SHOWN_TIED} more" if len(tied) > SHOWN_TIED else "")
+    band = f" [{lead.low:.0f}, {lead.high:.0f}] ({lead.label})" if lead else ""
+    lines = [f"FASTEST: {name(leader)} at {leader.figures.throughput:.0f} samples/s{band}"]
+    lines.append(f"  tied with it (intervals overlap): {len(tied)} of {len(measured) - 1} other cells"
+                 + (f": {shown}" if tied else ""))
+    return lines
+
+
+def effect_lines(effects: list[Effect]) -> list[str]:
+    shown = [e for e in effects if e.figure == "throughput" and e.kind == "main" and e.level != e.reference]
+    if not shown:
+        return ["EFFECTS: too few visits to fit the effect of each choice (run with --repeats 3 or more)"]
+    lines = ["EFFECTS on samples/s (ratio against the axis's first level, 95% interval, all cells and visits):"]
+    for e in shown:
+        lines.append(f"  {e.axis}={e.level} vs {e.reference}: x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}] "
+                     f"{verdict_word(e)}")
+    decided = sum(e.decided for e in shown)
+    lines.append(f"  decided: {decided} of {len(shown)} (the rest: the interval includes x1.00; more visits "
+                 f"narrow it)")
+    return lines
+
+
+def binds_line(cells: list[CellSummary], cpu_count: int | None) -> str:
+    measured = [c for c in cells if c.measured]
+    if not measured:
+        return "BINDS: nothing measured"
+    au = statistics.median(c.figures.au_pct or 0.0 for c in measured)
+    stall = statistics.median(c.figures.stall_mean_pct or 0.0 for c in measured)
+    feed = [c.figures.cores_to_feed for c in measured if c.figures.cores_to_feed is not None]
+    ranks = measured[0].world_size or 1
+    if au >= DEVICE_BOUND_AU_PCT:
+        return f"BINDS: the device (median AU {au:.0f}%)"
+    if feed and cpu_count and statistics.median(feed) * ranks > cpu_count:
+        need = statistics.median(feed)
+        return (f"BINDS: the host's CPU: feeding the device needs {need:.1f} cores per rank (median over cells), "
+                f"{need * ranks:.0f} for {ranks} ranks, and this host has {cpu_count} (median AU {au:.0f}%, "
+                f"stall {stall:.0f}%)")
+    return f"BINDS: the data path (median stall {stall:.0f}% with cores to spare; AU {au:.0f}%)"
+
+
+def verdict_lines(cells: list[CellSummary], effects: list[Effect], cpu_count: int | None) -> list[str]:
+    return fastest_lines(cells) + effect_lines(effects) + [binds_line(cells, cpu_count)]
