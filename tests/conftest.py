@@ -1,7 +1,6 @@
 """Shared fixtures: one real end-to-end smoke run (2 ranks, gloo, real DataLoader workers) per session."""
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -21,12 +20,18 @@ def data_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("data")
 
 
+def read_cells(run_dir: Path) -> list:
+    """A run's cells.jsonl as the harness reads it (harness.results.rundir.read_results: CellResults)."""
+    from harness.results import rundir
+
+    return rundir.read_results(run_dir)
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory, data_dir):
-    """`run_bench.py --scenario smoke` end to end; returns (process, run directory, cells)."""
+    """`run_bench.py --scenario smoke` end to end; returns (process, run directory, cells as CellResults)."""
     out = tmp_path_factory.mktemp("results")
     proc = run_bench("--scenario", "smoke", "--data-dir", str(data_dir), "--out", str(out), "--quiet")
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = list(out.iterdir())
-    cells = [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
-    return proc, run_dir, cells
+    return proc, run_dir, read_cells(run_dir)

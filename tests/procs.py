@@ -10,6 +10,9 @@ import time
 import uuid
 from pathlib import Path
 
+from harness.results import rundir
+from harness.results.cellresult import CellResult
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -71,9 +74,9 @@ def heartbeat(run: Path, rank: int) -> dict | None:
         return None
 
 
-def cells(run: Path) -> list[dict]:
-    path = run / "cells.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+def cells(run: Path) -> list[CellResult]:
+    """The run's cells.jsonl as CellResults ([] before it exists; a line cut while written is skipped)."""
+    return rundir.read_results(run)
 
 
 def no_survivors(tag: str, timeout: float = 15) -> list[int]:

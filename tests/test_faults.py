@@ -10,9 +10,11 @@ import time
 import pytest
 from procs import cells, children, heartbeat, no_survivors, run_dir, start, wait_for
 
+from harness.results.cellresult import Figures
+
 pytestmark = pytest.mark.slow  # every test here spawns rank processes
 
-SMOKE = ("--scenario", "smoke", "--steps", "30", "--quiet")
+SMOKE = ("--scenario", "smoke", "--steps", "30", "--order", "fixed", "--quiet")  # the matrix's order: mmap second
 
 
 def _kill_when_in_second_cell(proc, out, pick) -> tuple[int, float]:
@@ -44,11 +46,12 @@ def test_a_killed_process_fails_its_cell_and_the_matrix_goes_on(tmp_path, data_d
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr[-2000:]
     first, failed, third = cells(run)
-    assert first["error"] is None and third["error"] is None  # measured before and after
-    assert first["figures"]["throughput"] > 0 and third["figures"]["throughput"] > 0
+    assert first.error is None and third.error is None  # measured before and after
+    assert first.figures.throughput > 0 and third.figures.throughput > 0
     expected = "rank 1 was killed by SIGKILL" if target == "rank" else "rank 1 exited with code 1"
-    assert failed["error"].startswith(expected), failed["error"]
-    assert failed["figures"] == {} and failed["cell"].startswith("storage=mmap")
+    assert failed.error.startswith(expected), failed.error
+    assert failed.figures == Figures() and failed.ranks == [] and failed.cell.startswith("storage=mmap")
+    assert failed.world_size == 2 and failed.names == first.names | {"storage": "mmap"}  # its identity
     assert "1 cell(s) failed" in stderr and "storage=mmap" in stderr
     assert no_survivors(tag) == []
     assert detected_s < 30, detected_s
@@ -87,12 +90,13 @@ def test_a_strategy_that_raises_or_hangs_fails_its_cell_only(tmp_path, data_dir,
     out = tmp_path / "out"
     started = time.monotonic()
     proc, tag = start("--scenario", _faulty(tmp_path, sampler, 20), "--plugin", "tests.plugins.fault_strategies",
-                      "--data-dir", str(data_dir), "--out", str(out), "--quiet")
+                      "--data-dir", str(data_dir), "--out", str(out), "--order", "fixed", "--quiet")
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 1, stderr[-2000:]
-    good, failed, other = cells(run_dir(out))
-    assert good["error"] is None and other["error"] is None, (good["error"], other["error"])
-    assert failed["error"].startswith(expected), failed["error"]
+    good, failed, other = cells(run_dir(out))  # in the matrix's order: the faulty sampler between two good ones
+    assert failed.name("sampler") == sampler
+    assert good.error is None and other.error is None, (good.error, other.error)
+    assert failed.error.startswith(expected), failed.error
     assert no_survivors(tag) == []
     print(f"{sampler}: whole run {time.monotonic() - started:.1f} s")
 
@@ -118,6 +122,6 @@ def test_interrupt_keeps_results_builds_the_report_and_resume_completes(tmp_path
     _, stderr = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, stderr[-2000:]
     lines = cells(run)
-    assert len(lines) == 3 and len({line["cell"] for line in lines}) == 3
-    assert all(line["error"] is None for line in lines)
+    assert len(lines) == 3 and len({line.cell for line in lines}) == 3
+    assert all(line.error is None for line in lines)
     assert no_survivors(tag) == []

@@ -12,9 +12,10 @@ from PIL import Image
 
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
+from harness.measure.rankrecord import RankRecord
 from harness.report.compare import _params_differ
-from harness.results.baseline import BaselineCell
 from harness.results import metrics
+from harness.results.baseline import BaselineCell
 from harness.train.devprep import DevicePrep
 from harness.train.threadloader import BatchThreadPool
 from harness.train.torchdataset import Collate, SampleDataset, flip_item
@@ -40,8 +41,8 @@ def test_thread_loader_yields_every_batch_once_in_order():
 
 
 def test_thread_loader_cpu_counts_as_the_loaders_not_the_ranks():
-    record = {"loader": "threads", "loader_cpu_s": 2.0, "loader_thread_cpu_s": 2.0, "rank_cpu_s": 5.0,
-              "workers": 1, "wait": [0.1]}
+    record = RankRecord(loader="threads", loader_cpu_s=2.0, loader_thread_cpu_s=2.0, rank_cpu_s=5.0, workers=1,
+                        wait=[0.1])
     assert metrics._cpu_s(record) == (2.0, 3.0)
 
 

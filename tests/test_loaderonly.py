@@ -7,8 +7,8 @@ import json
 import pytest
 
 from harness.commands import loaderonly
-from harness.results.loaderrows import DecodeRow, LoaderRow, read_rows
 from harness.config import scenario
+from harness.results.loaderrows import DecodeRow, LoaderRow, read_rows
 
 TOML = """
 description = "loader-only test"

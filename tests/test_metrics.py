@@ -3,22 +3,23 @@ from __future__ import annotations
 
 import pytest
 
-from harness.results.metrics import cell_figures, coverage
+from harness.measure.rankrecord import RankRecord
+from harness.results.metrics import cell_figures, coverage, throughput_interval
 
 
 def record(rank, wait, device, peer_wait=None, overhead=None, cost=None, samples_per_step=4, pss=100e6,
-           rss=150e6, loader_cpu_s=0.0, workers=1):
+           rss=150e6, loader_cpu_s=0.0, workers=1, rank_cpu_s=0.0) -> RankRecord:
     n = len(wait)
     peer_wait = peer_wait or [0.0] * n
     overhead = overhead or [0.0] * n
     h2d = [0.0] * n
     step = [sum(parts) for parts in zip(wait, h2d, peer_wait, device, overhead)]
-    return {"rank": rank, "wait": wait, "h2d": h2d, "peer_wait": peer_wait, "device": device,
-            "overhead": overhead, "padded": [0.0] * n, "step": step, "steps": n, "window_s": sum(step),
-            "cost": cost or [1.0] * n, "samples": samples_per_step * n, "padded_pixels": 1000 * n,
-            "real_pixels": 800 * n, "nbytes": 10_000 * n, "host_pss_peak": pss, "host_rss_peak": rss,
-            "device_peak_bytes": 2e9, "overruns": 1, "batch_sizes": [samples_per_step] * n, "oom_events": 0,
-            "shadow_steps": 0, "loader_cpu_s": loader_cpu_s, "workers": workers}
+    return RankRecord(rank=rank, wait=wait, h2d=h2d, peer_wait=peer_wait, device=device, overhead=overhead,
+                      padded=[0.0] * n, step=step, steps=n, window_s=sum(step), cost=cost or [1.0] * n,
+                      samples=samples_per_step * n, padded_pixels=1000 * n, real_pixels=800 * n,
+                      nbytes=10_000 * n, host_pss_peak=pss, host_rss_peak=rss, device_peak_bytes=2e9, overruns=1,
+                      batch_sizes=[samples_per_step] * n, oom_events=0, shadow_steps=0, loader_cpu_s=loader_cpu_s,
+                      workers=workers, rank_cpu_s=rank_cpu_s)
 
 
 def test_known_values():
@@ -62,10 +63,10 @@ def test_cores_to_feed_from_loader_cpu_and_device_rate():
     assert f["loader_cpu_s_per_sample"] == pytest.approx(0.1)
     assert f["cores_to_feed"] == pytest.approx(4)
     # the rank's own CPU runs on the same cores: 0.4 s on 8 samples adds 0.05 s per sample, 2 more cores
-    r = dict(record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=0.8), rank_cpu_s=0.4)
+    r = record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=0.8, rank_cpu_s=0.4)
     f = cell_figures([r])
     assert f["rank_cpu_s_per_sample"] == pytest.approx(0.05) and f["cores_to_feed"] == pytest.approx(6)
-    inline = dict(record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=5.0, workers=0), rank_cpu_s=1.0)
+    inline = record(0, wait=[0.3, 0.3], device=[0.1, 0.1], loader_cpu_s=5.0, workers=0, rank_cpu_s=1.0)
     inline = cell_figures([inline])
     assert inline["loader_cpu_s_per_sample"] == pytest.approx(0.6 / 8)  # no workers: the rank's own wait
     assert inline["rank_cpu_s_per_sample"] == pytest.approx(0.4 / 8)  # and the rest of its CPU
@@ -80,35 +81,49 @@ def test_throughput_interval_brackets_the_estimate():
     assert "batch means" in f["throughput_ci_label"] and "4 blocks" in f["throughput_ci_label"]
 
 
+def test_throughput_interval_divides_by_the_slowest_window():
+    # rank 1's window is the longest (0.1 s of overhead after its steps' sum): its steps are the seconds,
+    # though rank 0's steps sum to more; the interval brackets samples / the slowest window's steps
+    r0 = record(0, wait=[0.3, 0.1, 0.3, 0.1, 0.3, 0.1, 0.3, 0.1], device=[0.1] * 8)
+    r1 = record(1, wait=[0.1, 0.2, 0.1, 0.2, 0.1, 0.2, 0.1, 0.2], device=[0.1] * 8)
+    r1.window_s = sum(r0.step) + 0.1
+    ci = throughput_interval([r0, r1])["throughput_ci"]
+    by_r1, by_r0 = 64 / sum(r1.step), 64 / sum(r0.step)  # 32 and 26.7 samples/s
+    assert ci[0] <= by_r1 <= ci[1] and (ci[0] + ci[1]) / 2 == pytest.approx(by_r1) and ci[0] > by_r0
+    # a rank without its per-step lists, or too few steps: no interval
+    assert throughput_interval([r0, RankRecord(rank=1)]) == {}
+    assert throughput_interval([record(0, wait=[0.1] * 3, device=[0.1] * 3)]) == {}
+
+
 def test_no_steps_gives_no_rates():
     r = record(0, wait=[], device=[])
     f = cell_figures([r])
     assert "throughput" not in f and f["window_steps"] == 0
 
 
-def consumed_record(rank, epochs, completed):
-    return {"rank": rank, "consumed": epochs, "completed_epochs": completed}
+def consumed_record(rank, epochs, completed) -> RankRecord:
+    return RankRecord(rank=rank, consumed=epochs, completed_epochs=completed)
 
 
 def test_coverage_accepts_distributed_sampler_padding():
     # 5 samples on 2 ranks: torch pads one index (0) so both ranks get 3
     records = [consumed_record(0, {0: [3, 0, 4]}, 1), consumed_record(1, {0: [1, 2, 0]}, 1)]
     cov = coverage(records, 5)
-    assert cov["ok"] and cov["padding_allowed"] == 1 and cov["coverage_pct"] == 100.0
-    assert cov["epochs"][0]["duplicates"] == 1 and cov["epochs"][0]["missing"] == 0
+    assert cov.ok and cov.padding_allowed == 1 and cov.coverage_pct == 100.0
+    assert cov.epochs[0].duplicates == 1 and cov.epochs[0].missing == 0
 
 
 def test_coverage_flags_duplicates_and_missing():
     records = [consumed_record(0, {0: [0, 1, 2]}, 1), consumed_record(1, {0: [0, 1, 2]}, 1)]
     cov = coverage(records, 6)
-    e = cov["epochs"][0]
-    assert not cov["ok"] and e["duplicates"] == 3 and e["missing"] == 3 and e["broken"]
+    e = cov.epochs[0]
+    assert not cov.ok and e.duplicates == 3 and e.missing == 3 and e.broken
 
 
 def test_partial_epoch_judges_duplicates_only():
     records = [consumed_record(0, {"0": [0, 1], "1": [5]}, 1), consumed_record(1, {"0": [2, 3], "1": [3]}, 1)]
     cov = coverage(records, 4)
-    assert not cov["ok"]  # index 5 does not exist
-    assert cov["epochs"][1]["out_of_range"] == 1 and cov["epochs"][1]["missing"] is None
-    records[0]["consumed"]["1"] = [1]
-    assert coverage(records, 4)["ok"]
+    assert not cov.ok  # index 5 does not exist
+    assert cov.epochs[1].out_of_range == 1 and cov.epochs[1].missing is None
+    records[0].consumed["1"] = [1]
+    assert coverage(records, 4).ok

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.results import rundir
+
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
@@ -43,6 +45,6 @@ def test_two_nodes_materialise_once_and_rank_0_writes_results(tmp_path):
     assert not [p for p in data.iterdir() if ".tmp-" in p.name]  # no leftover of a raced generation
     assert json.loads((dataset / "manifest.json").read_text())["count"] == 96
     (run,) = list(out.iterdir())  # one run directory: rank 0's
-    (cell,) = [json.loads(line) for line in (run / "cells.jsonl").read_text().splitlines()]
-    assert cell["world_size"] == 2 and [r["rank"] for r in cell["ranks"]] == [0, 1]
-    assert cell["error"] is None and (run / "report.md").exists()
+    (cell,) = rundir.read_results(run)
+    assert cell.world_size == 2 and [r.rank for r in cell.ranks] == [0, 1]
+    assert cell.error is None and cell.measured and (run / "report.md").exists()

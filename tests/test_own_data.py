@@ -221,7 +221,7 @@ def test_a_short_matrix_runs_on_each_layout(sources, tmp_path, layout):
                           storages='["mmap", "hdf5", { name = "webdataset", shard_size = 5 }]')
     run_dir, cells, env = _run(tmp_path, ["--scenario", str(path), "--data", str(sources[layout])])
     assert len(cells) == 6 and all(c.measured and c.contract_ok for c in cells)
-    assert all(c.figures.throughput > 0 and c.coverage["coverage_pct"] == 100.0 for c in cells)
+    assert all(c.figures.throughput > 0 and c.coverage.coverage_pct == 100.0 for c in cells)
     imp = env["import"]
     assert (imp["layout"], imp["samples"], imp["corrupt"], imp["source"]) == \
         (layout, N - 2, 2, str(sources[layout].resolve()))

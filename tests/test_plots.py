@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from harness.measure.rankrecord import SHOWN_PARTS  # noqa: E402
 from harness.report import plots  # noqa: E402
 from harness.report.tables import shown_axes, stack_label  # noqa: E402
 from harness.results.cellresult import CellResult, merge_repeats  # noqa: E402
@@ -71,7 +72,7 @@ def test_a_known_record_set_draws_one_mark_per_cell(cells_4x):
 
 
 def split_cell(name: str, parts: tuple[float, ...], ci=None, label=None) -> CellResult:
-    keys = [k for k, _, _ in plots.PARTS]
+    keys = [p.figure for p in SHOWN_PARTS]
     figures = {"throughput": 100.0, **dict(zip(keys, parts))}
     if ci:
         figures.update(throughput_ci=ci, throughput_ci_label=label)
@@ -88,7 +89,9 @@ def test_time_split_is_five_parts_summing_to_100():
     assert [b.get_width() for b in stack[0::2]] == [20.0, 1.0, 60.0, 9.0, 10.0]
     assert stack[2 * 2].get_x() == pytest.approx(21.0)  # AU starts after stall + h2d
     assert sum(b.get_width() for b in stack[1::2]) == pytest.approx(100.0)
-    assert [t.get_text() for t in ax["time_split.png"].get_legend().get_texts()] == [n for _, n, _ in plots.PARTS]
+    assert [t.get_text() for t in ax["time_split.png"].get_legend().get_texts()] == [p.label for p in SHOWN_PARTS]
+    assert [t.get_text() for t in ax["time_split.png"].get_legend().get_texts()] == [
+        "stall (waiting for data)", "host-to-device", "device busy (AU)", "waiting for other ranks", "host overhead"]
     assert plots.time_split(cells[0]) == {"stall_mean_pct": 20.0, "h2d_pct": 1.0, "au_pct": 60.0,
                                           "peer_wait_pct": 9.0, "overhead_pct": 10.0}
     xlabel = ax["throughput.png"].get_xlabel()

@@ -1,5 +1,5 @@
-"""The result model: cells.jsonl lines <-> CellResult (old lines included), figures by attribute, merging
-repeats (failed ones visible), and the line built from the ranks' records."""
+"""The result model: cells.jsonl lines <-> CellResult (old lines upgraded on read and written back as read),
+figures by attribute, merging repeats (failed ones visible), and the line built from the ranks' records."""
 from __future__ import annotations
 
 import copy
@@ -9,8 +9,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.measure.rankrecord import RankRecord
 from harness.results import rundir
+from harness.results.cellparts import Coverage
 from harness.results.cellresult import (
+    RECORDED_STEPS,
     SCHEMA_VERSION,
     CellResult,
     CellSummary,
@@ -31,13 +34,59 @@ def fixture_lines(name: str = "cells_4xV100.jsonl") -> list[dict]:
 def test_old_line_without_schema_reads_as_version_1_and_round_trips():
     for line in fixture_lines() + fixture_lines("cells_1xV100.jsonl"):
         assert "schema" not in line and "names" not in line  # recorded by an older harness
+        original = copy.deepcopy(line)
         r = CellResult.from_json(line)
         assert r.schema == 1 and r.repeat == 0 and r.page_cache is None and r.extra == {}
         assert r.figures.throughput == line["figures"]["throughput"] and r.figures.extra == {}
-        out = r.to_json()
-        assert {k: out[k] for k in line} == line  # nothing read is lost or changed
-        assert set(out) - set(line) == {"schema", "names", "repeat", "page_cache", "decomposition"}
-        assert CellResult.from_json(json.loads(json.dumps(out))) == r  # and it reads back the same
+        assert r.to_json() == line == original  # written back as read: nothing lost, changed or added
+        assert CellResult.from_json(json.loads(json.dumps(r.to_json()))) == r  # and it reads back the same
+
+
+def test_old_line_is_upgraded_on_read_in_memory_only():
+    line = fixture_lines()[0]
+    r = CellResult.from_json(line)
+    f = r.figures
+    assert "window_imbalance" not in line["figures"] and f.window_imbalance == line["figures"]["imbalance"]
+    assert r.legacy_figures == {"au_pct"} and f.au_pct == line["figures"]["au_pct"]  # kept, marked old
+    assert "throughput_ci" not in line["figures"]  # batch means over the recorded steps, said so
+    low, high = f.throughput_ci
+    assert low < f.throughput < high and f.throughput_ci_label == "95% CI, batch means, 10 blocks" + RECORDED_STEPS
+    assert r.names["storage"] == "raw" and "names" not in r.to_json()
+    assert set(r.to_json()["figures"]) == set(line["figures"])  # nothing derived is written back
+    assert all(isinstance(rank, RankRecord) and "compute" in rank.extra for rank in r.ranks)  # v1 keys kept
+    assert r.ranks[0].peer_wait == [] and "peer_wait" not in r.ranks[0].to_json()
+    errored = CellResult.from_json(dict(line, error="OOM: x"))
+    assert errored.figures.throughput_ci is None  # an unmeasured line gets no interval
+
+
+def test_current_lines_round_trip_and_need_no_upgrade():
+    lines = fixture_lines("cells_schema2.jsonl")
+    for line in lines:
+        original = copy.deepcopy(line)
+        r = CellResult.from_json(line)
+        assert r.schema == SCHEMA_VERSION and r.legacy_figures == frozenset()
+        assert r.to_json() == line == original
+        assert r.figures.values() == line["figures"]  # nothing derived
+    measured, cached, decomposed, failed = (CellResult.from_json(line) for line in lines)
+    assert isinstance(measured.coverage, Coverage) and measured.coverage.ok and measured.coverage.epochs[0].complete
+    assert measured.cache is None and cached.cache.scope == "worker" and cached.cache.hits > 0
+    assert measured.page_cache.state == "as-is" and measured.decomposition is None
+    pc, d = decomposed.page_cache, decomposed.decomposition
+    assert pc.state == "cold" and pc.verified is True and pc.check.device_bytes > 0 and pc.bytes is None
+    assert d.error is None and d.compute_s > 0 and d.prep_stall_pct + d.fetch_stall_pct + d.compute_pct \
+        == pytest.approx(100)
+    assert set(decomposed.ranks[0].phases) == {"compute", "warm", "cold"}
+    assert decomposed.ranks[0].phases["cold"].window_s == decomposed.ranks[0].window_s
+    assert failed.error and failed.figures == Figures() and failed.ranks == [] and not failed.measured
+
+
+def test_figures_by_name_refuse_a_name_that_is_no_figure():
+    f = CellResult.from_json(fixture_lines("cells_schema2.jsonl")[0]).figures
+    assert f.get("throughput") == f.throughput and f.get("gpu_compute_au_pct", "-") == "-"
+    with pytest.raises(KeyError, match="throughput_typo"):
+        f.get("throughput_typo")
+    with pytest.raises(AttributeError):
+        f.throughput_typo  # noqa: B018
 
 
 def test_names_of_old_lines_come_from_labels_and_params():
@@ -51,11 +100,16 @@ def test_names_of_old_lines_come_from_labels_and_params():
 def test_unknown_keys_are_kept_and_written_back():
     line = dict(fixture_lines()[0], schema=1, future="kept", names={"storage": "raw"})
     line["figures"] = dict(line["figures"], future_figure=3.5, nvml_util_pct=None)
+    line["ranks"][0] = dict(line["ranks"][0], future_rank_key=[1, 2])
+    line["coverage"] = dict(line["coverage"], future_coverage_key="x")
     r = CellResult.from_json(line)
     assert r.extra == {"future": "kept"} and r.figures.extra == {"future_figure": 3.5}
-    assert r.figures.get("future_figure") == 3.5 and r.figures.get("h2d_pct", 0) == 0
+    assert r.ranks[0].extra["future_rank_key"] == [1, 2] and r.coverage.extra == {"future_coverage_key": "x"}
+    with pytest.raises(KeyError):  # not a figure this version knows: in extra, not by name
+        r.figures.get("future_figure")
+    assert r.figures.get("h2d_pct", 0) == 0
     assert r.figures.nvml_util_pct is None and r.figures.get("nvml_util_pct", "-") == "-"
-    assert r.to_json() == dict(line, repeat=0, page_cache=None, decomposition=None)  # null figure kept
+    assert r.to_json() == line  # null figure kept, nothing added
 
 
 def test_a_newer_schema_or_a_non_line_is_refused():
@@ -124,20 +178,44 @@ def test_cell_line_writes_the_schema_and_the_names():
                            strategies=lambda: {c.axis: c.label for c in choices})
     scenario = SimpleNamespace(name="t", training=SimpleNamespace(workload="pixels", batch_size=4),
                                dataset=SimpleNamespace(samples=4))
-    rank = {"rank": 0, "wait": [0.1], "h2d": [0.0], "peer_wait": [0.0], "device": [0.3], "overhead": [0.0],
-            "cost": [1.0], "step": [0.4], "steps": 1,
-            "window_s": 0.4, "samples": 4, "padded_pixels": 10, "real_pixels": 8, "nbytes": 100,
-            "host_pss_peak": 1e8, "host_rss_peak": 2e8, "device_peak_bytes": 1e9, "overruns": 0,
-            "batch_sizes": [4], "oom_events": 0, "shadow_steps": 0, "error": None, "completed_epochs": 1,
-            "consumed": {0: [0, 1, 2, 3]}}
+    rank = RankRecord(rank=0, wait=[0.1], h2d=[0.0], peer_wait=[0.0], device=[0.3], overhead=[0.0], cost=[1.0],
+                      step=[0.4], steps=1, window_s=0.4, samples=4, padded_pixels=10, real_pixels=8, nbytes=100,
+                      host_pss_peak=100_000_000, host_rss_peak=200_000_000, device_peak_bytes=1_000_000_000,
+                      batch_sizes=[4], completed_epochs=1, workers=1, page_cache={"state": "as-is"},
+                      consumed={0: [0, 1, 2, 3]})
     line = cell_line(scenario, cell, "V100 (emulated)", True, [rank], 1.23456)
     assert line["schema"] == SCHEMA_VERSION and line["names"] == {"storage": "raw", "batching": "dynamic"}
     assert line["params"] == {"storage": {}, "batching": {"max_batch": 64}} and line["elapsed_s"] == 1.235
     assert line["figures"]["throughput"] == pytest.approx(10.0) and line["coverage"]["ok"]
-    assert "consumed" not in line["ranks"][0]
+    assert line["page_cache"] == {"state": "as-is"} and line["cache"] is None and line["decomposition"] is None
+    assert set(line) == set(CellResult.KEYS)
+    assert "consumed" not in line["ranks"][0] and "phases" not in line["ranks"][0]  # phases: --decompose only
+    current = fixture_lines("cells_schema2.jsonl")[0]["ranks"][0]
+    assert set(line["ranks"][0]) == set(current)  # a rank built in code writes every key a run writes
     json.dumps(line)
     assert summary_text(line) == "    10 samples/s, stall 25%, AU 75% (1.2 s)"
     assert summary_text(dict(line, error="OOM: too big")) == "    OOM: too big (1.2 s)"
+
+
+def test_a_failed_line_has_the_identity_of_a_measured_one():
+    from harness.run.supervisor import failed_line
+
+    choice = SimpleNamespace(axis="storage", name="lru", label="lru(capacity_mb=8)", params=(("capacity_mb", 8),))
+    cell = SimpleNamespace(id="storage=lru(capacity_mb=8)", choices=(choice,),
+                           strategies=lambda: {"storage": choice.label})
+    scenario = SimpleNamespace(name="t", world_size=1, training=SimpleNamespace(workload="pixels", batch_size=4),
+                               dataset=SimpleNamespace(samples=4))
+    config = SimpleNamespace(cells=[cell], scenario=scenario, device_name="V100 (emulated)", device="emulated")
+    failed = failed_line(config, (2, 0), "rank 0 died: SIGKILL", 3.21)
+    rank = RankRecord(step=[0.1], wait=[0.1], batch_sizes=[4], steps=1, window_s=0.1, samples=4,
+                      page_cache={"state": "as-is"})
+    measured = cell_line(scenario, cell, "V100 (emulated)", True, [rank], 1.0, repeat=2)
+    identity = ("schema", "scenario", "cell", "strategies", "params", "names", "device", "emulated", "workload",
+                "batch_size", "world_size", "repeat")
+    assert {k: failed[k] for k in identity} == {k: measured[k] for k in identity}
+    assert failed["names"] == {"storage": "lru"} and failed["params"] == {"storage": {"capacity_mb": 8}}
+    assert set(failed) == set(measured) and failed["figures"] == {} and failed["ranks"] == []
+    assert failed["error"] == "rank 0 died: SIGKILL" and failed["elapsed_s"] == 3.21
 
 
 def test_read_results_and_a_broken_line(tmp_path):

@@ -29,7 +29,7 @@ def new_cell(storage="raw", thr=1000.0, repeat=0, overrun=0.0, error=None, **fig
          "window_imbalance": 1.02, "cost_imbalance": 1.1, "loader_cpu_s_per_sample": 0.005,
          "device_samples_per_s": 300.0, "cores_to_feed": 1.5, "overrun_pct": overrun, "step_p50_ms": 10.0,
          **figures}
-    return CellResult.from_json({"cell": f"storage={storage}", "strategies": {"storage": storage},
+    return CellResult.from_json({"schema": 2, "cell": f"storage={storage}", "strategies": {"storage": storage},
                                  "device": "V100-16GB (emulated)", "emulated": True, "world_size": 4,
                                  "repeat": repeat, "error": error, "figures": {} if error else f})
 

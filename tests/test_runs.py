@@ -6,7 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_bench
+from conftest import read_cells, run_bench
+
+from harness.results.cellresult import CellResult
 
 pytestmark = pytest.mark.slow  # rank processes and DataLoader workers
 
@@ -32,9 +34,9 @@ sampler = ["default", "balanced"]
 """
 
 
-def cells_of(out: Path) -> tuple[Path, list[dict]]:
+def cells_of(out: Path) -> tuple[Path, list[CellResult]]:
     (run_dir,) = list(out.iterdir())
-    return run_dir, [json.loads(line) for line in (run_dir / "cells.jsonl").read_text().splitlines()]
+    return run_dir, read_cells(run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +52,20 @@ def test_lru_cache_and_balanced_sampler_in_a_real_run_with_exclude(scenario, dat
                      "--epochs", "2", "--exclude", "cache=none", "--exclude", "sampler=default", "--quiet")
     assert proc.returncode == 0, proc.stderr[-3000:]
     _, cells = cells_of(tmp_path)
-    assert sorted(c["params"]["cache"].get("scope") for c in cells) == ["shared", "worker"]
+    assert sorted(c.params["cache"].get("scope") for c in cells) == ["shared", "worker"]
     for cell in cells:
-        assert cell["error"] is None
-        assert cell["strategies"]["sampler"] == "balanced" and cell["strategies"]["cache"].startswith("lru(")
-        assert cell["coverage"]["ok"] and cell["coverage"]["coverage_pct"] == 100.0
-        assert len({r["param_digest"] for r in cell["ranks"]}) == 1
-        cache = cell["cache"]
-        assert cache["scope"] == cell["params"]["cache"]["scope"]
-        assert cache["hits"] > 0 and cache["misses"] > 0 and cache["evictions"] == 0
+        assert cell.error is None
+        assert cell.label("sampler") == "balanced" and cell.label("cache").startswith("lru(")
+        assert cell.coverage.ok and cell.coverage.coverage_pct == 100.0
+        assert len({r.param_digest for r in cell.ranks}) == 1
+        cache = cell.cache
+        assert cache.scope == cell.params["cache"]["scope"]
+        assert cache.hits > 0 and cache.misses > 0 and cache.evictions == 0
         # one cache per DataLoader worker (1 per rank) or one server per rank: 2 either way here
-        assert cache["caches"] == 2
+        assert cache.caches == 2
+        # the cell's figures are the ranks' records summed
+        assert cache.hits == sum(r.cache.hits for r in cell.ranks) and all(r.cache.scope == cache.scope
+                                                                          for r in cell.ranks)
 
 
 def test_repeats_save_baseline_then_compare(scenario, data_dir, tmp_path):
@@ -71,7 +76,7 @@ def test_repeats_save_baseline_then_compare(scenario, data_dir, tmp_path):
     assert first.returncode == 0, first.stderr[-3000:]
     assert json.loads(baseline.read_text())  # written and readable
     _, cells = cells_of(tmp_path / "a")
-    assert sorted(c["repeat"] for c in cells) == [0, 1]
+    assert sorted(c.repeat for c in cells) == [0, 1]
     # a 2-core machine shared with other work drifts: only a change of 95% would count as a regression
     second = run_bench(*common, "--out", str(tmp_path / "b"), "--baseline", str(baseline),
                        "--min-effect", "0.95")

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from harness.measure.rankrecord import PART_NAMES, RankCache
+
 
 class StepRecorder:
     """Per-step figures of the measured window in preallocated arrays.
@@ -18,7 +20,7 @@ class StepRecorder:
     the summed sampler cost of the batch (what the balanced sampler balances).
     """
 
-    PARTS = ("wait", "h2d", "peer_wait", "device", "overhead")
+    PARTS = PART_NAMES  # harness.measure.rankrecord.PARTS
     TIMES = PARTS + ("padded",)
     COUNTS = ("samples", "padded_pixels", "real_pixels", "nbytes")
 
@@ -38,6 +40,7 @@ class StepRecorder:
             self.arrays[name][self.n - 1] += value
 
     def as_record(self) -> dict:
+        """The per-step lists and the window's counts: fields of a harness.measure.rankrecord.RankRecord."""
         a = {k: v[: self.n] for k, v in self.arrays.items()}
         rec = {k: np.round(a[k], 6).tolist() for k in self.TIMES}
         rec["step"] = np.round(sum(a[k] for k in self.PARTS), 6).tolist()
@@ -75,12 +78,11 @@ class CacheTally:
         self._refresh_shared()
         self.at_window_start = self.totals()
 
-    def record(self) -> dict | None:
+    def record(self) -> RankCache | None:
         self._refresh_shared()
         if not self.latest:
             return None
         end = self.totals()
         window = {k: end[k] - self.at_window_start.get(k, 0.0) for k in ("hits", "misses", "evictions")}
         scope = next(iter(self.latest.values())).get("scope")
-        return {**window, "resident_bytes": end["resident_bytes"], "processes": len(self.latest),
-                "scope": scope}
+        return RankCache(**window, resident_bytes=end["resident_bytes"], processes=len(self.latest), scope=scope)

@@ -41,8 +41,9 @@ EVERYTHING_STORAGE = ("hdf5", "mmap", "raw")
 
 
 def figure(result: CellResult | None, key: str):
-    """A figure of a measured result; None for no result or an errored one."""
-    return result.figures.get(key) if result is not None and result.measured else None
+    """A figure of a measured result, by its attribute's name (an unknown name is an AttributeError); None
+    for no result or an errored one."""
+    return getattr(result.figures, key) if result is not None and result.measured else None
 
 
 def _matches(result: CellResult, want: dict[str, str]) -> bool:
@@ -53,9 +54,9 @@ def _matches(result: CellResult, want: dict[str, str]) -> bool:
 def infer_dataset_samples(results: list[CellResult]) -> int | None:
     """Dataset size from the coverage check of a completed epoch (unique + missing indices)."""
     for r in results:
-        for epoch in (r.coverage or {}).get("epochs", []):
-            if epoch.get("complete") and epoch.get("missing") is not None:
-                return epoch["unique"] + epoch["missing"]
+        for epoch in r.coverage.epochs if r.coverage is not None else []:
+            if epoch.complete and epoch.missing is not None:
+                return epoch.unique + epoch.missing
     return None
 
 

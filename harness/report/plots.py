@@ -15,13 +15,9 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report.tables import EMULATED_MARK, emulated, interval, shown_axes, stack_label
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats
-
-# the five parts of a rank's wall time (figures, % of the window, mean over ranks; they sum to 100)
-PARTS = (("stall_mean_pct", "stall (waiting for data)", "#d62728"), ("h2d_pct", "host-to-device", "#ff7f0e"),
-         ("au_pct", "device busy (AU)", "#1f77b4"), ("peer_wait_pct", "waiting for other ranks", "#9edae5"),
-         ("overhead_pct", "host overhead", "#7f7f7f"))
 
 
 def new_figure(rows: int, width: float = 9.0) -> Figure:
@@ -91,7 +87,7 @@ def step_time_plot(cells: list[CellSummary], labels: list[str], axes: list[str])
     fig = new_figure(len(cells))
     m = EMULATED_MARK if emulated(cells) else ""
     ax = _setup(fig, labels, axes, "Step time over all ranks' measured steps", f"step time ms{m}", cells)
-    data = [np.concatenate([np.asarray(r.get("step") or [], dtype=float) for r in c.ranks]
+    data = [np.concatenate([np.asarray(r.step, dtype=float) for r in c.ranks]
                            or [np.zeros(0)]) * 1e3 for c in cells]
     ax.boxplot(data, positions=range(len(cells)), orientation="horizontal", widths=0.6, showfliers=True,
                flierprops={"markersize": 2, "alpha": 0.5}, medianprops={"color": "#d62728"})
@@ -101,9 +97,9 @@ def step_time_plot(cells: list[CellSummary], labels: list[str], axes: list[str])
 
 
 def time_split(cell: CellResult) -> dict[str, float] | None:
-    """The five parts of a rank's wall time (% of the window, mean over ranks), or None for a line written
-    before the split existed."""
-    values = {key: cell.figures.get(key) for key, _, _ in PARTS}
+    """The five parts of a rank's wall time (% of the window, mean over ranks; their figures by name, in
+    harness.measure.rankrecord.SHOWN_PARTS order), or None for a line written before the split existed."""
+    values = {part.figure: getattr(cell.figures, part.figure) for part in SHOWN_PARTS}
     if any(v is None for v in values.values()):
         return None
     return {k: float(v) for k, v in values.items()}
@@ -119,9 +115,9 @@ def time_split_plot(cells: list[CellSummary], labels: list[str], axes: list[str]
     ax = _setup(fig, shown, axes, "Where each rank's time goes (% of wall time, mean over ranks)",
                 f"% of wall time{m} (the five parts sum to 100)", cells)
     left = np.zeros(len(cells))
-    for key, name, colour in PARTS:
-        widths = np.array([s[key] if s else 0.0 for s in splits])
-        ax.barh(range(len(cells)), widths, left=left, height=0.7, color=colour, label=name)
+    for part in SHOWN_PARTS:
+        widths = np.array([s[part.figure] if s else 0.0 for s in splits])
+        ax.barh(range(len(cells)), widths, left=left, height=0.7, color=part.colour, label=part.label)
         left += widths
     ax.set_xlim(0, max(100.0, float(left.max()) if len(left) else 100.0))
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=3,

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report import articles, plots, whatif
 from harness.report.tables import (
     Table,
@@ -50,7 +51,7 @@ def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict 
         return ["no cells were measured"]
     c0, every = cells[0], cells + (others or [])
     lines = [f"Scenario {c0.scenario}: {c0.world_size} ranks x {c0.device}, workload {c0.workload}, "
-             f"batch {c0.batch_size} per rank, {c0.figures.get('window_steps', 0)} measured steps per rank"]
+             f"batch {c0.batch_size} per rank, {c0.figures.window_steps or 0} measured steps per rank"]
     lines += import_lines(env)
     lines += emulation_lines(every)
     lines += overrun_lines(cells, env)
@@ -99,11 +100,11 @@ def failed_repeat_lines(cells: list[CellSummary]) -> list[str]:
 
 
 def page_cache_lines(cells: list[CellResult], env: dict | None) -> list[str]:
-    states = sorted({(c.page_cache or {}).get("state", "as-is") for c in cells})
-    decomposed = any(c.decomposition for c in cells)
+    states = sorted({c.page_cache.state if c.page_cache else "as-is" for c in cells})
+    decomposed = any(c.decomposition is not None for c in cells)
     lines = [f"Page cache before each cell: {', '.join(states)}"
              + (" (decomposition cells ran compute-only, warm and cold phases)" if decomposed else "")]
-    unverified = [c.cell for c in cells if (c.page_cache or {}).get("verified") is False]
+    unverified = [c.cell for c in cells if c.page_cache is not None and c.page_cache.verified is False]
     if unverified:
         lines.append(f"WARNING: the cold drop could not be verified for {len(unverified)} cell(s)")
     data_gb, ram_gb = (env or {}).get("dataset_gb"), (env or {}).get("memory_gb")
@@ -147,13 +148,28 @@ def throughput_table(cells: list[CellSummary]) -> Table:
     return Table("Throughput", headers, rows, notes)
 
 
-PART_COLUMNS = (("stall_mean_pct", "stall %"), ("h2d_pct", "h2d %"), ("au_pct", "AU %"),
-                ("peer_wait_pct", "peer wait %"), ("overhead_pct", "overhead %"))
-
-
 def error_row(row: list, c: CellSummary, width: int) -> list:
     """An unmeasured cell's row: its names, its error, dashes up to `width` columns."""
     return row + [short_error(c)] + ["-"] * (width - len(row) - 1)
+
+
+PART_HEADER_SUFFIX = {"wait": " mean/max", "device": " (device busy / wall)"}
+
+
+def _part_cells(c: CellSummary) -> list[str]:
+    """A measured cell's five parts (SHOWN_PARTS order); the stall as mean / max over ranks, an AU that keeps
+    schema 1's meaning marked "(old)"."""
+    f = c.figures
+    out = []
+    for part in SHOWN_PARTS:
+        value = getattr(f, part.figure)
+        text = fmt(value, ".0f")
+        if part.name == "wait":
+            text += f" / {fmt(f.stall_max_pct, '.0f')}"
+        elif part.figure in c.legacy_figures and value is not None:
+            text += " (old)"
+        out.append(text)
+    return out
 
 
 def utilisation_table(cells: list[CellSummary]) -> Table:
@@ -161,8 +177,8 @@ def utilisation_table(cells: list[CellSummary]) -> Table:
     m = mark(cells[:1])
     axes = shown_axes(cells)
     nvml = any(c.figures.nvml_util_pct is not None for c in cells)
-    headers = [*axes, "stall % mean/max", "h2d %", f"AU %{m} (device busy / wall)", f"peer wait %{m}",
-               f"overhead %{m}"] + (["NVML util %"] if nvml else []) + ([f"overrun %{m}"] if m else [])
+    headers = [*axes, *(p.column + (m if p.modelled else "") + PART_HEADER_SUFFIX.get(p.name, "")
+                        for p in SHOWN_PARTS)] + (["NVML util %"] if nvml else []) + ([f"overrun %{m}"] if m else [])
     rows, old = [], False
     for c in cells:
         f = c.figures
@@ -170,12 +186,8 @@ def utilisation_table(cells: list[CellSummary]) -> Table:
         if not c.measured:
             rows.append(error_row(row, c, len(headers)))
             continue
-        split = f.get("h2d_pct") is not None
-        old = old or not split
-        au = fmt(f.au_pct, ".0f") + ("" if split or f.au_pct is None else " (old)")
-        rows.append(row + [f"{fmt(f.stall_mean_pct, '.0f')} / {fmt(f.stall_max_pct, '.0f')}",
-                           fmt(f.get("h2d_pct"), ".0f"), au, fmt(f.get("peer_wait_pct"), ".0f"),
-                           fmt(f.get("overhead_pct"), ".0f")]
+        old = old or bool(c.legacy_figures)
+        rows.append(row + _part_cells(c)
                     + ([fmt(f.nvml_util_pct, ".0f")] if nvml else []) + ([fmt(f.overrun_pct, ".0f")] if m else []))
     notes = ["Per rank, stall + h2d + AU + peer wait + overhead = 100% of its window (mean over ranks): stall = "
              "waiting for the next batch, h2d = copy to the device, AU = the device busy, peer wait = waiting "
@@ -204,12 +216,11 @@ def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) 
         if not c.measured:
             rows.append(error_row(row, c, len(headers)))
             continue
-        window = f.get("window_imbalance", f.imbalance)
-        loader, rank = f.get("loader_cpu_s_per_sample"), f.get("rank_cpu_s_per_sample")
-        row += [fmt(f.get("step_imbalance"), ".2f"), fmt(window, ".2f"), fmt(f.get("cost_imbalance"), ".2f"),
+        loader, rank = f.loader_cpu_s_per_sample, f.rank_cpu_s_per_sample
+        row += [fmt(f.step_imbalance, ".2f"), fmt(f.window_imbalance, ".2f"), fmt(f.cost_imbalance, ".2f"),
                 fmt(loader * 1e3 if loader is not None else None, ".2f"),
-                fmt(rank * 1e3 if rank is not None else None, ".2f"), fmt(f.get("device_samples_per_s"), ".0f"),
-                fmt(f.get("cores_to_feed"), ".2f")]
+                fmt(rank * 1e3 if rank is not None else None, ".2f"), fmt(f.device_samples_per_s, ".0f"),
+                fmt(f.cores_to_feed, ".2f")]
         if what_if_cores is not None:
             row.append(fmt(whatif.predict(c, what_if_cores), ".0f"))
         rows.append(row)
@@ -233,10 +244,10 @@ def memory_io_table(cells: list[CellSummary]) -> Table:
                device_col, "disk read MB", "requested MB"]
     rows = []
     for c in cells:
-        f, cache = c.figures, c.cache or {}
+        f, cache = c.figures, c.cache
         rows.append([display_name(cells, c, a) for a in axes] + [
             fmt(f.host_pss_peak_mb, ".0f"), fmt(f.host_pss_total_mb, ".0f"), fmt(f.host_rss_peak_mb, ".0f"),
-            f"{cache['resident_mb']:.0f} in {cache['caches']}" if cache else "-",
+            f"{cache.resident_mb:.0f} in {cache.caches}" if cache is not None else "-",
             fmt(f.device_peak_gb, ".2f"), fmt(f.disk_read_mb, ".1f"), fmt(f.logical_read_mb, ".1f")])
     return Table("Memory and I/O (peaks over the window)", headers, rows)
 
@@ -247,13 +258,13 @@ def batching_table(cells: list[CellSummary]) -> Table:
                "coverage %", "duplicates", "missing", "sampler contract"]
     rows = []
     for c in cells:
-        f, cov = c.figures, c.coverage or {}
+        f, cov = c.figures, c.coverage
+        checked = [fmt(cov.coverage_pct, ".1f"), fmt(cov.duplicates, ".0f"), fmt(cov.missing, ".0f"),
+                   "ok" if cov.ok else "BROKEN"] if cov is not None else ["-"] * 4
         rows.append([display_name(cells, c, a) for a in axes] + [
             fmt(f.mean_batch, ".1f"), fmt(f.max_batch, ".0f"), fmt(f.padding_waste_pct, ".0f"),
             "OOM (cell stopped)" if (c.error or "").startswith("OOM") else fmt(f.oom_events, ".0f"),
-            fmt(f.shadow_steps, ".0f"), fmt(cov.get("coverage_pct"), ".1f"),
-            fmt(cov.get("duplicates"), ".0f"), fmt(cov.get("missing"), ".0f"),
-            "-" if not cov else ("ok" if cov.get("ok") else "BROKEN")])
+            fmt(f.shadow_steps, ".0f"), *checked])
     return Table("Batching and correctness", headers, rows)
 
 
@@ -265,21 +276,21 @@ def decomposition_table(cells: list[CellSummary]) -> Table:
     rows = []
     for c in cells:
         d = c.decomposition
-        if not d:
+        if d is None:
             continue
         row = [display_name(cells, c, a) for a in axes]
-        if "error" in d:
-            rows.append(row + [d["error"]] + ["-"] * 5)
+        if d.error is not None:
+            rows.append(row + [d.error] + ["-"] * 5)
             continue
-        rows.append(row + [f"{d['compute_s']:.4f}", f"{d['prep_stall_s']:.4f} ({d['prep_stall_pct']:.0f}%)",
-                           f"{d['fetch_stall_s']:.4f} ({d['fetch_stall_pct']:.0f}%)",
-                           f"{d['compute_bound_samples_s']:.0f}", f"{d['warm_samples_s']:.0f}",
-                           f"{d['cold_samples_s']:.0f}"])
+        rows.append(row + [f"{d.compute_s:.4f}", f"{d.prep_stall_s:.4f} ({d.prep_stall_pct:.0f}%)",
+                           f"{d.fetch_stall_s:.4f} ({d.fetch_stall_pct:.0f}%)",
+                           f"{d.compute_bound_samples_s:.0f}", f"{d.warm_samples_s:.0f}",
+                           f"{d.cold_samples_s:.0f}"])
     return Table("Stall decomposition (compute alone / page cache warm / page cache dropped)", headers, rows)
 
 
 def _hit(c: CellSummary) -> str:
-    return f"{c.cache['hit_pct']:.0f} ({c.cache['scope']})" if c.cache else "-"
+    return f"{c.cache.hit_pct:.0f} ({c.cache.scope})" if c.cache is not None else "-"
 
 
 def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) -> list[Table]:
@@ -314,10 +325,11 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
         row = {"cell": c.cell, "repeat": c.repeat, **c.strategies, "device": c.device, "emulated": c.emulated,
                "error": c.error}
         row.update(sorted(c.figures.to_json().items()))  # columns in the order of the file's sorted keys
-        cov, cache = c.coverage or {}, c.cache or {}
-        row.update(coverage_ok=cov.get("ok"), coverage_pct=cov.get("coverage_pct"),
-                   duplicates=cov.get("duplicates"), missing=cov.get("missing"),
-                   cache_hit_pct=cache.get("hit_pct"), cache_resident_mb=cache.get("resident_mb"))
+        cov, cache = c.coverage, c.cache
+        row.update(coverage_ok=cov.ok if cov else None, coverage_pct=cov.coverage_pct if cov else None,
+                   duplicates=cov.duplicates if cov else None, missing=cov.missing if cov else None,
+                   cache_hit_pct=cache.hit_pct if cache else None,
+                   cache_resident_mb=cache.resident_mb if cache else None)
         rows.append(row)
     return pd.DataFrame(rows)
 

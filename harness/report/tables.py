@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from tabulate import tabulate
 
-from harness.results import stats
 from harness.results.cellresult import CellResult, CellSummary
 from strategies.registry import AXES
 
@@ -123,8 +122,8 @@ def accelerator_name(result: CellResult) -> str:
 def overrun_lines(results: list[CellResult], env: dict | None = None) -> list[str]:
     """On an emulated run where some cell's host work outlasted the modelled step in more than
     OVERRUN_VERDICT_PCT % of steps: one verdict line with the figures."""
-    measured = [r for r in results if r.emulated and r.measured and r.figures.get("overrun_pct") is not None]
-    over = [r.figures.get("overrun_pct") for r in measured]
+    measured = [r for r in results if r.emulated and r.measured and r.figures.overrun_pct is not None]
+    over = [r.figures.overrun_pct for r in measured]
     if not over or max(over) <= OVERRUN_VERDICT_PCT:
         return []
     cells_over = sum(o > OVERRUN_VERDICT_PCT for o in over)
@@ -132,9 +131,9 @@ def overrun_lines(results: list[CellResult], env: dict | None = None) -> list[st
             f"{max(over):.0f}% of steps (median {float(np.median(over)):.0f}% over {len(over)} cells; "
             f"{cells_over} cell(s) above {OVERRUN_VERDICT_PCT}%); that time is counted as host overhead, not "
             f"device time")
-    cores = [r.figures.get("cores_to_feed") for r in measured if r.figures.get("cores_to_feed") is not None]
+    cores = [r.figures.cores_to_feed for r in measured if r.figures.cores_to_feed is not None]
     host_cores = (env or {}).get("cpu_count")
-    ranks = measured[0].world_size or measured[0].figures.get("ranks")
+    ranks = measured[0].world_size or measured[0].figures.ranks
     if cores:
         line += (f"; feeding the device needs {float(np.median(cores)):.1f} cores per rank{EMULATED_MARK} "
                  f"(median over cells)")
@@ -160,39 +159,14 @@ class Interval:
 
 def interval(result: CellResult) -> Interval | None:
     """The throughput's interval: the cell's `throughput_ci` (batch means within the run, or across repeats
-    once merged); for lines written before it existed, the order-statistic interval across repeats
-    (`throughput_summary`) or batch means over the ranks' recorded steps; None when none can be had."""
-    if not result.measured:
-        return None
+    once merged; for a line written before the figure existed, derived on read from its ranks' recorded
+    steps: harness.results.cellresult.upgrade); None when unmeasured or without one."""
     f = result.figures
-    ci = f.get("throughput_ci")
-    if ci and len(ci) == 2 and all(isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
-        return Interval(float(ci[0]), float(ci[1]), f.get("throughput_ci_label") or "interval, method unknown")
-    summary = getattr(result, "throughput_summary", None)
-    if summary:
-        iv = stats.median_interval(result.throughput_repeats)
-        return Interval(iv["low"], iv["high"], iv["label"])
-    return _batch_means_from_ranks(result)
-
-
-def _batch_means_from_ranks(result: CellResult) -> Interval | None:
-    """Batch means from a line's per-step records: per step, the samples of all ranks and the step time of
-    the slowest rank (the one with the longest window, whose window the throughput divides by; the maximum
-    over ranks per step would add up the ranks' jitter and sit below the throughput shown)."""
-    ranks = [r for r in result.ranks if r.get("step") and r.get("batch_sizes")]
-    if not ranks or len(ranks) != len(result.ranks):
+    ci = f.throughput_ci
+    if not result.measured or not ci or len(ci) != 2 \
+            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
         return None
-    n = min(min(len(r["step"]), len(r["batch_sizes"])) for r in ranks)
-    samples = np.sum([np.asarray(r["batch_sizes"][:n], dtype=float) for r in ranks], axis=0)
-    slowest = max(ranks, key=lambda r: float(np.sum(r["step"][:n])))
-    seconds = np.asarray(slowest["step"][:n], dtype=float)
-    try:
-        iv = stats.batch_means_interval(samples, seconds)
-    except ValueError:
-        return None
-    if iv is None:
-        return None
-    return Interval(iv["low"], iv["high"], stats.interval_label(iv) + " (from the recorded steps)")
+    return Interval(float(ci[0]), float(ci[1]), f.throughput_ci_label)
 
 
 def fmt_throughput(result: CellResult, value: float | None = None) -> str:

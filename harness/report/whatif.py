@@ -51,12 +51,12 @@ def limited_by(device_samples_per_s: float, loader_cpu_s_per_sample: float, core
 def predict(cell: CellResult, cores_per_rank: float) -> float | None:
     """The prediction for a measured cell; None when it lacks the figures (older lines) or its world size."""
     f = cell.figures
-    rate, cost = f.get("device_samples_per_s"), f.get("loader_cpu_s_per_sample")
-    world = cell.world_size or f.get("ranks")
+    rate, cost = f.device_samples_per_s, f.loader_cpu_s_per_sample
+    world = cell.world_size or f.ranks
     if not cell.measured or rate is None or cost is None or not world:
         return None
     return predicted_samples_per_s(int(world), float(rate), float(cost), cores_per_rank,
-                                   float(f.get("rank_cpu_s_per_sample") or 0.0))
+                                   float(f.rank_cpu_s_per_sample or 0.0))
 
 
 def column_header(cores_per_rank: float, modelled_mark: str = "*") -> str:

@@ -1,36 +1,42 @@
 """The result model: what a cell's result is, on disk (one line of cells.jsonl) and in memory.
 
 - `CellResult`: one cell, one repeat: one line of cells.jsonl (docs/results-format.md lists every key).
-  `to_json()` / `CellResult.from_json(obj)` round-trip it; keys this version does not know are kept in
-  `extra` and written back unchanged. Lines without "schema" are read as version 1.
-- `Figures`: the figures of a cell (harness.results.metrics.cell_figures) as typed, optional attributes; figures this
-  version does not know are kept in `extra` and read with `get(key)` like the known ones.
+  `to_json()` / `CellResult.from_json(obj)` round-trip it: a line read is written back as it was read, and
+  keys this version does not know are kept in `extra`. Its parts are records too: `figures` (Figures),
+  `coverage`, `cache`, `page_cache`, `decomposition` (harness.results.cellparts) and `ranks`
+  (harness.measure.rankrecord.RankRecord).
+- `upgrade`: the one place that knows older lines. `from_json` passes every line through it, so the rest of
+  the harness sees the current schema only (lines without "schema" are version 1).
+- `Figures`: the figures of a cell (harness.results.metrics.cell_figures) as typed, optional attributes;
+  figures this version does not know are kept in `extra`.
 - `CellSummary`: the repeats of one cell merged (`merge_repeats`): medians of the measured repeats' figures,
   the throughput's confidence interval, and how many repeats failed and why.
-- `cell_line` / `summary_text`: the line written after each cell, built from the records of all its ranks.
+- `CellResult.of_cell` (a result's identity, for every line written), `cell_line` (the line written after
+  each cell, built from the records of all its ranks) and `summary_text`.
 
-This module depends on harness.results.metrics and harness.results.stats only (and on the scenario and matrix types for
-`cell_line`); every reporting module reads results through it.
+This module depends on harness.results.metrics, cellparts and stats and on harness.measure.rankrecord only
+(and on the scenario and matrix types for `cell_line`); every reporting module reads results through it.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 
-from harness.results import metrics
-
-from harness.results import stats
+from harness.measure.rankrecord import JsonRecord, RankRecord
+from harness.results import metrics, stats
+from harness.results.cellparts import CacheFigures, Coverage, Decomposition, PageCache
 
 SCHEMA_VERSION = 2
 
 
 @dataclass
-class Figures:
+class Figures(JsonRecord):
     """The figures of one cell (units in the names: _ms, _pct, _mb, _gb, _s). Every field is optional: a cell
-    that took no step has only `ranks` and `window_steps`."""
+    that took no step has only `ranks` and `window_steps`. Built in code, it writes the figures that are not
+    None; read from a line, the ones it read (nulls included)."""
 
     ranks: int | None = None
     window_steps: int | None = None
@@ -74,36 +80,38 @@ class Figures:
     overrun_steps: int | None = None
     overrun_pct: float | None = None
     vs_probe: float | None = None  # derived when reporting: throughput / the repeat's ideal loader (probe.jsonl)
-    extra: dict[str, Any] = field(default_factory=dict)  # figures this version does not know
-    _present: frozenset = field(default=frozenset(), repr=False, compare=False)  # known keys read, even if null
 
     @classmethod
     def known(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls) if f.name not in ("extra", "_present"))
+        return cls.json_keys()
 
-    @classmethod
-    def from_json(cls, obj: dict | None) -> Figures:
-        obj = dict(obj or {})
-        known = set(cls.known())
-        return cls(**{k: v for k, v in obj.items() if k in known},
-                   extra={k: v for k, v in obj.items() if k not in known},
-                   _present=frozenset(k for k in obj if k in known))
-
-    def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in self.known()
-               if getattr(self, k) is not None or k in self._present}
-        out.update(self.extra)
-        return out
+    def writes(self, key: str) -> bool:
+        return key in self._keys if self._keys is not None else getattr(self, key) is not None
 
     def get(self, key: str, default=None):
-        """A figure by name, known or not; `default` when absent or null."""
-        value = getattr(self, key) if key in self.known() else self.extra.get(key)
+        """A known figure by name; `default` when absent or null. A name that is not a known figure is a
+        KeyError (figures this version does not know are in `extra`)."""
+        if key not in self.known():
+            raise KeyError(f"{key!r} is not a figure (harness.results.cellresult.Figures)")
+        value = getattr(self, key)
         return default if value is None else value
 
     def replace(self, **changes) -> Figures:
+        """A copy with figures set (written by to_json); names that are not known figures go to `extra`."""
         known = {k: v for k, v in changes.items() if k in self.known()}
         extra = {**self.extra, **{k: v for k, v in changes.items() if k not in known}}
-        return dataclasses.replace(self, **known, extra=extra, _present=self._present | set(known))
+        keys = None if self._keys is None else self._keys | set(known)
+        return dataclasses.replace(self, **known, extra=extra, _keys=keys)
+
+    def derive(self, **changes) -> Figures:
+        """A copy with known figures filled in memory only (`upgrade`): to_json still writes what was read."""
+        return dataclasses.replace(self, **changes)
+
+    def values(self) -> dict:
+        """Every figure this holds, by name: what to_json writes, and the figures derived in memory."""
+        out = {k: getattr(self, k) for k in self.known() if self.writes(k) or getattr(self, k) is not None}
+        out.update(self.extra)
+        return out
 
     @property
     def measured(self) -> bool:
@@ -111,8 +119,15 @@ class Figures:
 
 
 @dataclass
-class CellResult:
+class CellResult(JsonRecord):
     """One cell, one repeat: one line of cells.jsonl."""
+
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "schema", "scenario", "cell", "strategies", "params", "names", "device", "emulated", "workload",
+        "batch_size", "world_size", "repeat", "elapsed_s", "figures", "coverage", "cache", "page_cache",
+        "decomposition", "error", "ranks")
+    NESTED: ClassVar[dict] = {"figures": Figures, "coverage": Coverage, "cache": CacheFigures,
+                              "page_cache": PageCache, "decomposition": Decomposition, "ranks": RankRecord}
 
     cell: str  # the cell's id: "storage=raw,cache=none,batching=fixed,sampler=default"
     scenario: str = ""
@@ -127,48 +142,43 @@ class CellResult:
     repeat: int = 0
     elapsed_s: float | None = None
     figures: Figures = field(default_factory=Figures)
-    coverage: dict | None = None
-    cache: dict | None = None
-    page_cache: dict | None = None
-    decomposition: dict | None = None
+    coverage: Coverage | None = None
+    cache: CacheFigures | None = None
+    page_cache: PageCache | None = None
+    decomposition: Decomposition | None = None
     error: str | None = None
-    ranks: list[dict] = field(default_factory=list)
+    ranks: list[RankRecord] = field(default_factory=list)
     schema: int = SCHEMA_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, written back as read
+    # figures whose value keeps the meaning of the older schema the line was written in (`upgrade`; not written)
+    legacy_figures: frozenset[str] = frozenset()
 
-    KEYS = ("schema", "scenario", "cell", "strategies", "params", "names", "device", "emulated", "workload",
-            "batch_size", "world_size", "repeat", "elapsed_s", "figures", "coverage", "cache", "page_cache",
-            "decomposition", "error", "ranks")
+    @classmethod
+    def json_keys(cls) -> tuple[str, ...]:
+        return cls.KEYS
 
     @classmethod
     def from_json(cls, obj: dict) -> CellResult:
-        """A line of cells.jsonl. Lines of older harnesses lack schema (version 1), repeat (0), page_cache,
-        decomposition and names (derived from the labels and params); keys not in KEYS go to `extra`."""
+        """A line of cells.jsonl, upgraded to the current schema in memory (`upgrade`); keys not in KEYS go to
+        `extra`. A line of a newer schema, or no line at all, is a ValueError."""
         if not isinstance(obj, dict) or "cell" not in obj:
             raise ValueError(f"not a cells.jsonl line (an object with a \"cell\" key): {str(obj)[:80]}")
         schema = obj.get("schema", 1)
         if not isinstance(schema, int) or schema > SCHEMA_VERSION:
             raise ValueError(f"cell {obj['cell']} has schema {schema!r}; this harness reads up to "
                              f"{SCHEMA_VERSION}")
-        strategies = dict(obj.get("strategies") or {})
-        params = {a: dict(p or {}) for a, p in (obj.get("params") or {}).items()}
-        names = dict(obj.get("names") or {}) or {a: _name_of(label, params.get(a)) for a, label in
-                                                 strategies.items()}
-        return cls(cell=obj["cell"], scenario=obj.get("scenario", ""), strategies=strategies, params=params,
-                   names=names, device=obj.get("device", ""), emulated=bool(obj.get("emulated", False)),
-                   workload=obj.get("workload"), batch_size=obj.get("batch_size"),
-                   world_size=obj.get("world_size"), repeat=int(obj.get("repeat") or 0),
-                   elapsed_s=obj.get("elapsed_s"), figures=Figures.from_json(obj.get("figures")),
-                   coverage=obj.get("coverage"), cache=obj.get("cache"), page_cache=obj.get("page_cache"),
-                   decomposition=obj.get("decomposition"), error=obj.get("error"),
-                   ranks=list(obj.get("ranks") or []), schema=schema,
-                   extra={k: v for k, v in obj.items() if k not in cls.KEYS})
+        return upgrade(super().from_json(obj))
 
-    def to_json(self) -> dict:
-        out = {k: getattr(self, k) for k in self.KEYS if k != "figures"}
-        out["figures"] = self.figures.to_json()
-        out.update(self.extra)
-        return out
+    @classmethod
+    def of_cell(cls, scenario, cell, device: str, emulated: bool, world_size: int, repeat: int = 0,
+                **rest) -> CellResult:
+        """A new result's identity: the cell (a harness.config.matrix.Cell) of the scenario (a
+        harness.config.scenario.Scenario), where it ran and which repeat it is; `rest` sets the other fields.
+        Every line written is built here (cell_line, harness.run.supervisor.failed_line)."""
+        return cls(cell=cell.id, scenario=scenario.name, strategies=cell.strategies(),
+                   params={c.axis: dict(c.params) for c in cell.choices},
+                   names={c.axis: c.name for c in cell.choices}, device=device, emulated=emulated,
+                   workload=scenario.training.workload, batch_size=scenario.training.batch_size,
+                   world_size=world_size, repeat=repeat, **rest)
 
     @property
     def measured(self) -> bool:
@@ -178,7 +188,7 @@ class CellResult:
     @property
     def contract_ok(self) -> bool:
         """The sampler contract held (True when it was not checked)."""
-        return (self.coverage or {}).get("ok", True)
+        return self.coverage is None or self.coverage.ok
 
     def name(self, axis: str) -> str:
         """The strategy's name on an axis, without parameters ("" when the line has no such axis)."""
@@ -187,6 +197,48 @@ class CellResult:
     def label(self, axis: str) -> str:
         """The strategy's label on an axis: its name with its parameters ("" when absent)."""
         return self.strategies.get(axis, "")
+
+
+RECORDED_STEPS = " (from the recorded steps)"  # the label's suffix of an interval derived on read
+UNKNOWN_INTERVAL = "interval, method unknown"
+
+
+def upgrade(result: CellResult) -> CellResult:
+    """A line as read, brought to the current schema in memory; what is filled in here is never written
+    back (to_json writes the keys the line had). The one place that knows what older lines lack:
+
+    - `schema` (absent: version 1), `repeat` (0), `names` (derived from the labels and params), and nulls
+      where the current schema has an object or a list;
+    - version 1: its `imbalance` is `window_imbalance`; a line without the five-part split (no `h2d_pct`)
+      has an `au_pct` of compute (which held the rank agreement and host overrun) / wall, not device-busy /
+      wall: it is kept, and `legacy_figures` names it;
+    - a measured line without `throughput_ci` (written before the interval was): batch means over the
+      ranks' recorded steps (metrics.throughput_interval), labelled so; an interval without its label:
+      UNKNOWN_INTERVAL."""
+    read = result._keys or frozenset()
+    if "schema" not in read:
+        result.schema = 1
+    result.strategies = dict(result.strategies or {})
+    result.params = {a: dict(p or {}) for a, p in (result.params or {}).items()}
+    result.names = dict(result.names or {}) or {a: _name_of(label, result.params.get(a))
+                                                for a, label in result.strategies.items()}
+    result.emulated = bool(result.emulated)
+    result.repeat = int(result.repeat or 0)
+    result.ranks = list(result.ranks or [])
+    f = result.figures if result.figures is not None else Figures.from_json({})
+    if f.window_imbalance is None and f.imbalance is not None:
+        f = f.derive(window_imbalance=f.imbalance)
+    if result.schema < 2 and f.h2d_pct is None:  # written before the five-part split
+        result.legacy_figures = frozenset({"au_pct"})
+    if f.throughput_ci is None and f.measured and not result.error:
+        ci = metrics.throughput_interval(result.ranks)
+        if ci:
+            f = f.derive(throughput_ci=ci["throughput_ci"],
+                         throughput_ci_label=ci["throughput_ci_label"] + RECORDED_STEPS)
+    elif f.throughput_ci is not None and not f.throughput_ci_label:
+        f = f.derive(throughput_ci_label=UNKNOWN_INTERVAL)
+    result.figures = f
+    return result
 
 
 def _name_of(label: str, params: dict | None) -> str:
@@ -232,10 +284,10 @@ def merge_repeats(results: list[CellResult]) -> list[CellSummary]:
                              repeat_errors=[r.error or "no steps" for r in reps if not r.measured],
                              throughput_repeats=[r.figures.throughput for r in ok])
         if len(ok) > 1:
-            keys = ok[0].figures.to_json()
+            every = [r.figures.values() for r in ok]
             figures = {}
-            for key, value in keys.items():
-                values = [r.figures.get(key) for r in ok]
+            for key, value in every[0].items():
+                values = [v.get(key) for v in every]
                 numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
                 figures[key] = _median_like(values) if numeric else value
             across = stats.median_interval(merged.throughput_repeats)  # replaces the runs' own intervals
@@ -266,32 +318,23 @@ def relative_to_probe(results: list[CellResult], probe: dict) -> list[CellResult
     return out
 
 
-def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[dict], elapsed: float,
+def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[RankRecord], elapsed: float,
               repeat: int = 0) -> dict:
     """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and a
     harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
     repeat it belongs to)."""
-    errors = sorted({r["error"] for r in records if r.get("error")})
-    result = CellResult(
-        cell=cell.id,
-        scenario=scenario.name,
-        strategies=cell.strategies(),
-        params={c.axis: dict(c.params) for c in cell.choices},
-        names={c.axis: c.name for c in cell.choices},
-        device=device_name,
-        emulated=emulated,
-        workload=scenario.training.workload,
-        batch_size=scenario.training.batch_size,
-        world_size=len(records),
-        repeat=repeat,
+    errors = sorted({r.error for r in records if r.error})
+    page_cache = records[0].page_cache
+    result = CellResult.of_cell(
+        scenario, cell, device_name, emulated, world_size=len(records), repeat=repeat,
         elapsed_s=round(elapsed, 3),
         figures=Figures.from_json(metrics.cell_figures(records)),
         coverage=metrics.coverage(records, scenario.dataset.samples),
         cache=metrics.cache_figures(records),
-        page_cache=records[0].get("page_cache"),
+        page_cache=PageCache.from_json(page_cache) if page_cache is not None else None,
         decomposition=metrics.decomposition(records),
         error="; ".join(errors) or None,
-        ranks=[{k: v for k, v in r.items() if k != "consumed"} for r in records],
+        ranks=list(records),
     )
     return result.to_json()
 
@@ -302,5 +345,5 @@ def summary_text(line: dict) -> str:
     if r.error:
         return f"    {r.error} ({r.elapsed_s or 0:.1f} s)"
     f = r.figures
-    return (f"    {f.get('throughput', 0):.0f} samples/s, stall {f.get('stall_mean_pct', 0):.0f}%, "
-            f"AU {f.get('au_pct', 0):.0f}% ({r.elapsed_s or 0:.1f} s)")
+    return (f"    {f.throughput or 0:.0f} samples/s, stall {f.stall_mean_pct or 0:.0f}%, "
+            f"AU {f.au_pct or 0:.0f}% ({r.elapsed_s or 0:.1f} s)")

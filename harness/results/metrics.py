@@ -1,20 +1,15 @@
-"""Pure functions: the per-rank records of one cell -> its figures, coverage, cache and decomposition.
+"""Pure functions: the per-rank records of one cell (harness.measure.rankrecord.RankRecord) -> its figures,
+coverage, cache and decomposition.
 
-Each returns a JSON-ready dict; harness.results.cellresult wraps them in the result model (docs/results-format.md)."""
+The figures are a JSON-ready dict (harness.results.cellresult.Figures.from_json wraps it); the other parts are
+the records of harness.results.cellparts (docs/results-format.md)."""
 from __future__ import annotations
 
 import numpy as np
 
+from harness.measure.rankrecord import PARTS, RankRecord
 from harness.results import stats
-
-# the five parts of a rank's step (per-step lists in each rank's record) and the figure of each
-PARTS = ("wait", "h2d", "peer_wait", "device", "overhead")
-PART_FIGURES = {"wait": "stall_mean_pct", "h2d": "h2d_pct", "peer_wait": "peer_wait_pct", "device": "au_pct",
-                "overhead": "overhead_pct"}
-
-
-def _arr(records: list[dict], key: str) -> list[np.ndarray]:
-    return [np.asarray(r[key], dtype=np.float64) for r in records]
+from harness.results.cellparts import CacheFigures, Coverage, Decomposition, EpochCoverage
 
 
 def _mean_or_none(values: list) -> float | None:
@@ -29,52 +24,52 @@ def _per_step_ratio(matrix: np.ndarray) -> float | None:
     return float((matrix[:, ok].max(axis=0) / mean[ok]).mean()) if ok.any() else None
 
 
-def _cpu_s(record: dict) -> tuple[float, float]:
+def _cpu_s(record: RankRecord) -> tuple[float, float]:
     """(loader, rank) CPU seconds over the window. The loader is the rank's worker processes; the rank is
     its own process (the step's host work, receiving batches, the agreement, telemetry). With no workers
     the rank loads inline: its time blocked on the loader (wait) is loader CPU, the rest is its own. A thread
     loader (loader = threads) measures its threads' CPU: the loader's, taken out of the rank's."""
-    rank = float(record.get("rank_cpu_s", 0.0))
-    if record.get("loader") == "threads":  # the loader's threads run in the rank: their CPU is the loader's
-        threads = float(record.get("loader_thread_cpu_s", 0.0))
-        return float(record.get("loader_cpu_s", 0.0)), max(0.0, rank - threads)
-    if record.get("workers", 1) == 0:
-        wait = float(np.sum(record["wait"]))
+    rank = float(record.rank_cpu_s)
+    if record.loader == "threads":  # the loader's threads run in the rank: their CPU is the loader's
+        threads = float(record.loader_thread_cpu_s)
+        return float(record.loader_cpu_s), max(0.0, rank - threads)
+    if record.workers == 0:
+        wait = float(np.sum(record.wait))
         return wait, max(0.0, rank - wait)
-    return float(record.get("loader_cpu_s", 0.0)), rank
+    return float(record.loader_cpu_s), rank
 
 
-def accounting(records: list[dict]) -> dict:
-    """Each rank's window split into its five parts, as % of that rank's window; mean over ranks.
-    The parts of one rank sum to its window, so the five means sum to 100."""
-    shares = {part: [] for part in PARTS}
+def accounting(records: list[RankRecord]) -> dict:
+    """Each rank's window split into its five parts (harness.measure.rankrecord.PARTS), as % of that rank's
+    window; mean over ranks. The parts of one rank sum to its window, so the five means sum to 100."""
+    shares = {part.figure: [] for part in PARTS}
     for r in records:
-        total = float(np.sum(r["step"]))
+        total = float(np.sum(r.step))
         for part in PARTS:
-            shares[part].append(float(np.sum(r[part])) / total * 100 if total else 0.0)
-    out = {PART_FIGURES[p]: float(np.mean(v)) for p, v in shares.items()}
-    out["stall_max_pct"] = float(np.max(shares["wait"]))
+            shares[part.figure].append(float(np.sum(getattr(r, part.name))) / total * 100 if total else 0.0)
+    out = {figure: float(np.mean(v)) for figure, v in shares.items()}
+    out["stall_max_pct"] = float(np.max(shares["stall_mean_pct"]))
     return out
 
 
-def balance(records: list[dict]) -> dict:
+def balance(records: list[RankRecord]) -> dict:
     """Stragglers per step, beside the whole-window figure, and the balance of the sampler's cost."""
-    n = min(len(r["step"]) for r in records)
-    busy = np.array([np.asarray(r["step"][:n]) - np.asarray(r["peer_wait"][:n]) for r in records])
-    cost = np.array([np.asarray(r["cost"][:n], dtype=np.float64) for r in records])
+    n = min(len(r.step) for r in records)
+    busy = np.array([np.asarray(r.step[:n]) - np.asarray(r.peer_wait[:n]) for r in records])
+    cost = np.array([np.asarray(r.cost[:n], dtype=np.float64) for r in records])
     totals = busy.sum(axis=1)
     return {"step_imbalance": _per_step_ratio(busy),
             "window_imbalance": float(totals.max() / totals.mean()) if totals.mean() > 0 else 1.0,
             "cost_imbalance": _per_step_ratio(cost)}
 
 
-def feeding(records: list[dict]) -> dict:
+def feeding(records: list[RankRecord]) -> dict:
     """What it costs the host to feed the accelerator: loader and rank CPU seconds per sample, the
     accelerator's rate when never starved (samples / device seconds, per rank), and the cores per rank
     that rate needs (both CPU costs: the rank's own work runs on the same cores as its loader)."""
-    samples = sum(r["samples"] for r in records)
-    device_s = [float(np.sum(r["device"])) for r in records]
-    rates = [r["samples"] / d for r, d in zip(records, device_s) if d > 0]
+    samples = sum(r.samples for r in records)
+    device_s = [float(np.sum(r.device)) for r in records]
+    rates = [r.samples / d for r, d in zip(records, device_s) if d > 0]
     if not samples or not rates:
         return {}
     cpu = [_cpu_s(r) for r in records]
@@ -85,32 +80,42 @@ def feeding(records: list[dict]) -> dict:
             "cores_to_feed": (loader + rank) * rate}
 
 
-def throughput_interval(records: list[dict]) -> dict:
-    """The within-run interval of throughput: batch means over the window's steps (samples of all ranks
-    per step; the step times of the rank whose window is the longest, the one throughput divides by, so
-    the interval is centred on the throughput shown)."""
-    n = min(len(r["step"]) for r in records)
-    samples = np.sum([np.asarray(r["batch_sizes"][:n], dtype=np.float64) for r in records], axis=0)
-    seconds = np.asarray(max(records, key=lambda r: r["window_s"])["step"][:n], dtype=np.float64)
-    ci = stats.batch_means_interval(samples, seconds)
+def throughput_interval(records: list[RankRecord]) -> dict:
+    """The within-run interval of throughput: batch means over the window's steps. Per step, the samples of
+    all ranks and the step time of the slowest rank: the one whose window is the longest, the window the
+    throughput divides by, so the interval is centred on the throughput shown (the maximum over ranks per
+    step would add up the ranks' jitter and sit below it). {} without the per-step lists of every rank or
+    with too few steps."""
+    if not records or any(not r.step or not r.batch_sizes for r in records):
+        return {}
+    n = min(min(len(r.step), len(r.batch_sizes)) for r in records)
+    samples = np.sum([np.asarray(r.batch_sizes[:n], dtype=np.float64) for r in records], axis=0)
+    seconds = np.asarray(max(records, key=lambda r: r.window_s).step[:n], dtype=np.float64)
+    try:
+        ci = stats.batch_means_interval(samples, seconds)
+    except ValueError:  # steps that sum to no time, or a non-finite one: no interval
+        return {}
     if not ci:
         return {}
     return {"throughput_ci": [ci["low"], ci["high"]], "throughput_ci_label": stats.interval_label(ci)}
 
 
-def cell_figures(records: list[dict]) -> dict:
+def cell_figures(records: list[RankRecord]) -> dict:
     """Figures of one cell from the records of all its ranks (warm-up already excluded)."""
-    records = sorted(records, key=lambda r: r["rank"])
-    steps = sum(r["steps"] for r in records)
-    out: dict = {"ranks": len(records), "window_steps": min(r["steps"] for r in records)}
+    records = sorted(records, key=lambda r: r.rank)
+    steps = sum(r.steps for r in records)
+    out: dict = {"ranks": len(records), "window_steps": min(r.steps for r in records)}
     if steps == 0:
         return out
-    window_s = max(r["window_s"] for r in records)
-    all_steps = np.concatenate(_arr(records, "step"))
-    samples = sum(r["samples"] for r in records)
-    nbytes = sum(r["nbytes"] for r in records)
-    padded = sum(r["padded_pixels"] for r in records)
-    real = sum(r["real_pixels"] for r in records)
+    window_s = max(r.window_s for r in records)
+    all_steps = np.concatenate([np.asarray(r.step, dtype=np.float64) for r in records])
+    samples = sum(r.samples for r in records)
+    nbytes = sum(r.nbytes for r in records)
+    padded = sum(r.padded_pixels for r in records)
+    real = sum(r.real_pixels for r in records)
+    disk_read = sum(r.disk_read_bytes for r in records)
+    shadow = sum(r.shadow_steps for r in records)
+    overruns = sum(r.overruns for r in records)
     out.update(
         window_s=window_s,
         samples=samples,
@@ -122,40 +127,40 @@ def cell_figures(records: list[dict]) -> dict:
         **accounting(records),
         **balance(records),
         **feeding(records),
-        host_pss_peak_mb=max(r["host_pss_peak"] for r in records) / 1e6,
-        host_pss_total_mb=sum(r["host_pss_peak"] for r in records) / 1e6,
-        host_rss_peak_mb=max(r["host_rss_peak"] for r in records) / 1e6,
-        device_peak_gb=max(r["device_peak_bytes"] for r in records) / 1e9,
+        host_pss_peak_mb=max(r.host_pss_peak for r in records) / 1e6,
+        host_pss_total_mb=sum(r.host_pss_peak for r in records) / 1e6,
+        host_rss_peak_mb=max(r.host_rss_peak for r in records) / 1e6,
+        device_peak_gb=max(r.device_peak_bytes for r in records) / 1e9,
         read_mb_s=nbytes / window_s / 1e6 if window_s else 0.0,
         logical_read_mb=nbytes / 1e6,
-        disk_read_mb=sum(r.get("disk_read_bytes", 0) for r in records) / 1e6,
-        disk_read_mb_s=sum(r.get("disk_read_bytes", 0) for r in records) / window_s / 1e6 if window_s else 0.0,
+        disk_read_mb=disk_read / 1e6,
+        disk_read_mb_s=disk_read / window_s / 1e6 if window_s else 0.0,
         padding_waste_pct=(1 - real / padded) * 100 if padded else 0.0,
-        mean_batch=samples / max(1, steps - sum(r.get("shadow_steps", 0) for r in records)),
-        max_batch=max((max(r["batch_sizes"], default=0) for r in records), default=0),
-        oom_events=sum(r.get("oom_events", 0) for r in records),
-        shadow_steps=sum(r.get("shadow_steps", 0) for r in records),
-        nvml_util_pct=_mean_or_none([(r.get("nvml") or {}).get("nvml_util_mean_pct") for r in records]),
-        overrun_steps=sum(r["overruns"] for r in records),
-        overrun_pct=sum(r["overruns"] for r in records) / steps * 100,
+        mean_batch=samples / max(1, steps - shadow),
+        max_batch=max((max(r.batch_sizes, default=0) for r in records), default=0),
+        oom_events=sum(r.oom_events for r in records),
+        shadow_steps=shadow,
+        nvml_util_pct=_mean_or_none([r.nvml.nvml_util_mean_pct if r.nvml else None for r in records]),
+        overrun_steps=overruns,
+        overrun_pct=overruns / steps * 100,
     )
     return out
 
 
-def cache_figures(records: list[dict]) -> dict | None:
+def cache_figures(records: list[RankRecord]) -> CacheFigures | None:
     """Hits, misses and evictions summed over all workers of all ranks, over the window."""
-    caches = [r["cache"] for r in records if r.get("cache")]
+    caches = [r.cache for r in records if r.cache is not None]
     if not caches:
         return None
-    hits = sum(c["hits"] for c in caches)
-    misses = sum(c["misses"] for c in caches)
-    return {"hits": hits, "misses": misses, "evictions": sum(c["evictions"] for c in caches),
-            "hit_pct": hits / (hits + misses) * 100 if hits + misses else 0.0,
-            "resident_mb": sum(c["resident_bytes"] for c in caches) / 1e6,
-            "caches": sum(c["processes"] for c in caches), "scope": caches[0]["scope"]}
+    hits = sum(c.hits for c in caches)
+    misses = sum(c.misses for c in caches)
+    return CacheFigures(hits=hits, misses=misses, evictions=sum(c.evictions for c in caches),
+                        hit_pct=hits / (hits + misses) * 100 if hits + misses else 0.0,
+                        resident_mb=sum(c.resident_bytes for c in caches) / 1e6,
+                        caches=sum(c.processes for c in caches), scope=caches[0].scope)
 
 
-def coverage(records: list[dict], dataset_size: int) -> dict:
+def coverage(records: list[RankRecord], dataset_size: int) -> Coverage:
     """DistributedSampler's contract, checked on the indices every rank consumed (warm-up included).
 
     Per epoch: every index exactly once across ranks, apart from the padding torch adds to make the
@@ -163,12 +168,12 @@ def coverage(records: list[dict], dataset_size: int) -> dict:
     """
     world = len(records)
     padding = -(-dataset_size // world) * world - dataset_size
-    completed = min(r.get("completed_epochs", 0) for r in records)
-    epochs = sorted({int(e) for r in records for e in r.get("consumed", {})})
+    completed = min(r.completed_epochs for r in records)
+    epochs = sorted({int(e) for r in records for e in r.consumed})
     per_epoch, ok = [], True
     for epoch in epochs:
-        idx = np.concatenate([np.asarray(r.get("consumed", {}).get(epoch, r.get("consumed", {}).get(
-            str(epoch), [])), dtype=np.int64) for r in records])
+        idx = np.concatenate([np.asarray(r.consumed.get(epoch, r.consumed.get(str(epoch), [])), dtype=np.int64)
+                              for r in records])
         out_of_range = int(((idx < 0) | (idx >= dataset_size)).sum())
         counts = np.bincount(idx[(idx >= 0) & (idx < dataset_size)], minlength=dataset_size)
         unique = int((counts > 0).sum())
@@ -177,37 +182,37 @@ def coverage(records: list[dict], dataset_size: int) -> dict:
         missing = dataset_size - unique if complete else None
         broken = out_of_range > 0 or duplicates > padding or bool(missing)
         ok = ok and not broken
-        per_epoch.append({"epoch": epoch, "complete": complete, "consumed": int(idx.size), "unique": unique,
-                          "duplicates": duplicates, "missing": missing, "out_of_range": out_of_range,
-                          "broken": broken})
-    full = [e for e in per_epoch if e["complete"]]
-    return {"ok": ok, "padding_allowed": padding, "epochs": per_epoch,
-            "coverage_pct": min(e["unique"] for e in full) / dataset_size * 100 if full else None,
-            "duplicates": sum(e["duplicates"] for e in per_epoch),
-            "missing": sum(e["missing"] or 0 for e in per_epoch)}
+        per_epoch.append(EpochCoverage(epoch=epoch, complete=complete, consumed=int(idx.size), unique=unique,
+                                       duplicates=duplicates, missing=missing, out_of_range=out_of_range,
+                                       broken=broken))
+    full = [e for e in per_epoch if e.complete]
+    return Coverage(ok=ok, padding_allowed=padding, epochs=per_epoch,
+                    coverage_pct=min(e.unique for e in full) / dataset_size * 100 if full else None,
+                    duplicates=sum(e.duplicates for e in per_epoch),
+                    missing=sum(e.missing or 0 for e in per_epoch))
 
 
-def decomposition(records: list[dict]) -> dict | None:
+def decomposition(records: list[RankRecord]) -> Decomposition | None:
     """Stall decomposition from the three phases of a --decompose cell (seconds per step and %).
 
     Per phase, the time per step is the slowest rank's window / its steps. compute = compute alone on
     batches in memory; prep stall = warm - compute (decoding, collation, workers); fetch stall = cold - warm
     (reading from the device). Percentages are of the cold step time.
     """
-    if not all(r.get("phases") for r in records):
+    if not all(r.phases for r in records):
         return None
     per_step, rate = {}, {}
     for name in ("compute", "warm", "cold"):
-        phases = [r["phases"][name] for r in records]
-        if any(p["error"] or not p["steps"] for p in phases):
-            return {"error": next((p["error"] for p in phases if p["error"]), "no steps")}
-        per_step[name] = max(p["window_s"] / p["steps"] for p in phases)
-        rate[name] = sum(p["samples"] for p in phases) / max(p["window_s"] for p in phases)
+        phases = [r.phases[name] for r in records]
+        if any(p.error or not p.steps for p in phases):
+            return Decomposition(error=next((p.error for p in phases if p.error), "no steps"))
+        per_step[name] = max(p.window_s / p.steps for p in phases)
+        rate[name] = sum(p.samples for p in phases) / max(p.window_s for p in phases)
     cold = per_step["cold"]
     prep = per_step["warm"] - per_step["compute"]
     fetch = per_step["cold"] - per_step["warm"]
-    return {"compute_s": per_step["compute"], "warm_s": per_step["warm"], "cold_s": cold,
-            "prep_stall_s": prep, "fetch_stall_s": fetch,
-            "compute_pct": per_step["compute"] / cold * 100, "prep_stall_pct": prep / cold * 100,
-            "fetch_stall_pct": fetch / cold * 100, "compute_bound_samples_s": rate["compute"],
-            "warm_samples_s": rate["warm"], "cold_samples_s": rate["cold"]}
+    return Decomposition(compute_s=per_step["compute"], warm_s=per_step["warm"], cold_s=cold,
+                         prep_stall_s=prep, fetch_stall_s=fetch,
+                         compute_pct=per_step["compute"] / cold * 100, prep_stall_pct=prep / cold * 100,
+                         fetch_stall_pct=fetch / cold * 100, compute_bound_samples_s=rate["compute"],
+                         warm_samples_s=rate["warm"], cold_samples_s=rate["cold"])

@@ -132,14 +132,11 @@ def remaining(config: LaunchConfig, plan: list[tuple[int, int]]) -> list[tuple[i
 
 
 def failed_line(config: LaunchConfig, item: tuple[int, int], error: str, elapsed: float) -> dict:
+    """The line of a cell whose ranks died or hung: its identity, the error, no figures."""
     repeat, index = item
-    cell, sc = config.cells[index], config.scenario
-    return CellResult(cell=cell.id, scenario=sc.name, strategies=cell.strategies(),
-                      params={c.axis: dict(c.params) for c in cell.choices},
-                      names={c.axis: c.name for c in cell.choices}, device=config.device_name,
-                      emulated=config.device != "cuda", workload=sc.training.workload,
-                      batch_size=sc.training.batch_size, world_size=sc.world_size, repeat=repeat,
-                      elapsed_s=round(elapsed, 3), figures=Figures(), error=error).to_json()
+    sc = config.scenario
+    return CellResult.of_cell(sc, config.cells[index], config.device_name, config.device != "cuda", sc.world_size,
+                              repeat, elapsed_s=round(elapsed, 3), figures=Figures(), error=error).to_json()
 
 
 def kill_group(pid: int) -> None:

@@ -29,6 +29,7 @@ from harness.config.matrix import Cell
 from harness.config.scenario import Scenario
 from harness.data import pagecache
 from harness.device.standin import build_model
+from harness.measure.rankrecord import Nvml, RankRecord
 from harness.measure.recorder import CacheTally, StepRecorder
 from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.train import pipeline
@@ -200,10 +201,11 @@ class MeasuredLoop:
         """CPU seconds of a thread loader's threads over the window (0 for worker processes)."""
         return self.source.loader_thread_cpu_s() - self.loader_cpu_start if self.cpu_start is not None else 0.0
 
-    def record(self, rank: int, memory: MemorySampler, nvml: NvmlSampler) -> dict:
+    def record(self, rank: int, memory: MemorySampler, nvml: NvmlSampler) -> RankRecord:
         device, source = self.device, self.source
-        record = self.recorder.as_record()
-        record.update(
+        nvml_figures = nvml.figures()
+        return RankRecord(
+            **self.recorder.as_record(),
             rank=rank,
             window_s=(self.window_end - self.window_start) if self.window_end and self.window_start else 0.0,
             steps=self.recorder.n,
@@ -214,10 +216,10 @@ class MeasuredLoop:
             rank_cpu_s=time.process_time() - self.cpu_start if self.cpu_start is not None else 0.0,
             device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
             overruns=device.overruns, oom_events=self.oom_events, shadow_steps=self.shadow_steps,
-            cache=self.tally.record(), error=self.error, consumed=source.consumed, nvml=nvml.figures(),
+            cache=self.tally.record(), error=self.error, consumed=source.consumed,
+            nvml=Nvml.from_json(nvml_figures) if nvml_figures is not None else None,
             completed_epochs=source.completed_epochs,
         )
-        return record
 
 
 class Trainer:
@@ -252,7 +254,7 @@ class Trainer:
             dist.barrier()
         return info
 
-    def phase(self, state: str, in_memory: bool = False, profiler=None) -> dict:
+    def phase(self, state: str, in_memory: bool = False, profiler=None) -> RankRecord:
         """Warm-up then the measured window, from the real pipeline or from batches held in memory."""
         pipe = self.build()
         if in_memory:
@@ -267,10 +269,10 @@ class Trainer:
         finally:
             source.close()
             pipe.close()
-        record["page_cache"] = page_cache
+        record.page_cache = page_cache
         return record
 
-    def _measure(self, pipe: pipeline.Pipeline, source, profiler) -> dict:
+    def _measure(self, pipe: pipeline.Pipeline, source, profiler) -> RankRecord:
         loop = MeasuredLoop(self.device, self.ddp, self.optimizer, source, pipe.batching,
                             self.tr.warmup_steps, window_steps(self.tr, len(pipe.batch_sampler)),
                             progress=self.ctx.progress, shared_stats=pipe.shared_cache_stats(),
@@ -279,17 +281,13 @@ class Trainer:
                 (profiler or nullcontext()) as prof:
             loop.run(memory, nvml, prof)
         record = loop.record(self.ctx.rank, memory, nvml)
-        record["workers"] = self.tr.workers
-        record.update(loader=pipe.loader_kind, model=self.model.name, precision=self.precision.label,
-                      preprocess="device" if pipe.devprep is not None else "host")
+        record.workers = self.tr.workers
+        record.loader, record.model, record.precision = pipe.loader_kind, self.model.name, self.precision.label
+        record.preprocess = "device" if pipe.devprep is not None else "host"
         return record
 
 
-def _phase_summary(record: dict) -> dict:
-    return {k: record[k] for k in ("window_s", "steps", "samples", "error")}
-
-
-def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> dict:
+def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     """Train one cell on this rank and return its record (an OOM ends the cell, never the run).
 
     With ctx.decompose, three phases follow one another (the differential method of "Analyzing and
@@ -305,7 +303,7 @@ def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> dict:
         warm = trainer.phase("warm", profiler=profiler if ctx.cache_state != "cold" else None)
         cold = trainer.phase("cold", profiler=profiler if ctx.cache_state == "cold" else None)
         record = cold if ctx.cache_state == "cold" else warm
-        record["phases"] = {"compute": _phase_summary(compute), "warm": _phase_summary(warm),
-                            "cold": _phase_summary(cold)}
-    record["param_digest"] = param_digest(trainer.model)
+        record.phases = {"compute": compute.phase_summary(), "warm": warm.phase_summary(),
+                         "cold": cold.phase_summary()}
+    record.param_digest = param_digest(trainer.model)
     return record

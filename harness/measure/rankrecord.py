@@ -1,0 +1,201 @@
+"""What one rank reports of one cell: `RankRecord` (gathered to rank 0 with torch.distributed.gather_object,
+so it pickles; written as one of `ranks` in cells.jsonl), the five parts a rank's step is accounted into
+(`PARTS`), and `JsonRecord`, the base every record with a JSON form shares (this one, and the cell line with
+its parts in harness.results).
+
+docs/results-format.md lists every key ("Keys of a rank's record").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+# --- the JSON form every record shares --------------------------------------------------------------------
+
+_KEYS: dict[type, tuple[str, ...]] = {}
+
+
+def plain(value: Any) -> Any:
+    """A value as JSON-ready data: records through their to_json(), lists and dicts element by element."""
+    if isinstance(value, JsonRecord):
+        return value.to_json()
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class JsonRecord:
+    """A dataclass with a JSON object form. Its keys are its fields, less those in LOCAL (never written);
+    keys this version does not know are kept in `extra` and written back unchanged. A record read with
+    `from_json` writes back exactly the known keys it read (a key an older file lacks stays absent, a null
+    stays null), so a line round-trips; one built in code writes every field, those in OPTIONAL only when
+    not None. NESTED names the fields that hold another record (or a list of them)."""
+
+    LOCAL: ClassVar[tuple[str, ...]] = ()
+    OPTIONAL: ClassVar[tuple[str, ...]] = ()
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {}
+
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)  # keys this version does not know
+    _keys: frozenset[str] | None = field(default=None, kw_only=True, repr=False, compare=False)  # known keys read
+
+    @classmethod
+    def json_keys(cls) -> tuple[str, ...]:
+        """The keys of the JSON form that are fields, in field order."""
+        if cls not in _KEYS:
+            _KEYS[cls] = tuple(f.name for f in fields(cls)
+                               if f.name not in ("extra", "_keys") and f.name not in cls.LOCAL)
+        return _KEYS[cls]
+
+    @classmethod
+    def from_json(cls, obj: dict | None):
+        obj = {} if obj is None else obj
+        if not isinstance(obj, dict):
+            raise ValueError(f"{cls.__name__}: expected a JSON object, got {str(obj)[:80]}")
+        keys = cls.json_keys()
+        known = {k: cls.decode(k, obj[k]) for k in keys if k in obj}
+        return cls(**known, extra={k: v for k, v in obj.items() if k not in keys}, _keys=frozenset(known))
+
+    @classmethod
+    def decode(cls, key: str, value: Any) -> Any:
+        """A known key's JSON value as the field holds it."""
+        kind = cls.NESTED.get(key)
+        if kind is None or value is None:
+            return value
+        if isinstance(value, list):
+            return [kind.from_json(v) for v in value]
+        return kind.from_json(value)
+
+    def writes(self, key: str) -> bool:
+        if self._keys is not None:
+            return key in self._keys
+        return key not in self.OPTIONAL or getattr(self, key) is not None
+
+    def to_json(self) -> dict:
+        out = {k: plain(getattr(self, k)) for k in self.json_keys() if self.writes(k)}
+        out.update(self.extra)
+        return out
+
+
+# --- the five parts of a step -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Part:
+    """One of the five parts a rank's step is accounted into."""
+
+    name: str  # its per-step list in a rank's record
+    figure: str  # the cell's figure: % of each rank's window, mean over ranks
+    column: str  # its table column
+    modelled: bool  # depends on the emulated accelerator's model (its column is marked on an emulated run)
+    label: str  # its plot legend
+    colour: str  # its plot colour
+
+
+# in the order a step's time passes (a step is their sum, added in this order)
+PARTS = (Part("wait", "stall_mean_pct", "stall %", False, "stall (waiting for data)", "#d62728"),
+         Part("h2d", "h2d_pct", "h2d %", False, "host-to-device", "#ff7f0e"),
+         Part("peer_wait", "peer_wait_pct", "peer wait %", True, "waiting for other ranks", "#9edae5"),
+         Part("device", "au_pct", "AU %", True, "device busy (AU)", "#1f77b4"),
+         Part("overhead", "overhead_pct", "overhead %", True, "host overhead", "#7f7f7f"))
+PART_NAMES = tuple(p.name for p in PARTS)
+# the order the tables and plots show them in: the device beside the two parts that feed it
+SHOWN_PARTS = tuple(next(p for p in PARTS if p.name == name)
+                    for name in ("wait", "h2d", "device", "peer_wait", "overhead"))
+
+
+# --- a rank's record --------------------------------------------------------------------------------------
+
+@dataclass
+class RankCache(JsonRecord):
+    """A rank's cache statistics over the window (harness.measure.recorder.CacheTally), all its readers."""
+
+    hits: float = 0.0
+    misses: float = 0.0
+    evictions: float = 0.0
+    resident_bytes: float = 0.0  # held at the window's end
+    processes: int = 0  # reading processes that reported (workers or a shared cache's server)
+    scope: str | None = None  # "worker" or "shared"
+
+
+@dataclass
+class Nvml(JsonRecord):
+    """NVML's sampled utilisation of a real GPU over the window (harness.measure.telemetry.NvmlSampler)."""
+
+    nvml_util_mean_pct: float | None = None
+    nvml_util_max_pct: float | None = None
+    nvml_samples: int = 0
+    nvml_interval_s: float | None = None
+
+
+@dataclass
+class Phase(JsonRecord):
+    """One phase of a --decompose cell on this rank: its measured window."""
+
+    window_s: float = 0.0
+    steps: int = 0
+    samples: int = 0
+    error: str | None = None
+
+
+@dataclass
+class RankRecord(JsonRecord):
+    """One rank's record of one cell. Per-step lists hold one value per measured step (s, rounded to
+    microseconds); `step` is the sum of the five parts (PARTS). `consumed` (the indices read per epoch,
+    warm-up included, for the coverage check) crosses to rank 0 but is never written."""
+
+    LOCAL: ClassVar[tuple[str, ...]] = ("consumed",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases",)
+    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"cache": RankCache, "nvml": Nvml}
+
+    rank: int = 0
+    wait: list[float] = field(default_factory=list)
+    h2d: list[float] = field(default_factory=list)
+    peer_wait: list[float] = field(default_factory=list)
+    device: list[float] = field(default_factory=list)
+    overhead: list[float] = field(default_factory=list)
+    padded: list[float] = field(default_factory=list)  # the part of device the emulated device slept through
+    step: list[float] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)  # the summed sampler cost of each step's batch
+    batch_sizes: list[int] = field(default_factory=list)  # 0 on shadow steps
+    samples: int = 0
+    padded_pixels: int = 0
+    real_pixels: int = 0
+    nbytes: int = 0  # bytes the readers delivered
+    steps: int = 0
+    window_s: float = 0.0
+    host_pss_peak: int = 0
+    host_rss_peak: int = 0
+    memory_samples: int = 0
+    disk_read_bytes: int = 0
+    loader_cpu_s: float = 0.0
+    loader_thread_cpu_s: float = 0.0
+    rank_cpu_s: float = 0.0
+    device_peak_bytes: int = 0
+    device_capacity_bytes: int = 0
+    overruns: int = 0
+    oom_events: int = 0
+    shadow_steps: int = 0
+    cache: RankCache | None = None
+    error: str | None = None
+    nvml: Nvml | None = None
+    completed_epochs: int = 0
+    workers: int = 0
+    loader: str = ""  # "processes" or "threads"
+    model: str = ""
+    precision: str = ""
+    preprocess: str = ""  # "host" or "device"
+    page_cache: dict | None = None  # harness.data.pagecache.prepare's account, this rank's view
+    phases: dict[str, Phase] | None = None  # with --decompose: compute, warm, cold
+    param_digest: str = ""
+    consumed: dict[int, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, key: str, value: Any) -> Any:
+        if key == "phases" and isinstance(value, dict):
+            return {name: Phase.from_json(p) for name, p in value.items()}
+        return super().decode(key, value)
+
+    def phase_summary(self) -> Phase:
+        return Phase(window_s=self.window_s, steps=self.steps, samples=self.samples, error=self.error)
