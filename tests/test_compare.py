@@ -12,6 +12,7 @@ from harness.report import compare as cmp
 from harness.results.baseline import Baseline, BaselineError
 from harness.results.cellresult import CellResult, Figures
 from harness.results.environment import Environment
+from harness.results.probeline import ProbeSeries
 
 ENV = Environment.from_json({"cpu_model": "AMD EPYC", "cpu_count": 2, "hostname": "vm", "memory_gb": 25.3,
        "versions": {"numpy": "2.4.6"}, "git": {"commit": "abc", "dirty": False},
@@ -34,7 +35,7 @@ def run(factors=None, repeats=5, noise=0.005, seed=0, machine=1.0, cells=CELLS, 
             tp = BASE_TP.get(c, 50.0) * factors.get(c, 1.0) * machine * (1 + rng.normal(0, noise))
             lines.append(CellResult(c, repeat=rep, error="OOM: batch too big" if c in errors else None,
                                     figures=Figures(throughput=tp, step_p50_ms=1000.0 / tp)))
-    probe = {"ideal_samples_per_s": ideal, "memcpy_gb_s": [10.0 * machine] * repeats}
+    probe = ProbeSeries(ideal, [10.0 * machine] * repeats)
     return Baseline.from_run(lines, env, probe, comparable, scenario, created="2026-01-01T00:00:00Z")
 
 
@@ -59,18 +60,18 @@ def test_build_baseline_orders_by_repeat_and_keeps_errors():
         {"cell": "a", "repeat": 1, "error": None, "figures": {"throughput": 20.0, "step_p50_ms": 1.0}},
         {"cell": "a", "repeat": 0, "error": None, "figures": {"throughput": 10.0, "step_p50_ms": 2.0}},
         {"cell": "b", "repeat": 0, "error": "OOM", "figures": {}}]]
-    b = Baseline.from_run(lines, ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci").to_json()
+    b = Baseline.from_run(lines, ENV, ProbeSeries([100.0, 200.0]), COMPARABLE, "ci").to_json()
     assert b["cells"]["a"]["throughput"] == [10.0, 20.0]
     assert b["cells"]["a"]["normalised"] == [0.1, 0.1]
     assert b["cells"]["b"] == {"throughput": [], "normalised": [], "step_p50_ms": [], "error": "OOM",
                                "params": {}}
     with pytest.raises(ValueError, match="repeat 1"):
-        Baseline.from_run(lines, ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
+        Baseline.from_run(lines, ENV, ProbeSeries([100.0]), COMPARABLE, "ci")
     with pytest.raises(ValueError, match="two results for repeat 0"):
-        Baseline.from_run(lines + lines[1:2], ENV, {"ideal_samples_per_s": [100.0, 200.0]}, COMPARABLE, "ci")
+        Baseline.from_run(lines + lines[1:2], ENV, ProbeSeries([100.0, 200.0]), COMPARABLE, "ci")
     no_figures = CellResult("c", figures=Figures(ranks=2, window_steps=0))  # no error, yet no throughput
     with pytest.raises(ValueError, match="cell c repeat 0 has no error and no throughput"):
-        Baseline.from_run([no_figures], ENV, {"ideal_samples_per_s": [100.0]}, COMPARABLE, "ci")
+        Baseline.from_run([no_figures], ENV, ProbeSeries([100.0]), COMPARABLE, "ci")
 
 
 def test_save_and_load_round_trip(tmp_path):

@@ -23,6 +23,7 @@ from harness.results.cellresult import (
     relative_to_probe,
     summary_text,
 )
+from harness.results.probeline import ProbeSeries
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -164,7 +165,7 @@ def test_one_repeat_is_kept_as_it_is():
 
 def test_relative_to_probe_uses_the_repeats_probe():
     rs = repeats_of(fixture_lines()[0], [100.0, 300.0, None])
-    out = relative_to_probe(rs, {"ideal_samples_per_s": [50.0, 100.0]})
+    out = relative_to_probe(rs, ProbeSeries([50.0, 100.0]))
     assert [r.figures.vs_probe for r in out] == [2.0, 3.0, None]
     assert rs[0].figures.vs_probe is None  # the inputs are not changed
     assert out[0].to_json()["figures"]["vs_probe"] == 2.0

@@ -11,6 +11,7 @@ import pytest
 
 from harness.report import report, tables
 from harness.results.cellresult import CellResult, merge_repeats
+from harness.results.environment import Environment
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -105,13 +106,13 @@ def test_old_lines_keep_their_window_imbalance_and_say_their_au_is_old(cells_4x)
 def test_overrun_verdict_with_figures_replaces_the_old_warning():
     cells = merge_repeats([new_cell(overrun=40.0, cores_to_feed=3.0), new_cell("mmap", overrun=2.0,
                                                                                 cores_to_feed=1.0)])
-    lines = tables.overrun_lines(cells, {"cpu_count": 2})
+    lines = tables.overrun_lines(cells, Environment(cpu_count=2))
     assert lines == ["VERDICT: host work outlasted the modelled V100-16GB step in up to 40% of steps (median "
                      "21% over 2 cells; 1 cell(s) above 5%); that time is counted as host overhead, not device "
                      "time; feeding the device needs 2.0 cores per rank* (median over cells) and this host has 2 cores "
                      "for 4 ranks"]
-    assert tables.overrun_lines(merge_repeats([new_cell(overrun=5.0)]), {}) == []  # at most 5%: no verdict
-    text = report.render(cells, env={"cpu_count": 2})
+    assert tables.overrun_lines(merge_repeats([new_cell(overrun=5.0)]), Environment()) == []  # at most 5%: no verdict
+    text = report.render(cells, env=Environment(cpu_count=2))
     assert text.count("VERDICT") == 1 and "understate" not in text
 
 

@@ -66,7 +66,7 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: Environment, baseli
                ok: bool) -> int:
     """The report from cells.jsonl, the sampler contract, and the baseline (saved and/or compared)."""
     cells_done: list[CellResult] = rundir.read_results(run_dir)
-    print(report.write_all(run_dir, cells_done, env.to_json(), what_if_cores=args.what_if_cores))
+    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
     code = EXIT_OK if ok else EXIT_REGRESSION
     broken = [c.cell for c in cells_done if not c.contract_ok]
     if broken:

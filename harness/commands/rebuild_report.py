@@ -27,5 +27,5 @@ def main(args) -> int:
         env = rundir.read_env(args.run_dir)
     except rundir.ResultsError as err:
         raise UsageError(str(err)) from None
-    print(report.write_all(args.run_dir, cells, env.to_json(), cells_1x, what_if_cores=args.what_if_cores))
+    print(report.write_all(args.run_dir, cells, env, cells_1x, what_if_cores=args.what_if_cores))
     return EXIT_OK

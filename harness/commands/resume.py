@@ -126,7 +126,7 @@ def stopped(args, run_dir: Path, env: Environment, code: int, torchrun: bool = F
     """Ctrl-C or SIGTERM: the report over the cells written so far, how to resume, exit 130 or 143."""
     cells_done = rundir.read_results(run_dir)
     if cells_done:
-        print(report.write_all(run_dir, cells_done, env.to_json(), what_if_cores=args.what_if_cores))
+        print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
     why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"
     print(stopped_message(run_dir, why, torchrun), file=sys.stderr)
     return code

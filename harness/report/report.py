@@ -37,12 +37,14 @@ from harness.report.tables import (
 )
 from harness.results import rundir as run_files
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats, relative_to_probe
+from harness.results.environment import Environment
+from harness.results.probeline import ProbeSeries
 
 REPORT_TITLE = "Data-loading benchmark report"
 ARTICLES_TITLE = "The articles' tables, measured"
 
 
-def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict | None = None,
+def header_lines(cells: list[CellSummary], env: Environment | None = None, probe: ProbeSeries | None = None,
                  others: list[CellSummary] | None = None) -> list[str]:
     """What the tables need said once: scenario, emulation banner and overrun verdict, page cache, repeats
     (and failed repeats), machine probe, parameters, host. `others`: results of another run shown too
@@ -64,20 +66,20 @@ def header_lines(cells: list[CellSummary], env: dict | None = None, probe: dict 
         lines.append("1 run per cell: throughput intervals are within the run (batch means over the measured "
                      "steps); they do not cover run-to-run drift (use --repeats)")
     lines += failed_repeat_lines(cells)
-    if probe and probe.get("ideal_samples_per_s"):
+    if probe and probe.ideal_samples_per_s:
         lines.append(probe_line(probe))
     notes = strategy_notes(every)
     if notes:
         lines.append("Parameters: " + "; ".join(notes))
-    if env:
-        lines.append(f"Host: {env.get('cpu_count')} CPUs ({env.get('cpu_model')}), "
-                     f"{env.get('memory_gb') or 0:.0f} GB RAM, torch {(env.get('versions') or {}).get('torch')}")
+    if env and env.time_utc:
+        lines.append(f"Host: {env.cpu_count} CPUs ({env.cpu_model}), "
+                     f"{env.memory_gb or 0:.0f} GB RAM, torch {env.torch_version}")
     return lines
 
 
-def import_lines(env: dict | None) -> list[str]:
+def import_lines(env: Environment | None) -> list[str]:
     """The imported dataset (--data): how many samples from where, and the corrupt JPEGs skipped."""
-    imp = (env or {}).get("import")
+    imp = env.imported if env else None
     if not imp:
         return []
     line = (f"Data: {imp['samples']} samples imported from {imp['source']} ({imp['layout']}), "
@@ -99,7 +101,7 @@ def failed_repeat_lines(cells: list[CellSummary]) -> list[str]:
             f"{shown}"]
 
 
-def page_cache_lines(cells: list[CellResult], env: dict | None) -> list[str]:
+def page_cache_lines(cells: list[CellResult], env: Environment | None) -> list[str]:
     states = sorted({c.page_cache.state if c.page_cache else "as-is" for c in cells})
     decomposed = any(c.decomposition is not None for c in cells)
     lines = [f"Page cache before each cell: {', '.join(states)}"
@@ -107,15 +109,15 @@ def page_cache_lines(cells: list[CellResult], env: dict | None) -> list[str]:
     unverified = [c.cell for c in cells if c.page_cache is not None and c.page_cache.verified is False]
     if unverified:
         lines.append(f"WARNING: the cold drop could not be verified for {len(unverified)} cell(s)")
-    data_gb, ram_gb = (env or {}).get("dataset_gb"), (env or {}).get("memory_gb")
+    data_gb, ram_gb = (env.dataset_gb, env.memory_gb) if env else (None, None)
     if data_gb and ram_gb and data_gb < ram_gb and "cold" not in states:
         lines.append(f"NOTE: the dataset ({data_gb * 1000:.0f} MB) fits in this host's RAM ({ram_gb:.0f} GB): "
                      f"without --cache-state cold the figures may reflect the page cache, not the storage device")
     return lines
 
 
-def probe_line(probe: dict) -> str:
-    ideal, memcpy = probe["ideal_samples_per_s"], probe.get("memcpy_gb_s") or [0]
+def probe_line(probe: ProbeSeries) -> str:
+    ideal, memcpy = probe.ideal_samples_per_s, probe.memcpy_gb_s or [0]
     return (f"Machine probe (per repeat, median): in-memory ideal loader {np.median(ideal):.0f} samples/s in one "
             f"process, memory copy {np.median(memcpy):.1f} GB/s; 'x ideal loader' = samples/s / that figure")
 
@@ -301,7 +303,7 @@ def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) 
             memory_io_table(cells), batching_table(cells), decomposition_table(cells)]
 
 
-def render(results: list[CellResult], env: dict | None = None, probe: dict | None = None,
+def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
            what_if_cores: float | None = None) -> str:
     """The whole report: header once, the run's tables, then the articles' tables. "text" or "markdown"."""
@@ -311,7 +313,7 @@ def render(results: list[CellResult], env: dict | None = None, probe: dict | Non
         header_lines(cells, env, probe, cells_1x), fmt)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     if cells:
-        samples = ((env or {}).get("dataset") or {}).get("samples")
+        samples = ((env.dataset if env else None) or {}).get("samples")
         parts += ["", f"## {ARTICLES_TITLE}", ""] if markdown else ["", ARTICLES_TITLE]
         parts += render_lines(articles.note_lines(cells + cells_1x), fmt)
         parts += render_tables(articles.article_tables(cells, cells_1x, samples), fmt, level=3)
@@ -334,7 +336,7 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def write_all(run_dir: Path, results: list[CellResult], env: dict | None = None,
+def write_all(run_dir: Path, results: list[CellResult], env: Environment | None = None,
               results_1x: list[CellResult] | None = None, what_if_cores: float | None = None) -> str:
     """Write summary.csv, report.md and plots/ into run_dir; return the terminal text."""
     probe = run_files.read_probe(run_dir)

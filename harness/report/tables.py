@@ -11,6 +11,7 @@ import numpy as np
 from tabulate import tabulate
 
 from harness.results.cellresult import CellResult, CellSummary
+from harness.results.environment import Environment
 from strategies.registry import AXES
 
 EMULATED_MARK = "*"  # marks columns whose values depend on the emulated accelerator's model
@@ -119,7 +120,7 @@ def accelerator_name(result: CellResult) -> str:
     return name[:-len(" (emulated)")] if name.endswith(" (emulated)") else name
 
 
-def overrun_lines(results: list[CellResult], env: dict | None = None) -> list[str]:
+def overrun_lines(results: list[CellResult], env: Environment | None = None) -> list[str]:
     """On an emulated run where some cell's host work outlasted the modelled step in more than
     OVERRUN_VERDICT_PCT % of steps: one verdict line with the figures."""
     measured = [r for r in results if r.emulated and r.measured and r.figures.overrun_pct is not None]
@@ -132,7 +133,7 @@ def overrun_lines(results: list[CellResult], env: dict | None = None) -> list[st
             f"{cells_over} cell(s) above {OVERRUN_VERDICT_PCT}%); that time is counted as host overhead, not "
             f"device time")
     cores = [r.figures.cores_to_feed for r in measured if r.figures.cores_to_feed is not None]
-    host_cores = (env or {}).get("cpu_count")
+    host_cores = env.cpu_count if env else None
     ranks = measured[0].world_size or measured[0].figures.ranks
     if cores:
         line += (f"; feeding the device needs {float(np.median(cores)):.1f} cores per rank{EMULATED_MARK} "

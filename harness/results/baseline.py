@@ -37,6 +37,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.results.cellresult import CellResult, relative_to_probe
 from harness.results.environment import Environment
+from harness.results.probeline import ProbeSeries
 
 FORMAT = "dlbench-baseline/1"
 REQUIRED = ("scenario", "comparable", "cells")
@@ -81,14 +82,13 @@ class Baseline:
     machine: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     git: dict = field(default_factory=dict)
-    probe: dict = field(default_factory=dict)  # {"ideal_samples_per_s": [...], "memcpy_gb_s": [...]}
+    probe: ProbeSeries = field(default_factory=ProbeSeries)
 
     @classmethod
-    def from_run(cls, results: list[CellResult], env: Environment, probe: dict, comparable: dict, scenario: str,
-                 created: str | None = None) -> Baseline:
+    def from_run(cls, results: list[CellResult], env: Environment, probe: ProbeSeries, comparable: dict,
+                 scenario: str, created: str | None = None) -> Baseline:
         """A run's results (one per cell and repeat) as a baseline. A ValueError (one line) when a cell has
         two results for one repeat or the probe lacks a repeat."""
-        ideal = [float(x) for x in probe.get("ideal_samples_per_s", [])]
         grouped: dict[str, dict[int, CellResult]] = {}
         for c in relative_to_probe(results, probe):
             if c.repeat in grouped.setdefault(c.cell, {}):
@@ -98,8 +98,7 @@ class Baseline:
                    cells={cid: _cell(cid, reps) for cid, reps in grouped.items()},
                    created=created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                    machine=env.machine, versions=dict(env.versions), git=dict(env.git),
-                   probe={"ideal_samples_per_s": ideal,
-                          "memcpy_gb_s": [float(x) for x in probe.get("memcpy_gb_s", [])]})
+                   probe=ProbeSeries.from_json(probe.to_json()))
 
     @classmethod
     def from_json(cls, obj, where: str = "the baseline") -> Baseline:
@@ -114,12 +113,12 @@ class Baseline:
                    cells={cid: BaselineCell.from_json(c) for cid, c in obj["cells"].items()},
                    created=obj.get("created", ""), machine=dict(obj.get("machine") or {}),
                    versions=dict(obj.get("versions") or {}), git=dict(obj.get("git") or {}),
-                   probe=dict(obj.get("probe") or {}))
+                   probe=ProbeSeries.from_json(obj.get("probe")))
 
     def to_json(self) -> dict:
         return {"format": FORMAT, "created": self.created, "scenario": self.scenario,
                 "comparable": dict(self.comparable), "machine": dict(self.machine),
-                "versions": dict(self.versions), "git": dict(self.git), "probe": dict(self.probe),
+                "versions": dict(self.versions), "git": dict(self.git), "probe": self.probe.to_json(),
                 "cells": {cid: c.to_json() for cid, c in self.cells.items()}}
 
     def save(self, path: str | os.PathLike) -> None:

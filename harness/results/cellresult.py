@@ -305,15 +305,15 @@ def _median_like(values: list) -> float | int:
     return int(round(m)) if all(isinstance(v, int) for v in values) else m
 
 
-def relative_to_probe(results: list[CellResult], probe: dict) -> list[CellResult]:
+def relative_to_probe(results: list[CellResult], probe: ProbeSeries) -> list[CellResult]:
     """Each measured result's throughput as a multiple of its repeat's in-memory ideal loader (probe.jsonl,
-    figure `vs_probe`): the figure that stays comparable across machines."""
-    ideal = probe.get("ideal_samples_per_s") or []
+    figure `vs_probe`): the figure that stays comparable across machines. The one place it is computed (the
+    baseline's `normalised` is this figure)."""
     out = []
     for r in results:
-        thr = r.figures.throughput
-        if thr is not None and r.repeat < len(ideal) and ideal[r.repeat]:
-            r = dataclasses.replace(r, figures=r.figures.replace(vs_probe=thr / ideal[r.repeat]))
+        thr, ideal = r.figures.throughput, probe.ideal(r.repeat)
+        if thr is not None and ideal is not None:
+            r = dataclasses.replace(r, figures=r.figures.replace(vs_probe=thr / ideal))
         out.append(r)
     return out
 

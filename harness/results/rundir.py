@@ -11,6 +11,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
+from harness.results.probeline import ProbeLine, ProbeSeries
 
 
 def new_run_dir(out_root: Path, scenario_name: str) -> Path:
@@ -114,13 +115,12 @@ def read_results(run_dir: Path) -> list[CellResult]:
 read_cells = read_results  # the older name
 
 
-def read_probe(run_dir: Path) -> dict:
-    """probe.jsonl as {"ideal_samples_per_s": [per repeat], "memcpy_gb_s": [per repeat]}."""
+def read_probe(run_dir: Path) -> ProbeSeries:
+    """probe.jsonl as the probe's figures per repeat (empty when the file does not exist)."""
     path = Path(run_dir) / "probe.jsonl"
     try:
-        lines = sorted(read_lines(path), key=lambda p: p["repeat"])
-        return {k: [p[k] for p in lines] for k in ("ideal_samples_per_s", "memcpy_gb_s")}
-    except (KeyError, TypeError) as err:
+        return ProbeSeries.from_lines([ProbeLine.from_json(p) for p in read_lines(path)])
+    except (KeyError, TypeError, ValueError) as err:
         raise ResultsError(f"{path} lacks {err} in a line; it is not a probe.jsonl of this harness") from None
 
 

@@ -76,7 +76,7 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
         cell = config.cells[index]
         if i == 0 or plan[i - 1][0] != repeat:  # the machine probe, once per repeat, while the others wait
             if rank == 0 and repeat not in _probed(config.run_dir):
-                rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat))
+                rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat).to_json())
             dist.barrier()
         storage = cell.choice("storage")
         verify_dir(data_paths[storage.label], storage.name)  # sizes and sampled checksums: nothing runs on bad data

@@ -14,6 +14,7 @@ import numpy as np
 
 from harness.config.scenario import Scenario
 from harness.data.generator import head
+from harness.results.probeline import ProbeLine
 from harness.train.torchdataset import SampleDataset, collate
 
 
@@ -58,6 +59,5 @@ def memcpy_gb_s(nbytes: int = 64 << 20, rounds: int = 5) -> float:
     return nbytes / best / 1e9
 
 
-def measure(scenario: Scenario, repeat: int) -> dict:
-    return {"repeat": repeat, "ideal_samples_per_s": ideal_samples_per_s(scenario),
-            "memcpy_gb_s": memcpy_gb_s()}
+def measure(scenario: Scenario, repeat: int) -> ProbeLine:
+    return ProbeLine(repeat, ideal_samples_per_s(scenario), memcpy_gb_s())
