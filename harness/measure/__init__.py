@@ -1,3 +1,4 @@
 """measure: what is recorded while a cell runs: the per-step arrays of the five-part accounting (recorder),
-the samplers of host memory, disk reads and loader CPU (telemetry), torch.profiler traces (profiling) and the
-visible GPUs (gpuinfo). Imports no other wing."""
+the typed per-rank record and the table of the five parts (rankrecord), the samplers of host memory, disk
+reads and loader CPU (telemetry), the CPU used outside the run (hostload), torch.profiler traces (profiling)
+and the visible GPUs (gpuinfo). Imports no other wing."""

@@ -39,7 +39,7 @@ def _setup(fig: Figure, labels: list[str], axes: list[str], title: str, xlabel: 
     ax.set_ylim(len(labels) - 0.5, -0.5)  # first cell on top
     ax.set_ylabel("/".join(axes), fontsize=9)
     ax.set_xlabel(xlabel)
-    suffix = f"  ({EMULATED_MARK} emulated accelerator: modelled step time)" if emulated(cells) else ""
+    suffix = f"\n({EMULATED_MARK} emulated accelerator: modelled step time)" if emulated(cells) else ""  # fits
     ax.set_title(title + suffix, fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)

@@ -12,7 +12,7 @@ and with W < N workers the loader is further bounded by W / loader_cpu_s_per_sam
 process, one core). The prediction for all ranks is world_size * rate. It assumes the cores are
 independent and fully usable and ignores peer waits and memory bandwidth: an upper bound, labelled as
 modelled wherever it is shown. On the 2-core development machine it predicted a 2-worker run from a
-1-worker run within -4% to +24% (README, "What-if").
+1-worker run within -4% to +24% (docs/emulated-accelerator.md, "What-if").
 """
 from __future__ import annotations
 

@@ -39,6 +39,7 @@ from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import (
     LazyHandle,
     Maps,
+    PicklesUnmapped,
     build_samples,
     checked_fields,
     checked_indices,
@@ -152,7 +153,7 @@ def _chunked_rows(ds: h5py.Dataset, sorted_idx: np.ndarray) -> np.ndarray:
     return gather_rows(stack.reshape(-1, ds.shape[1]), which * rows + sorted_idx % rows)
 
 
-class Hdf5Reader:
+class Hdf5Reader(PicklesUnmapped):
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
         self.fields = checked_fields(fields)
@@ -214,10 +215,6 @@ class Hdf5Reader:
         self._h.close()
         self._stored = None
         _OPEN_READERS.discard(self)
-
-    def __getstate__(self):
-        return dict(self.__dict__, _stored=None)  # a mapped array would pickle as a copy
-
 
 def _write_chunked(f: h5py.File, samples: Iterable[Sample], count: int, rows: int, compression: str,
                    stored: np.ndarray) -> None:

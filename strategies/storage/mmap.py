@@ -21,6 +21,7 @@ from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import (
     LazyHandle,
     Maps,
+    PicklesUnmapped,
     build_samples,
     checked_fields,
     checked_indices,
@@ -37,7 +38,7 @@ _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
 _VAR = ("jpeg", "caption")
 
 
-class MmapReader:
+class MmapReader(PicklesUnmapped):
     """Reads a batch with one sorted fancy index per embedding array (into one buffer per batch and field)
     and one slice per sample of each flat byte buffer. Offsets and stored bytes stay memory-mapped, so the
     reader's memory does not grow with the dataset."""
@@ -90,10 +91,6 @@ class MmapReader:
     def close(self) -> None:
         self._maps.close()
         self._stored = None
-
-    def __getstate__(self):
-        return dict(self.__dict__, _stored=None)  # a mapped array would pickle as a copy
-
 
 class _FlatWriter:
     def __init__(self, path: Path, count: int):

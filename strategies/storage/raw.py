@@ -26,6 +26,7 @@ from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.base import (
     LazyHandle,
+    PicklesUnmapped,
     build_samples,
     checked_fields,
     checked_indices,
@@ -63,7 +64,7 @@ class _Dir:
             self.fd = None
 
 
-class RawReader:
+class RawReader(PicklesUnmapped):
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
         self.fields = checked_fields(fields)
@@ -137,10 +138,6 @@ class RawReader:
     def close(self) -> None:
         self._dir.close()
         self._stored = None
-
-    def __getstate__(self):
-        return dict(self.__dict__, _stored=None)  # a mapped array would pickle as a copy
-
 
 @register("storage", "raw")
 class RawStorage(StorageBase):
