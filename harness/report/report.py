@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness.measure.rankrecord import SHOWN_PARTS
-from harness.report import articles, plots, whatif
+from harness.report import articles, effects, plots, verdict, whatif
 from harness.report.tables import (
     Table,
     display_name,
@@ -37,6 +37,7 @@ from harness.report.tables import (
 )
 from harness.results import rundir as run_files
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats, relative_to_probe
+from harness.results.effects import Effect
 from harness.results.environment import Environment
 from harness.results.probeline import ProbeSeries
 
@@ -303,14 +304,27 @@ def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) 
             memory_io_table(cells), batching_table(cells), decomposition_table(cells)]
 
 
+def in_matrix_order(results: list[CellResult], env: Environment | None) -> list[CellResult]:
+    """Results sorted by their cell's place in the matrix (env.json's settings list the cells), then repeat:
+    the tables list cells in the matrix's order whatever order they were visited in."""
+    ids = (env.settings or {}).get("cells") if env else None
+    rank = {cid: i for i, cid in enumerate(ids or [])}
+    return sorted(results, key=lambda r: (rank.get(r.cell, len(rank)), r.repeat))
+
+
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
-           what_if_cores: float | None = None) -> str:
-    """The whole report: header once, the run's tables, then the articles' tables. "text" or "markdown"."""
-    cells, cells_1x = merge_repeats(results), merge_repeats(results_1x or [])
+           what_if_cores: float | None = None, fitted: list[Effect] | None = None) -> str:
+    """The whole report: the answer first (verdict, effects), the header once, the run's tables, then the
+    articles' tables. "text" or "markdown"."""
+    cells, cells_1x = merge_repeats(in_matrix_order(results, env)), merge_repeats(results_1x or [])
     markdown = fmt == "markdown"
-    parts = ([f"# {REPORT_TITLE}", ""] if markdown else []) + render_lines(
-        header_lines(cells, env, probe, cells_1x), fmt)
+    parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
+    if cells and fitted is not None:
+        parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None), fmt) + [""]
+    parts += render_lines(header_lines(cells, env, probe, cells_1x), fmt)
+    if fitted:
+        parts += render_tables([effects.effects_table(fitted, any(c.emulated for c in cells))], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     if cells:
         samples = ((env.dataset if env else None) or {}).get("samples")
@@ -340,8 +354,11 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
               results_1x: list[CellResult] | None = None, what_if_cores: float | None = None) -> str:
     """Write summary.csv, report.md and plots/ into run_dir; return the terminal text."""
     probe = run_files.read_probe(run_dir)
-    results = relative_to_probe(results, probe)
+    results = in_matrix_order(relative_to_probe(results, probe), env)
+    fitted = effects.run_effects(results, (env.settings or {}).get("cells") if env else None)
+    effects.write_effects(run_dir, fitted)
     summary_frame(results).to_csv(run_dir / "summary.csv", index=False)
-    (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores))
+    (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted))
     plots.write_plots(results, run_dir / "plots")
-    return render(results, env, probe, results_1x, "text", what_if_cores)
+    effects.effects_plot(fitted, run_dir / "plots" / "effects.png")
+    return render(results, env, probe, results_1x, "text", what_if_cores, fitted)
