@@ -192,7 +192,9 @@ def test_cell_line_writes_the_schema_and_the_names():
     assert set(line) == set(CellResult.KEYS)
     assert "consumed" not in line["ranks"][0] and "phases" not in line["ranks"][0]  # phases: --decompose only
     current = fixture_lines("cells_schema2.jsonl")[0]["ranks"][0]
-    assert set(line["ranks"][0]) == set(current)  # a rank built in code writes every key a run writes
+    assert set(line["ranks"][0]) == set(current) | {"setup_s"}  # every key a run writes (setup_s: newer)
+    assert line["figures"]["window_share_pct"] == pytest.approx(32.4, abs=0.05)
+    assert line["figures"]["setup_s"] == pytest.approx(1.235 - 0.4, abs=0.002)
     json.dumps(line)
     assert summary_text(line) == "    10 samples/s, stall 25%, AU 75% (1.2 s)"
     assert summary_text(dict(line, error="OOM: too big")) == "    OOM: too big (1.2 s)"

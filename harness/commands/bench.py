@@ -9,7 +9,7 @@ import signal
 import sys
 from pathlib import Path
 
-from harness.commands import loaderonly, resume
+from harness.commands import resume
 from harness.commands.compare_runs import run_as_baseline, show_comparison
 from harness.config import runsetup, scenario
 from harness.config.matrix import expand, select
@@ -88,6 +88,8 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: Environment, baseli
 
 def run_loader_only(args: argparse.Namespace, argv: list[str], sc: scenario.Scenario) -> int:
     """--loader-only: each storage's read path alone, beside a RAM gather and the article's per-row reads."""
+    from harness.commands import loaderonly  # h5py, PIL and the article's code: only for this command
+
     run_dir = rundir.new_run_dir(args.out, f"{sc.name}-loader")
     env = Environment.capture(argv, {"mode": "loader-only", "accelerator": None, "world_size": 1})
     dataclasses.replace(env, scenario=sc.name, dataset=sc.dataset.to_dict(), cache_state=args.cache_state,

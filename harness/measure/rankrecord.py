@@ -189,6 +189,7 @@ class RankRecord(JsonRecord):
     page_cache: dict | None = None  # harness.data.pagecache.prepare's account, this rank's view
     phases: dict[str, Phase] | None = None  # with --decompose: compute, warm, cold
     param_digest: str = ""
+    setup_s: dict[str, float] = field(default_factory=dict)  # the visit's time outside the window, per phase
     consumed: dict[int, list[int]] = field(default_factory=dict)
 
     @classmethod

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report import articles, effects, plots, verdict, whatif
 from harness.report.tables import (
@@ -89,6 +90,18 @@ def import_lines(env: Environment | None) -> list[str]:
         line += f", {imp['empty_captions']} empty captions"
     return [line + ("; embeddings from the source" if imp.get("embeddings") == "source"
                     else "; embeddings: a fixed random projection of the pixels and captions")]
+
+
+def outside_load_lines(results: list[CellResult]) -> list[str]:
+    """One warning naming the visits during which other processes used much of the host's CPU."""
+    busy = [r for r in results if (r.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT]
+    if not busy:
+        return []
+    worst = max(busy, key=lambda r: r.figures.other_cpu_pct)
+    return [f"WARNING: other processes used more than {OUTSIDE_LOAD_PCT:.0f}% of this host's CPU during "
+            f"{len(busy)} of {len(results)} visit(s) (up to {worst.figures.other_cpu_pct:.0f}%, {worst.cell} "
+            f"repeat {worst.repeat}); their figures may show that load, not the strategy: rerun on a quiet "
+            f"machine, or with --repeats so the effects fit spreads it"]
 
 
 def failed_repeat_lines(cells: list[CellSummary]) -> list[str]:
@@ -322,7 +335,7 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
     if cells and fitted is not None:
         parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None), fmt) + [""]
-    parts += render_lines(header_lines(cells, env, probe, cells_1x), fmt)
+    parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results), fmt)
     if fitted:
         parts += render_tables([effects.effects_table(fitted, any(c.emulated for c in cells))], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)

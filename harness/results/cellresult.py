@@ -79,6 +79,10 @@ class Figures(JsonRecord):
     gpu_compute_au_pct: float | None = None  # schema 1 only: on CUDA, au_pct is now the CUDA-event time
     overrun_steps: int | None = None
     overrun_pct: float | None = None
+    setup_s: float | None = None  # the visit's time outside its measured window (elapsed_s - window_s)
+    window_share_pct: float | None = None  # the measured window / the visit's elapsed time, %
+    other_cpu_pct: float | None = None  # CPU used on the host by processes outside the run, % of the host
+    steal_pct: float | None = None  # CPU time the hypervisor gave to other guests, % of the host
     vs_probe: float | None = None  # derived when reporting: throughput / the repeat's ideal loader (probe.jsonl)
 
     @classmethod
@@ -319,7 +323,7 @@ def relative_to_probe(results: list[CellResult], probe: ProbeSeries) -> list[Cel
 
 
 def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[RankRecord], elapsed: float,
-              repeat: int = 0) -> dict:
+              repeat: int = 0, outside: tuple[float | None, float | None] = (None, None)) -> dict:
     """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and a
     harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
     repeat it belongs to)."""
@@ -328,7 +332,8 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
     result = CellResult.of_cell(
         scenario, cell, device_name, emulated, world_size=len(records), repeat=repeat,
         elapsed_s=round(elapsed, 3),
-        figures=Figures.from_json(metrics.cell_figures(records)),
+        figures=Figures.from_json(metrics.cell_figures(records)).replace(
+            **visit_share(records, elapsed), **outside_load(*outside)),
         coverage=metrics.coverage(records, scenario.dataset.samples),
         cache=metrics.cache_figures(records),
         page_cache=PageCache.from_json(page_cache) if page_cache is not None else None,
@@ -337,6 +342,19 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
         ranks=list(records),
     )
     return result.to_json()
+
+
+def visit_share(records: list[RankRecord], elapsed: float) -> dict:
+    """How much of a visit its measured window was: the slowest rank's window against the visit's time."""
+    window = max((r.window_s for r in records), default=0.0)
+    if not elapsed > 0 or not window > 0:
+        return {}
+    return {"setup_s": round(max(0.0, elapsed - window), 3), "window_share_pct": round(100 * window / elapsed, 2)}
+
+
+def outside_load(other_pct: float | None, steal_pct: float | None) -> dict:
+    """The outside-load figures of a visit (harness.measure.hostload), where they were measured."""
+    return {} if other_pct is None else {"other_cpu_pct": other_pct, "steal_pct": steal_pct}
 
 
 def summary_text(line: dict) -> str:

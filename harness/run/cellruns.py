@@ -15,6 +15,7 @@ import torch.distributed as dist
 from harness.config.matrix import Cell
 from harness.config.runconfig import LaunchConfig
 from harness.data.materialise import verify_dir
+from harness.measure.hostload import HostLoad
 from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
 from harness.results import cellresult, rundir
@@ -79,13 +80,14 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
                 rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat).to_json())
             dist.barrier()
         storage = cell.choice("storage")
+        started = time.perf_counter()
         verify_dir(data_paths[storage.label], storage.name)  # sizes and sampled checksums: nothing runs on bad data
         show = config.progress and rank == 0
         if show:
             print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)
         ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
                           cache_state=config.cache_state, decompose=config.decompose)
-        run_one(ctx, config, cell, repeat, device, show, position=i)
+        run_one(ctx, config, cell, repeat, device, show, position=i, started=started)
 
 
 def _probed(run_dir: Path) -> set[int]:
@@ -100,9 +102,14 @@ def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellP
 
 
 def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, device, show: bool,
-            position: int = 0) -> None:
-    """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line."""
-    started = time.perf_counter()
+            position: int = 0, started: float | None = None) -> None:
+    """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line. `started`:
+    when the visit began (its data check included); the line's elapsed_s runs from there to the gather."""
+    started = time.perf_counter() if started is None else started
+    checked = time.perf_counter()
+    load = HostLoad() if ctx.rank == 0 else None  # the host's CPU used outside the run during the visit
+    if load is not None:
+        load.start()
     progress = StepProgress() if show and sys.stderr.isatty() else None  # a log gets the summary line
     if config.supervised:
         progress = Heartbeat(config.run_dir, ctx.rank, position, cell.id, progress)
@@ -112,11 +119,15 @@ def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, dev
     finally:
         if progress is not None:
             progress.close()
+    record.setup_s = {"verify": round(checked - started, 4), **record.setup_s}
     gathered = [None] * ctx.world_size if ctx.rank == 0 else None
+    t_gather = time.perf_counter()
     dist.gather_object(record, gathered, dst=0)
     if ctx.rank == 0:
+        gathered[0].setup_s["gather"] = round(time.perf_counter() - t_gather, 4)
+    if ctx.rank == 0:
         line = cellresult.cell_line(config.scenario, cell, config.device_name or device.name, config.device != "cuda",
-                                 gathered, time.perf_counter() - started, repeat)
+                                    gathered, time.perf_counter() - started, repeat, outside=load.stop())
         rundir.append_cell(config.run_dir, line)
         if show:
             print(cellresult.summary_text(line), file=sys.stderr, flush=True)

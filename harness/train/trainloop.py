@@ -255,8 +255,12 @@ class Trainer:
         return info
 
     def phase(self, state: str, in_memory: bool = False, profiler=None) -> RankRecord:
-        """Warm-up then the measured window, from the real pipeline or from batches held in memory."""
+        """Warm-up then the measured window, from the real pipeline or from batches held in memory. The
+        record's `setup_s` says where the time outside the window went: building the pipeline, the page
+        cache, warm-up (the loader's first batches included), closing the pipeline."""
+        t0 = time.perf_counter()
         pipe = self.build()
+        t1 = time.perf_counter()
         if in_memory:
             n = max(1, min(IN_MEMORY_BATCHES, len(pipe.batch_sampler)))
             source = InMemoryBatches(collect_batches(pipe, n))
@@ -264,27 +268,33 @@ class Trainer:
         else:
             page_cache = self.prepare_page_cache(state)
             source = BatchSource(pipe, self.device)
+        t2 = time.perf_counter()
         try:
-            record = self._measure(pipe, source, profiler)
+            record, warmup_s = self._measure(pipe, source, profiler)
         finally:
+            t3 = time.perf_counter()
             source.close()
             pipe.close()
         record.page_cache = page_cache
+        record.setup_s = {"pipeline": round(t1 - t0, 4), "page_cache": round(t2 - t1, 4),
+                          "warmup": round(warmup_s, 4), "close": round(time.perf_counter() - t3, 4)}
         return record
 
-    def _measure(self, pipe: pipeline.Pipeline, source, profiler) -> RankRecord:
+    def _measure(self, pipe: pipeline.Pipeline, source, profiler) -> tuple[RankRecord, float]:
         loop = MeasuredLoop(self.device, self.ddp, self.optimizer, source, pipe.batching,
                             self.tr.warmup_steps, window_steps(self.tr, len(pipe.batch_sampler)),
                             progress=self.ctx.progress, shared_stats=pipe.shared_cache_stats(),
                             costs=pipe.costs, precision=self.precision, devprep=pipe.devprep)
         with MemorySampler() as memory, NvmlSampler(self.device.nvml_index) as nvml, \
                 (profiler or nullcontext()) as prof:
+            started = time.perf_counter()
             loop.run(memory, nvml, prof)
+        warmup_s = (loop.window_start or time.perf_counter()) - started
         record = loop.record(self.ctx.rank, memory, nvml)
         record.workers = self.tr.workers
         record.loader, record.model, record.precision = pipe.loader_kind, self.model.name, self.precision.label
         record.preprocess = "device" if pipe.devprep is not None else "host"
-        return record
+        return record, warmup_s
 
 
 def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
@@ -295,7 +305,9 @@ def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     pipeline with the dataset in the page cache, and with the page cache dropped. The cell's figures come
     from the phase matching ctx.cache_state (warm unless cold was asked for).
     """
+    started = time.perf_counter()
     trainer = Trainer(ctx, cell)
+    model_s = time.perf_counter() - started
     if not ctx.decompose:
         record = trainer.phase(ctx.cache_state, profiler=profiler)
     else:
@@ -306,4 +318,5 @@ def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
         record.phases = {"compute": compute.phase_summary(), "warm": warm.phase_summary(),
                          "cold": cold.phase_summary()}
     record.param_digest = param_digest(trainer.model)
+    record.setup_s = {"model": round(model_s, 4), **record.setup_s}
     return record
