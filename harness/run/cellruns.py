@@ -73,6 +73,7 @@ class Heartbeat:
 def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
             data_paths: dict[str, Path]) -> None:
     plan = config.todo()
+    verified: set[Path] = set()
     for i, (repeat, index) in enumerate(plan):
         cell = config.cells[index]
         if i == 0 or plan[i - 1][0] != repeat:  # the machine probe, once per repeat, while the others wait
@@ -81,7 +82,9 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
             dist.barrier()
         storage = cell.choice("storage")
         started = time.perf_counter()
-        verify_dir(data_paths[storage.label], storage.name)  # sizes and sampled checksums: nothing runs on bad data
+        if data_paths[storage.label] not in verified:  # sizes and sampled checksums: nothing runs on bad data
+            verify_dir(data_paths[storage.label], storage.name)  # (once per storage and rank, not per visit)
+            verified.add(data_paths[storage.label])
         show = config.progress and rank == 0
         if show:
             print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)
