@@ -122,6 +122,9 @@ def add_debug_option(parser) -> None:
 
 
 def add_compare_options(group) -> None:
+    group.add_argument("--gate-metric", choices=("throughput", "cpu"), default="throughput",
+                       help="throughput (default): samples/s normalised by the machine probe; cpu: the loader's and "
+                            "the rank's CPU seconds per sample (steadier on a shared runner)")
     group.add_argument("--raw", action="store_true",
                        help="compare raw samples/s instead of samples/s relative to the machine probe")
     group.add_argument("--min-effect", type=float, default=0.05, help="smallest change that counts (0.05)")

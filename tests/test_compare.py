@@ -262,3 +262,30 @@ def test_render_markdown_and_text():
     assert text.splitlines()[0].startswith("1 slower, 1 faster, 1 unchanged") and "|" not in text
     with pytest.raises(ValueError):
         cmp.render(c, "html")
+
+
+def cpu_run(factor=1.0, cell_factor=None, seed=0, repeats=5):
+    """A run whose cells cost loader + rank CPU per sample (the cpu gate metric), one cell scaled by factor."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for rep in range(repeats):
+        for c in CELLS:
+            f = factor if c == cell_factor else 1.0
+            cpu = 0.0004 * f * (1 + rng.normal(0, 0.01))
+            lines.append(CellResult(c, repeat=rep, figures=Figures(throughput=100.0, step_p50_ms=10.0,
+                                                                   loader_cpu_s_per_sample=cpu * 0.75,
+                                                                   rank_cpu_s_per_sample=cpu * 0.25)))
+    return Baseline.from_run(lines, ENV, ProbeSeries([1000.0] * repeats), COMPARABLE, "ci")
+
+
+def test_the_cpu_metric_calls_more_cpu_per_sample_slower():
+    c = cmp.compare(cpu_run(1.3, CELLS[1], seed=2), cpu_run(seed=1), metric="cpu")
+    assert verdicts(c) == {CELLS[0]: "unchanged", CELLS[1]: "slower", CELLS[2]: "unchanged"}
+    assert c.exit_code == 1 and c.rows[1].ratio == pytest.approx(1.3, rel=0.03)
+    assert "loader + rank CPU s/sample" in c.summary_line() and "CPU s/sample" in cmp.render(c)
+    cheaper = cmp.compare(cpu_run(0.7, CELLS[0], seed=2), cpu_run(seed=1), metric="cpu")
+    assert verdicts(cheaper)[CELLS[0]] == "faster" and cheaper.exit_code == 0
+    old = Baseline.from_json({k: v for k, v in cpu_run(seed=1).to_json().items()})
+    for cell in old.cells.values():
+        cell.cpu_s_per_sample = []
+    assert any("no loader + rank CPU" in w for w in cmp.compare(cpu_run(seed=2), old, metric="cpu").warnings)

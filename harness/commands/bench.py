@@ -80,7 +80,7 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: Environment, baseli
             print(f"baseline written: {args.save_baseline}", file=sys.stderr)
         if baseline is not None:
             code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
-                                                             args.alpha, args.strict),
+                                                             args.alpha, args.strict, args.gate_metric),
                                              run_dir / "comparison.md"))
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return code

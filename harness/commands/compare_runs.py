@@ -46,7 +46,8 @@ def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) 
 def main(args) -> int:
     baseline = run_as_baseline(args.run_a, "run A (the baseline)")
     current = run_as_baseline(args.run_b, "run B")
-    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha, args.strict)
+    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha, args.strict,
+                                 args.gate_metric)
     if args.markdown:
         print(compare.render(comparison, "markdown"))
         return comparison.exit_code

@@ -28,6 +28,9 @@ from harness.results import stats
 from harness.results.baseline import REMEDY, Baseline, BaselineCell, BaselineError
 from strategies.registry import ADDED_AXES
 
+METRIC_NAMES = {"normalised": "normalised throughput", "throughput": "raw throughput",
+                "cpu_s_per_sample": "loader + rank CPU s/sample"}
+LOWER_IS_BETTER = {"cpu_s_per_sample"}  # a rise of these is the regression
 VERDICTS = ("slower", "error", "faster", "unchanged", "inconclusive", "not comparable", "new", "missing")
 MACHINE_KEYS = ("cpu_model", "cpu_count", "hostname", "memory_gb")
 __all__ = ["BaselineError", "Comparison", "Row", "check_comparable", "compare", "render"]
@@ -66,7 +69,7 @@ class Comparison:
     def summary_line(self) -> str:
         counts = self.counts()
         parts = [f"{n} {v}" for v, n in counts.items() if n or v in ("slower", "faster", "unchanged")]
-        metric = "normalised throughput" if self.metric == "normalised" else "raw throughput"
+        metric = METRIC_NAMES[self.metric]
         return (f"{', '.join(parts)} (metric: {metric}, min effect {self.min_effect:.0%}, "
                 f"alpha {self.alpha:g}{', strict' if self.strict else ''})")
 
@@ -149,7 +152,8 @@ def _compare_cell(cid: str, cur: BaselineCell | None, base: BaselineCell | None,
     _, p = stats.mann_whitney_u(a, b)
     significant = p < alpha and abs(ratio - 1) >= min_effect
     note = "" if significant else ("below min effect" if p < alpha else "not significant")
-    verdict = ("faster" if ratio > 1 else "slower") if significant else "unchanged"
+    better = ratio < 1 if key in LOWER_IS_BETTER else ratio > 1
+    verdict = ("faster" if better else "slower") if significant else "unchanged"
     return Row(cid, mb, ma, ratio, p, verdict, note, regression=verdict == "slower")
 
 
@@ -158,10 +162,11 @@ def _med(xs) -> float | None:
 
 
 def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: float = 0.05,
-            alpha: float = 0.05, strict: bool = False) -> Comparison:
-    """Compare a run (as a Baseline, Baseline.from_run) with a baseline."""
+            alpha: float = 0.05, strict: bool = False, metric: str = "throughput") -> Comparison:
+    """Compare a run (as a Baseline, Baseline.from_run) with a baseline. `metric`: "throughput" (normalised
+    by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per sample)."""
     warnings = check_comparable(current.scenario, current.comparable, baseline)
-    key = "throughput" if raw else "normalised"
+    key = "cpu_s_per_sample" if metric == "cpu" else ("throughput" if raw else "normalised")
     cur_cells, base_cells = current.cells, baseline.cells
     ids = list(base_cells) + [c for c in cur_cells if c not in base_cells]
     rows = [_compare_cell(c, cur_cells.get(c), base_cells.get(c), key, min_effect, alpha) for c in ids]
@@ -169,6 +174,9 @@ def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect
     if both and any(side[c].params is None for c in both for side in (cur_cells, base_cells)):
         warnings.append("the baseline (or this run) does not record the strategies' parameters per cell "
                         f"(an older baseline): cells are matched by id alone; {REMEDY}")
+    if key == "cpu_s_per_sample" and any(not c.samples(key) and not c.error for c in base_cells.values()):
+        warnings.append(f"the baseline records no loader + rank CPU per sample (an older baseline): its cells "
+                        f"show as new; {REMEDY}")
     m_cur, m_base = current.machine, baseline.machine
     if raw and m_cur and m_base and any(m_cur.get(k) != m_base.get(k) for k in MACHINE_KEYS):
         warnings.append(f"raw throughput compared across machines (baseline: {m_base.get('hostname')}, "
@@ -211,7 +219,7 @@ def render(comparison: Comparison, fmt: str = "text") -> str:
     if fmt not in ("text", "markdown"):
         raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
     md = fmt == "markdown"
-    unit = "normalised" if comparison.metric == "normalised" else "samples/s"
+    unit = {"normalised": "normalised", "throughput": "samples/s"}.get(comparison.metric, "CPU s/sample")
     rows = []
     for r in comparison.rows:
         change = "-" if r.ratio is None else f"{(r.ratio - 1) * 100:+.1f}%"

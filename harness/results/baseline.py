@@ -24,6 +24,9 @@ version, any change of meaning bumps it):
   baseline and the run is not compared; without `params` on either side, cells are matched by id alone.
 - `normalised[i]` is the cell's `vs_probe` figure in repeat i (results.cellresult.relative_to_probe):
   throughput / the same repeat's machine probe, so a baseline made on another machine still means something.
+- `cpu_s_per_sample[i]` (optional, added later in version 1): the loader's and the rank's CPU seconds per
+  sample in repeat i, the second gate metric (`--gate-metric cpu`): it moves with the code's cost, not with
+  how much of a shared runner's CPU the run got.
 - A cell that errored in any repeat keeps the error(s) and no samples (all lists empty).
 """
 from __future__ import annotations
@@ -42,7 +45,7 @@ from harness.results.probeline import ProbeSeries
 FORMAT = "dlbench-baseline/1"
 REQUIRED = ("scenario", "comparable", "cells")
 REMEDY = "regenerate it with --save-baseline"
-SAMPLES = ("throughput", "normalised", "step_p50_ms")
+SAMPLES = ("throughput", "normalised", "step_p50_ms", "cpu_s_per_sample")
 
 
 class BaselineError(Exception):
@@ -54,6 +57,7 @@ class BaselineCell:
     throughput: list[float] = field(default_factory=list)
     normalised: list[float] = field(default_factory=list)
     step_p50_ms: list[float] = field(default_factory=list)
+    cpu_s_per_sample: list[float] = field(default_factory=list)  # loader + rank CPU per sample (added later)
     error: str | None = None
     params: dict | None = None  # None: an older baseline that does not record them
 
@@ -66,7 +70,7 @@ class BaselineCell:
         return cls(**{k: list(obj.get(k) or []) for k in SAMPLES}, error=obj.get("error"), params=obj.get("params"))
 
     def to_json(self) -> dict:
-        out = {k: list(self.samples(k)) for k in SAMPLES}
+        out = {k: list(self.samples(k)) for k in SAMPLES if k != "cpu_s_per_sample" or self.cpu_s_per_sample}
         out["error"] = self.error
         if self.params is not None:
             out["params"] = self.params
@@ -165,4 +169,7 @@ def _cell(cid: str, reps: dict[int, CellResult]) -> BaselineCell:
         cell.throughput.append(float(c.figures.throughput))
         cell.normalised.append(float(c.figures.vs_probe))
         cell.step_p50_ms.append(float(c.figures.step_p50_ms))
+        f = c.figures
+        if f.loader_cpu_s_per_sample is not None and f.rank_cpu_s_per_sample is not None:
+            cell.cpu_s_per_sample.append(float(f.loader_cpu_s_per_sample + f.rank_cpu_s_per_sample))
     return cell
