@@ -107,6 +107,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     gate.add_argument("--order", choices=ORDERS, default="random",
                       help="random (default): each repeat visits the cells in a fresh order drawn from a "
                            "recorded seed; fixed: the matrix's order every time")
+    gate.add_argument("--budget", type=duration, metavar="DURATION", default=0.0,
+                      help="after the planned repeats, keep visiting while an effect or the fastest cell is "
+                           "still open, until this much time (e.g. 300, 90s, 10m, 1h) has passed")
     gate.add_argument("--order-seed", type=int, metavar="N",
                       help="the seed of the random order (default: drawn, and recorded in env.json)")
     gate.add_argument("--save-baseline", type=Path, metavar="FILE", help="write this run as a baseline")
@@ -114,6 +117,16 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
     add_compare_options(gate)
     add_what_if_option(p)
+
+
+def duration(text: str) -> float:
+    """Seconds from "300", "90s", "10m" or "1h" (argparse turns the ValueError into one line, exit 2)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    seconds = float(number) * unit
+    if not seconds > 0:
+        raise ValueError(text)
+    return seconds
 
 
 def add_debug_option(parser) -> None:

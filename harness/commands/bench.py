@@ -136,7 +136,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                                  progress=not args.quiet, cache_state=args.cache_state,
                                  decompose=args.decompose, profile=args.profile, repeats=args.repeats,
                                  device_name=comparable["device"], regenerate=args.regenerate,
-                                 verify_data=args.verify_data, order=args.order, order_seed=args.order_seed)
+                                 verify_data=args.verify_data, order=args.order, order_seed=args.order_seed,
+                                 budget_s=args.budget, min_effect=args.min_effect)
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
     try:
         if not torchrun:

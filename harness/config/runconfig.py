@@ -37,6 +37,8 @@ class LaunchConfig:
     plan: list[tuple[int, int]] | None = None  # (repeat, index into cells) to run, in order; None: all
     order: str = "fixed"  # "random": each repeat visits the cells in its own order, drawn from order_seed
     order_seed: int = 0
+    budget_s: float = 0.0  # --budget: after the planned passes, more while the answer is open (0: none)
+    min_effect: float = 0.05  # the smallest effect that matters, for the budget's decisions
     device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
     supervised: bool = False  # spawned under harness.run.supervisor: ranks write heartbeats under run_dir
 

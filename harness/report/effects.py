@@ -16,26 +16,11 @@ from matplotlib.figure import Figure
 
 from harness.report.tables import Table
 from harness.results.cellresult import CellResult
-from harness.results.effects import Effect, Observation, fit_effects
-from strategies.registry import AXES
+from harness.results.effects import Effect, Observation, fit_effects, level_order
 
 # effects.jsonl's `figure` -> (the Figures attribute, the label in tables)
 FIGURES = {"throughput": ("throughput", "samples/s"), "au": ("au_pct", "AU %"),
            "device_memory": ("device_peak_gb", "device peak GB"), "host_memory": ("host_pss_peak_mb", "host PSS MB")}
-
-
-def level_order(results: list[CellResult], cell_ids: list[str] | None = None) -> dict[str, list[str]]:
-    """Each axis's levels (strategy labels) in the order the matrix lists them (`cell_ids`, the matrix's
-    cells in order, as env.json's settings record them; else the order of the results): the first level of
-    each axis is its reference."""
-    rank = {cid: i for i, cid in enumerate(cell_ids or [])}
-    order: dict[str, list[str]] = {}
-    for r in sorted(results, key=lambda r: rank.get(r.cell, len(rank))):
-        for axis, label in r.strategies.items():
-            order.setdefault(axis, [])
-            if label not in order[axis]:
-                order[axis].append(label)
-    return {a: order[a] for a in sorted(order, key=lambda a: AXES.index(a) if a in AXES else len(AXES))}
 
 
 def observations(results: list[CellResult], attribute: str) -> list[Observation]:

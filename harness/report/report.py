@@ -334,7 +334,9 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
     if cells and fitted is not None:
-        parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None), fmt) + [""]
+        passes = len({r.repeat for r in results})
+        parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None, passes),
+                              fmt) + [""]
     parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results), fmt)
     if fitted:
         parts += render_tables([effects.effects_table(fitted, any(c.emulated for c in cells))], fmt, level=2)

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from harness.report.effects import verdict_word
@@ -42,14 +43,29 @@ def fastest_lines(cells: list[CellSummary]) -> list[str]:
     return lines
 
 
-def effect_lines(effects: list[Effect]) -> list[str]:
+def passes_to_decide(e: Effect, passes: int) -> int | None:
+    """About how many passes in all would shrink the interval enough to exclude x1.00 (the interval narrows as
+    one over the square root of the visits); None when the estimate is itself nil (a ratio of x1.00)."""
+    half = (math.log(e.high) - math.log(e.low)) / 2
+    distance = abs(math.log(e.ratio))
+    if distance < 1e-3 or half <= 0:
+        return None
+    return max(passes + 1, math.ceil(passes * (half / distance) ** 2))
+
+
+def effect_lines(effects: list[Effect], passes: int = 1) -> list[str]:
     shown = [e for e in effects if e.figure == "throughput" and e.kind == "main" and e.level != e.reference]
     if not shown:
         return ["EFFECTS: too few visits to fit the effect of each choice (run with --repeats 3 or more)"]
     lines = ["EFFECTS on samples/s (ratio against the axis's first level, 95% interval, all cells and visits):"]
     for e in shown:
+        more = ""
+        if not e.decided:
+            need = passes_to_decide(e, passes)
+            more = (f" (about {need} passes in all would decide it, if the effect is real; {passes} so far)"
+                    if need is not None and need <= 100 * passes else " (no effect visible)")
         lines.append(f"  {e.axis}={e.level} vs {e.reference}: x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}] "
-                     f"{verdict_word(e)}")
+                     f"{verdict_word(e)}{more}")
     decided = sum(e.decided for e in shown)
     lines.append(f"  decided: {decided} of {len(shown)} (the rest: the interval includes x1.00; more visits "
                  f"narrow it)")
@@ -74,5 +90,6 @@ def binds_line(cells: list[CellSummary], cpu_count: int | None) -> str:
     return f"BINDS: the data path (median stall {stall:.0f}% with cores to spare; AU {au:.0f}%)"
 
 
-def verdict_lines(cells: list[CellSummary], effects: list[Effect], cpu_count: int | None) -> list[str]:
-    return fastest_lines(cells) + effect_lines(effects) + [binds_line(cells, cpu_count)]
+def verdict_lines(cells: list[CellSummary], effects: list[Effect], cpu_count: int | None,
+                  passes: int = 1) -> list[str]:
+    return fastest_lines(cells) + effect_lines(effects, passes) + [binds_line(cells, cpu_count)]

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from harness.results import stats
+from harness.results.cellresult import CellResult
+from strategies.registry import AXES
 
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
@@ -164,3 +166,17 @@ def fit_interactions(obs: list[Observation], order: dict[str, list[str]], figure
         if e is not None:
             out.append(e)
     return out
+
+
+def level_order(results: list[CellResult], cell_ids: list[str] | None = None) -> dict[str, list[str]]:
+    """Each axis's levels (strategy labels) in the order the matrix lists them (`cell_ids`, the matrix's
+    cells in order, as env.json's settings record them; else the order of the results): the first level of
+    each axis is its reference."""
+    rank = {cid: i for i, cid in enumerate(cell_ids or [])}
+    order: dict[str, list[str]] = {}
+    for r in sorted(results, key=lambda r: rank.get(r.cell, len(rank))):
+        for axis, label in r.strategies.items():
+            order.setdefault(axis, [])
+            if label not in order[axis]:
+                order[axis].append(label)
+    return {a: order[a] for a in sorted(order, key=lambda a: AXES.index(a) if a in AXES else len(AXES))}

@@ -13,12 +13,12 @@ from pathlib import Path
 import torch.distributed as dist
 
 from harness.config.matrix import Cell
-from harness.config.runconfig import LaunchConfig
+from harness.config.runconfig import LaunchConfig, visit_order
 from harness.data.materialise import verify_dir
 from harness.measure.hostload import HostLoad
 from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
-from harness.results import cellresult, rundir
+from harness.results import budget, cellresult, rundir
 from harness.run import probe, supervisor
 from harness.train.trainloop import RankContext, run_cell
 
@@ -72,25 +72,49 @@ class Heartbeat:
 
 def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
             data_paths: dict[str, Path]) -> None:
+    """The planned visits, then (with a budget) further passes while the answer is open and time is left."""
+    began = time.monotonic()
     plan = config.todo()
     verified: set[Path] = set()
     for i, (repeat, index) in enumerate(plan):
-        cell = config.cells[index]
-        if i == 0 or plan[i - 1][0] != repeat:  # the machine probe, once per repeat, while the others wait
-            if rank == 0 and repeat not in _probed(config.run_dir):
-                rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat).to_json())
-            dist.barrier()
-        storage = cell.choice("storage")
-        started = time.perf_counter()
-        if data_paths[storage.label] not in verified:  # sizes and sampled checksums: nothing runs on bad data
-            verify_dir(data_paths[storage.label], storage.name)  # (once per storage and rank, not per visit)
-            verified.add(data_paths[storage.label])
-        show = config.progress and rank == 0
-        if show:
-            print(f"[{i + 1}/{len(plan)}] {cell.id} ...", file=sys.stderr, flush=True)
-        ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
-                          cache_state=config.cache_state, decompose=config.decompose)
-        run_one(ctx, config, cell, repeat, device, show, position=i, started=started)
+        first_of_repeat = i == 0 or plan[i - 1][0] != repeat
+        visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, index), first_of_repeat,
+              f"{i + 1}/{len(plan)}")
+    repeat = config.repeats
+    while config.budget_s:
+        todo = [budget.next_pass(rundir.read_results(config.run_dir), [c.id for c in config.cells],
+                                 config.budget_s - (time.monotonic() - began), config.min_effect)
+                if rank == 0 else None]
+        dist.broadcast_object_list(todo, src=0)  # rank 0 decides; every rank runs the same pass
+        if not todo[0]:
+            break
+        order = visit_order(len(todo[0]), repeat, config.order, config.order_seed)
+        for k, j in enumerate(order):
+            visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, todo[0][j]), k == 0,
+                  f"budget pass {repeat + 1}, {k + 1}/{len(order)}")
+        repeat += 1
+
+
+def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, data_paths: dict[str, Path],
+          verified: set[Path], item: tuple[int, int], first_of_repeat: bool, position: str) -> None:
+    """One visit of one cell on this rank (the machine probe first when a repeat begins)."""
+    repeat, index = item
+    cell = config.cells[index]
+    if first_of_repeat:  # the machine probe, once per repeat, while the others wait
+        if rank == 0 and repeat not in _probed(config.run_dir):
+            rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat).to_json())
+        dist.barrier()
+    storage = cell.choice("storage")
+    started = time.perf_counter()
+    if data_paths[storage.label] not in verified:  # sizes and sampled checksums: nothing runs on bad data
+        verify_dir(data_paths[storage.label], storage.name)  # (once per storage and rank, not per visit)
+        verified.add(data_paths[storage.label])
+    show = config.progress and rank == 0
+    if show:
+        print(f"[{position}] {cell.id} ...", file=sys.stderr, flush=True)
+    ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
+                      cache_state=config.cache_state, decompose=config.decompose)
+    run_one(ctx, config, cell, repeat, device, show, position=index, started=started)
 
 
 def _probed(run_dir: Path) -> set[int]:
