@@ -7,6 +7,7 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from harness.commands import resume
@@ -137,7 +138,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                                  decompose=args.decompose, profile=args.profile, repeats=args.repeats,
                                  device_name=comparable["device"], regenerate=args.regenerate,
                                  verify_data=args.verify_data, order=args.order, order_seed=args.order_seed,
-                                 budget_s=args.budget, min_effect=args.min_effect)
+                                 budget_s=args.budget, min_effect=args.min_effect, started_at=time.time())
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
     try:
         if not torchrun:

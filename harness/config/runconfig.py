@@ -38,6 +38,7 @@ class LaunchConfig:
     order: str = "fixed"  # "random": each repeat visits the cells in its own order, drawn from order_seed
     order_seed: int = 0
     budget_s: float = 0.0  # --budget: after the planned passes, more while the answer is open (0: none)
+    started_at: float = 0.0  # time.time() when the run began: the budget's clock (survives a rank restart)
     min_effect: float = 0.05  # the smallest effect that matters, for the budget's decisions
     device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
     supervised: bool = False  # spawned under harness.run.supervisor: ranks write heartbeats under run_dir

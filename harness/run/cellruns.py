@@ -73,7 +73,7 @@ class Heartbeat:
 def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
             data_paths: dict[str, Path]) -> None:
     """The planned visits, then (with a budget) further passes while the answer is open and time is left."""
-    began = time.monotonic()
+    began = config.started_at or time.time()
     plan = config.todo()
     verified: set[Path] = set()
     for i, (repeat, index) in enumerate(plan):
@@ -83,7 +83,7 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
     repeat = config.repeats
     while config.budget_s:
         todo = [budget.next_pass(rundir.read_results(config.run_dir), [c.id for c in config.cells],
-                                 config.budget_s - (time.monotonic() - began), config.min_effect)
+                                 config.budget_s - (time.time() - began), config.min_effect)
                 if rank == 0 else None]
         dist.broadcast_object_list(todo, src=0)  # rank 0 decides; every rank runs the same pass
         if not todo[0]:
