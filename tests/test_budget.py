@@ -50,3 +50,14 @@ def test_passes_to_decide_grows_as_the_interval_narrows_with_the_square_root():
     need = passes_to_decide(e, 1)
     assert 3 <= need <= 6  # half-width 0.039 against a distance of 0.0198: (0.039 / 0.0198)^2 = 3.9 passes
     assert passes_to_decide(Effect("throughput", "storage", "mmap", "raw", 1.0, 0.9, 1.1, 24), 3) is None
+
+
+def test_a_visit_disturbed_by_outside_load_is_owed_a_new_visit():
+    apart = lines({"storage=raw": 1.0, "storage=mmap": 1.5, "storage=hdf5": 2.0}, passes=4, noise=0.002)
+    apart[10].figures = apart[10].figures.replace(other_cpu_pct=40.0)  # the last pass's visit of mmap
+    assert open_questions(apart, IDS).decided
+    assert next_pass(apart, IDS, seconds_left=100.0) == [1]
+    redone = apart + lines({"storage=raw": 1.0, "storage=mmap": 1.5, "storage=hdf5": 2.0}, passes=5,
+                           noise=0.002)[-2:-1]  # one undisturbed visit of mmap afterwards
+    redone[-1].repeat = 4
+    assert next_pass(redone, IDS, seconds_left=100.0) == []

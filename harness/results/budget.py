@@ -6,12 +6,15 @@ After the planned passes, another pass is worth its time while the answer is sti
   every cell;
 - otherwise, cells tied with the leader (their throughput interval overlaps the leader's) are open: the next
   pass visits the leader and them.
+Visits disturbed by outside load (figures.other_cpu_pct above harness.measure.hostload.OUTSIDE_LOAD_PCT) are
+owed a visit each: their cells join the next pass even when nothing else is open.
 Nothing open: the run is decided and stops early. A pass that would not fit in the time left is not started.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.results.cellresult import CellResult, merge_repeats
 from harness.results.effects import Observation, fit_effects, level_order
 
@@ -45,14 +48,27 @@ def open_questions(results: list[CellResult], cell_ids: list[str], min_effect: f
     return OpenQuestions(open_effects, tied if len(tied) > 1 else [])
 
 
+def owed_visits(results: list[CellResult]) -> list[str]:
+    """Cells with more visits disturbed by outside load than undisturbed visits after them."""
+    owed: dict[str, int] = {}
+    for r in sorted(results, key=lambda r: r.repeat):
+        if (r.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT:
+            owed[r.cell] = owed.get(r.cell, 0) + 1
+        elif owed.get(r.cell):
+            owed[r.cell] -= 1
+    return [c for c, n in owed.items() if n > 0]
+
+
 def next_pass(results: list[CellResult], cell_ids: list[str], seconds_left: float,
               min_effect: float = 0.05) -> list[int]:
-    """The indices (into cell_ids) the next pass visits; [] when the answer is decided or no pass fits."""
+    """The indices (into cell_ids) the next pass visits; [] when the answer is decided (and no disturbed
+    visit is owed) or no pass fits."""
     questions = open_questions(results, cell_ids, min_effect)
-    if questions.decided:
+    redo = [c for c in owed_visits(results) if c in cell_ids]
+    if questions.decided and not redo:
         return []
-    todo = list(range(len(cell_ids))) if questions.effects else [cell_ids.index(c) for c in questions.tied
-                                                                    if c in cell_ids]
+    wanted = cell_ids if questions.effects else list(dict.fromkeys(questions.tied + redo))
+    todo = sorted(cell_ids.index(c) for c in wanted if c in cell_ids)
     visits = [r.elapsed_s for r in results if r.elapsed_s]
     per_visit = sum(visits) / len(visits) if visits else 0.0
     return todo if per_visit * len(todo) <= seconds_left else []
