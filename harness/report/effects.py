@@ -16,16 +16,11 @@ from matplotlib.figure import Figure
 
 from harness.report.tables import Table
 from harness.results.cellresult import CellResult
-from harness.results.effects import Effect, Observation, fit_effects, level_order
+from harness.results.effects import Effect, fit_effects, level_order, observations
 
 # effects.jsonl's `figure` -> (the Figures attribute, the label in tables)
 FIGURES = {"throughput": ("throughput", "samples/s"), "au": ("au_pct", "AU %"),
            "device_memory": ("device_peak_gb", "device peak GB"), "host_memory": ("host_pss_peak_mb", "host PSS MB")}
-
-
-def observations(results: list[CellResult], attribute: str) -> list[Observation]:
-    return [Observation(dict(r.strategies), getattr(r.figures, attribute), r.repeat)
-            for r in results if r.measured and getattr(r.figures, attribute) is not None]
 
 
 def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) -> list[Effect]:

@@ -320,8 +320,7 @@ def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) 
 def in_matrix_order(results: list[CellResult], env: Environment | None) -> list[CellResult]:
     """Results sorted by their cell's place in the matrix (env.json's settings list the cells), then repeat:
     the tables list cells in the matrix's order whatever order they were visited in."""
-    ids = (env.settings or {}).get("cells") if env else None
-    rank = {cid: i for i, cid in enumerate(ids or [])}
+    rank = {cid: i for i, cid in enumerate((env.cell_ids if env else None) or [])}
     return sorted(results, key=lambda r: (rank.get(r.cell, len(rank)), r.repeat))
 
 
@@ -370,7 +369,7 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
     """Write summary.csv, report.md and plots/ into run_dir; return the terminal text."""
     probe = run_files.read_probe(run_dir)
     results = in_matrix_order(relative_to_probe(results, probe), env)
-    fitted = effects.run_effects(results, (env.settings or {}).get("cells") if env else None)
+    fitted = effects.run_effects(results, env.cell_ids if env else None)
     effects.write_effects(run_dir, fitted)
     summary_frame(results).to_csv(run_dir / "summary.csv", index=False)
     (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted))

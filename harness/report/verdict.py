@@ -14,7 +14,7 @@ import statistics
 
 from harness.report.effects import verdict_word
 from harness.report.tables import interval, shown_axes, stack_label
-from harness.results.cellresult import CellSummary
+from harness.results.cellresult import CellSummary, leader_and_tied
 from harness.results.effects import Effect
 
 DEVICE_BOUND_AU_PCT = 80.0  # a median AU at least this high: the device is what limits the run
@@ -22,18 +22,16 @@ SHOWN_TIED = 4  # tied cells named in the verdict (the rest are counted)
 
 
 def fastest_lines(cells: list[CellSummary]) -> list[str]:
-    measured = [c for c in cells if c.measured]
-    if not measured:
+    leader, tied = leader_and_tied(cells)
+    if leader is None:
         return ["FASTEST: no cell was measured"]
+    measured = [c for c in cells if c.measured]
     axes = shown_axes(cells)
 
     def name(c: CellSummary) -> str:
         return stack_label(cells, c, axes)
 
-    leader = max(measured, key=lambda c: c.figures.throughput)
     lead = interval(leader)
-    tied = [c for c in measured if c is not leader and lead is not None and (iv := interval(c)) is not None
-            and iv.high >= lead.low]
     shown = ", ".join(name(c) for c in tied[:SHOWN_TIED]) + (
         f" and {len(tied) - SHOWN_TIED} more" if len(tied) > SHOWN_TIED else "")
     band = f" [{lead.low:.0f}, {lead.high:.0f}] ({lead.label})" if lead else ""

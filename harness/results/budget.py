@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
-from harness.results.cellresult import CellResult, merge_repeats
-from harness.results.effects import Observation, fit_effects, level_order
+from harness.results.cellresult import CellResult, leader_and_tied, merge_repeats
+from harness.results.effects import fit_effects, level_order, observations
 
 
 @dataclass(frozen=True)
@@ -32,20 +32,14 @@ class OpenQuestions:
 def open_questions(results: list[CellResult], cell_ids: list[str], min_effect: float = 0.05) -> OpenQuestions:
     measured = [r for r in results if r.measured]
     order = level_order(measured, cell_ids)
-    fitted = fit_effects([Observation(dict(r.strategies), r.figures.throughput, r.repeat) for r in measured],
-                         order, interactions=False)
+    fitted = fit_effects(observations(measured, "throughput"), order, interactions=False)
     fitted_levels = {(e.axis, e.level) for e in fitted}
     open_effects = [f"{e.axis}={e.level}" for e in fitted if e.level != e.reference
                     and any(e.low < edge < e.high for edge in (1 + min_effect, 1 - min_effect))]
     open_effects += [f"{a}={lv}" for a, levels in order.items() for lv in levels[1:]
                      if (a, lv) not in fitted_levels]  # not estimable yet: too few visits
-    merged = [m for m in merge_repeats(measured) if m.figures.throughput_ci]
-    tied: list[str] = []
-    if merged:
-        leader = max(merged, key=lambda m: m.figures.throughput)
-        low = leader.figures.throughput_ci[0]
-        tied = [m.cell for m in merged if m.figures.throughput_ci[1] >= low]
-    return OpenQuestions(open_effects, tied if len(tied) > 1 else [])
+    leader, tied = leader_and_tied(merge_repeats(measured))
+    return OpenQuestions(open_effects, [leader.cell] + [c.cell for c in tied] if tied else [])
 
 
 def owed_visits(results: list[CellResult]) -> list[str]:

@@ -303,6 +303,27 @@ def merge_repeats(results: list[CellResult]) -> list[CellSummary]:
     return out
 
 
+def leader_and_tied(cells: list[CellSummary]) -> tuple[CellSummary | None, list[CellSummary]]:
+    """The measured cell with the highest throughput, and the other cells whose throughput interval reaches
+    the leader's lower bound (the data cannot tell them from it). No interval on the leader: no ties."""
+    measured = [c for c in cells if c.measured]
+    if not measured:
+        return None, []
+    leader = max(measured, key=lambda c: c.figures.throughput)
+    low = _ci(leader)
+    if low is None:
+        return leader, []
+    return leader, [c for c in measured if c is not leader and (ci := _ci(c, 1)) is not None and ci >= low[0]]
+
+
+def _ci(c: CellResult, end: int | None = None):
+    """The cell's finite [low, high] throughput interval (or one end of it), None without one."""
+    ci = c.figures.throughput_ci
+    if not ci or len(ci) != 2 or not all(isinstance(v, (int, float)) and np.isfinite(v) for v in ci):
+        return None
+    return ci if end is None else ci[end]
+
+
 def _median_like(values: list) -> float | int:
     """The median, kept an integer when every value is one (step counts, events)."""
     m = float(np.median(values))
@@ -332,8 +353,7 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
     result = CellResult.of_cell(
         scenario, cell, device_name, emulated, world_size=len(records), repeat=repeat,
         elapsed_s=round(elapsed, 3),
-        figures=Figures.from_json(metrics.cell_figures(records)).replace(
-            **visit_share(records, elapsed), **outside_load(*outside)),
+        figures=with_visit_figures(Figures.from_json(metrics.cell_figures(records)), elapsed, outside),
         coverage=metrics.coverage(records, scenario.dataset.samples),
         cache=metrics.cache_figures(records),
         page_cache=PageCache.from_json(page_cache) if page_cache is not None else None,
@@ -344,17 +364,16 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
     return result.to_json()
 
 
-def visit_share(records: list[RankRecord], elapsed: float) -> dict:
-    """How much of a visit its measured window was: the slowest rank's window against the visit's time."""
-    window = max((r.window_s for r in records), default=0.0)
-    if not elapsed > 0 or not window > 0:
-        return {}
-    return {"setup_s": round(max(0.0, elapsed - window), 3), "window_share_pct": round(100 * window / elapsed, 2)}
-
-
-def outside_load(other_pct: float | None, steal_pct: float | None) -> dict:
-    """The outside-load figures of a visit (harness.measure.hostload), where they were measured."""
-    return {} if other_pct is None else {"other_cpu_pct": other_pct, "steal_pct": steal_pct}
+def with_visit_figures(figures: Figures, elapsed: float, outside: tuple[float | None, float | None]) -> Figures:
+    """The figures plus how much of the visit its measured window was (`window_s`: the slowest rank's window)
+    and the host's outside load during it (harness.measure.hostload), where they were measured."""
+    extra = {}
+    window = figures.window_s or 0.0
+    if elapsed > 0 and window > 0:
+        extra.update(setup_s=round(max(0.0, elapsed - window), 3), window_share_pct=round(100 * window / elapsed, 2))
+    if outside[0] is not None:
+        extra.update(other_cpu_pct=outside[0], steal_pct=outside[1])
+    return figures.replace(**extra)
 
 
 def summary_text(line: dict) -> str:

@@ -180,3 +180,9 @@ def level_order(results: list[CellResult], cell_ids: list[str] | None = None) ->
             if label not in order[axis]:
                 order[axis].append(label)
     return {a: order[a] for a in sorted(order, key=lambda a: AXES.index(a) if a in AXES else len(AXES))}
+
+
+def observations(results: list[CellResult], attribute: str) -> list[Observation]:
+    """One observation per measured visit that has the figure (a Figures attribute), its pass the block."""
+    return [Observation(dict(r.strategies), getattr(r.figures, attribute), r.repeat)
+            for r in results if r.measured and getattr(r.figures, attribute) is not None]

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 LIBRARIES = ("torch", "h5py", "numpy", "pandas", "tabulate", "pillow", "simplejpeg", "pyarrow", "lmdb",
              "webdataset", "matplotlib", "nvidia-ml-py")
 RENAMED = {"import": "imported"}  # JSON key -> attribute, where the key is a Python keyword
+JSON_KEY = {attribute: key for key, attribute in RENAMED.items()}
 
 
 def _version(dist: str) -> str | None:
@@ -127,12 +128,17 @@ class Environment:
             value = getattr(self, f.name)
             if value is None and f.name in RUN_SETTINGS:
                 continue
-            out[next((k for k, v in RENAMED.items() if v == f.name), f.name)] = value
+            out[JSON_KEY.get(f.name, f.name)] = value
         return {**out, **self.extra}
 
     def write(self, run_dir: Path) -> None:
         path = Path(run_dir) / "env.json"
         path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+
+    @property
+    def cell_ids(self) -> list[str] | None:
+        """The run's cells in the matrix's order, as its settings record them (None for other commands)."""
+        return (self.settings or {}).get("cells")
 
     @property
     def torch_version(self) -> str | None:
