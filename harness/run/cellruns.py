@@ -79,8 +79,8 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
     for i, (repeat, index) in enumerate(plan):
         first_of_repeat = i == 0 or plan[i - 1][0] != repeat
         visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, index), first_of_repeat,
-              f"{i + 1}/{len(plan)}")
-    repeat = config.repeats
+              (i, f"{i + 1}/{len(plan)}"))
+    repeat, position = config.repeats, len(plan)
     while config.budget_s:
         todo = [budget.next_pass(rundir.read_results(config.run_dir), [c.id for c in config.cells],
                                  config.budget_s - (time.time() - began), config.min_effect)
@@ -91,13 +91,16 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
         order = visit_order(len(todo[0]), repeat, config.order, config.order_seed)
         for k, j in enumerate(order):
             visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, todo[0][j]), k == 0,
-                  f"budget pass {repeat + 1}, {k + 1}/{len(order)}")
+                  (position, f"budget pass {repeat + 1}, {k + 1}/{len(order)}"))
+            position += 1
         repeat += 1
 
 
 def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, data_paths: dict[str, Path],
-          verified: set[Path], item: tuple[int, int], first_of_repeat: bool, position: str) -> None:
-    """One visit of one cell on this rank (the machine probe first when a repeat begins)."""
+          verified: set[Path], item: tuple[int, int], first_of_repeat: bool, where: tuple[int, str]) -> None:
+    """One visit of one cell on this rank (the machine probe first when a repeat begins). `where`: the visit's
+    position in the run (the heartbeat's) and its progress label."""
+    position, label = where
     repeat, index = item
     cell = config.cells[index]
     if first_of_repeat:  # the machine probe, once per repeat, while the others wait
@@ -111,10 +114,10 @@ def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, 
         verified.add(data_paths[storage.label])
     show = config.progress and rank == 0
     if show:
-        print(f"[{position}] {cell.id} ...", file=sys.stderr, flush=True)
+        print(f"[{label}] {cell.id} ...", file=sys.stderr, flush=True)
     ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
                       cache_state=config.cache_state, decompose=config.decompose)
-    run_one(ctx, config, cell, repeat, device, show, position=index, started=started)
+    run_one(ctx, config, cell, repeat, device, show, position=position, started=started)
 
 
 def _probed(run_dir: Path) -> set[int]:
