@@ -34,6 +34,7 @@ from harness.config import runsetup, scenario
 from harness.config.runconfig import ORDERS
 from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
 from harness.results.baseline import BaselineError
+from harness.results.rundir import ResultsError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compare(argv[1:])
         resume_dir = None
         if any(a == "--resume" or a.startswith("--resume=") for a in argv):
-            resume_dir, argv = resume.resume_argv(argv)
+            resume_dir, argv = resume.resume_argv(argv, build_parser())
         args = build_parser().parse_args(argv)
         args.resume = resume_dir
         if args.list:
@@ -222,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(err, EXIT_USAGE, debug, f"run_bench.py: error: {err}")
     except BaselineError as err:
         return _fail(err, EXIT_BASELINE, debug, f"run_bench.py: error: {err}")
+    except ResultsError as err:  # a damaged file of a run directory (cells.jsonl, env.json): the user's to fix
+        return _fail(err, EXIT_USAGE, debug, f"run_bench.py: error: {err}")
     except Exception as err:  # a bug: say so in one line, exit 2 (never 1, which means a regression)
         where = _origin(err)
         return _fail(err, EXIT_USAGE, debug,

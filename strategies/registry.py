@@ -3,7 +3,11 @@
 A strategy module registers itself with ``@register("storage", "hdf5")``. Built-in strategies and those of
 installed distributions (entry-point group ``dlbench.strategies``, each entry point naming a module that
 registers on import) are loaded by :func:`load_builtins`; others by ``load_plugin("package.module")``.
-:func:`validate` checks a strategy's parameters by constructing it once, so a scenario fails at load time.
+A name registered twice on one axis is an error (:class:`DuplicateStrategy`) unless the second registration
+asks for it with ``@register(axis, name, override=True)``; importing the same module again is not a second
+registration. :func:`validate` checks a strategy's parameters by constructing it once, and
+:func:`check_training` checks them against the scenario's training settings (a strategy's optional
+``check_training(**settings)``, raising ValueError), so a scenario fails at load time, never inside a rank.
 """
 from __future__ import annotations
 
@@ -64,14 +68,30 @@ class InvalidParams(ValueError):
 
 
 class PluginError(ImportError):
-    """An entry point of group ``dlbench.strategies`` failed to import; the message is one line."""
+    """A plugin module or an entry point of group ``dlbench.strategies`` failed to import; one line."""
 
 
-def register(axis: str, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+class DuplicateStrategy(ValueError):
+    """A strategy registered under a name its axis already has, without ``override=True``."""
+
+
+def _origin(factory: Callable[..., Any]) -> str:
+    return f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
+
+
+def register(axis: str, name: str, override: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a factory under ``axis``/``name``. A name the axis already has (a built-in's, another
+    plugin's) is a DuplicateStrategy unless ``override`` is true; the same factory registered again (its
+    module imported twice) replaces itself silently."""
     if axis not in _REGISTRY:
         raise UnknownStrategy(f"unknown axis {axis!r}; axes are {', '.join(AXES)}")
 
     def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
+        existing = _REGISTRY[axis].get(name)
+        if existing is not None and not override and _origin(existing) != _origin(factory):
+            raise DuplicateStrategy(f"{axis} strategy {name!r} is already registered (by {_origin(existing)}); "
+                                    f"{_origin(factory)} must pick another name, or replace it on purpose "
+                                    f"with @register({axis!r}, {name!r}, override=True)")
         _REGISTRY[axis][name] = factory
         return factory
 
@@ -95,14 +115,30 @@ def load_entry_points() -> None:
             importlib.import_module(ep.module)
         except Exception as err:  # noqa: BLE001 - any failure of third-party code becomes one line
             dist = ep.dist.name if ep.dist is not None else "unknown distribution"
-            reason = " ".join(f"{type(err).__name__}: {err}".split())
+            reason = _one_line(err)
             raise PluginError(f"entry point {ep.name} = {ep.value} of {dist} (group {ENTRY_POINT_GROUP}) "
                               f"failed to import: {reason}") from None
     _scanned_path = path
 
 
 def load_plugin(module: str) -> None:
-    importlib.import_module(module)
+    """Import a plugin module; any failure (not found, a syntax error, an exception it raises, a duplicate
+    name) is a one-line PluginError naming the module."""
+    load_builtins()  # first, so that a plugin reusing a built-in's name is caught
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is not None and (module == err.name or module.startswith(err.name + ".")):
+            raise PluginError(f"module {module!r} not found; check the module name and PYTHONPATH") from None
+        raise PluginError(f"{module} failed to import: {_one_line(err)}") from None
+    except SyntaxError as err:
+        raise PluginError(f"{module} has a syntax error: {err.msg} ({err.filename}, line {err.lineno})") from None
+    except Exception as err:  # noqa: BLE001 - any failure of third-party code becomes one line
+        raise PluginError(f"{module} failed to import: {_one_line(err)}") from None
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(f"{type(err).__name__}: {err}".split())[:300]
 
 
 def names(axis: str) -> list[str]:
@@ -159,3 +195,18 @@ def validate(axis: str, name: str, params: dict[str, Any]) -> None:
     if lacks:
         raise InvalidParams(f"{axis} strategy {name!r} does not implement the {axis} protocol: missing "
                             f"{', '.join(lacks)} (see strategies.protocols)")
+
+
+def check_training(axis: str, name: str, params: dict[str, Any], settings: dict[str, Any]) -> None:
+    """The strategy's parameters against the run's training settings (``batch_size`` per rank,
+    ``world_size``, ``samples`` or None when not yet known, ``workers``): the strategy's own
+    ``check_training(**settings)`` when it has one; its ValueError becomes InvalidParams naming the axis and
+    the strategy. Called when the scenario loads, so that a value a rank would reject stops the run first."""
+    strategy = get(axis, name)(**params)
+    check = getattr(strategy, "check_training", None)
+    if check is None:
+        return
+    try:
+        check(**settings)
+    except (ValueError, TypeError) as err:
+        raise InvalidParams(f"{axis} strategy {name!r}: {' '.join(str(err).split())}") from None

@@ -46,9 +46,8 @@ def load_plugins(modules: list[str]) -> None:
     for module in modules:
         try:
             registry.load_plugin(module)
-        except ImportError as err:
-            raise UsageError(f"--plugin {module}: cannot import ({err}); check the module name and PYTHONPATH"
-                             ) from None
+        except registry.PluginError as err:
+            raise UsageError(f"--plugin {module}: {err}") from None
 
 
 def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
@@ -121,7 +120,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"{i:3d}  {cell.id}")
         print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
         return EXIT_OK
-    runsetup.scan_source(sc, args.data_dir, progress=not args.quiet)  # an imported source: its size, corrupt JPEGs
+    runsetup.scan_source(sc, args.data_dir, not args.quiet, args)  # an imported source: its size, corrupt JPEGs
     if args.loader_only:
         return run_loader_only(args, argv, sc)
     comparable = comparable_of(sc, device, args.cache_state)

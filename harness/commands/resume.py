@@ -44,8 +44,11 @@ def order_seed(args) -> int:
     return int.from_bytes(os.urandom(4), "little")
 
 
-def resume_argv(argv: list[str]) -> tuple[Path, list[str]]:
-    """(RUN_DIR, the command line to run): the recorded one when only free options were given."""
+def resume_argv(argv: list[str], parser=None) -> tuple[Path, list[str]]:
+    """(RUN_DIR, the command line to run): the recorded one when only free options were given; a whole
+    command line (with --scenario) as given (its settings are checked against the run's later); other
+    options without --scenario must not change the recorded command line (checked with ``parser``, the
+    run's argument parser): a UsageError names each option that differs."""
     rest, run_dir, i = [], None, 0
     while i < len(argv):
         if argv[i] == "--resume" and i + 1 < len(argv):
@@ -60,8 +63,32 @@ def resume_argv(argv: list[str]) -> tuple[Path, list[str]]:
         raise UsageError("--resume needs a run directory: --resume results/<run>")
     env = read_run_env(run_dir)
     if any(a not in FREE_OPTIONS for a in rest):
-        return run_dir, rest
+        whole = any(a == "--scenario" or a.startswith("--scenario=") for a in rest)
+        if whole or parser is None:
+            return run_dir, rest
+        _same_options(run_dir, parser, list(env.argv), rest)
     return run_dir, list(env.argv) + [a for a in rest if a not in env.argv]
+
+
+def _same_options(run_dir: Path, parser, recorded: list[str], given: list[str]) -> None:
+    """A UsageError naming the options in ``given`` that change the run's recorded command line."""
+    before, after = parser.parse_args(recorded), parser.parse_args(recorded + given)
+    free = {o.lstrip("-").replace("-", "_") for o in FREE_OPTIONS}
+    differ = [k for k in vars(after) if k not in free and getattr(before, k, None) != getattr(after, k)]
+    if differ:
+        what = "; ".join(f"--{k.replace('_', '-')} {_shown(getattr(after, k))} (the run's: "
+                         f"{_shown(getattr(before, k, None))})" for k in differ)
+        raise UsageError(f"--resume {run_dir}: these options differ from the run's: {what}; resume with just "
+                         f"--resume {run_dir} (free to add: {', '.join(sorted(FREE_OPTIONS))}), or start a new "
+                         f"run with them")
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "not given, the scenario's"
+    if isinstance(value, list):
+        return " ".join(map(str, value)) or "none"
+    return str(value)
 
 
 def read_run_env(run_dir: Path) -> Environment:
@@ -107,6 +134,7 @@ def open_run_dir(args, argv: list[str], sc, device: str,
         env = read_run_env(args.resume)
         check_settings(args.resume, env.settings, settings)
         run_dir = Path(args.resume)
+        rundir.read_results(run_dir)  # now: a damaged line is one line naming it, a cut last line a warning
         env.resumed = [*(env.resumed or []), utc_now()]
     else:
         run_dir = rundir.new_run_dir(args.out, sc.name)

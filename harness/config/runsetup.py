@@ -47,16 +47,22 @@ def with_source(args: argparse.Namespace, sc: scenario.Scenario) -> scenario.Sce
     return dataclasses.replace(sc, dataset=source)
 
 
-def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool) -> None:
+def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool,
+                args: argparse.Namespace | None = None) -> None:
     """An imported source is scanned now (or its earlier scan read from data_dir): its size, corrupt JPEGs
-    and image sides are known before the run directory is written."""
+    and image sides are known before the run directory is written. A sample limit (--samples) beyond the
+    source's size, or a batch beyond a rank's share, is a UsageError naming the flag or field that set it."""
     if not isinstance(sc.dataset, SourceSpec):
         return
     from harness.data.materialise import _writable, scanned
 
     _writable(Path(data_dir))
     scanned(sc.dataset, data_dir, progress)
-    scenario.checked_source_size(sc, f"data source {sc.dataset.root}")
+    given = vars(args) if args is not None else {}
+    scenario.checked_source_size(
+        sc, f"data source {sc.dataset.root}",
+        limit_from="--samples" if given.get("samples") is not None else f"{sc.path} [dataset] samples",
+        batch_from="--batch-size" if given.get("batch_size") is not None else f"{sc.path} [training] batch_size")
 
 
 def import_env(sc: scenario.Scenario) -> dict | None:

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.accelerators import Accelerator, get_accelerator
+from harness.config.matrixload import StrategyChoice, parse_matrix
 from harness.data.decoders import DECODERS, DEFAULT_DECODER
 from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
 from harness.errors import UsageError
-from strategies import registry
+
+__all__ = ["Scenario", "StrategyChoice", "Training", "load"]
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 NOT_SCENARIOS = {"accelerators"}
@@ -33,7 +35,10 @@ SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
                  "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
                  "seed": (int, 0), "cell_timeout_s": (float, 0.0), "decoder": (str, DEFAULT_DECODER)},
 }
-TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix"}
+# [accelerators.NAME] (catalogue entries of the scenario's own, keys as in scenarios/accelerators.toml) and
+# [target] are kept as raw tables on the Scenario (accelerators_extra, target); other modules interpret them.
+TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix", "accelerators", "target"}
+MAX_INT = 2**63 - 1  # what a 64-bit counter holds; a larger integer in a scenario is a mistake
 
 # command-line flag -> (section, field)
 OVERRIDES = {
@@ -42,24 +47,6 @@ OVERRIDES = {
     "world_size": ("hardware", "count"), "workload": ("training", "workload"),
     "warmup_steps": ("training", "warmup_steps"),
 }
-
-
-@dataclass(frozen=True)
-class StrategyChoice:
-    """One strategy on one axis with its parameters."""
-
-    axis: str
-    name: str
-    params: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def label(self) -> str:
-        if not self.params:
-            return self.name
-        return f"{self.name}(" + ",".join(f"{k}={v}" for k, v in self.params) + ")"
-
-    def create(self) -> Any:
-        return registry.create(self.axis, self.name, **dict(self.params))
 
 
 @dataclass(frozen=True)
@@ -89,6 +76,8 @@ class Scenario:
     dataset: DatasetSpec  # or an imported source (harness.data.importer.SourceSpec): [dataset] source, --data
     training: Training
     matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
+    accelerators_extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # [accelerators.NAME], raw
+    target: dict[str, Any] | None = None  # [target], raw
 
 
 def available() -> dict[str, Path]:
@@ -112,6 +101,9 @@ def resolve_path(ref: str) -> Path:
     if ref in scenarios:
         return scenarios[ref]
     path = Path(ref)
+    if path.is_dir():
+        raise UsageError(f"scenario {ref} is a directory, not a scenario file; pass a .toml file (e.g. "
+                         f"{path / 'NAME.toml'}) or one of: {', '.join(scenarios)}")
     if path.suffix == ".toml" or "/" in ref:
         if not path.is_file():
             raise UsageError(f"scenario file {ref} does not exist; pass a TOML file or one of: "
@@ -127,6 +119,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except tomllib.TOMLDecodeError as err:
         raise UsageError(f"{path}: malformed TOML: {err}; fix the file") from None
+    except UnicodeDecodeError as err:
+        raise UsageError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+                         f"TOML files are UTF-8: save the scenario file as UTF-8") from None
     except OSError as err:
         raise UsageError(f"{path}: cannot read scenario: {err.strerror}") from None
 
@@ -175,8 +170,35 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         world_size=hw["count"],
         dataset=_dataset(path, ds, where),
         training=Training(**tr),
-        matrix=_matrix(path, raw.get("matrix", {})),
+        matrix=parse_matrix(path, raw.get("matrix", {}), _settings(hw, ds, tr), _settings_origin(origin)),
+        **_extra_tables(path, raw),
     )
+
+
+def _settings(hw: dict[str, Any], ds: dict[str, Any], tr: dict[str, Any]) -> dict[str, Any]:
+    """The training settings a strategy's parameters are checked against (strategies.registry
+    .check_training); samples is None while an imported source is not scanned."""
+    return {"batch_size": tr["batch_size"], "world_size": hw["count"],
+            "samples": None if ds["source"] else ds["samples"], "workers": tr["workers"]}
+
+
+def _settings_origin(origin: dict[tuple[str, str], str]) -> str:
+    names = {("training", "batch_size"): "batch_size", ("hardware", "count"): "ranks",
+             ("dataset", "samples"): "samples", ("training", "workers"): "workers"}
+    given = [f"{names[k]} from {flag}" for k, flag in origin.items() if k in names]
+    return f"; {', '.join(given)}" if given else ""
+
+
+def _extra_tables(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
+    """[accelerators.NAME] and [target] as given (shape checked only: tables)."""
+    extra = raw.get("accelerators", {})
+    if not isinstance(extra, dict) or any(not isinstance(v, dict) for v in extra.values()):
+        raise UsageError(f"{path}: [accelerators] must hold tables [accelerators.NAME] with the keys of "
+                         f"scenarios/accelerators.toml")
+    target = raw.get("target")
+    if target is not None and not isinstance(target, dict):
+        raise UsageError(f"{path}: target must be a table [target]")
+    return {"accelerators_extra": extra, "target": target}
 
 
 def _dataset(path: Path, ds: dict[str, Any], where) -> DatasetSpec | SourceSpec:
@@ -198,11 +220,28 @@ def source_spec(data: Path | str, layout: str | None, strict: bool, limit: int |
         raise UsageError(f"{where}: {err}") from None
 
 
-def checked_source_size(sc: Scenario, where: str = "the data source") -> None:
-    """After the source's scan: as many samples as ranks at least."""
-    if sc.world_size > sc.dataset.samples:
-        raise UsageError(f"{sc.world_size} ranks exceed the {sc.dataset.samples} samples of {where}; use a "
+def batch_fits_share(batch_size: int, samples: int, ranks: int, where: str) -> None:
+    """A batch no larger than one rank's share of the dataset (every step would read the share, and the
+    report would state a batch size no step had)."""
+    share = -(-samples // ranks)
+    if batch_size > share:
+        raise UsageError(f"{where} = {batch_size} exceeds each rank's share of the dataset ({share} samples: "
+                         f"{samples} over {ranks} ranks), so no step could read {batch_size}; lower it to "
+                         f"{share} or less, or use more samples")
+
+
+def checked_source_size(sc: Scenario, where: str = "the data source", limit_from: str = "--samples",
+                        batch_from: str = "--batch-size") -> None:
+    """After the source's scan: as many samples as the limit asked for (``limit_from`` names where it was
+    set), as many as ranks, and a batch no larger than a rank's share."""
+    spec = sc.dataset
+    if spec.limit is not None and spec.samples < spec.limit:
+        raise UsageError(f"{limit_from} = {spec.limit} asks for more samples than {where} has ({spec.samples}); "
+                         f"pass --samples {spec.samples} or less (or leave it out for the whole source)")
+    if sc.world_size > spec.samples:
+        raise UsageError(f"{sc.world_size} ranks exceed the {spec.samples} samples of {where}; use a "
                          f"bigger source or fewer ranks (--world-size)")
+    batch_fits_share(sc.training.batch_size, spec.samples, sc.world_size, batch_from)
 
 
 def _visible_gpu_count(path: Path) -> int:
@@ -280,6 +319,8 @@ def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
     if ds["samples"] and hw["count"] > ds["samples"]:  # a source's own size is checked once it is scanned
         raise UsageError(f"{where('hardware', 'count')} = {hw['count']} ranks exceeds "
                          f"{ds['samples']} samples; use more samples or fewer ranks")
+    if ds["samples"] and not ds["source"]:  # a source's size is known once it is scanned
+        batch_fits_share(tr["batch_size"], ds["samples"], hw["count"], where("training", "batch_size"))
     if tr["cell_timeout_s"] < 0:
         raise UsageError(f"{where('training', 'cell_timeout_s')} must be >= 0 (0: derived from the steps)")
     if hw["memory_gb"] < 0:
@@ -291,41 +332,7 @@ def _typed(value: Any, kind: type, where: str) -> Any:
         return float(value)
     if kind is int and isinstance(value, bool) or not isinstance(value, kind):
         raise UsageError(f"{where} = {value!r} must be of type {kind.__name__}")
+    if kind is int and abs(value) > MAX_INT:
+        raise UsageError(f"{where} = {value} is beyond 2^63 - 1; give a realistic value")
     return value
 
-
-def _matrix(path: Path, raw: Any) -> dict[str, list[StrategyChoice]]:
-    if not isinstance(raw, dict):
-        raise UsageError(f"{path}: [matrix] must be a table of axis = [strategies]")
-    defaults = {axis: [name] for axis, name in registry.DEFAULTS.items()}
-    matrix: dict[str, list[StrategyChoice]] = {}
-    for axis in raw:
-        if axis not in registry.AXES:
-            raise UsageError(f"{path}: unknown axis [matrix] {axis}; axes are {', '.join(registry.AXES)}")
-    for axis in registry.AXES:
-        entries = raw.get(axis, defaults[axis])
-        if isinstance(entries, (str, dict)):
-            entries = [entries]
-        if not isinstance(entries, list) or not entries:
-            raise UsageError(f"{path}: [matrix] {axis} must be a non-empty list of strategies")
-        try:
-            known = registry.names(axis)
-        except registry.PluginError as err:
-            raise UsageError(str(err)) from None
-        choices = []
-        for entry in entries:
-            if isinstance(entry, dict):
-                params = dict(entry)
-                name = params.pop("name", None)
-            else:
-                name, params = entry, {}
-            if name not in known:
-                raise UsageError(f"{path}: [matrix] {axis} has unknown strategy {name!r}; "
-                                 f"known: {', '.join(known) or 'none'}")
-            try:
-                registry.validate(axis, name, params)
-            except registry.InvalidParams as err:
-                raise UsageError(f"{path}: matrix.{axis}: {err}") from None
-            choices.append(StrategyChoice(axis, name, tuple(sorted(params.items()))))
-        matrix[axis] = choices
-    return matrix

@@ -71,7 +71,10 @@ def read_lines(path: Path) -> list[dict]:
             out.append(json.loads(line))
         except json.JSONDecodeError as err:
             if i < len(lines) - 1:
-                raise ResultsError(f"{path}:{number} is not valid JSON ({err.msg})") from None
+                raise ResultsError(f"{path}:{number} is not valid JSON ({err.msg}), and it is not the last "
+                                   f"line (a cut last line is skipped; a damaged line elsewhere is not); "
+                                   f"repair or delete that line (a deleted cell line runs again with --resume)"
+                                   ) from None
             if str(path) not in _WARNED:
                 _WARNED.add(str(path))
                 print(f"run_bench.py: warning: {path}:{number}: the last line is cut off (the run was "
@@ -97,6 +100,11 @@ def drop_cut_tail(path: Path) -> bool:
     except ValueError:
         with open(path, "r+b") as f:
             f.truncate(start)
+        if str(path) not in _WARNED:
+            _WARNED.add(str(path))
+            number = data.count(b"\n") + 1
+            print(f"run_bench.py: warning: {path}:{number}: the last line is cut off (the run was killed while "
+                  f"writing it); removed, and that cell runs again", file=sys.stderr)
         return True
 
 

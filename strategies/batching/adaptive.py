@@ -78,12 +78,24 @@ class AdaptiveBatching(BatchingBase):
             raise ValueError(f"need low < high, got low={low} high={high}")
         self._built: AdaptiveBatchSampler | None = None  # the batch sampler observe() reports to
 
+    def limits(self, batch_size: int) -> tuple[int, int]:
+        """(min_batch, max_batch) for this batch size, the defaults filled in."""
+        return self.min_batch or max(1, batch_size // 4), self.max_batch or 4 * batch_size
+
+    def check_training(self, batch_size: int, **_settings) -> None:
+        """At load time (strategies.registry.check_training): the starting batch_size lies between
+        min_batch and max_batch."""
+        min_batch, max_batch = self.limits(batch_size)
+        if min_batch > batch_size:
+            raise ValueError(f"min_batch = {min_batch} exceeds the starting batch_size {batch_size}; lower "
+                             f"min_batch to {batch_size} or less (0: batch_size // 4)")
+        if max_batch < batch_size:
+            raise ValueError(f"max_batch = {max_batch} is below the starting batch_size {batch_size}; raise "
+                             f"max_batch to {batch_size} or more (0: 4 x batch_size)")
+
     def batch_sampler(self, sampler, batch_size: int, **_context) -> AdaptiveBatchSampler:
-        min_batch = self.min_batch or max(1, batch_size // 4)
-        max_batch = self.max_batch or 4 * batch_size
-        if not min_batch <= batch_size <= max_batch:
-            raise ValueError(f"need min_batch <= batch_size <= max_batch, got {min_batch}, {batch_size}, "
-                             f"{max_batch}")
+        min_batch, max_batch = self.limits(batch_size)
+        self.check_training(batch_size)
         self._built = AdaptiveBatchSampler(sampler, batch_size, min_batch, max_batch, self.low, self.high)
         return self._built
 

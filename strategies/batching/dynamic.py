@@ -83,11 +83,18 @@ class DynamicBatching(BatchingBase):
         self.bucket, self.bucket_window = flag("bucket", bucket), integer("bucket_window", bucket_window, 0)
         self.budget_fraction = number("budget_fraction", budget_fraction, 0, 1, low_open=True)
 
+    def check_training(self, batch_size: int, **_settings) -> None:
+        """At load time (strategies.registry.check_training): min_batch fits under the max_batch this
+        batch_size gives."""
+        if self.min_batch > (self.max_batch or 4 * batch_size):
+            raise ValueError(f"min_batch = {self.min_batch} exceeds max_batch = {self.max_batch or 4 * batch_size}"
+                             + ("" if self.max_batch else f" (max_batch 0 means 4 x batch_size {batch_size})")
+                             + f"; lower min_batch or set max_batch >= {self.min_batch}")
+
     def batch_sampler(self, sampler, batch_size: int, *, batch_cost: Callable[[list[int]], float],
                       budget: float, sort_key: np.ndarray | None = None, **_context) -> DynamicBatchSampler:
         max_batch = self.max_batch or 4 * batch_size
-        if self.min_batch > max_batch:
-            raise ValueError(f"min_batch {self.min_batch} exceeds max_batch {max_batch}")
+        self.check_training(batch_size)
         window = (self.bucket_window or 8 * batch_size) if self.bucket else 0
         return DynamicBatchSampler(sampler, batch_cost, budget * self.budget_fraction, max_batch,
                                    self.min_batch, window, sort_key)
