@@ -18,6 +18,7 @@ import numpy as np
 
 from strategies.protocols import Reader, Storage  # noqa: F401  (re-exported)
 from strategies.sample import FIELDS, Sample
+from strategies.storage import advice
 
 
 class LazyHandle:
@@ -142,11 +143,20 @@ def slices(flat, offsets: np.ndarray, sorted_idx: np.ndarray, base: int = 0) -> 
 
 
 def mapped_columns(fields: Sequence[str], flat: dict, arrays: dict, sorted_idx: np.ndarray, order: np.ndarray,
-                   bases: dict[str, int] | None = None) -> dict[str, list]:
+                   bases: dict[str, int] | None = None, hint: str = "normal") -> dict[str, list]:
     """A batch's per-field columns, in request order, from memory-mapped storage: the jpeg and caption bytes
     sliced from ``flat[name]`` at ``arrays[name + "_offsets"]`` (shifted by ``bases[name]``), the embeddings
-    gathered from ``arrays[name]`` into one buffer each."""
+    gathered from ``arrays[name]`` into one buffer each. Under any hint but "normal" every byte range the
+    batch reads is asked for first (advice.rows_will_need, advice.bytes_will_need)."""
     columns: dict[str, list] = {}
+    if hint != "normal":
+        for name in ("jpeg", "caption"):
+            if name in fields:
+                advice.bytes_will_need(flat[name], arrays[name + "_offsets"], sorted_idx,
+                                       (bases or {}).get(name, 0), hint)
+        for name in ("image_emb", "text_emb"):
+            if name in fields:
+                advice.rows_will_need(arrays[name], sorted_idx, hint)
     for name in ("jpeg", "caption"):
         if name in fields:
             got = slices(flat[name], arrays[name + "_offsets"], sorted_idx, (bases or {}).get(name, 0))
@@ -165,17 +175,25 @@ def build_samples(indices: list[int], columns: dict[str, list]) -> list[Sample]:
     return [Sample(*row) for row in zip(indices, *(columns.get(f, none) for f in FIELDS))]
 
 
-def map_file(path: str | Path):
-    """A read-only ``mmap.mmap`` of a whole file (bytes for an empty file, which cannot be mapped)."""
+def map_file(path: str | Path, hint: str = "normal"):
+    """A read-only ``mmap.mmap`` of a whole file (bytes for an empty file, which cannot be mapped), with the
+    access hint (strategies.storage.advice) on it."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return b""
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    advice.advise_map(mm, hint)
+    return mm
 
 
-def load_mapped(path: str | Path) -> np.ndarray:
-    """An .npy file memory-mapped (never loaded), as a plain ndarray view (no np.memmap subclass overhead)."""
-    return np.load(path, mmap_mode="r").view(np.ndarray)
+def load_mapped(path: str | Path, hint: str = "normal") -> np.ndarray:
+    """An .npy file memory-mapped (never loaded), as a plain ndarray view (no np.memmap subclass overhead),
+    with the access hint on its map."""
+    array = np.load(path, mmap_mode="r")
+    mm = advice.mapping_of(array)
+    if mm is not None:
+        advice.advise_map(mm, hint)
+    return array.view(np.ndarray)
 
 
 class Maps:

@@ -36,6 +36,7 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.advice import Advised, checked
 from strategies.storage.base import (
     LazyHandle,
     Maps,
@@ -92,8 +93,9 @@ def variant_of(layout: str, chunk_rows: int, compression: str) -> str:
 # ---- contiguous: one memory map of the file ----
 
 
-def _map_contiguous(path: Path, fields: tuple[str, ...]) -> Maps:
-    """Where each dataset lies in the file (h5py, then closed) and numpy views of one map of the file."""
+def _map_contiguous(path: Path, fields: tuple[str, ...], hint: str = "normal") -> Maps:
+    """Where each dataset lies in the file (h5py, then closed) and numpy views of one map of the file, which
+    carries the access hint (strategies.storage.advice)."""
     wanted = [f for f in fields if f in _EMB_DIMS] + [n for f in fields if f in _VAR for n in (f, f + "_offsets")]
     where = {}
     with h5py.File(path, "r") as f:
@@ -103,7 +105,7 @@ def _map_contiguous(path: Path, fields: tuple[str, ...]) -> Maps:
                 raise ValueError(f"{path}: dataset {name!r} is not contiguous and uncompressed")
             where[name] = (ds.id.get_offset(), ds.dtype, ds.shape)
     maps = Maps()
-    mm = map_file(path)
+    mm = map_file(path, hint)
     maps.files.append(mm)
     for name, (offset, dtype, shape) in where.items():
         size = int(np.prod(shape))
@@ -153,19 +155,27 @@ def _chunked_rows(ds: h5py.Dataset, sorted_idx: np.ndarray) -> np.ndarray:
     return gather_rows(stack.reshape(-1, ds.shape[1]), which * rows + sorted_idx % rows)
 
 
-class Hdf5Reader(PicklesUnmapped):
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+class Hdf5Reader(Advised, PicklesUnmapped):
+    """contiguous: the file's one map carries the access hint and a batch's rows are asked for before they
+    are gathered; chunked: h5py reads through its own descriptor (no hint reaches it), the hint applies to
+    the ``stored_bytes`` map."""
+
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
+        self.advice = checked(advice)
         meta = read_meta(self.path)
         self._count = int(meta["count"])
         self.layout = meta.get("layout", "chunked")  # files of earlier versions are chunked
         file = self.path / "data.h5"
         if self.layout == "contiguous":
-            self._h = LazyHandle(functools.partial(_map_contiguous, file, self.fields))
+            self._h = LazyHandle(self._map)
         else:
             self._h = LazyHandle(functools.partial(_open_chunked, file))
         self._stored: np.ndarray | None = None
+
+    def _map(self) -> Maps:
+        return _map_contiguous(self.path / "data.h5", self.fields, self.hint)
 
     def __len__(self) -> int:
         return self._count
@@ -184,7 +194,7 @@ class Hdf5Reader(PicklesUnmapped):
     def _read_mapped(self, sidx: np.ndarray, order: np.ndarray) -> dict[str, list]:
         maps = self._h.get()
         bases = {name: int(maps.arrays[name + "_base"]) for name in _VAR if name in self.fields}
-        return mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, bases)
+        return mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, bases, self.hint)
 
     def _read_chunked(self, idx: np.ndarray, sidx: np.ndarray, order: np.ndarray) -> dict[str, list]:
         f = self._h.get()
@@ -208,7 +218,7 @@ class Hdf5Reader(PicklesUnmapped):
     def stored_bytes(self) -> np.ndarray:
         """Memory-mapped int64[N]."""
         if self._stored is None:
-            self._stored = load_mapped(self.path / "stored_bytes.npy")
+            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
         return self._stored
 
     def close(self) -> None:
@@ -306,7 +316,9 @@ def _write_contiguous(f: h5py.File, samples: Iterable[Sample], count: int, path:
 class Hdf5Storage(StorageBase):
     name = "hdf5"
 
-    def __init__(self, layout: str = "contiguous", chunk_rows: int | None = None, compression: str = "none"):
+    def __init__(self, layout: str = "contiguous", chunk_rows: int | None = None, compression: str = "none",
+                 advice: str = "auto"):
+        self.advice = checked(advice)  # the readers' access hint (strategies.storage.advice)
         self.layout = choice("layout", layout, LAYOUTS)
         self.compression = choice("compression", compression, COMPRESSIONS)
         # Rows per embedding chunk. A random read of one row pulls a whole chunk from disk, so big chunks
@@ -340,7 +352,7 @@ class Hdf5Storage(StorageBase):
             raise ValueError(f"{path} holds hdf5{found}, not the hdf5{self.variant} asked for: regenerate it "
                              f"(--regenerate), or materialise each variant under its own directory "
                              f"(<key>-hdf5{self.variant})")
-        return Hdf5Reader(path, fields)
+        return Hdf5Reader(path, fields, self.advice)
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

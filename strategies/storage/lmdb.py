@@ -11,7 +11,9 @@ a little-endian header ``uint32[4]`` = (jpeg bytes, caption bytes, image_emb flo
 the jpeg, the utf-8 caption and the two float32 vectors. A reader opens the environment lazily in each
 process (one handle per process shared by its readers, see ``_EnvHandle``; readonly, ``lock=False``:
 nothing writes while it reads, so no reader table is needed;
-``readahead=False``: the reads are random, and readahead would fill the page cache with neighbours), reads a
+``readahead=False`` under the "random" access hint, the default: LMDB then puts MADV_RANDOM on its map, and
+read-ahead would fill the page cache with neighbours; ``readahead=True`` under "sequential" and "normal",
+the kernel's default read-ahead; strategies.storage.advice), reads a
 batch in one read transaction with zero-copy buffers, and copies out only the requested fields.
 
 The map size is fixed when the environment opens: it is sized from the count (``MAP_BYTES_PER_SAMPLE`` per
@@ -30,6 +32,7 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
+from strategies.storage.advice import Advised, checked
 from strategies.storage.base import (
     PicklesUnmapped,
     checked_fields,
@@ -79,10 +82,12 @@ if hasattr(os, "register_at_fork"):
 
 
 class _EnvHandle:
-    """One reader's use of its process's shared environment handle; picklable (opens nothing until used)."""
+    """One reader's use of its process's shared environment handle; picklable (opens nothing until used).
+    The handle is opened with the access hint of the first reader that opens it in the process."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, hint: str = "random"):
         self.path = path
+        self.hint = hint
         self._key: tuple[int, int] | None = None
         self._generation = -1
 
@@ -92,7 +97,8 @@ class _EnvHandle:
             key = (st.st_dev, st.st_ino)
             entry = _ENVS.get(key)
             if entry is None:
-                env = lmdb.open(self.path, readonly=True, lock=False, readahead=False, meminit=False)
+                env = lmdb.open(self.path, readonly=True, lock=False, readahead=self.hint != "random",
+                                meminit=False)
                 entry = _ENVS[key] = [env, 0]
             entry[1] += 1
             self._key, self._generation = key, _generation
@@ -110,15 +116,16 @@ class _EnvHandle:
                 del _ENVS[key]
 
     def __getstate__(self):
-        return {"path": self.path, "_key": None, "_generation": -1}
+        return {"path": self.path, "hint": self.hint, "_key": None, "_generation": -1}
 
 
-class LmdbReader(PicklesUnmapped):
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+class LmdbReader(Advised, PicklesUnmapped):
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
+        self.advice = checked(advice)
         self._count = read_count(self.path)
-        self._env = _EnvHandle(str(self.path))
+        self._env = _EnvHandle(str(self.path), self.hint)
         self._stored: np.ndarray | None = None  # memory-mapped on first use; not pickled
 
     def __len__(self) -> int:
@@ -153,17 +160,23 @@ class LmdbReader(PicklesUnmapped):
 
     def stored_bytes(self) -> np.ndarray:
         if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
-            self._stored = load_mapped(self.path / "stored_bytes.npy")
+            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
         return self._stored
 
     def close(self) -> None:
         self._env.close()
+        self._env.hint = self.hint  # the next open follows an advise() made since
         self._stored = None
 
 
 @register("storage", "lmdb")
 class LmdbStorage(StorageBase):
+    """``advice``: the access hint its readers give the kernel (strategies.storage.advice)."""
+
     name = "lmdb"
+
+    def __init__(self, advice: str = "auto"):
+        self.advice = checked(advice)
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         path = Path(path)
@@ -201,7 +214,7 @@ class LmdbStorage(StorageBase):
         write_meta(path, "lmdb", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> LmdbReader:
-        return LmdbReader(path, fields)
+        return LmdbReader(path, fields, self.advice)
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

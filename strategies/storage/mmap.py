@@ -18,6 +18,7 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.advice import Advised, checked
 from strategies.storage.base import (
     LazyHandle,
     Maps,
@@ -38,29 +39,31 @@ _EMB_DIMS = {"image_emb": IMAGE_EMB_DIM, "text_emb": TEXT_EMB_DIM}
 _VAR = ("jpeg", "caption")
 
 
-class MmapReader(PicklesUnmapped):
+class MmapReader(Advised, PicklesUnmapped):
     """Reads a batch with one sorted fancy index per embedding array (into one buffer per batch and field)
     and one slice per sample of each flat byte buffer. Offsets and stored bytes stay memory-mapped, so the
-    reader's memory does not grow with the dataset."""
+    reader's memory does not grow with the dataset. Every map carries the reader's access hint, and a
+    batch's rows are asked for before they are gathered (strategies.storage.advice)."""
 
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
+        self.advice = checked(advice)
         self._count = read_count(self.path)
         self._maps = LazyHandle(self._open_maps)
         self._stored: np.ndarray | None = None
 
     def _open_maps(self) -> Maps:
-        maps = Maps()
+        maps, hint = Maps(), self.hint
         for name in _VAR:
             if name in self.fields:
-                flat = map_file(self.path / f"{name}.bin")
+                flat = map_file(self.path / f"{name}.bin", hint)
                 maps.files.append(flat)
                 maps.flat[name] = flat
-                maps.arrays[name + "_offsets"] = load_mapped(self.path / f"{name}_offsets.npy")
+                maps.arrays[name + "_offsets"] = load_mapped(self.path / f"{name}_offsets.npy", hint)
         for name in _EMB_DIMS:
             if name in self.fields:
-                maps.arrays[name] = load_mapped(self.path / f"{name}.npy")
+                maps.arrays[name] = load_mapped(self.path / f"{name}.npy", hint)
         return maps
 
     def __len__(self) -> int:
@@ -72,14 +75,15 @@ class MmapReader(PicklesUnmapped):
             return []
         maps = self._maps.get()
         order, sidx = sorted_order(idx)
-        return build_samples(idx.tolist(), mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order))
+        columns = mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, hint=self.hint)
+        return build_samples(idx.tolist(), columns)
 
     def stored_bytes(self) -> np.ndarray:
         """Memory-mapped int64[N] (computed in memory for a materialisation written before the sidecar)."""
         if self._stored is None:
             sidecar = self.path / "stored_bytes.npy"
             if sidecar.exists():
-                self._stored = load_mapped(sidecar)
+                self._stored = load_mapped(sidecar, self.hint)
             else:
                 fixed = 4 * (IMAGE_EMB_DIM + TEXT_EMB_DIM)
                 total = np.full(self._count, fixed, dtype=np.int64)
@@ -106,8 +110,14 @@ class _FlatWriter:
 
 @register("storage", "mmap")
 class MmapStorage(StorageBase):
+    """``advice``: the access hint its readers give the kernel (strategies.storage.advice: auto, random,
+    sequential, normal = the kernel's defaults)."""
+
     name = "mmap"
-    variant = ""  # what the written files depend on besides the spec: nothing
+    variant = ""  # what the written files depend on besides the spec: nothing (the advice is a reader's)
+
+    def __init__(self, advice: str = "auto"):
+        self.advice = checked(advice)
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         path = Path(path)
@@ -140,7 +150,7 @@ class MmapStorage(StorageBase):
         write_meta(path, "mmap", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> MmapReader:
-        return MmapReader(path, fields)
+        return MmapReader(path, fields, self.advice)
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

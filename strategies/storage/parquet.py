@@ -14,7 +14,6 @@ are the parallelism, and no Arrow thread pool state is relied on across a fork.
 """
 from __future__ import annotations
 
-import functools
 import json
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -28,6 +27,7 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.advice import MERGE_GAP, Advised, advise_fd, checked, fd_will_need, merged
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
@@ -80,22 +80,62 @@ class _Group:
                 self.values[field] = col.to_pylist()
 
 
-class ParquetReader(PicklesUnmapped):
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, cached_groups: int = 4):
+class _OpenParquet:
+    """The file opened by us (a descriptor the access hint goes on) and pyarrow's reader over it."""
+
+    def __init__(self, path: Path, hint: str):
+        self.source = pa.OSFile(str(path))
+        advise_fd(self.source.fileno(), hint)
+        self.file = pq.ParquetFile(self.source)
+
+    def chunk_ranges(self, group: int, columns: list[str]) -> list[tuple[int, int]]:
+        """The byte ranges of the column chunks ``columns`` of row group ``group``."""
+        meta = self.file.metadata.row_group(group)
+        names = set(columns)
+        out = []
+        for c in range(meta.num_columns):
+            col = meta.column(c)
+            if col.path_in_schema.split(".")[0] in names:
+                start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+                out.append((start, start + col.total_compressed_size))
+        return out
+
+    def close(self) -> None:
+        self.file.close()
+        self.source.close()
+
+
+class ParquetReader(Advised, PicklesUnmapped):
+    """The file's descriptor carries the access hint; under any hint but "normal" the column chunks of the
+    row groups a batch reads (and this process does not keep) are asked for (POSIX_FADV_WILLNEED) first."""
+
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, cached_groups: int = 4, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
+        self.advice = checked(advice)
         self._count = read_count(self.path)
         with open(self.path / "row_groups.json") as f:
             self.row_group_size = int(json.load(f)["row_group_size"])
         self.cached_groups = cached_groups
-        self._file = LazyHandle(functools.partial(pq.ParquetFile, str(self.path / "data.parquet"),
-                                                  memory_map=False))
+        self._file = LazyHandle(self._open)
         self._groups = LazyHandle(OrderedDict)  # row group -> _Group, per process (emptied after a fork)
         self._stored: np.ndarray | None = None  # memory-mapped on first use; not pickled
         self.groups_read = 0  # row groups read from the file by this reader in this process (for tests)
 
+    def _open(self) -> _OpenParquet:
+        return _OpenParquet(self.path / "data.parquet", self.hint)
+
     def __len__(self) -> int:
         return self._count
+
+    def _will_need(self, groups: list[int]) -> None:
+        cache = self._groups.get()
+        opened = self._file.get()
+        columns = [COLUMN[f] for f in self.fields]
+        ranges = [r for g in groups if g not in cache for r in opened.chunk_ranges(g, columns)]
+        if ranges:
+            starts, ends = (np.array(x, dtype=np.int64) for x in zip(*ranges))
+            fd_will_need(opened.source.fileno(), merged(starts, ends, MERGE_GAP[self.hint]))
 
     def _group(self, g: int, fresh: dict[int, _Group]) -> _Group:
         if g in fresh:
@@ -104,7 +144,7 @@ class ParquetReader(PicklesUnmapped):
         got = cache.get(g)
         if got is None:
             columns = [COLUMN[f] for f in self.fields]
-            table = self._file.get().read_row_group(g, columns=columns, use_threads=False)
+            table = self._file.get().file.read_row_group(g, columns=columns, use_threads=False)
             got = _Group(table, self.fields)
             self.groups_read += 1
         fresh[g] = got
@@ -116,6 +156,8 @@ class ParquetReader(PicklesUnmapped):
         if not idx.size or not self.fields:
             return out
         fresh: dict[int, _Group] = {}  # every row group of this batch, read once
+        if self.hint != "normal":
+            self._will_need(sorted({int(i) // self.row_group_size for i in idx.tolist()}))
         for s in out:
             g, r = divmod(s.index, self.row_group_size)
             group = self._group(g, fresh)
@@ -133,7 +175,7 @@ class ParquetReader(PicklesUnmapped):
 
     def stored_bytes(self) -> np.ndarray:
         if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
-            self._stored = load_mapped(self.path / "stored_bytes.npy")
+            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
         return self._stored
 
     def close(self) -> None:
@@ -150,7 +192,9 @@ class ParquetStorage(StorageBase):
 
     name = "parquet"
 
-    def __init__(self, row_group_size: int = 64, compression: str = "snappy", cached_groups: int = 4):
+    def __init__(self, row_group_size: int = 64, compression: str = "snappy", cached_groups: int = 4,
+                 advice: str = "auto"):
+        self.advice = checked(advice)  # the readers' access hint (strategies.storage.advice)
         self.row_group_size = integer("row_group_size", row_group_size, 1)
         self.compression = choice("compression", compression, COMPRESSIONS)
         self.cached_groups = integer("cached_groups", cached_groups, 0)
@@ -184,7 +228,7 @@ class ParquetStorage(StorageBase):
         write_meta(path, "parquet", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> ParquetReader:
-        return ParquetReader(path, fields, self.cached_groups)
+        return ParquetReader(path, fields, self.cached_groups, self.advice)
 
     def shards(self, path: Path) -> list[range]:
         """The index range of every row group, in order."""

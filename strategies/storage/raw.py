@@ -24,6 +24,7 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.advice import Advised, advise_fd, checked
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
@@ -64,10 +65,14 @@ class _Dir:
             self.fd = None
 
 
-class RawReader(PicklesUnmapped):
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+class RawReader(Advised, PicklesUnmapped):
+    """Each file is read whole in one call, so read-ahead cannot read past it; the access hint still goes on
+    every descriptor (one ``posix_fadvise`` per file, none under "normal") and on the ``stored_bytes`` map."""
+
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
+        self.advice = checked(advice)
         self._count = read_count(self.path)
         self._dir = LazyHandle(functools.partial(_Dir, self.path))
         self._stored: np.ndarray | None = None
@@ -79,9 +84,11 @@ class RawReader(PicklesUnmapped):
         """Each sample's file of a fixed-size field read into its row of ``out`` (one readv per file)."""
         suffix = _SUFFIX[field]
         want = out.shape[1] * out.itemsize
+        hint = self.hint
         for stem, row in zip(stems, out):
             fd = os.open(stem + suffix, _FLAGS, dir_fd=dir_fd)
             try:
+                advise_fd(fd, hint)
                 n = os.readv(fd, [row])
             finally:
                 os.close(fd)
@@ -91,10 +98,11 @@ class RawReader(PicklesUnmapped):
     def _read_whole(self, dir_fd: int, stems: list[str], field: str, bounds: list[int]) -> list[bytes]:
         """Each sample's file of a variable-size field, one read of at most its bound (> the file's size)."""
         suffix = _SUFFIX[field]
-        out = []
+        out, hint = [], self.hint
         for stem, bound in zip(stems, bounds):
             fd = os.open(stem + suffix, _FLAGS, dir_fd=dir_fd)
             try:
+                advise_fd(fd, hint)
                 data = os.read(fd, bound)
                 if len(data) == bound:  # the bound was not above the size: finish the file
                     rest = [data]
@@ -132,7 +140,7 @@ class RawReader(PicklesUnmapped):
     def stored_bytes(self) -> np.ndarray:
         """Memory-mapped int64[N]."""
         if self._stored is None:
-            self._stored = load_mapped(self.path / "stored_bytes.npy")
+            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
         return self._stored
 
     def close(self) -> None:
@@ -141,8 +149,13 @@ class RawReader(PicklesUnmapped):
 
 @register("storage", "raw")
 class RawStorage(StorageBase):
+    """``advice``: the access hint its readers give the kernel (strategies.storage.advice)."""
+
     name = "raw"
-    variant = ""  # what the written files depend on besides the spec: nothing
+    variant = ""  # what the written files depend on besides the spec: nothing (the advice is a reader's)
+
+    def __init__(self, advice: str = "auto"):
+        self.advice = checked(advice)
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
         path = Path(path)
@@ -165,7 +178,7 @@ class RawStorage(StorageBase):
         write_meta(path, "raw", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> RawReader:
-        return RawReader(path, fields)
+        return RawReader(path, fields, self.advice)
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

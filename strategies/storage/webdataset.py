@@ -20,7 +20,6 @@ members closer than ``COALESCE_GAP`` bytes are fetched in one call.
 """
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
@@ -35,6 +34,7 @@ from strategies.params import integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
+from strategies.storage.advice import MERGE_GAP, Advised, advise_fd, checked, fd_will_need, merged, rows_will_need
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
@@ -101,8 +101,9 @@ class _Descriptors:
     """The shard files of one reader in one process, opened on first use (their names read from shards.json
     here, in the reading process: a pickled reader does not carry a list that grows with the dataset)."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, hint: str = "normal"):
         self.root = root
+        self.hint = hint
         self.names: list[str] = list(_read_shards_json(root)["shards"])
         self.fds: dict[int, int] = {}
 
@@ -110,6 +111,7 @@ class _Descriptors:
         fd = self.fds.get(shard)
         if fd is None:
             fd = self.fds[shard] = os.open(os.path.join(self.root, self.names[shard]), os.O_RDONLY)
+            advise_fd(fd, self.hint)
         return fd
 
     def close(self) -> None:
@@ -123,45 +125,73 @@ def _read_shards_json(path: Path) -> dict:
         return json.load(f)
 
 
-class WebDatasetReader(PicklesUnmapped):
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+class WebDatasetReader(Advised, PicklesUnmapped):
+    """Every shard descriptor and the index map carry the access hint; under any hint but "normal" the byte
+    ranges a batch reads are asked for (POSIX_FADV_WILLNEED, per shard) before the first pread."""
+
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
+        self.advice = checked(advice)
         self._count = read_count(self.path)
         layout = _read_shards_json(self.path)
         self.shard_size = int(layout["shard_size"])
-        self._index = LazyHandle(functools.partial(np.load, str(self.path / "index.npy"), mmap_mode="r"))
-        self._fds = LazyHandle(functools.partial(_Descriptors, str(self.path)))
+        self._index = LazyHandle(self._map_index)
+        self._fds = LazyHandle(self._descriptors)
         self._columns = [c for c, f in enumerate(FIELDS) if f in self.fields]
         self._stored: np.ndarray | None = None  # memory-mapped on first use; not pickled
 
+    def _map_index(self) -> np.ndarray:
+        return load_mapped(self.path / "index.npy", self.hint)
+
+    def _descriptors(self) -> _Descriptors:
+        return _Descriptors(str(self.path), self.hint)
+
     def __len__(self) -> int:
         return self._count
+
+    def _groups(self, row: list[int]) -> list[list[tuple[int, int, int]]]:
+        """A sample's requested members as (offset, length, column), those close together in one group."""
+        spans = sorted((row[1 + 2 * c], row[2 + 2 * c], c) for c in self._columns)
+        groups: list[list[tuple[int, int, int]]] = [[spans[0]]]
+        for span in spans[1:]:
+            last = groups[-1][-1]
+            if span[0] - (last[0] + last[1]) <= COALESCE_GAP:
+                groups[-1].append(span)
+            else:
+                groups.append([span])
+        return groups
+
+    def _will_need(self, fds: _Descriptors, plan: list) -> None:
+        """Every byte range of the batch asked for first, per shard (merged like advice.merged)."""
+        by_shard: dict[int, list[tuple[int, int]]] = {}
+        for shard, groups in plan:
+            by_shard.setdefault(shard, []).extend((g[0][0], g[-1][0] + g[-1][1]) for g in groups)
+        for shard, ranges in by_shard.items():
+            starts, ends = (np.array(x, dtype=np.int64) for x in zip(*ranges))
+            fd_will_need(fds.fd(shard), merged(starts, ends, MERGE_GAP[self.hint]))
 
     def read_batch(self, indices: Sequence[int]) -> list[Sample]:
         idx = checked_indices(indices, self._count)
         out = [Sample(index=int(i)) for i in idx]
         if not idx.size or not self._columns:
             return out
-        rows = np.asarray(self._index.get()[idx])  # one fancy read of the batch's index rows
+        index = self._index.get()
+        if self.hint != "normal":
+            rows_will_need(index, np.sort(idx), self.hint)
+        rows = np.asarray(index[idx])  # one fancy read of the batch's index rows
         fds = self._fds.get()
-        for s, row in zip(out, rows.tolist()):
-            fd = fds.fd(row[0])
-            spans = sorted((row[1 + 2 * c], row[2 + 2 * c], c) for c in self._columns)
-            # coalesce members that lie close together into one pread
-            groups: list[list[tuple[int, int, int]]] = [[spans[0]]]
-            for span in spans[1:]:
-                last = groups[-1][-1]
-                if span[0] - (last[0] + last[1]) <= COALESCE_GAP:
-                    groups[-1].append(span)
-                else:
-                    groups.append([span])
+        plan = [(row[0], self._groups(row)) for row in rows.tolist()]
+        if self.hint != "normal":
+            self._will_need(fds, plan)
+        for s, (shard, groups) in zip(out, plan):
+            fd = fds.fd(shard)
             for group in groups:
                 start = group[0][0]
                 end = group[-1][0] + group[-1][1]
                 data = os.pread(fd, end - start, start)
                 if len(data) != end - start:
-                    raise OSError(f"{self.path / fds.names[row[0]]}: short read at offset {start}")
+                    raise OSError(f"{self.path / fds.names[shard]}: short read at offset {start}")
                 for offset, length, c in group:
                     piece = data[offset - start:offset - start + length]
                     field = FIELDS[c]
@@ -175,7 +205,7 @@ class WebDatasetReader(PicklesUnmapped):
 
     def stored_bytes(self) -> np.ndarray:
         if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
-            self._stored = load_mapped(self.path / "stored_bytes.npy")
+            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
         return self._stored
 
     def shards(self) -> list[range]:
@@ -199,8 +229,9 @@ class WebDatasetStorage(StorageBase):
 
     name = "webdataset"
 
-    def __init__(self, shard_size: int = 64):
+    def __init__(self, shard_size: int = 64, advice: str = "auto"):
         self.shard_size = integer("shard_size", shard_size, 1)
+        self.advice = checked(advice)  # the readers' access hint (strategies.storage.advice)
 
     @property
     def variant(self) -> str:
@@ -249,7 +280,7 @@ class WebDatasetStorage(StorageBase):
         write_meta(path, "webdataset", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> WebDatasetReader:
-        return WebDatasetReader(path, fields)
+        return WebDatasetReader(path, fields, self.advice)
 
     def shards(self, path: Path) -> list[range]:
         """The index range of every tar shard, in order (what a shard-streaming sampler should follow)."""

@@ -1,0 +1,189 @@
+"""Access hints: what a reader tells the kernel about how it will read its files.
+
+Without a hint, a page fault on a memory map reads ahead around the fault (up to the block device's
+``read_ahead_kb``, 8 MiB on some virtual disks), and a ``pread`` on a descriptor starts the file's read-ahead
+window. For random rows of an 11 KB sample that reads megabytes per sample from the device (measured:
+docs/cold-scale.md). A reader's ``advice`` (a storage parameter) chooses the hint:
+
+- ``"random"``: ``madvise(MADV_RANDOM)`` on its maps, ``posix_fadvise(POSIX_FADV_RANDOM)`` on its
+  descriptors: no read-ahead, a fault reads its own page only;
+- ``"sequential"``: ``MADV_SEQUENTIAL`` / ``POSIX_FADV_SEQUENTIAL`` (a larger read-ahead window);
+- ``"normal"``: no hint and no prefetch at all: the kernel's defaults, the untuned behaviour;
+- ``"auto"`` (the default): the access the reader was told (``advise("random" | "sequential")``, what the
+  sampler does: ``access_of(sampler)``), and ``"random"`` until it is told.
+
+Under every hint but ``"normal"`` a reader that knows the byte ranges of the batch it is about to read asks
+for exactly those first (``MADV_WILLNEED`` / ``POSIX_FADV_WILLNEED``, ranges closer than a gap merged): the
+kernel then reads them all at once, with many requests in flight, instead of one page fault after another,
+and the faults that follow find their pages and read nothing more. Under shard streaming those ranges are
+the runs of the shards the batch reads.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from strategies.params import choice
+
+ADVICE = ("auto", "random", "sequential", "normal")
+ACCESSES = ("random", "sequential")
+PAGE = mmap.PAGESIZE
+# ranges at most this far apart are asked for as one (random rows: merge only neighbouring pages;
+# sequential runs: read small gaps through rather than split the request)
+MERGE_GAP = {"random": 0, "sequential": 64 << 10}
+
+_MADV = {"random": getattr(mmap, "MADV_RANDOM", None), "sequential": getattr(mmap, "MADV_SEQUENTIAL", None),
+         "normal": getattr(mmap, "MADV_NORMAL", None)}
+_FADV = {"random": getattr(os, "POSIX_FADV_RANDOM", None),
+         "sequential": getattr(os, "POSIX_FADV_SEQUENTIAL", None),
+         "normal": getattr(os, "POSIX_FADV_NORMAL", None)}
+_WILLNEED_MAP = getattr(mmap, "MADV_WILLNEED", None)
+_WILLNEED_FD = getattr(os, "POSIX_FADV_WILLNEED", None)
+_MAP_HEADER = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
+
+
+def checked(value) -> str:
+    """The ``advice`` parameter, or ValueError naming it."""
+    return choice("advice", value, ADVICE)
+
+
+def access_of(sampler) -> str:
+    """How a sampler strategy reads: "sequential" for a shard-streaming one (``uses_shards``), else "random"."""
+    return "sequential" if getattr(sampler, "uses_shards", False) else "random"
+
+
+def resolved(advice: str, access: str | None) -> str:
+    """The hint a reader gives: its advice, or for "auto" the access it was told ("random" when none)."""
+    return advice if advice != "auto" else (access or "random")
+
+
+class Advised:
+    """A reader's advice and the access it was told (pickled with the reader: a worker opens its maps with
+    the hint of the reader it received). ``advise`` before the first read; after it, the reader's open
+    handles are closed and reopen with the new hint on the next read."""
+
+    advice: str = "auto"
+    access: str | None = None
+
+    @property
+    def hint(self) -> str:
+        """"random", "sequential" or "normal": what this reader tells the kernel."""
+        return resolved(self.advice, self.access)
+
+    def advise(self, access: str) -> None:
+        """How the reader will be read: "random" (the default and balanced samplers) or "sequential" (a
+        shard-streaming sampler). Only an ``advice = "auto"`` reader follows it."""
+        before = self.hint
+        self.access = choice("access", access, ACCESSES)
+        if self.hint != before:
+            self.close()
+
+    def close(self) -> None:  # the reader's own close
+        pass
+
+
+def advise_map(mm, hint: str) -> None:
+    """The hint on a whole ``mmap.mmap`` (an empty file's ``b""`` has none); "normal" leaves it untouched."""
+    option = _MADV.get(hint)
+    if hint != "normal" and option is not None and isinstance(mm, mmap.mmap) and len(mm):
+        mm.madvise(option)
+
+
+def advise_fd(fd: int, hint: str) -> None:
+    """The hint on an open descriptor (its whole file); "normal" leaves it untouched."""
+    option = _FADV.get(hint)
+    if hint != "normal" and option is not None:
+        os.posix_fadvise(fd, 0, 0, option)
+
+
+def mapping_of(array: np.ndarray):
+    """The ``mmap.mmap`` an array views (walking its bases), or None."""
+    base = array
+    while base is not None:
+        if isinstance(base, mmap.mmap):
+            return base
+        base = getattr(base, "_mmap", None) or getattr(base, "base", None)
+    return None
+
+
+def merged(starts: np.ndarray, ends: np.ndarray, gap: int) -> list[tuple[int, int]]:
+    """Sorted byte ranges [start, end) widened to whole pages and merged when at most ``gap`` apart."""
+    if not len(starts):
+        return []
+    order = np.argsort(starts, kind="stable")
+    lo = (np.asarray(starts, dtype=np.int64)[order] // PAGE) * PAGE
+    hi = -(-np.asarray(ends, dtype=np.int64)[order] // PAGE) * PAGE
+    hi = np.maximum.accumulate(hi)
+    split = np.flatnonzero(lo[1:] > hi[:-1] + gap) + 1
+    first = np.concatenate(([0], split))
+    last = np.concatenate((split - 1, [len(lo) - 1]))
+    return list(zip(lo[first].tolist(), hi[last].tolist()))
+
+
+def map_will_need(mm, spans: Iterable[tuple[int, int]]) -> None:
+    """MADV_WILLNEED on byte ranges of a map (page-aligned, clipped to it)."""
+    if _WILLNEED_MAP is None or not isinstance(mm, mmap.mmap):
+        return
+    size = len(mm)
+    for a, b in spans:
+        b = min(b, size)
+        if b > a:
+            mm.madvise(_WILLNEED_MAP, a, b - a)
+
+
+def fd_will_need(fd: int, spans: Iterable[tuple[int, int]]) -> None:
+    """POSIX_FADV_WILLNEED on byte ranges of a descriptor's file."""
+    if _WILLNEED_FD is None:
+        return
+    for a, b in spans:
+        if b > a:
+            os.posix_fadvise(fd, a, b - a, _WILLNEED_FD)
+
+
+def _offset_in_map(array: np.ndarray, mm) -> int:
+    view = np.frombuffer(mm, dtype=np.uint8)  # only its address: released at once (the map stays closable)
+    try:
+        return int(array.__array_interface__["data"][0] - view.__array_interface__["data"][0])
+    finally:
+        del view
+
+
+def rows_will_need(array: np.ndarray, sorted_idx: np.ndarray, hint: str) -> None:
+    """Ask for the rows ``sorted_idx`` of a 2-D array viewing a map before gathering them (not "normal")."""
+    mm = mapping_of(array)
+    if hint == "normal" or mm is None or not len(sorted_idx) or array.ndim != 2:
+        return
+    start = _offset_in_map(array, mm) + np.asarray(sorted_idx, dtype=np.int64) * array.strides[0]
+    map_will_need(mm, merged(start, start + array.strides[0], MERGE_GAP[hint]))
+
+
+def bytes_will_need(mm, offsets: np.ndarray, sorted_idx: np.ndarray, base: int, hint: str) -> None:
+    """Ask for the byte slices ``base + offsets[i] : base + offsets[i + 1]`` of a flat map (not "normal")."""
+    if hint == "normal" or not isinstance(mm, mmap.mmap) or not len(sorted_idx):
+        return
+    starts = base + offsets[sorted_idx]
+    map_will_need(mm, merged(starts, base + offsets[sorted_idx + 1], MERGE_GAP[hint]))
+
+
+def map_flags(path: str) -> list[str]:
+    """The VmFlags of this process's maps of ``path`` (/proc/self/smaps; "rr": MADV_RANDOM, "sr":
+    MADV_SEQUENTIAL), one string per map; [] where smaps is not available."""
+    try:
+        with open("/proc/self/smaps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    real = os.path.realpath(path)
+    out, inside = [], False
+    for line in lines:
+        if _MAP_HEADER.match(line):
+            head = line.split(maxsplit=5)
+            inside = len(head) == 6 and os.path.realpath(head[5]) == real
+        elif inside and line.startswith("VmFlags:"):
+            out.append(line[len("VmFlags:"):].strip())
+            inside = False
+    return out
