@@ -1,32 +1,206 @@
 #!/usr/bin/env bash
-# The short GPU check (a few minutes) for a machine with CUDA, torch >= 2.11 and torchvision; no network and
-# no pip install needed: it runs from the source tree. Usage: bash scripts/gpu_check.sh [OUT_DIR]
-# 1. the injected OOM and a REAL CUDA OOM on rank 1 of a 2-rank run (both ranks on GPU 0, gloo): no hang,
-#    equal steps (split on), every rank stopped (split off);
-# 2. the `gpu` scenario (every visible GPU) over storage x precision x preprocess, pixels (ResNet-50 CLIP)
-#    and features, few samples and steps so that it fits the budget.
-set -euo pipefail
+# The GPU check: under 8 minutes on one GPU, from the source tree (PYTHONPATH=.), no network, no pip install
+# into the machine's environment. What each stage verifies and how to read the summary: docs/gpus.md.
+#
+#   bash scripts/gpu_check.sh [OUT]     run every stage; logs and results under OUT (or $OUT, or a new
+#                                       temporary folder); exit 0 only when every stage passed
+#   bash scripts/gpu_check.sh --list    the stages and their timeouts (s), then their sum
+#   bash scripts/gpu_check.sh --dry-run [OUT]
+#                                       on any machine (no GPU needed): write the scenario files and run each
+#                                       run stage's exact run_bench.py command with --dry-run (an emulated
+#                                       H200 in place of "auto"), checking the number of cells
+#
+# Stages, in order; each has its own timeout (coreutils timeout), writes OUT/<stage>.log, and a failed stage
+# does not stop the next ones, except the preflight: when it fails every other stage is SKIP.
+#   preflight  torch, torchvision, the harness's libraries, CUDA, NVML, bf16 native, NVML UUIDs = torch's
+#   events     CUDA-event time around launched work excludes a host sleep (scripts/gpu/events.py)
+#   streams    a side-stream host-to-device copy overlaps a matrix product (scripts/gpu/streams.py)
+#   decode     decode_jpeg on the GPU = the CPU decode: baseline, progressive, grayscale, odd sizes
+#   memcheck   the memory probe's prediction within 15% of real steps' peaks (scripts/gpu/memcheck.py)
+#   nvmlbusy   NVML utilisation above 0 while the GPU computes (scripts/gpu/nvmlbusy.py)
+#   oom        python -m harness.commands.oomcheck --real: 2 ranks over gloo, BOTH ON GPU 0 (NCCL refuses
+#              two ranks on one GPU, so every multi-rank check on a one-GPU machine uses gloo on GPU 0)
+#   matrix     the gpu scenario on storage mmap over precision x preprocess (6 cells)
+#   extras     the same with batching fixed/dynamic x loader workers+side_stream/threads (4 cells)
+#   profile    one cell with --profile: profiler kernel time vs event AU within 10 points, AU vs NVML
+#   torchrun   torchrun --standalone --nproc-per-node 1 on one cell (the harness joins torchrun's group)
+# Each run stage then checks its run directory (scripts/gpu/check_run.py): no error, a real GPU, peaks in
+# (0, capacity], AU against NVML where the window is long enough (and the profiler's kernel time).
+#
+# Missing libraries (the GPU image may lack webdataset, lmdb, simplejpeg): set DLBENCH_WHEELS to a folder of
+# their wheels, or put them in .gpu-wheels/ (scripts/gpu/fetch_wheels.sh makes it where there is network);
+# the preflight installs only what does not import, into a temporary folder put on PYTHONPATH.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-results/gpu-check}
-DATA=${DATA_DIR:-/tmp/dlbench-data}
-mkdir -p "$OUT"
-export PYTHONPATH=.
-python - <<'PY' | tee "$OUT/versions.txt"
-import json, torch
-from harness.measure import gpuinfo
-print("torch", torch.__version__)
+
+# The stage timeouts (s): the one place they are set. Their sum must stay within BUDGET_S (8 minutes), and
+# tests/test_gpu_check_script.py checks it. A stage that times out gets 1 s more to die (--kill-after).
+STAGES=(preflight events streams decode memcheck nvmlbusy oom matrix extras profile torchrun)
+declare -A LIMIT=([preflight]=25 [events]=15 [streams]=15 [decode]=20 [memcheck]=40 [nvmlbusy]=15
+                  [oom]=85 [matrix]=105 [extras]=70 [profile]=35 [torchrun]=30)
+BUDGET_S=480
+# cells each run stage must write (checked in the run directory, and against --dry-run's listing)
+declare -A CELLS=([matrix]=6 [extras]=4 [profile]=1 [torchrun]=1)
+# few samples and steps: the dataset (pixels, mmap) is made once in DATA and reused by every run stage
+SAMPLES=512
+WARMUP=3
+declare -A STEPS=([matrix]=10 [extras]=10 [profile]=60 [torchrun]=20)
+
+total_s() { local t=0 s; for s in "${STAGES[@]}"; do t=$((t + LIMIT[$s])); done; echo "$t"; }
+
+MODE=run
+case "${1:-}" in
+  --list) for s in "${STAGES[@]}"; do echo "$s ${LIMIT[$s]}"; done; echo "total $(total_s) (budget $BUDGET_S)"
+          exit 0 ;;
+  --dry-run) MODE=dry; shift ;;
+  -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+esac
+if [ "$(total_s)" -gt "$BUDGET_S" ]; then
+  echo "scripts/gpu_check.sh: the stage timeouts add up to $(total_s) s, over the budget of $BUDGET_S s" >&2
+  exit 2
+fi
+
+OUT=${1:-${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/dlbench-gpu-check.XXXXXX")}}
+mkdir -p "$OUT/json" "$OUT/scenarios" "$OUT/runs"
+OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/dlbench-gpu-work.XXXXXX")  # data and carried libraries: not under OUT
+DATA=${DATA_DIR:-$WORK/data}
+PYDEPS=$WORK/pydeps
+WHEELS=${DLBENCH_WHEELS:-$([ -d .gpu-wheels ] && echo "$PWD/.gpu-wheels")}
+export PYTHONPATH="$PWD:$PYDEPS${PYTHONPATH:+:$PYTHONPATH}"
+trap 'rm -rf "$WORK"' EXIT
+export OUT DATA PYDEPS WHEELS SAMPLES WARMUP MODE
+PY=${PYTHON:-python3}
+command -v "$PY" >/dev/null || PY=python
+export PY
+
+# --- what the stages run ------------------------------------------------------------------------------
+install_missing() {  # module=distribution pairs that do not import are installed from $WHEELS into $PYDEPS
+  local missing=() pair
+  for pair in webdataset=webdataset lmdb=lmdb simplejpeg=simplejpeg; do
+    "$PY" -c "import ${pair%%=*}" 2>/dev/null || missing+=("${pair#*=}")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [[ " ${missing[*]} " == *" webdataset "* ]] && missing+=(braceexpand)
+  if [ -z "$WHEELS" ]; then
+    echo "not importable: ${missing[*]} (no DLBENCH_WHEELS or .gpu-wheels/ to install them from)"
+    return 0  # the preflight names what is missing
+  fi
+  echo "installing ${missing[*]} from $WHEELS into $PYDEPS"
+  "$PY" -m pip install --quiet --no-index --no-deps --find-links "$WHEELS" --target "$PYDEPS" "${missing[@]}"
+}
+
+scenario_files() {  # the run stages' scenarios; --dry-run: "auto" hardware replaced by one emulated H200
+  local hw='s/^accelerator = "auto".*/accelerator = "H200"/; s/^count = "auto".*/count = 1/'
+  if [ "$MODE" = dry ]; then sed "$hw" scenarios/gpu.toml > "$OUT/scenarios/gpu.toml"; fi
+  { awk '/^\[matrix\]/ {exit} {print}' scenarios/gpu.toml
+    cat <<'TOML'
+[matrix]
+storage = ["mmap"]
+precision = ["amp"]
+preprocess = ["host"]
+batching = ["fixed", { name = "dynamic", max_batch = 128 }]
+loader = [{ name = "workers", side_stream = true }, "threads"]
+TOML
+  } > "$OUT/scenarios/gpu-extras.toml"
+  if [ "$MODE" = dry ]; then sed -i "$hw" "$OUT/scenarios/gpu-extras.toml"; fi
+}
+
+bench() {  # stage, scenario, run_bench arguments...: a run into OUT/runs/<stage>, then its checks
+  local stage=$1 scenario=$2; shift 2
+  [ "$MODE" = dry ] && [ "$scenario" = gpu ] && scenario=$OUT/scenarios/gpu.toml
+  local args=(--scenario "$scenario" --samples "$SAMPLES" --steps "${STEPS[$stage]}" --warmup-steps "$WARMUP"
+              --data-dir "$DATA" --out "$OUT/runs/$stage" --quiet "$@")
+  if [ "$MODE" = dry ]; then
+    local listed
+    listed=$("$PY" run_bench.py "${args[@]}" --device emulated --dry-run) || return 1
+    echo "$listed"
+    local n; n=$(grep -cE '^ +[0-9]+ +storage=' <<<"$listed")
+    [ "$n" -eq "${CELLS[$stage]}" ] && echo "PASS $stage: $n cells listed" && return 0
+    echo "FAIL $stage: $n cells listed, expected ${CELLS[$stage]}"; return 1
+  fi
+  local launcher=("$PY")
+  if [ "$stage" = torchrun ]; then
+    launcher=("$PY" -m torch.distributed.run --standalone --nproc-per-node 1)  # what `torchrun` runs
+    command -v torchrun >/dev/null && launcher=(torchrun --standalone --nproc-per-node 1)
+  fi
+  echo "+ ${launcher[*]} run_bench.py ${args[*]} --device cuda"
+  "${launcher[@]}" run_bench.py "${args[@]}" --device cuda
+  local rc=$?
+  local check=(--cells "${CELLS[$stage]}" --ranks 1 --out "$OUT/json")
+  [ "$stage" = profile ] && check+=(--profile --warmup-steps "$WARMUP")
+  "$PY" scripts/gpu/check_run.py "$OUT/runs/$stage" "${check[@]}" && [ "$rc" -eq 0 ] && return 0
+  [ "$rc" -ne 0 ] && echo "FAIL $stage: run_bench.py exited $rc"
+  return 1
+}
+
+stage_command() {  # the command line of one stage, as one bash -c script
+  local j="--out \"$OUT/json\""
+  case $1 in
+    preflight) echo "install_missing && \"\$PY\" scripts/gpu/preflight.py $j" ;;
+    events|streams|decode|memcheck|nvmlbusy) echo "\"\$PY\" scripts/gpu/$1.py $j" ;;
+    oom) echo "\"\$PY\" -m harness.commands.oomcheck --real" ;;
+    matrix) echo "bench matrix gpu --only storage=mmap" ;;
+    extras) echo "bench extras \"$OUT/scenarios/gpu-extras.toml\"" ;;
+    profile) echo "bench profile gpu --only storage=mmap --only precision=amp --only preprocess=host --profile" ;;
+    torchrun) echo "bench torchrun gpu --only storage=mmap --only precision=bf16 --only preprocess=device" ;;
+  esac
+}
+
+export -f install_missing bench
+DEFS="$(declare -p STEPS); $(declare -p CELLS)"  # associative arrays cannot be exported: passed as text
+
+# --- the stages ---------------------------------------------------------------------------------------
+declare -A RESULT SECS WHY
+run_stage() {
+  local name=$1 log="$OUT/$1.log" started=$SECONDS rc
+  local cmd; cmd=$(stage_command "$name")
+  [ "$MODE" = dry ] && [ -n "${cmd##bench *}" ] && { RESULT[$name]=SKIP; SECS[$name]=0
+                                                      WHY[$name]="not a run stage (--dry-run)"; return; }
+  if [ "$name" != preflight ] && [ "${RESULT[preflight]:-}" != PASS ] && [ "$MODE" = run ]; then
+    RESULT[$name]=SKIP; SECS[$name]=0; WHY[$name]="the preflight failed"; return
+  fi
+  echo "== $name (timeout ${LIMIT[$name]} s): $cmd" | tee "$log"
+  timeout --kill-after=1 "${LIMIT[$name]}" bash -c "$DEFS; $cmd" >>"$log" 2>&1
+  rc=$?
+  SECS[$name]=$((SECONDS - started))
+  case $rc in
+    0) RESULT[$name]=PASS ;;
+    77) RESULT[$name]=SKIP ;;
+    124|137) RESULT[$name]=FAIL; WHY[$name]="timed out after ${LIMIT[$name]} s" ;;
+    *) RESULT[$name]=FAIL ;;
+  esac
+  if [ -z "${WHY[$name]:-}" ]; then  # the stage's own verdict line, else its last line
+    WHY[$name]=$(grep -E '^(PASS|FAIL|SKIP) ' "$log" | tail -n 1 | cut -c1-160)
+    [ -n "${WHY[$name]}" ] || WHY[$name]="exit $rc: $(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-140)"
+  fi
+  [ "${RESULT[$name]}" = FAIL ] && tail -n 8 "$log" | sed 's/^/    | /'
+  echo "   ${RESULT[$name]} $name (${SECS[$name]} s)"
+}
+
+echo "GPU check: OUT=$OUT, data in $DATA, stage timeouts total $(total_s) s"
+"$PY" - <<'PY' > "$OUT/versions.txt" 2>&1
+import sys
+print("python", sys.version.split()[0])
 try:
-    import torchvision; print("torchvision", torchvision.__version__)
-except ImportError:
-    print("torchvision MISSING: preprocess = device will be refused")
-print(json.dumps(gpuinfo.environment(), indent=1))
+    import torch
+    print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())
+    import torchvision
+    print("torchvision", torchvision.__version__)
+except Exception as err:  # noqa: BLE001 - the preflight says more
+    print("import:", err)
 PY
-echo "== OOM on one rank: injected, then real" | tee -a "$OUT/oom.txt"
-timeout 300 python -m harness.commands.oomcheck 2>&1 | tee -a "$OUT/oom.txt"
-timeout 300 python -m harness.commands.oomcheck --real 2>&1 | tee -a "$OUT/oom.txt"
-for WL in pixels features; do
-  echo "== gpu scenario, workload $WL" | tee -a "$OUT/run.txt"
-  timeout 900 python run_bench.py --scenario gpu --workload "$WL" --samples 1200 --steps 12 --warmup-steps 3 \
-      $([ "$WL" = features ] && echo --exclude preprocess=device) --data-dir "$DATA" --out "$OUT/runs" 2>&1 | tee -a "$OUT/run.txt"
-done
-echo "done: $OUT"
+scenario_files
+for s in "${STAGES[@]}"; do run_stage "$s"; done
+
+{
+  echo "== summary (stage result seconds: why) =="
+  for s in "${STAGES[@]}"; do
+    printf '%-9s %-4s %4s s  %s\n' "$s" "${RESULT[$s]}" "${SECS[$s]}" "${WHY[$s]:-}"
+  done
+  echo "total $SECONDS s; logs in $OUT"
+} | tee "$OUT/summary.txt"
+# exit 0 only when every stage passed (--dry-run: when no run stage failed)
+not_passed=FAIL
+[ "$MODE" = run ] && not_passed='FAIL|SKIP'
+! grep -qE "^[a-z]+ +($not_passed) " "$OUT/summary.txt"

@@ -1,0 +1,168 @@
+"""Assertions on a run directory of the gpu scenario (what scripts/gpu_check.sh runs after each run).
+
+Per cell (cells.jsonl, read with harness.results.rundir.read_results):
+  - no error, a throughput, the expected number of ranks, a real GPU (emulated false, the model not the
+    stand-in);
+  - every rank's device memory peak above 0 and at most its device's capacity;
+  - AU against NVML: |au_pct - nvml_util_pct| at most --nvml-points, on cells whose window lasts at least
+    --nvml-min-window s (NVML averages utilisation over 1/6 s to 1 s, so a shorter window is not compared,
+    and says so); a cell without NVML figures fails.
+With --profile, per cell with traces (traces/<cell>/rank0.*.pt.trace.json): the profiler's kernel time
+against CUDA-event device time on the same steps. The profiled steps are the trace's ProfilerStep#N ranges
+(N counts every step, warm-up included, so window step N - warmup); kernel AU = the union of the kernels'
+intervals inside those ranges / their length; event AU = sum(device) / sum(step) of rank 0's record over the
+same window steps. Holds when they differ by at most --kernel-points.
+Exit 0 when everything holds, 1 otherwise, 2 when the directory has no cells.jsonl."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import gpucommon
+
+
+def run_dir_of(path: Path) -> Path | None:
+    """`path` itself when it holds cells.jsonl, else its newest subfolder that does."""
+    if (path / "cells.jsonl").is_file():
+        return path
+    found = sorted(p.parent for p in path.glob("*/cells.jsonl"))
+    return found[-1] if found else None
+
+
+def check_cell(result, args, notes: list[str]) -> list[str]:
+    """The failures of one cell (empty when it holds); what was compared goes to `notes`."""
+    bad = []
+    f = result.figures
+    if result.error:
+        bad.append(f"error: {result.error}")
+    if f.throughput is None:
+        bad.append("no throughput (no measured step)")
+    if result.emulated:
+        bad.append("emulated: the run did not use the GPU")
+    if args.ranks and len(result.ranks) != args.ranks:
+        bad.append(f"{len(result.ranks)} rank record(s), expected {args.ranks}")
+    for r in result.ranks:
+        if "stand-in" in (r.model or ""):
+            bad.append(f"rank {r.rank} trained the stand-in model ({r.model})")
+        if not 0 < r.device_peak_bytes <= r.device_capacity_bytes:
+            bad.append(f"rank {r.rank} device peak {r.device_peak_bytes} B outside (0, capacity "
+                       f"{r.device_capacity_bytes} B]")
+    return bad + check_nvml(result, args, notes)
+
+
+def check_nvml(result, args, notes: list[str]) -> list[str]:
+    f = result.figures
+    if f.au_pct is None:
+        return ["no au_pct"]
+    if f.nvml_util_pct is None:
+        return ["no NVML figures (nvml_util_pct is null)"]
+    if (f.window_s or 0.0) < args.nvml_min_window:
+        notes.append(f"AU {f.au_pct:.1f}% vs NVML {f.nvml_util_pct:.1f}%: not compared (window "
+                            f"{f.window_s or 0:.2f} s < {args.nvml_min_window} s)")
+        return []
+    gap = abs(f.au_pct - f.nvml_util_pct)
+    notes.append(f"AU {f.au_pct:.1f}% vs NVML {f.nvml_util_pct:.1f}%: {gap:.1f} points")
+    return [] if gap <= args.nvml_points else [f"AU {f.au_pct:.1f}% and NVML {f.nvml_util_pct:.1f}% differ by "
+                                                f"{gap:.1f} points (> {args.nvml_points})"]
+
+
+def union_within(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of the union of [a, b) intervals clipped to [lo, hi)."""
+    total, end = 0.0, lo
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, hi)
+        if b > a:
+            total += b - a
+            end = b
+    return total
+
+
+def trace_steps(trace: dict) -> tuple[dict[int, tuple[float, float]], list[tuple[float, float]]]:
+    """({N: (start, end) of ProfilerStep#N on the host}, [(start, end) of every GPU kernel]), microseconds."""
+    steps, kernels = {}, []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        name, cat = str(e.get("name", "")), e.get("cat")
+        if cat == "kernel":
+            kernels.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+        elif cat in ("user_annotation", "cpu_op") and name.startswith("ProfilerStep#"):
+            steps[int(name.split("#", 1)[1])] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+    return steps, kernels
+
+
+def kernel_vs_events(trace: dict, rank, warmup: int) -> dict:
+    """Kernel AU and event AU (%) over the profiled steps that are in the rank's window."""
+    steps, kernels = trace_steps(trace)
+    window = {n: span for n, span in steps.items() if 0 <= n - warmup < len(rank.device)}
+    if not window or not kernels:
+        return {"error": f"{len(window)} profiled window step(s), {len(kernels)} kernel event(s) in the trace"}
+    span = sum(b - a for a, b in window.values())
+    busy = sum(union_within(kernels, a, b) for a, b in window.values())
+    idx = [n - warmup for n in sorted(window)]
+    device, step = sum(rank.device[i] for i in idx), sum(rank.step[i] for i in idx)
+    return {"steps": sorted(window), "kernel_au_pct": round(100 * busy / span, 1),
+            "event_au_pct": round(100 * device / step, 1) if step > 0 else None}
+
+
+def check_profile(run: Path, result, args, notes: list[str]) -> list[str]:
+    folder = run / "traces" / result.cell.replace("/", "_")
+    paths = sorted(folder.glob("rank0.*.pt.trace.json"))
+    if not paths:
+        return [f"no rank-0 trace under {folder}"]
+    rank0 = next((r for r in result.ranks if r.rank == 0), None)
+    if rank0 is None:
+        return ["no rank-0 record"]
+    with paths[-1].open() as fh:
+        got = kernel_vs_events(json.load(fh), rank0, args.warmup_steps)
+    if "error" in got:
+        return [f"trace {paths[-1].name}: {got['error']}"]
+    if got["event_au_pct"] is None:
+        return ["profiled steps took no time in the record"]
+    gap = abs(got["kernel_au_pct"] - got["event_au_pct"])
+    notes.append(f"steps {got['steps']}: kernel AU {got['kernel_au_pct']}% vs event AU "
+                        f"{got['event_au_pct']}%: {gap:.1f} points")
+    return [] if gap <= args.kernel_points else [
+        f"profiler kernel AU {got['kernel_au_pct']}% and event AU {got['event_au_pct']}% differ by {gap:.1f} "
+        f"points (> {args.kernel_points}) on steps {got['steps']}"]
+
+
+def parse(argv: list[str] | None):
+    p = gpucommon.parser(__doc__)
+    p.add_argument("run", type=Path, help="the run directory, or the --out folder that holds it")
+    p.add_argument("--cells", type=int, default=0, help="the number of cells expected (0: any)")
+    p.add_argument("--ranks", type=int, default=0, help="the ranks each cell must report (0: any)")
+    p.add_argument("--profile", action="store_true", help="also check the profiler traces")
+    p.add_argument("--warmup-steps", type=int, default=0, help="the run's warm-up steps (for --profile)")
+    p.add_argument("--kernel-points", type=float, default=10.0, help="most AU points kernel vs event time")
+    p.add_argument("--nvml-points", type=float, default=15.0, help="most AU points between AU and NVML")
+    p.add_argument("--nvml-min-window", type=float, default=2.0, help="shortest window compared with NVML (s)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    from harness.results.rundir import read_results
+
+    run = run_dir_of(args.run)
+    if run is None:
+        print(f"FAIL check_run: no cells.jsonl in {args.run} or its subfolders (the run wrote no cell)")
+        return 2
+    results = read_results(run)
+    failures = {}
+    for result in results:
+        notes: list[str] = []
+        bad = check_cell(result, args, notes) + (check_profile(run, result, args, notes) if args.profile else [])
+        print(f"  {'FAILED' if bad else 'ok    '}  {result.cell}: " + "; ".join(bad + notes))
+        if bad:
+            failures[result.cell] = bad
+    if args.cells and len(results) != args.cells:
+        failures["(run)"] = [f"{len(results)} cell line(s), expected {args.cells}"]
+    why = f"{len(results) - len([c for c in failures if c != '(run)'])}/{len(results)} cells hold in {run}" + (
+        f"; {failures['(run)'][0]}" if "(run)" in failures else "")
+    return gpucommon.finish("check_run", not failures, {"run": str(run), "failures": failures}, args.out, why)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

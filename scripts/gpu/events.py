@@ -1,0 +1,84 @@
+"""CUDA-event time is GPU time only when the events are recorded around the launched work.
+
+The same GPU work (2k bf16 matrix products) is timed three ways, each the median of a few tries:
+  gpu_only    one event pair around the 2k products, launched back to back;
+  wide        one pair around k products, a host sleep of SLEEP_S, then k more: the GPU idles during the
+              sleep and the pair counts that idle time (what a step timer recorded after a synchronize does);
+  around      one pair around each group of k products, the sleep between the pairs: the sum of the pairs.
+Holds when `around` is within 10% (or 1 ms) of `gpu_only` (event time excludes the host gap) and `wide`
+exceeds `gpu_only` by at least 80% of the sleep (the gap is really there, so the first result means
+something). On a CPU machine it is skipped (exit 77)."""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import gpucommon
+
+SIDE, K, SLEEP_S, TRIES = 8192, 8, 0.1, 3
+
+
+def _products(a, b, k: int) -> None:
+    for _ in range(k):
+        a @ b
+
+
+def _pair(torch):
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def timed(torch, a, b, mode: str) -> float:
+    """Event seconds of the 2K products timed the `mode` way."""
+    torch.cuda.synchronize()
+    if mode == "gpu_only":
+        s, e = _pair(torch)
+        s.record()
+        _products(a, b, 2 * K)
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / 1e3
+    if mode == "wide":
+        s, e = _pair(torch)
+        s.record()
+        _products(a, b, K)
+        time.sleep(SLEEP_S)
+        _products(a, b, K)
+        e.record()
+        e.synchronize()
+        return s.elapsed_time(e) / 1e3
+    (s1, e1), (s2, e2) = _pair(torch), _pair(torch)
+    s1.record()
+    _products(a, b, K)
+    e1.record()
+    time.sleep(SLEEP_S)
+    s2.record()
+    _products(a, b, K)
+    e2.record()
+    e2.synchronize()
+    return (s1.elapsed_time(e1) + s2.elapsed_time(e2)) / 1e3
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = gpucommon.parser(__doc__).parse_args(argv)
+    gpucommon.cuda_or_skip("events")
+    import torch
+
+    a = torch.randn(SIDE, SIDE, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(SIDE, SIDE, device="cuda", dtype=torch.bfloat16)
+    _products(a, b, 3)  # warm-up: cuBLAS handles and heuristics
+    torch.cuda.synchronize()
+    t = {m: statistics.median(timed(torch, a, b, m) for _ in range(TRIES)) for m in ("gpu_only", "wide", "around")}
+    excludes_gap = abs(t["around"] - t["gpu_only"]) <= max(0.10 * t["gpu_only"], 1e-3)
+    gap_seen = t["wide"] - t["gpu_only"] >= 0.8 * SLEEP_S
+    figures = {f"{m}_ms": round(v * 1e3, 3) for m, v in t.items()}
+    figures.update(sleep_ms=SLEEP_S * 1e3, products=2 * K, side=SIDE,
+                   tflops=round(2 * K * 2 * SIDE**3 / t["gpu_only"] / 1e12, 1))
+    why = (f"around the launched work {figures['around_ms']} ms vs GPU-only {figures['gpu_only_ms']} ms "
+           f"({'host gap excluded' if excludes_gap else 'HOST GAP COUNTED'}); one pair over the sleep "
+           f"{figures['wide_ms']} ms ({'gap seen' if gap_seen else 'GAP NOT SEEN: the sleep hid no idle GPU'})")
+    return gpucommon.finish("events", excludes_gap and gap_seen, figures, args.out, why)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
