@@ -130,6 +130,22 @@ def duration(text: str) -> float:
     return seconds
 
 
+def alpha(text: str) -> float:
+    """A significance level: a number strictly between 0 and 1 (argparse prints the message, exit 2)."""
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be a number strictly between 0 and 1 (e.g. 0.05)")
+    return value
+
+
+def min_effect(text: str) -> float:
+    """The smallest relative change that counts: a finite number >= 0."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a relative change >= 0 (e.g. 0.05 for 5%)")
+    return value
+
+
 def add_debug_option(parser) -> None:
     parser.add_argument("--debug", action="store_true",
                         help="on an error, print its traceback instead of one line (same exit code)")
@@ -141,8 +157,10 @@ def add_compare_options(group) -> None:
                             "the rank's CPU seconds per sample (steadier on a shared runner)")
     group.add_argument("--raw", action="store_true",
                        help="compare raw samples/s instead of samples/s relative to the machine probe")
-    group.add_argument("--min-effect", type=float, default=0.05, help="smallest change that counts (0.05)")
-    group.add_argument("--alpha", type=float, default=0.05, help="significance level of the rank test")
+    group.add_argument("--min-effect", type=min_effect, default=0.05,
+                       help="smallest relative change that counts, >= 0 (0.05: 5%%)")
+    group.add_argument("--alpha", type=alpha, default=0.05,
+                       help="significance level of the rank test, in (0, 1) (0.05)")
     group.add_argument("--strict", action="store_true",
                        help="a cell with too few repeats for the rank test to reach alpha (verdict "
                             "inconclusive) fails the gate (exit 1) instead of a warning")

@@ -14,6 +14,7 @@ from harness.commands import resume
 from harness.commands.compare_runs import run_as_baseline, show_comparison
 from harness.config import runsetup, scenario
 from harness.config.matrix import expand, select
+from harness.config.runconfig import check_data_space
 from harness.config.runsetup import CC3M_SAMPLES, full_scale, with_source
 from harness.device.devices import run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
@@ -115,6 +116,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         sc = full_scale(sc)
     device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
     cells = select(expand(sc), args.only, args.exclude)
+    rundir.check_writable_dir(args.out, "--out")  # the output paths, before anything is measured
+    if args.save_baseline:
+        rundir.check_writable_file(args.save_baseline, "--save-baseline")
     if args.dry_run:
         for i, cell in enumerate(cells, 1):
             print(f"{i:3d}  {cell.id}")
@@ -123,6 +127,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     runsetup.scan_source(sc, args.data_dir, not args.quiet, args)  # an imported source: its size, corrupt JPEGs
     if args.loader_only:
         return run_loader_only(args, argv, sc)
+    if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # the process that writes the datasets
+        check_data_space(sc, cells, args.data_dir, args.regenerate)
     comparable = comparable_of(sc, device, args.cache_state)
     baseline = Baseline.load(args.baseline) if args.baseline else None
     if baseline is not None:  # fail fast, before anything runs

@@ -21,6 +21,18 @@ def visit_order(cells: int, repeat: int, order: str, seed: int) -> list[int]:
     return [int(i) for i in np.random.default_rng([seed, repeat]).permutation(cells)]
 
 
+def check_data_space(scenario: Scenario, cells: list[Cell], data_dir: Path, regenerate: bool = False) -> None:
+    """Before the run directory is written: the storages of these cells still to materialise fit in the free
+    space of data_dir's file system (harness.data.space), else one line naming --data-dir, exit 2."""
+    from harness.data import space
+    from harness.data.materialise import _writable, pending
+
+    _writable(Path(data_dir))
+    storages = sorted({(c.choice("storage").name, c.choice("storage").params) for c in cells})
+    space.check_room(Path(data_dir), pending(scenario.dataset, [(n, dict(p)) for n, p in storages], data_dir,
+                                             regenerate))
+
+
 @dataclass
 class LaunchConfig:
     scenario: Scenario

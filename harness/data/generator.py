@@ -14,8 +14,8 @@ import itertools
 import json
 import os
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Iterator
 
 import numpy as np
 from PIL import Image, ImageDraw

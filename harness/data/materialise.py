@@ -22,12 +22,13 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator, TextIO
+from typing import TextIO
 
+from harness.data import space, verify
 from harness.data.generator import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples_parallel
-from harness.data import verify
 from harness.data.importer import SourceSpec
 from harness.errors import UsageError
 from harness.progress import Progress
@@ -93,7 +94,7 @@ def _captured(samples: Iterable[Sample], wanted: set[int], into: dict[int, Sampl
         yield s
 
 
-def _sample_digest(h: "hashlib._Hash", s: Sample) -> None:
+def _sample_digest(h: hashlib._Hash, s: Sample) -> None:
     h.update(str(s.index).encode())
     h.update(s.jpeg or b"")
     h.update((s.caption or "").encode("utf-8"))
@@ -160,13 +161,51 @@ def materialise(spec, storage_name: str, data_dir: Path, progress: bool = True, 
         scanned(spec, data_dir, progress)
     final = data_dir / f"{spec.key()}-{storage_name}{suffix(storage)}"
     with _locked(data_dir / f".{final.name}.lock"):
+        _remove_stale_tmp(final)
         if regenerate and final.exists():
             shutil.rmtree(final)
         if not _valid_manifest(final, spec, storage_name, storage):
+            space.check_room(data_dir, [(f"{storage_name}{suffix(storage)}", _estimate(spec, storage, data_dir))])
             _generate(spec, storage_name, storage, data_dir, final, progress)
     if check:
         verify_dir(final, storage_name, full=check == "full")
     return final
+
+
+_SIZES: dict[str, space.FieldSizes] = {}  # spec key -> its field sizes (a few samples read once)
+
+
+def _estimate(spec, storage, data_dir: Path) -> int:
+    """About how many bytes ``spec`` takes in ``storage`` (harness.data.space)."""
+    if spec.key() not in _SIZES:
+        _SIZES[spec.key()] = space.field_sizes(spec)
+    return space.estimate(storage.name, _SIZES[spec.key()], spec.samples, space.block_size(data_dir))
+
+
+def pending(spec, storages: list[tuple[str, dict]], data_dir: Path, regenerate: bool = False) -> list[tuple[str, int]]:
+    """The storages (name, params) of ``storages`` not yet materialised in data_dir (all of them with
+    ``regenerate``), with the bytes each will take (an imported source's staging storage included), for
+    harness.data.space.check_room before anything is written."""
+    out: dict[str, int] = {}
+    wanted = list(storages)
+    if isinstance(spec, SourceSpec):
+        wanted.append((STAGING, {}))
+    for name, params in wanted:
+        storage = registry.create("storage", name, **(params or {}))
+        label = f"{name}{suffix(storage)}"
+        final = Path(data_dir) / f"{spec.key()}-{label}"
+        if label not in out and (regenerate or not _valid_manifest(final, spec, name, storage)):
+            out[label] = _estimate(spec, storage, data_dir)
+    return sorted(out.items())
+
+
+def _remove_stale_tmp(final: Path) -> None:
+    """Temporary folders of this materialisation left by a process that no longer runs (killed while
+    writing); the caller holds the lock."""
+    for tmp in final.parent.glob(f"{final.name}.tmp-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def scanned(spec: SourceSpec, data_dir: Path, progress: bool = True) -> SourceSpec:
@@ -281,6 +320,8 @@ def _generate(spec, storage_name: str, storage, data_dir: Path, final: Path, pro
         if final.exists():
             shutil.rmtree(final, ignore_errors=True)  # an unfinished leftover or a --regenerate
         os.rename(tmp, final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(err, UsageError) and space.is_room_error(err):
+            raise space.room_error(data_dir, f"{storage_name}{suffix(storage)}", err) from None
         raise

@@ -33,6 +33,40 @@ def new_run_dir(out_root: Path, scenario_name: str) -> Path:
     return run_dir
 
 
+def _nearest_existing(path: Path) -> Path:
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable_dir(path: Path, flag: str, shown: Path | None = None) -> None:
+    """Before anything is measured: ``path`` is a writable directory or can be created as one (nothing is
+    created); else a one-line UsageError naming ``flag`` (and ``shown``, default ``path``)."""
+    base = _nearest_existing(path)
+    path = shown if shown is not None else path
+    if not base.is_dir():
+        raise UsageError(f"{flag} {path}: {base} is a file, not a directory; pass a directory")
+    probe = base / f".write-test-{os.getpid()}"
+    try:  # a real write (access() says yes to root on a read-only or pseudo file system)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"{flag} {path}: {base} is not writable ({err.strerror or err}); pass {flag} with a "
+                         f"writable directory") from None
+
+
+def check_writable_file(path: Path, flag: str) -> None:
+    """Before anything is measured: a file can be written at ``path`` (its directory exists or can be
+    created, and ``path`` is not a directory); else a one-line UsageError naming ``flag``."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a directory; pass a file path (e.g. {path / 'baseline.json'})")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path}: the file is not writable; pass {flag} with a writable path")
+    check_writable_dir(path.parent, flag, shown=path)
+
+
 def write_json(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
