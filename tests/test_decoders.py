@@ -75,3 +75,40 @@ def test_one_resize_rule_for_one_image_and_for_many():
         one = [target_size(int(w), int(h), image_size)[::-1] for h, w in sides]
         assert many.tolist() == [list(x) for x in one]
         assert many.max() == image_size and many.min() >= 1
+
+
+def _encoded(fmt: str, size=(120, 80)) -> bytes:
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(7)
+    img = Image.fromarray(rng.integers(0, 256, size=(size[1], size[0], 3), dtype=np.uint8), "RGB")
+    out = io.BytesIO()
+    img.save(out, format=fmt)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["WEBP", "PNG"])
+def test_non_jpeg_images_decode_and_simplejpeg_hands_them_to_pil_counted(fmt):
+    from harness.data import decoders
+
+    data = _encoded(fmt)
+    assert not decoders.is_jpeg(data) and decoders.is_jpeg(_encoded("JPEG"))
+    before = decoders.pil_fallbacks()
+    pil = decode_resize(data, 48, "pil")
+    fast = decode_resize(data, 48, "simplejpeg")
+    assert pil.shape == fast.shape == (32, 48, 3) and pil.dtype == np.uint8
+    assert np.array_equal(pil, fast)  # the same PIL path, not a second decoder
+    assert decoders.pil_fallbacks() == before + 1
+    decode_resize(_encoded("JPEG"), 48, "simplejpeg")
+    assert decoders.pil_fallbacks() == before + 1  # a JPEG is simplejpeg's own
+
+
+def test_decoded_pixels_counts_a_non_jpeg_whole():
+    from harness.data.decoders import decoded_pixels
+
+    sides = np.array([[400, 600], [400, 600]])
+    jpeg_only = decoded_pixels(sides, 96, "pil")
+    mixed = decoded_pixels(sides, 96, "pil", jpeg=np.array([True, False]))
+    assert mixed[0] == jpeg_only[0] < mixed[1] == 400 * 600

@@ -46,14 +46,15 @@ def _metadata_parquet(path, keys):
                    path)
 
 
-def make_files(root, corrupt=False, drop_caption=None):
+def make_files(root, corrupt=False, drop_caption=None, json_caption=None):
     for i, (key, jpeg, caption) in enumerate(_items(corrupt)):
         shard = root / f"{i // 10:05d}"
         shard.mkdir(parents=True, exist_ok=True)
         (shard / f"{key}.jpg").write_bytes(jpeg)
-        if i != drop_caption:
+        if i not in (drop_caption, json_caption):
             (shard / f"{key}.txt").write_text(caption)
-        (shard / f"{key}.json").write_text(json.dumps({"key": key, "caption": caption}))
+        meta = {"key": key} if i == drop_caption else {"key": key, "caption": caption}
+        (shard / f"{key}.json").write_text(json.dumps(meta))
     for s in range(3):
         _metadata_parquet(root / f"{s:05d}.parquet", [k for k, _, _ in ITEMS[s * 10:(s + 1) * 10]])
         (root / f"{s:05d}_stats.json").write_text("{}")
@@ -169,7 +170,7 @@ def test_corrupt_jpegs_are_skipped_and_counted(layout, corrupt_sources):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_strict_fails_on_the_first_corrupt_jpeg(layout, corrupt_sources):
-    with pytest.raises(UsageError, match=r"is not a readable JPEG .*without --strict") as err:
+    with pytest.raises(UsageError, match=r"is not a readable image .*without --strict") as err:
         SourceSpec(corrupt_sources[layout], strict=True).count()
     assert ITEMS[5][0] in str(err.value) and "\n" not in str(err.value)
 
@@ -182,6 +183,13 @@ def test_missing_captions_are_an_error_or_empty_when_asked(tmp_path):
     got = list(spec.iter_samples())
     assert spec.stats.empty_captions == 1 and got[7].caption == "" and got[8].caption == ITEMS[8][2]
     assert SourceSpec(root, missing_captions="empty").key() != SourceSpec(root).key()
+
+
+def test_a_caption_missing_as_txt_is_read_from_img2datasets_json(tmp_path):
+    root = make_files(tmp_path / "src", json_caption=7)
+    assert not list(root.glob(f"*/{ITEMS[7][0]}.txt"))
+    got = list(SourceSpec(root).iter_samples())
+    assert [s.caption for s in got] == [c for _, _, c in ITEMS]
 
 
 def test_limit_takes_the_first_samples(sources):
@@ -279,13 +287,13 @@ def test_unknown_layouts(tmp_path):
     meta = tmp_path / "meta"
     meta.mkdir()
     _metadata_parquet(meta / "00000.parquet", ["a"])
-    with pytest.raises(UsageError, match="no jpg column"):
+    with pytest.raises(UsageError, match="no image column"):
         SourceSpec(meta)
-    png = tmp_path / "png"
-    png.mkdir()
-    Image.new("RGB", (8, 8)).save(png / "a.png")
-    with pytest.raises(UsageError, match="no JPEG .*--encode_format jpg"):
-        SourceSpec(png)
+    gif = tmp_path / "gif"
+    gif.mkdir()
+    Image.new("RGB", (8, 8)).save(gif / "a.gif")
+    with pytest.raises(UsageError, match="no JPEG, webp or PNG .*--encode_format jpg"):
+        SourceSpec(gif)
 
 
 def test_explicit_layout_is_checked(sources):
@@ -301,5 +309,5 @@ def test_only_corrupt_images_is_an_error(tmp_path):
     root.mkdir()
     (root / "a.jpg").write_bytes(b"garbage")
     (root / "a.txt").write_text("x")
-    with pytest.raises(UsageError, match=r"no usable sample \(1 corrupt or non-JPEG images\)"):
+    with pytest.raises(UsageError, match=r"no usable sample \(1 corrupt or unsupported images\)"):
         SourceSpec(root).count()

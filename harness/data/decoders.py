@@ -14,6 +14,13 @@ generated cc3m data (200 images at image_scale 0.5 and 1.0; longest side 96, 160
 difference is 0.43-1.31 pixel levels of 255 on average over the images and 3.3-5.8 for the worst image;
 tests/test_decoders.py holds the tolerance (2 on average, 8 for any image). simplejpeg is the faster
 (7-30% less time an image, by source size), so it is the pixels workload's default.
+
+Non-JPEG images (webp and PNG sources, harness.data.importer): libjpeg has nothing to do with them. ``"pil"``
+decodes them whole (no draft mode for these formats) and resizes; ``"simplejpeg"`` decides per image by its
+first bytes (a JPEG starts ``FF D8 FF``) and hands every other image to the ``"pil"`` path, counted in
+``pil_fallbacks()`` (this process's count). The import's ``formats`` says how many images of a source are
+not JPEGs, so how many the simplejpeg decoder hands to PIL in each epoch. ``decoded_pixels`` counts a
+non-JPEG image's whole area when told which images are JPEGs.
 """
 from __future__ import annotations
 
@@ -26,6 +33,17 @@ DECODERS = ("pil", "simplejpeg")
 # The pixels workload's default ([training] decoder): the faster one, because its output stays within the
 # tolerance of PIL's that tests/test_decoders.py checks (see the module docstring).
 DEFAULT_DECODER = "simplejpeg"
+JPEG_MAGIC = b"\xff\xd8\xff"
+_fallbacks = 0  # non-JPEG images the simplejpeg decoder handed to PIL in this process
+
+
+def is_jpeg(data: bytes) -> bool:
+    return bytes(data[:3]) == JPEG_MAGIC
+
+
+def pil_fallbacks() -> int:
+    """How many non-JPEG images the simplejpeg decoder has handed to PIL in this process."""
+    return _fallbacks
 
 
 def resized_shapes(sides: np.ndarray, image_size: int) -> np.ndarray:
@@ -46,7 +64,7 @@ def target_size(width: int, height: int, image_size: int) -> tuple[int, int]:
 def _pil(jpeg: bytes, image_size: int) -> np.ndarray:
     img = Image.open(io.BytesIO(jpeg))
     size = target_size(*img.size, image_size)
-    img.draft("RGB", size)  # let libjpeg decode at a reduced scale when it can
+    img.draft("RGB", size)  # let libjpeg decode at a reduced scale when it can (JPEG only; else a no-op)
     img = img.convert("RGB").resize(size, Image.BILINEAR)
     return np.array(img)  # an owned, writable copy
 
@@ -54,6 +72,10 @@ def _pil(jpeg: bytes, image_size: int) -> np.ndarray:
 def _simplejpeg(jpeg: bytes, image_size: int) -> np.ndarray:
     import simplejpeg
 
+    if not is_jpeg(jpeg):  # webp, PNG: simplejpeg reads JPEGs only
+        global _fallbacks
+        _fallbacks += 1
+        return _pil(jpeg, image_size)
     height, width, _, _ = simplejpeg.decode_jpeg_header(jpeg)
     tw, th = target_size(width, height, image_size)
     pixels = simplejpeg.decode_jpeg(jpeg, colorspace="RGB", min_height=th, min_width=tw)
@@ -78,7 +100,8 @@ def check_decoder(decoder: str) -> str:
 
 
 def decode_resize(jpeg: bytes, image_size: int, decoder: str = "pil") -> np.ndarray:
-    """JPEG bytes -> uint8 HWC, longest side image_size, aspect ratio kept (PIL unless ``decoder`` says)."""
+    """Image bytes (JPEG; webp or PNG too, see the module docstring) -> uint8 HWC, longest side image_size,
+    aspect ratio kept (PIL unless ``decoder`` says)."""
     try:
         impl = _IMPL[decoder]
     except KeyError:
@@ -94,16 +117,21 @@ def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.abs(a.astype(np.int16) - b.astype(np.int16)).mean())
 
 
-def decoded_pixels(sides: np.ndarray, image_size: int, decoder: str = "pil") -> np.ndarray:
+def decoded_pixels(sides: np.ndarray, image_size: int, decoder: str = "pil",
+                   jpeg: np.ndarray | None = None) -> np.ndarray:
     """Pixels libjpeg decodes for each (height, width) in `sides` under decode_resize's reduced-scale decode.
 
     PIL's draft picks the largest scale 1/s, s in (8, 4, 2, 1), with s <= min(w // target_w, h // target_h);
     simplejpeg picks the smallest of libjpeg-turbo's scales n/8, n = 1..8, that keeps both sides at least
     the target's. Either decodes ceil(w * scale) x ceil(h * scale) pixels. This is the decode work of a
     sample: on the generated cc3m data (PIL) it predicts decode+resize time better (r = 0.81) than the
-    stored JPEG bytes (0.78), the source pixels (0.76) or the resized area (0.47).
+    stored JPEG bytes (0.78), the source pixels (0.76) or the resized area (0.47). ``jpeg`` (bool[N], None:
+    all are JPEGs) marks the JPEGs: any other image is decoded whole, h x w pixels, by either decoder.
     """
     sides = np.asarray(sides, dtype=np.int64)
+    if jpeg is not None:
+        jpeg = np.asarray(jpeg, dtype=bool)
+        return np.where(jpeg, decoded_pixels(sides, image_size, decoder), sides[:, 0] * sides[:, 1])
     h, w = sides[:, 0], sides[:, 1]
     th, tw = resized_shapes(sides, image_size).T
     if decoder == "simplejpeg":

@@ -1,5 +1,6 @@
 """The embeddings of an imported sample, for the features workload, when the source has none (see
-harness.data.importer for their definition), and the small decode that checks every source image."""
+harness.data.importer for their definition), and the small decode that checks every source image (JPEG,
+webp or PNG)."""
 from __future__ import annotations
 
 import functools
@@ -48,21 +49,34 @@ def text_embedding(caption: str) -> np.ndarray:
     return _unit(np.sum([_token_vector(t) for t in tokens], axis=0, dtype=np.float32))
 
 
-def decode_small(jpeg: bytes) -> tuple[np.ndarray, tuple[int, int]]:
-    """(uint8[32, 32, 3], (height, width) of the source image), or ValueError saying why it is not usable."""
+SUPPORTED_FORMATS = ("JPEG", "WEBP", "PNG")  # what img2dataset's --encode_format writes
+
+
+def decode_checked(data: bytes) -> tuple[np.ndarray, tuple[int, int], str]:
+    """(uint8[32, 32, 3], (height, width) of the source image, its format: "JPEG", "WEBP" or "PNG"), or
+    ValueError saying why it is not usable (another format, truncated, garbage). JPEGs are decoded in
+    libjpeg's reduced-size draft mode; webp and PNG have none and are decoded whole."""
     try:
-        img = Image.open(io.BytesIO(jpeg))
-        if img.format != "JPEG":
-            raise ValueError(f"not a JPEG ({img.format})")
+        img = Image.open(io.BytesIO(data))
+        if img.format not in SUPPORTED_FORMATS:
+            raise ValueError(f"not a JPEG, webp or PNG ({img.format})")
+        fmt = img.format
         width, height = img.size
-        img.draft("RGB", (PROJECTION_SIDE, PROJECTION_SIDE))  # libjpeg's reduced-size decode
+        if fmt == "JPEG":
+            img.draft("RGB", (PROJECTION_SIDE, PROJECTION_SIDE))  # libjpeg's reduced-size decode
         small = img.convert("RGB").resize((PROJECTION_SIDE, PROJECTION_SIDE), Image.BILINEAR)
-        return np.asarray(small, dtype=np.uint8), (height, width)
+        return np.asarray(small, dtype=np.uint8), (height, width), fmt
     except ValueError:
         raise
     except (OSError, SyntaxError, Image.DecompressionBombError) as err:  # PIL's ways of saying "corrupt"
         text = re.sub(r"<[^>]* at 0x[0-9a-f]+>", "the bytes", " ".join(str(err).split()))  # no addresses
         raise ValueError(text or type(err).__name__) from None
+
+
+def decode_small(data: bytes) -> tuple[np.ndarray, tuple[int, int]]:
+    """(uint8[32, 32, 3], (height, width) of the source image): decode_checked without the format."""
+    small, sides, _ = decode_checked(data)
+    return small, sides
 
 
 def checked_embedding(value, dim: int, name: str, where: str) -> np.ndarray:

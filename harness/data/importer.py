@@ -1,27 +1,36 @@
 """Bring your own data: read an existing image-caption dataset as a stream of :class:`Sample`s.
 
-Layouts (``detect_layout`` picks the first that matches, or pass ``layout``):
+Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; harness.data.layouts reads them):
 
 ``webdataset``  ``*.tar`` shards at the top of the folder (img2dataset ``--output_format webdataset``); per
-                sample the members ``<key>.jpg`` (or ``.jpeg``), ``<key>.txt`` and optionally
-                ``<key>.image_emb.npy`` / ``<key>.text_emb.npy``. Other members (``.json``) are ignored.
-``files``       JPEGs in subfolders (img2dataset ``--output_format files``: ``00000/000000000.jpg`` with
-                ``000000000.txt`` and ``000000000.json`` beside it); optionally ``<stem>.image_emb.npy`` and
+                sample the members ``<key>.jpg`` (or ``.jpeg``, ``.webp``, ``.png``), ``<key>.txt`` (else the
+                ``caption`` of ``<key>.json``) and optionally ``<key>.image_emb.npy`` / ``<key>.text_emb.npy``.
+``files``       images in subfolders (img2dataset ``--output_format files``: ``00000/0000000.jpg`` with
+                ``0000000.txt`` and ``0000000.json`` beside it); optionally ``<stem>.image_emb.npy`` and
                 ``<stem>.text_emb.npy`` beside the image.
-``parquet``     ``*.parquet`` files at the top with a binary ``jpg`` column and a string ``txt`` column
-                (img2dataset ``--output_format parquet``); optional ``image_emb`` / ``text_emb`` list columns.
-                (The metadata ``.parquet`` files img2dataset writes beside files and tar shards have no
-                ``jpg`` column and are ignored.)
-``folder``      a plain folder of ``.jpg``/``.jpeg`` images with same-named ``.txt`` captions.
+``parquet``     ``*.parquet`` files at the top with a binary image column named by img2dataset's
+                ``--encode_format`` (``jpg``, ``webp`` or ``png``) and a caption column (``txt``, else
+                img2dataset's ``caption``); optional ``image_emb`` / ``text_emb`` list columns. (The metadata
+                ``.parquet`` files img2dataset writes beside files and tar shards have no image column.)
+``folder``      a plain folder of ``.jpg``/``.jpeg``/``.webp``/``.png`` images with same-named ``.txt`` captions.
 
-Order: deterministic, sorted by key: files and folder by relative path; webdataset by shard name, then key
-within the shard; parquet by file name, then row (img2dataset writes rows in key order). Samples are numbered
-0..N-1 in that order, after skipping corrupt images.
+Order: deterministic for given files: files and folder by relative path; webdataset by shard name, then key
+within the shard; parquet by file name, then row. img2dataset writes a parquet file's rows in the order its
+downloads completed, not in key order, so two downloads of one url list may number samples differently (the
+key of every row is in messages; the source's identity, ``key()``, changes with the files anyway). Samples
+are numbered 0..N-1 in that order, after skipping failed downloads and corrupt images.
 
-Corrupt images: every image is decoded (at reduced size, PIL's JPEG draft mode) while scanning; one that is
-not a JPEG or does not decode (truncated, garbage) is skipped and counted in :class:`ImportStats`, or raises
-:class:`UsageError` with ``strict=True``. Captions: an image without a caption is an error naming the first one
-(``missing_captions="empty"`` imports it with an empty caption instead, counted).
+Failed downloads: img2dataset's parquet layout keeps a row with a null image for each url it could not fetch
+or decode; files and webdataset keep them in the metadata ``.parquet`` beside (``status``). They are counted
+in :class:`ImportStats` (``failed_downloads``, by status), never as corrupt images.
+
+Corrupt images: every image is decoded (at reduced size, PIL; libjpeg's draft mode for JPEGs) while
+scanning; one that is not a JPEG, webp or PNG, or does not decode (truncated, garbage) is skipped and counted,
+or raises :class:`UsageError` with ``strict=True``. ``formats`` counts the imported images by format: the
+``simplejpeg`` decoder reads JPEGs only and hands every other image to PIL (harness.data.decoders), so the
+non-JPEG count is the number of images each epoch that decoder decodes with PIL. Captions: an image without
+a caption is an error naming the first one (``missing_captions="empty"`` imports it with an empty caption
+instead, counted). A source file that cannot be read (a tar or parquet cut short) is a UsageError naming it.
 
 Embeddings, for the features workload, unless the source has them (2048 and 768 float32):
 
@@ -45,20 +54,36 @@ import hashlib
 import json
 import os
 from array import array
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
-from harness.data.embeddings import (PROJECTION_SEED, PROJECTION_SIDE, checked_embedding, decode_small,
-                                     image_embedding, text_embedding)
-from harness.data.layouts import (LAYOUTS, READERS, REMEDY, Record, layout_matches, walk_files, checked_root,
-                                  detect_layout)
+from harness.data.embeddings import (
+    PROJECTION_SEED,
+    PROJECTION_SIDE,
+    checked_embedding,
+    decode_checked,
+    decode_small,
+    image_embedding,
+    text_embedding,
+)
+from harness.data.layouts import (
+    LAYOUTS,
+    READERS,
+    REMEDY,
+    Record,
+    checked_root,
+    detect_layout,
+    download_failures,
+    layout_matches,
+    walk_files,
+)
 from harness.errors import UsageError
 from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 
-IMPORTER_VERSION = 1  # part of SourceSpec.key(): bump when the samples made from a source change
+IMPORTER_VERSION = 2  # part of SourceSpec.key(): bump when the samples made from a source change
 MISSING_CAPTIONS = ("error", "empty")
 MAX_LISTED = 20  # corrupt keys kept by name in ImportStats (all are counted)
 
@@ -66,15 +91,28 @@ MAX_LISTED = 20  # corrupt keys kept by name in ImportStats (all are counted)
 @dataclass
 class ImportStats:
     layout: str
-    candidates: int = 0  # images seen (JPEG or not)
+    candidates: int = 0  # images seen (failed downloads not included)
     samples: int = 0  # imported
-    corrupt: int = 0  # skipped: not a JPEG or not decodable
+    corrupt: int = 0  # skipped: not a JPEG, webp or PNG, or not decodable
     corrupt_keys: list[str] = field(default_factory=list)  # the first MAX_LISTED of them, with the reason
     empty_captions: int = 0  # imported with an empty caption (missing_captions="empty")
     embeddings: str = "projection"  # "source" when the source had both embeddings for every sample
+    failed_downloads: int = 0  # img2dataset's urls it did not download (rows without image, or metadata)
+    failed_statuses: dict[str, int] = field(default_factory=dict)  # those by img2dataset's status
+    formats: dict[str, int] = field(default_factory=dict)  # imported images by format ("JPEG", "WEBP", "PNG")
+
+    @property
+    def non_jpeg(self) -> int:
+        """Imported images that are not JPEGs: the simplejpeg decoder hands each to PIL."""
+        return sum(n for fmt, n in self.formats.items() if fmt != "JPEG")
 
     def to_dict(self) -> dict:
-        return dict(vars(self))
+        return dict(vars(self), non_jpeg=self.non_jpeg)
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> ImportStats:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in doc.items() if k in known})
 
 
 # ---- the source ----
@@ -132,14 +170,19 @@ class SourceSpec:
 
     def _usable(self, rec: Record, stats: ImportStats) -> tuple[np.ndarray, tuple[int, int]] | None:
         """The decoded thumbnail and sides of a record, or None when it is skipped (counted in stats)."""
+        if rec.failed is not None:  # img2dataset could not download it: not an image of the source
+            stats.failed_downloads += 1
+            stats.failed_statuses[rec.failed] = stats.failed_statuses.get(rec.failed, 0) + 1
+            self._skip.add(rec.key)
+            return None
         stats.candidates += 1
         try:
             if rec.jpeg is None:
-                raise ValueError("not a JPEG")
-            small, sides = decode_small(rec.jpeg)
+                raise ValueError("not a JPEG, webp or PNG")
+            small, sides, fmt = decode_checked(rec.jpeg)
         except ValueError as err:
             if self.strict:
-                raise UsageError(f"{self.root}/{rec.key} is not a readable JPEG ({err}); remove it, or run "
+                raise UsageError(f"{self.root}/{rec.key} is not a readable image ({err}); remove it, or run "
                                  f"without --strict-data to skip corrupt images (they are counted)") from None
             stats.corrupt += 1
             if len(stats.corrupt_keys) < MAX_LISTED:
@@ -148,10 +191,11 @@ class SourceSpec:
             return None
         if rec.caption is None:
             if self.missing_captions == "error":
-                raise UsageError(f"{self.root}/{rec.key} has no caption (a same-named .txt, or txt member or "
-                                 f"column); add the captions, or import with missing_captions='empty' to use "
-                                 f"empty ones")
+                raise UsageError(f"{self.root}/{rec.key} has no caption (a same-named .txt, a txt member or "
+                                 f"column, or img2dataset's caption column or .json caption); add the captions "
+                                 f"(img2dataset writes them when given --caption_col)")
             stats.empty_captions += 1
+        stats.formats[fmt] = stats.formats.get(fmt, 0) + 1
         return small, sides
 
     def save_scan(self, directory: Path | str) -> Path:
@@ -178,7 +222,7 @@ class SourceSpec:
             return False
         if doc.get("key") != self.key() or len(sides) != doc["stats"]["samples"]:
             return False
-        self._stats, self._sides, self._skip = ImportStats(**doc["stats"]), sides, set(doc["skip"])
+        self._stats, self._sides, self._skip = ImportStats.from_dict(doc["stats"]), sides, set(doc["skip"])
         return True
 
     def scan(self, progress: Callable[[int], None] | None = None) -> ImportStats:
@@ -188,6 +232,9 @@ class SourceSpec:
         if self._stats is not None:
             return self._stats
         stats = ImportStats(layout=self.layout)
+        for status, n in sorted(download_failures(self.root, self.layout).items()):
+            stats.failed_downloads += n
+            stats.failed_statuses[status] = n
         sides = array("i")
         with_embs = True
         self._skip = set()
@@ -203,10 +250,14 @@ class SourceSpec:
             if self.limit is not None and stats.samples >= self.limit:
                 break
         if stats.samples == 0:
-            what = f"{stats.corrupt} corrupt or non-JPEG images" if stats.corrupt else "no images"
+            what = f"{stats.corrupt} corrupt or unsupported images" if stats.corrupt else "no images"
+            if stats.failed_downloads:
+                what += f", {stats.failed_downloads} failed downloads"
             raise UsageError(f"data source {self.root} ({self.layout} layout) has no usable sample ({what}); "
                              f"{REMEDY}")
         stats.embeddings = "source" if with_embs else "projection"
+        stats.failed_statuses = dict(sorted(stats.failed_statuses.items()))
+        stats.formats = dict(sorted(stats.formats.items()))
         self._sides = np.frombuffer(sides, dtype=np.int32).reshape(-1, 2).copy()
         self._stats = stats
         return stats

@@ -1,0 +1,202 @@
+"""LitData storage: chunks written with ``litdata.optimize`` and read through litdata's own reader,
+``litdata.StreamingDataset``, by index (``dataset[i]``), so every sampler applies.
+
+Layout under ``path``::
+
+    meta.json            {"format": "litdata", "version": 1, "count": N, "chunk_size": S}
+    index.json           litdata's index: its config (the pytree of one item, serializers) and the chunks
+    chunk-0-K.bin        litdata chunk K: S items in index order (uint32 item count, uint32 offsets, then each
+                         item's serialized fields); one item is the dict {"index", "jpeg", "caption",
+                         "image_emb", "text_emb"} (bytes, str, two float32 arrays)
+    stored_bytes.npy     int64[N]: each item's bytes in its chunk (from the chunks' offset tables)
+
+Writing: the samples stream into a ``multiprocessing`` queue that ``litdata.optimize`` reads (its documented
+way to optimise a stream: nothing is held in memory beyond the queue's bound), one worker, ordered, so chunk
+K holds samples [K*S, (K+1)*S). ``optimize`` sets the multiprocessing start method for the whole process; it is
+given ``fork`` (Linux's default) and the previous method is put back after. Reading: a reader creates its
+``StreamingDataset`` lazily in each process (after a fork the child creates its own) over the local folder (no
+cache copy: litdata reads local chunks in place, memory-mapped) and reads a batch one ``dataset[i]`` at a time;
+litdata deserialises a whole item, so every field is decoded whatever ``fields`` asks (the others are dropped).
+
+litdata is an optional extra (``pip install -e ".[litdata]"``); without it, selecting this storage is one line
+naming the extra. litdata 0.2.76 declares torchvision as a dependency but does not import it: installed with
+``--no-deps`` and its other dependencies it loads beside the CPU torch (see docs/storage-read-paths.md).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from strategies.params import integer
+from strategies.protocols import StorageBase
+from strategies.registry import register
+from strategies.sample import FIELDS, Sample
+from strategies.storage.base import (
+    LazyHandle,
+    PicklesUnmapped,
+    checked_fields,
+    checked_indices,
+    in_order,
+    load_mapped,
+    read_count,
+    write_meta,
+)
+
+DEFAULT_CHUNK_SIZE = 64  # samples per chunk: the shards sampler's default shard, like the tar shards
+QUEUE_BOUND = 256  # samples in flight between the writer and litdata's worker
+INSTALL = ("the litdata storage needs the litdata package: pip install -e '.[litdata]' (or pip install --no-deps "
+           "litdata==0.2.76 lightning-utilities obstore tifffile)")
+
+
+def _litdata():
+    try:
+        import litdata
+    except ImportError:
+        raise ValueError(INSTALL) from None
+    return litdata
+
+
+def _item(sample: dict) -> dict:
+    """litdata.optimize's fn: the queued item as it is (module level, so a worker can import it)."""
+    return sample
+
+
+def _as_item(s: Sample) -> dict:
+    return {"index": s.index, "jpeg": bytes(s.jpeg), "caption": s.caption,
+            "image_emb": np.ascontiguousarray(s.image_emb, dtype=np.float32),
+            "text_emb": np.ascontiguousarray(s.text_emb, dtype=np.float32)}
+
+
+def _chunk_items_bytes(chunk: Path) -> np.ndarray:
+    """Each item's bytes in a litdata chunk, from its header: uint32 count, then count+1 uint32 offsets."""
+    with open(chunk, "rb") as f:
+        n = int(np.frombuffer(f.read(4), dtype="<u4")[0])
+        offsets = np.frombuffer(f.read(4 * (n + 1)), dtype="<u4").astype(np.int64)
+    return np.diff(offsets)
+
+
+def _chunks(path: Path) -> list[dict]:
+    with open(Path(path) / "index.json") as f:
+        return json.load(f)["chunks"]
+
+
+def _optimize(samples: Iterable[Sample], path: Path, count: int, chunk_size: int) -> None:
+    litdata = _litdata()
+    from litdata.processing.data_processor import ALL_DONE
+
+    queue = mp.get_context("fork").Queue(maxsize=QUEUE_BOUND)
+    failure: list[BaseException] = []
+
+    def feed() -> None:
+        try:
+            for _, s in in_order(samples, count):
+                queue.put(_as_item(s))
+        except BaseException as err:  # noqa: BLE001 - re-raised in the writing thread below
+            failure.append(err)
+        finally:
+            queue.put(ALL_DONE)
+
+    feeder = threading.Thread(target=feed, name="litdata-feed", daemon=True)
+    previous = mp.get_start_method(allow_none=True)
+    feeder.start()
+    try:
+        litdata.optimize(fn=_item, queue=queue, output_dir=str(path), chunk_size=chunk_size, num_workers=1,
+                         keep_data_ordered=True, mode="overwrite", verbose=False, start_method="fork")
+    finally:
+        feeder.join()
+        mp.set_start_method(previous, force=True)
+    if failure:
+        raise failure[0]
+
+
+class LitdataReader(PicklesUnmapped):
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+        self.path = Path(path)
+        self.fields = checked_fields(fields)
+        self._count = read_count(self.path)
+        self._dataset = LazyHandle(self._open)
+        self._stored: np.ndarray | None = None
+
+    def _open(self):
+        return _litdata().StreamingDataset(str(self.path))
+
+    def __len__(self) -> int:
+        return self._count
+
+    def read_batch(self, indices: Sequence[int]) -> list[Sample]:
+        idx = checked_indices(indices, self._count)
+        dataset = self._dataset.get()
+        out = []
+        for i in idx.tolist():
+            item = dataset[i]
+            s = Sample(index=i)
+            if int(item["index"]) != i:
+                raise KeyError(f"{self.path}: litdata item {i} holds sample {item['index']}; rerun with "
+                               f"--regenerate to write it again")
+            if "jpeg" in self.fields:
+                s.jpeg = bytes(item["jpeg"])
+            if "caption" in self.fields:
+                s.caption = str(item["caption"])
+            for name in ("image_emb", "text_emb"):
+                if name in self.fields:
+                    setattr(s, name, np.asarray(item[name], dtype=np.float32))
+            out.append(s)
+        return out
+
+    def stored_bytes(self) -> np.ndarray:
+        if self._stored is None:
+            self._stored = load_mapped(self.path / "stored_bytes.npy")
+        return self._stored
+
+    def close(self) -> None:
+        self._dataset.close()
+        self._stored = None
+
+
+@register("storage", "litdata")
+class LitdataStorage(StorageBase):
+    """``chunk_size``: samples per litdata chunk (the shards the ``shards`` sampler streams)."""
+
+    name = "litdata"
+
+    def __init__(self, chunk_size: int = DEFAULT_CHUNK_SIZE):
+        _litdata()  # selecting the storage without the package is one line naming the extra
+        self.chunk_size = integer("chunk_size", chunk_size, 1)
+
+    @property
+    def variant(self) -> str:
+        """What the written files depend on besides the spec, as a directory-name suffix."""
+        return f"-chunk{self.chunk_size}"
+
+    def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        _optimize(samples, path, count, self.chunk_size)
+        chunks = _chunks(path)
+        stored = np.concatenate([_chunk_items_bytes(path / c["filename"]) for c in chunks]) if chunks else \
+            np.zeros(0, dtype=np.int64)
+        if len(stored) != count:
+            raise ValueError(f"litdata wrote {len(stored)} items under {path}, expected {count}")
+        np.save(path / "stored_bytes.npy", stored.astype(np.int64))
+        write_meta(path, "litdata", count, chunk_size=self.chunk_size)
+
+    def open(self, path: Path, fields: Sequence[str] = FIELDS) -> LitdataReader:
+        return LitdataReader(path, fields)
+
+    def files(self, path: Path) -> list[Path]:
+        path = Path(path)
+        return [path / n for n in ("meta.json", "index.json", "stored_bytes.npy")] + \
+            [path / c["filename"] for c in _chunks(path)]
+
+    def shards(self, path: Path) -> list[range]:
+        """litdata's chunks as index ranges, from its index.json (one worker wrote them in index order)."""
+        out, start = [], 0
+        for chunk in _chunks(path):
+            out.append(range(start, start + int(chunk["chunk_size"])))
+            start = out[-1].stop
+        return out
