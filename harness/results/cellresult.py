@@ -70,6 +70,7 @@ class Figures(JsonRecord):
     logical_read_mb: float | None = None
     disk_read_mb: float | None = None
     disk_read_mb_s: float | None = None
+    read_amplification: float | None = None  # disk_read_mb / logical_read_mb (derived on read for older lines)
     padding_waste_pct: float | None = None
     mean_batch: float | None = None
     max_batch: int | None = None
@@ -129,7 +130,7 @@ class CellResult(JsonRecord):
     KEYS: ClassVar[tuple[str, ...]] = (
         "schema", "scenario", "cell", "strategies", "params", "names", "device", "emulated", "workload",
         "batch_size", "world_size", "repeat", "elapsed_s", "figures", "coverage", "cache", "page_cache",
-        "decomposition", "error", "ranks")
+        "decomposition", "error", "ranks", "advice")
     NESTED: ClassVar[dict] = {"figures": Figures, "coverage": Coverage, "cache": CacheFigures,
                               "page_cache": PageCache, "decomposition": Decomposition, "ranks": RankRecord}
 
@@ -152,6 +153,9 @@ class CellResult(JsonRecord):
     decomposition: Decomposition | None = None
     error: str | None = None
     ranks: list[RankRecord] = field(default_factory=list)
+    # the access hint the storage's readers gave the kernel (strategies.storage.advice): random, sequential,
+    # normal; None for a storage without one (a plugin's). Lines written before hints existed: "normal".
+    advice: str | None = None
     schema: int = SCHEMA_VERSION
     # figures whose value keeps the meaning of the older schema the line was written in (`upgrade`; not written)
     legacy_figures: frozenset[str] = frozenset()
@@ -182,7 +186,7 @@ class CellResult(JsonRecord):
                    params={c.axis: dict(c.params) for c in cell.choices},
                    names={c.axis: c.name for c in cell.choices}, device=device, emulated=emulated,
                    workload=scenario.training.workload, batch_size=scenario.training.batch_size,
-                   world_size=world_size, repeat=repeat, **rest)
+                   world_size=world_size, repeat=repeat, advice=metrics.advice_of(cell), **rest)
 
     @property
     def measured(self) -> bool:
@@ -218,7 +222,8 @@ def upgrade(result: CellResult) -> CellResult:
       wall: it is kept, and `legacy_figures` names it;
     - a measured line without `throughput_ci` (written before the interval was): batch means over the
       ranks' recorded steps (metrics.throughput_interval), labelled so; an interval without its label:
-      UNKNOWN_INTERVAL."""
+      UNKNOWN_INTERVAL; without `read_amplification`: disk_read_mb / logical_read_mb; without `advice`
+      (written before the readers gave access hints): metrics.NO_HINT."""
     read = result._keys or frozenset()
     if "schema" not in read:
         result.schema = 1
@@ -229,7 +234,11 @@ def upgrade(result: CellResult) -> CellResult:
     result.emulated = bool(result.emulated)
     result.repeat = int(result.repeat or 0)
     result.ranks = list(result.ranks or [])
+    if "advice" not in read:  # written before the readers gave access hints: the kernel's defaults
+        result.advice = metrics.NO_HINT
     f = result.figures if result.figures is not None else Figures.from_json({})
+    if f.read_amplification is None and f.disk_read_mb is not None:
+        f = f.derive(**metrics.read_amplification(f.disk_read_mb, f.logical_read_mb))
     if f.window_imbalance is None and f.imbalance is not None:
         f = f.derive(window_imbalance=f.imbalance)
     if result.schema < 2 and f.h2d_pct is None:  # written before the five-part split
@@ -330,8 +339,9 @@ def _median_like(values: list) -> float | int:
     return int(round(m)) if all(isinstance(v, int) for v in values) else m
 
 
-def relative_to_probe(results: list[CellResult], probe: ProbeSeries) -> list[CellResult]:
-    """Each measured result's throughput as a multiple of its repeat's in-memory ideal loader (probe.jsonl,
+def relative_to_probe(results: list[CellResult], probe) -> list[CellResult]:
+    """Each measured result's throughput as a multiple of its repeat's in-memory ideal loader (``probe``: a
+    harness.results.probeline.ProbeSeries of probe.jsonl,
     figure `vs_probe`): the figure that stays comparable across machines. The one place it is computed (the
     baseline's `normalised` is this figure)."""
     out = []

@@ -1,5 +1,5 @@
 """Pure functions: the per-rank records of one cell (harness.measure.rankrecord.RankRecord) -> its figures,
-coverage, cache and decomposition.
+coverage, cache and decomposition; and the access hint a cell's readers gave (advice_of).
 
 The figures are a JSON-ready dict (harness.results.cellresult.Figures.from_json wraps it); the other parts are
 the records of harness.results.cellparts (docs/results-format.md)."""
@@ -10,6 +10,7 @@ import numpy as np
 from harness.measure.rankrecord import PARTS, RankRecord
 from harness.results import stats
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, EpochCoverage
+from strategies.storage import advice
 
 
 def _mean_or_none(values: list) -> float | None:
@@ -135,6 +136,7 @@ def cell_figures(records: list[RankRecord]) -> dict:
         logical_read_mb=nbytes / 1e6,
         disk_read_mb=disk_read / 1e6,
         disk_read_mb_s=disk_read / window_s / 1e6 if window_s else 0.0,
+        **read_amplification(disk_read, nbytes),
         padding_waste_pct=(1 - real / padded) * 100 if padded else 0.0,
         mean_batch=samples / max(1, steps - shadow),
         max_batch=max((max(r.batch_sizes, default=0) for r in records), default=0),
@@ -145,6 +147,14 @@ def cell_figures(records: list[RankRecord]) -> dict:
         overrun_pct=overruns / steps * 100,
     )
     return out
+
+
+def read_amplification(device_bytes: float | None, delivered_bytes: float | None) -> dict:
+    """{"read_amplification": bytes read from the device / bytes the readers delivered}, or {} when either is
+    unknown or nothing was delivered. Below 1: part of what was delivered came from the page cache."""
+    if device_bytes is None or not delivered_bytes or delivered_bytes <= 0:
+        return {}
+    return {"read_amplification": float(device_bytes) / float(delivered_bytes)}
 
 
 def cache_figures(records: list[RankRecord]) -> CacheFigures | None:
@@ -216,3 +226,15 @@ def decomposition(records: list[RankRecord]) -> Decomposition | None:
                          compute_pct=per_step["compute"] / cold * 100, prep_stall_pct=prep / cold * 100,
                          fetch_stall_pct=fetch / cold * 100, compute_bound_samples_s=rate["compute"],
                          warm_samples_s=rate["warm"], cold_samples_s=rate["cold"])
+
+
+NO_HINT = "normal"  # the advice of a line written before the readers gave access hints
+
+
+def advice_of(cell) -> str | None:
+    """The access hint the readers of a cell's storage give (strategies.storage.advice.cell_hint), None where
+    it has none or its strategies cannot be built here (a plugin's, in a report rebuilt elsewhere)."""
+    try:
+        return advice.cell_hint(cell.choice("storage").create(), cell.choice("sampler").create())
+    except Exception:
+        return None

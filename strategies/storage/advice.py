@@ -12,6 +12,11 @@ docs/cold-scale.md). A reader's ``advice`` (a storage parameter) chooses the hin
 - ``"auto"`` (the default): the access the reader was told (``advise("random" | "sequential")``, what the
   sampler does: ``access_of(sampler)``), and ``"random"`` until it is told.
 
+How a reader is told: the harness asks a storage for its ``shards(path)`` only for a shard-streaming
+sampler (strategies.protocols.Sampler.uses_shards), before the loader starts, so a storage's ``shards``
+tells the readers it opened on that path ``advise("sequential")`` (``Tracked``); a caller may also call
+``reader.advise`` itself. The readers are pickled to the loader's workers after that, with their access.
+
 Under every hint but ``"normal"`` a reader that knows the byte ranges of the batch it is about to read asks
 for exactly those first (``MADV_WILLNEED`` / ``POSIX_FADV_WILLNEED``, ranges closer than a gap merged): the
 kernel then reads them all at once, with many requests in flight, instead of one page fault after another,
@@ -23,6 +28,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import weakref
 from collections.abc import Iterable
 
 import numpy as np
@@ -61,6 +67,13 @@ def resolved(advice: str, access: str | None) -> str:
     return advice if advice != "auto" else (access or "random")
 
 
+def cell_hint(storage, sampler) -> str | None:
+    """The hint the readers of ``storage`` give under ``sampler`` (strategies), None for a storage without
+    an ``advice`` parameter."""
+    configured = getattr(storage, "advice", None)
+    return None if configured is None else resolved(configured, access_of(sampler))
+
+
 class Advised:
     """A reader's advice and the access it was told (pickled with the reader: a worker opens its maps with
     the hint of the reader it received). ``advise`` before the first read; after it, the reader's open
@@ -84,6 +97,25 @@ class Advised:
 
     def close(self) -> None:  # the reader's own close
         pass
+
+
+class Tracked:
+    """A storage that remembers the readers it opened (weakly), so that ``streamed(path)`` (called from its
+    ``shards``) can tell them they will be read shard by shard."""
+
+    def track(self, reader, path):
+        self.__dict__.setdefault("_opened", []).append((os.path.realpath(path), weakref.ref(reader)))
+        return reader
+
+    def streamed(self, path) -> None:
+        where = os.path.realpath(path)
+        for opened, ref in self.__dict__.get("_opened", []):
+            reader = ref()
+            if reader is not None and opened == where:
+                reader.advise("sequential")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_opened"}
 
 
 def advise_map(mm, hint: str) -> None:

@@ -36,7 +36,7 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import Advised, checked
+from strategies.storage.advice import Advised, Tracked, checked
 from strategies.storage.base import (
     LazyHandle,
     Maps,
@@ -313,7 +313,7 @@ def _write_contiguous(f: h5py.File, samples: Iterable[Sample], count: int, path:
 
 
 @register("storage", "hdf5")
-class Hdf5Storage(StorageBase):
+class Hdf5Storage(Tracked, StorageBase):
     name = "hdf5"
 
     def __init__(self, layout: str = "contiguous", chunk_rows: int | None = None, compression: str = "none",
@@ -352,7 +352,13 @@ class Hdf5Storage(StorageBase):
             raise ValueError(f"{path} holds hdf5{found}, not the hdf5{self.variant} asked for: regenerate it "
                              f"(--regenerate), or materialise each variant under its own directory "
                              f"(<key>-hdf5{self.variant})")
-        return Hdf5Reader(path, fields, self.advice)
+        return self.track(Hdf5Reader(path, fields, self.advice), path)
+
+    def shards(self, path: Path) -> None:
+        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
+        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
+        self.streamed(path)
+        return None
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

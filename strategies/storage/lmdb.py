@@ -32,7 +32,7 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
-from strategies.storage.advice import Advised, checked
+from strategies.storage.advice import Advised, Tracked, checked
 from strategies.storage.base import (
     PicklesUnmapped,
     checked_fields,
@@ -170,7 +170,7 @@ class LmdbReader(Advised, PicklesUnmapped):
 
 
 @register("storage", "lmdb")
-class LmdbStorage(StorageBase):
+class LmdbStorage(Tracked, StorageBase):
     """``advice``: the access hint its readers give the kernel (strategies.storage.advice)."""
 
     name = "lmdb"
@@ -214,7 +214,13 @@ class LmdbStorage(StorageBase):
         write_meta(path, "lmdb", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> LmdbReader:
-        return LmdbReader(path, fields, self.advice)
+        return self.track(LmdbReader(path, fields, self.advice), path)
+
+    def shards(self, path: Path) -> None:
+        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
+        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
+        self.streamed(path)
+        return None
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

@@ -18,7 +18,7 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import Advised, checked
+from strategies.storage.advice import Advised, Tracked, checked
 from strategies.storage.base import (
     LazyHandle,
     Maps,
@@ -109,7 +109,7 @@ class _FlatWriter:
 
 
 @register("storage", "mmap")
-class MmapStorage(StorageBase):
+class MmapStorage(Tracked, StorageBase):
     """``advice``: the access hint its readers give the kernel (strategies.storage.advice: auto, random,
     sequential, normal = the kernel's defaults)."""
 
@@ -150,7 +150,13 @@ class MmapStorage(StorageBase):
         write_meta(path, "mmap", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> MmapReader:
-        return MmapReader(path, fields, self.advice)
+        return self.track(MmapReader(path, fields, self.advice), path)
+
+    def shards(self, path: Path) -> None:
+        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
+        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
+        self.streamed(path)
+        return None
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

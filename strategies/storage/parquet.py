@@ -27,7 +27,7 @@ from strategies.params import choice, integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import MERGE_GAP, Advised, advise_fd, checked, fd_will_need, merged
+from strategies.storage.advice import MERGE_GAP, Advised, Tracked, advise_fd, checked, fd_will_need, merged
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
@@ -185,7 +185,7 @@ class ParquetReader(Advised, PicklesUnmapped):
 
 
 @register("storage", "parquet")
-class ParquetStorage(StorageBase):
+class ParquetStorage(Tracked, StorageBase):
     """``row_group_size``: rows per row group (the unit of every read); ``compression``: none, snappy
     (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per process); keep it
     above the ``shards`` sampler's buffer_size / row_group_size, the row groups its shuffle window spans."""
@@ -228,10 +228,12 @@ class ParquetStorage(StorageBase):
         write_meta(path, "parquet", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> ParquetReader:
-        return ParquetReader(path, fields, self.cached_groups, self.advice)
+        return self.track(ParquetReader(path, fields, self.cached_groups, self.advice), path)
 
     def shards(self, path: Path) -> list[range]:
-        """The index range of every row group, in order."""
+        """The index range of every row group, in order; the readers opened on ``path`` are told they will be
+        read shard by shard (advice.Tracked)."""
+        self.streamed(path)
         count = read_count(path)
         with open(Path(path) / "row_groups.json") as f:
             size = int(json.load(f)["row_group_size"])

@@ -24,7 +24,7 @@ import numpy as np
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import Advised, advise_fd, checked
+from strategies.storage.advice import Advised, Tracked, advise_fd, checked
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
@@ -148,7 +148,7 @@ class RawReader(Advised, PicklesUnmapped):
         self._stored = None
 
 @register("storage", "raw")
-class RawStorage(StorageBase):
+class RawStorage(Tracked, StorageBase):
     """``advice``: the access hint its readers give the kernel (strategies.storage.advice)."""
 
     name = "raw"
@@ -178,7 +178,13 @@ class RawStorage(StorageBase):
         write_meta(path, "raw", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> RawReader:
-        return RawReader(path, fields, self.advice)
+        return self.track(RawReader(path, fields, self.advice), path)
+
+    def shards(self, path: Path) -> None:
+        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
+        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
+        self.streamed(path)
+        return None
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)

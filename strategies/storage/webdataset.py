@@ -34,7 +34,16 @@ from strategies.params import integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import MERGE_GAP, Advised, advise_fd, checked, fd_will_need, merged, rows_will_need
+from strategies.storage.advice import (
+    MERGE_GAP,
+    Advised,
+    Tracked,
+    advise_fd,
+    checked,
+    fd_will_need,
+    merged,
+    rows_will_need,
+)
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
@@ -223,7 +232,7 @@ def fixed_shards(count: int, shard_size: int) -> list[range]:
 
 
 @register("storage", "webdataset")
-class WebDatasetStorage(StorageBase):
+class WebDatasetStorage(Tracked, StorageBase):
     """``shard_size``: samples per tar shard. Real datasets use 1k-10k (100 MB-1 GB shards); the default
     suits the harness's datasets of a few thousand samples and equals the ``shards`` sampler's default."""
 
@@ -280,10 +289,12 @@ class WebDatasetStorage(StorageBase):
         write_meta(path, "webdataset", count)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> WebDatasetReader:
-        return WebDatasetReader(path, fields, self.advice)
+        return self.track(WebDatasetReader(path, fields, self.advice), path)
 
     def shards(self, path: Path) -> list[range]:
-        """The index range of every tar shard, in order (what a shard-streaming sampler should follow)."""
+        """The index range of every tar shard, in order (what a shard-streaming sampler should follow); the readers
+        opened on ``path`` are told they will be read shard by shard (advice.Tracked)."""
+        self.streamed(path)
         return fixed_shards(read_count(path), int(_read_shards_json(path)["shard_size"]))
 
     def files(self, path: Path) -> list[Path]:
