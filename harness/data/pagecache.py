@@ -3,6 +3,9 @@
 Cold uses posix_fadvise(POSIX_FADV_DONTNEED), which needs no root: the kernel drops the clean cached pages of
 each file (pages still mapped by a live process stay). The drop is verified by reading a small piece of the
 largest file and checking, in /proc/self/io, that the read really went to the device.
+
+`block_device(path)` names the block device behind a path's filesystem and its ``read_ahead_kb`` (what a page
+fault or a read may read ahead without an access hint; env.json records it for --data-dir).
 """
 from __future__ import annotations
 
@@ -62,3 +65,23 @@ def prepare(files: list[Path], state: str) -> dict:
     drop([Path(check["path"])])  # the probe re-cached a little of that file; drop it again
     verified = check["device_bytes"] is not None and check["device_bytes"] > 0
     return {"state": "cold", "check": check, "verified": verified}
+
+
+def block_device(path: Path, sys_root: Path = Path("/sys")) -> tuple[str | None, int | None]:
+    """(device name, read_ahead_kb) of the block device holding ``path``'s filesystem (the nearest existing
+    parent of ``path``), found through its device number in /sys/dev/block; a partition reports its disk's
+    queue. (None, None) where unknown: no such device (tmpfs, overlay), or no /sys."""
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        dev = os.stat(path).st_dev
+        node = (sys_root / "dev" / "block" / f"{os.major(dev)}:{os.minor(dev)}").resolve(strict=True)
+    except OSError:
+        return None, None
+    for where in (node, node.parent):  # a partition (vda1) has no queue of its own: its disk's (vda)
+        try:
+            return where.name, int((where / "queue" / "read_ahead_kb").read_text().strip())
+        except (OSError, ValueError):
+            continue
+    return node.name, None

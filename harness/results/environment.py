@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from harness.data.pagecache import block_device
 from harness.measure import gpuinfo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +63,16 @@ def _git_commit() -> dict:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
+def data_dir_of(argv: list[str]) -> Path:
+    """--data-dir as the command line gave it (``--data-dir X`` or ``--data-dir=X``), else the default data/."""
+    for i, arg in enumerate(argv):
+        if arg == "--data-dir" and i + 1 < len(argv):
+            return Path(argv[i + 1]).absolute()
+        if arg.startswith("--data-dir="):
+            return Path(arg.split("=", 1)[1]).absolute()
+    return REPO / "data"
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -85,6 +96,11 @@ class Environment:
     gpu: dict = field(default_factory=dict)  # gpuinfo.environment(): names, memory, driver, CUDA, cuDNN
     device: dict = field(default_factory=dict)  # mode (emulated / cuda), accelerator, world_size
     git: dict = field(default_factory=dict)
+    # where the data lies: --data-dir, the block device behind its filesystem and the device's read-ahead
+    # (None where unknown, and in env.json files written before they were recorded)
+    data_dir: str | None = None
+    data_device: str | None = None
+    read_ahead_kb: int | None = None
     # the run's settings
     scenario: str | None = None
     comparable: dict | None = None  # what a baseline must share with the run (report.compare)
@@ -99,15 +115,19 @@ class Environment:
     extra: dict = field(default_factory=dict)  # keys this harness does not know, kept as they were
 
     @classmethod
-    def capture(cls, argv: list[str], device: dict) -> Environment:
+    def capture(cls, argv: list[str], device: dict, data_dir: Path | None = None) -> Environment:
+        """The machine now; ``data_dir`` (default: --data-dir in ``argv``, else the repository's data/)
+        names where the data lies."""
         gpu = gpuinfo.environment()  # devices, names, memory, driver, CUDA runtime, cuDNN (empty without CUDA)
+        data = Path(data_dir) if data_dir is not None else data_dir_of(argv)
+        name, read_ahead = block_device(data)
         return cls(time_utc=utc_now(), command=[sys.executable, sys.argv[0], *argv],
                    python=platform.python_version(), versions={d: _version(d) for d in LIBRARIES},
                    platform=platform.platform(), hostname=platform.node(), cpu_model=_cpu_model(),
                    cpu_count=os.cpu_count(),
                    cpu_affinity=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
                    memory_gb=_memory_gb(), gpus=[g["name"] for g in gpu["gpus"]], gpu=gpu, device=device,
-                   git=_git_commit())
+                   git=_git_commit(), data_dir=str(data), data_device=name, read_ahead_kb=read_ahead)
 
     @classmethod
     def from_json(cls, obj: dict) -> Environment:
