@@ -1,23 +1,44 @@
-"""An OOM injected on rank 1 of a 2-rank DDP run (gloo, CPU): no hang, no crash, the same steps on every
-rank; split on -> the run goes on (one OOM event, replicas identical), split off -> every rank stops."""
+"""An OOM injected on rank 1 of a 2-rank DDP run (gloo, CPU) in forward, backward (part-way through the
+bucketed allreduce) or the optimizer step, on a model with and without BatchNorm buffers: no hang, no crash,
+the same steps on every rank; with splitting on a forward or backward OOM is absorbed (one OOM event,
+replicas identical), every other case stops every rank at the same step (harness.train.trainstep)."""
 from __future__ import annotations
 
 import pytest
 
 from harness.commands import oomcheck
+from harness.commands.oomcheck import Case
 
 pytestmark = pytest.mark.slow  # spawns two rank processes
 
-
-def test_split_on_the_run_continues_with_equal_steps_on_every_rank():
-    r0, r1 = oomcheck.run(split=True, timeout_s=120)
-    assert r0["steps"] == r1["steps"] == oomcheck.WARMUP + oomcheck.WINDOW
-    assert (r0["oom_events"], r1["oom_events"]) == (0, 1)
-    assert r0["error"] is None and r1["error"] is None
-    assert r0["digest"] == r1["digest"]  # DDP's reducer stayed in step: the replicas are identical
+CASES = [Case(m, phase, split) for m in oomcheck.MODELS for phase in oomcheck.PHASES for split in (True, False)]
 
 
-def test_split_off_every_rank_stops_at_the_same_step():
-    r0, r1 = oomcheck.run(split=False, timeout_s=120)
-    assert r0["steps"] == r1["steps"] < oomcheck.WARMUP + oomcheck.WINDOW
-    assert r1["error"].startswith("OOM: injected") and r0["error"].startswith("OOM")
+@pytest.fixture(scope="module")
+def outcomes():
+    return dict(zip(CASES, oomcheck.run(CASES, timeout_s=30)))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.label)
+def test_each_case_ends_as_the_policy_says(outcomes, case):
+    ranks = outcomes[case]
+    assert ranks is not None, "a hang or a crash"
+    r0, r1 = ranks
+    assert r0["steps"] == r1["steps"]
+    if case.goes_on:
+        assert r0["steps"] == oomcheck.WARMUP + oomcheck.WINDOW
+        assert (r0["oom_events"], r1["oom_events"]) == (0, 1)
+        assert r0["error"] is None and r1["error"] is None
+        assert r0["digest"] == r1["digest"]  # DDP's reducer stayed in step: the replicas are identical
+    else:
+        assert r0["steps"] < oomcheck.WARMUP + oomcheck.WINDOW
+        assert r1["error"].startswith(f"OOM in the {case.phase}: ") and "injected" in r1["error"]
+        assert r0["error"].startswith("stopped with another rank")
+    assert oomcheck.holds(case, ranks)
+
+
+def test_the_check_fails_a_case_that_did_not_stop():
+    ranks = [{"steps": 7, "oom_events": 0, "error": None, "digest": "a"},
+             {"steps": 7, "oom_events": 0, "error": None, "digest": "a"}]
+    assert not oomcheck.holds(Case("batchnorm", "backward", False), ranks)
+    assert not oomcheck.holds(Case("batchnorm", "backward", True), ranks)  # no OOM event counted

@@ -24,6 +24,17 @@ def normalise(images: torch.Tensor) -> torch.Tensor:
     """uint8 [N, 3, H, W] -> float32 normalised; a float input is taken as normalised already."""
     if images.dtype != torch.uint8:
         return images
-    mean = torch.tensor(MEAN, device=images.device).view(1, 3, 1, 1) * 255
-    std = torch.tensor(STD, device=images.device).view(1, 3, 1, 1) * 255
+    mean, std = _constants(images.device)
     return (images.float() - mean) / std
+
+
+_CONSTANTS: dict = {}
+
+
+def _constants(where: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """MEAN and STD x 255 as [1, 3, 1, 1] tensors on `where`, made once per device: building them on every
+    call was two blocking host-to-device copies per forward on a GPU."""
+    if where not in _CONSTANTS:
+        _CONSTANTS[where] = (torch.tensor(MEAN, device=where).view(1, 3, 1, 1) * 255,
+                             torch.tensor(STD, device=where).view(1, 3, 1, 1) * 255)
+    return _CONSTANTS[where]

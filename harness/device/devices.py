@@ -18,11 +18,13 @@ modelled on the emulated device, CUDA-event time on a GPU. That is the `device` 
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
 from harness.config.accelerators import Accelerator
+from harness.errors import UsageError
 
 
 def run_device_name(accelerator: str, device: str) -> str:
@@ -80,6 +82,12 @@ class EmulatedDevice:
     def empty_cache(self) -> None:
         pass
 
+    def note_oom(self, samples: int, padded_pixels: int) -> None:
+        pass  # the model already knows what fits
+
+    def clear_memory_model(self) -> None:
+        pass
+
     def begin_step(self, samples: int, padded_pixels: int) -> float:
         """Model the step: raise OutOfMemoryError as a real GPU would; return the modelled seconds."""
         if not self.fits(samples, padded_pixels):
@@ -115,6 +123,9 @@ class EmulatedDevice:
     def start_timer(self) -> None:
         self._busy_s = 0.0
 
+    def stop_timer(self) -> None:
+        pass  # modelled time: nothing to record
+
     def timed_compute_s(self) -> float:
         """Modelled device seconds of the micro-batches begun since start_timer()."""
         return self._busy_s
@@ -125,21 +136,35 @@ class EmulatedDevice:
 
 
 class CudaDevice:
-    """A real GPU: compute timed with CUDA events, memory from the caching allocator's peak."""
+    """A real GPU: compute timed with CUDA events around the step's launched work, memory from the caching
+    allocator's peak (reset once per step, read once per step).
+
+    `device` time on CUDA is the span between an event recorded before the step's first launch and one
+    recorded right after its last launch (stop_timer), measured on the GPU's own clock. Host time after the
+    last launch (the wait for the GPU, the step's bookkeeping) is not in it. What it still holds: gaps
+    where the GPU waited for the host between launches inside the step (a launch-bound model, GradScaler's
+    inf check) and a wait for a slower peer inside DDP's gradient allreduce. The profiler's kernel time on
+    sampled steps (--profile) is the GPU-busy time without those gaps; scripts/gpu_check.sh compares the two.
+    """
 
     emulated = False
 
     def __init__(self, local_rank: int):
-        torch.cuda.set_device(local_rank)
-        self.torch_device = torch.device("cuda", local_rank)
-        self.nvml_index = local_rank
+        index = gpu_index(local_rank)
+        torch.cuda.set_device(index)
+        self.torch_device = torch.device("cuda", index)
+        self.nvml_index = nvml_index_of(index)
         self.overruns = 0
         self.padded_s = 0.0
         self._window_peak = 0
+        self._step_peak = 0
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self.memory_model = None  # (base bytes, bytes per unit, budget bytes) measured by a probe, or None
-        torch.backends.cudnn.benchmark = True  # autotune convolutions (batch shapes repeat within a cell)
+        self.oom_units: float | None = None  # the smallest batch (padded pixels or samples) that ran out
+        # No autotuning: batch shapes vary (padding to each batch's largest image, dynamic batch sizes), and
+        # cudnn.benchmark would tune inside measured steps, for seconds, differently on every rank.
+        torch.backends.cudnn.benchmark = False
 
     def configure(self, rate: str = "amp", preprocess: str = "host") -> None:
         pass  # a real GPU runs the precision (trainstep.StepPrecision) and the preprocessing itself
@@ -152,19 +177,35 @@ class CudaDevice:
         features); `budget` = bytes this process may use (free + its own allocations)."""
         self.memory_model = (base, per_unit, budget)
 
+    def clear_memory_model(self) -> None:
+        """A cell without dynamic batching: no plan from an earlier cell's probe (it stopped fixed cells on
+        false OOMs)."""
+        self.memory_model, self.oom_units = None, None
+
     def predicted_bytes(self, samples: int, padded_pixels: int) -> float | None:
         if self.memory_model is None:
             return None
         base, per_unit, _ = self.memory_model
         return base + per_unit * (padded_pixels or samples)
 
+    def note_oom(self, samples: int, padded_pixels: int) -> None:
+        """A real OOM at this size: later batches this large are split ahead instead of failing again."""
+        units = padded_pixels or samples
+        self.oom_units = units if self.oom_units is None else min(self.oom_units, units)
+
     def start_timer(self) -> None:
+        self._window_peak = max(self._window_peak, self._step_peak)
+        torch.cuda.reset_peak_memory_stats(self.torch_device)
         self._start.record()
 
-    def timed_compute_s(self) -> float:
-        """GPU time between start_timer() and now (synchronises with the device)."""
+    def stop_timer(self) -> None:
         self._end.record()
+
+    def timed_compute_s(self) -> float:
+        """GPU time between start_timer() and stop_timer() (waits for the end event); the step's memory
+        peak is read here, once."""
         self._end.synchronize()
+        self._step_peak = torch.cuda.max_memory_allocated(self.torch_device)
         return self._start.elapsed_time(self._end) / 1e3
 
     @property
@@ -173,19 +214,22 @@ class CudaDevice:
 
     @property
     def last_bytes(self) -> int:
-        """Peak bytes allocated during the current (or last) step: the allocator's peak is reset per step."""
-        return torch.cuda.max_memory_allocated(self.torch_device)
+        """Peak bytes allocated during the last step (all its micro-batches)."""
+        return self._step_peak
 
     @property
     def peak_bytes(self) -> int:
-        return max(self._window_peak, self.last_bytes)
+        return max(self._window_peak, self._step_peak)
 
     @property
     def capacity_bytes(self) -> int:
         return torch.cuda.get_device_properties(self.torch_device).total_memory
 
     def fits(self, samples: int, padded_pixels: int) -> bool:
-        """From the measured memory model when there is one; else True (the GPU tells by raising)."""
+        """From the measured memory model and the OOMs seen; else True (the GPU tells by raising)."""
+        units = padded_pixels or samples
+        if self.oom_units is not None and units >= self.oom_units:
+            return False
         need = self.predicted_bytes(samples, padded_pixels)
         return need is None or need <= self.memory_model[2]
 
@@ -199,13 +243,41 @@ class CudaDevice:
         pass
 
     def begin_step(self, samples: int, padded_pixels: int) -> float:
-        self._window_peak = self.peak_bytes
-        torch.cuda.reset_peak_memory_stats(self.torch_device)
-        return 0.0
+        return 0.0  # the peak is reset per step (start_timer), not per micro-batch
 
     def synchronize(self) -> None:
-        torch.cuda.synchronize(self.torch_device)
+        """Wait for this rank's compute stream only: a side stream copying the next batch goes on."""
+        torch.cuda.current_stream(self.torch_device).synchronize()
 
     def reset_peak(self) -> None:
-        self._window_peak = 0
+        self._window_peak = self._step_peak = 0
         torch.cuda.reset_peak_memory_stats(self.torch_device)
+
+
+def gpu_index(local_rank: int) -> int:
+    """The GPU this rank drives: its local rank when every local rank sees all the node's GPUs, or GPU 0
+    when the launcher bound one GPU per task (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)."""
+    count = torch.cuda.device_count()
+    if count == 1 or local_rank < count:
+        return 0 if count == 1 else local_rank
+    raise UsageError(f"local rank {local_rank} sees {count} GPUs (CUDA_VISIBLE_DEVICES="
+                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): bind one GPU per task or all of them "
+                     f"to every task (torchrun --nproc-per-node at most the GPU count)")
+
+
+def nvml_index_of(cuda_index: int) -> int | None:
+    """NVML's index of torch's CUDA device `cuda_index`, matched by UUID (NVML ignores CUDA_VISIBLE_DEVICES,
+    so the CUDA index is not NVML's); None when NVML or the UUID is unavailable."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            nvml_uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+            nvml_uuid = nvml_uuid.decode() if isinstance(nvml_uuid, bytes) else nvml_uuid
+            if nvml_uuid.removeprefix("GPU-") == uuid.removeprefix("GPU-"):
+                return i
+    except Exception:  # noqa: BLE001 - no NVML: no utilisation telemetry, the figures say so
+        return None
+    return None

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from harness.config.matrix import Cell
 from harness.config.scenario import Scenario
@@ -35,7 +34,7 @@ from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.train import pipeline
 from harness.train.agreement import agree, param_digest, window_steps
 from harness.train.batches import BatchSource, InMemoryBatches, collect_batches, to_device
-from harness.train.trainstep import StepPrecision, shadow_step, train_step
+from harness.train.trainstep import StepFailed, StepPrecision, is_oom, make_ddp, shadow_step, tiny, train_step
 
 IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase
 
@@ -132,16 +131,15 @@ class MeasuredLoop:
         any_batch, any_failed = agree(int(batch is not None), int(self.failed is not None))
         t_agreed = time.perf_counter()
         if any_failed:  # a batch that cannot fit ends the cell on every rank together
-            self.error = self.failed or "OOM: a batch did not fit on another rank"
+            self.error = self.failed or "stopped with another rank, which failed in this step (its reason is beside)"
             return "stop"
         if not any_batch:  # every rank finished its epoch
             self.source.new_epoch()
             return "new epoch"
         self.device.start_timer()
         measured = self.step >= self.warmup_steps
-        if batch is not None and self.devprep is not None:  # decode etc. on the device, in its time
-            tensors["images"] = self.devprep.images(batch, self.device)
         self._train(batch, tensors, samples, measured)
+        self.device.stop_timer()  # after the last launch, before the wait: host time after it is not device
         self.device.synchronize()
         self.record_step(batch, samples, measured,
                          StepTimes(self.t_prev, t_ready, t_h2d, t_agreed, time.perf_counter()))
@@ -160,16 +158,27 @@ class MeasuredLoop:
             self.shadow_steps += measured
             return
         try:
+            if self.devprep is not None:  # decode etc. on the device, in its time
+                tensors["images"] = self.devprep.images(batch, self.device)
             handled = train_step(self.ddp, self.optimizer, self.device, tensors, samples,
                                  batch["padded_pixels"], self.split_on_oom, self.precision)
-            self.oom_events += handled if measured else 0
-            self.last_tensors = tensors
-        except torch.OutOfMemoryError as err:  # real, unforeseen, no split allowed
-            # the others wait in this step's gradient allreduce: join it with a zero-weight step on one
-            # sample, then stop the cell on every rank at the next agreement
-            self.failed = f"OOM: {err}"
+        except StepFailed as err:  # the policy of harness.train.trainstep: this rank ends the cell
+            self._stop_cell(err.reason, tensors, joined=err.joined)
+            return
+        except Exception as err:  # noqa: BLE001 - device preprocessing (nvJPEG, its buffers)
+            phase = StepFailed("device preprocessing", err, oom=is_oom(err), joined=False)
+            self._stop_cell(phase.reason, tensors, joined=False)
+            return
+        self.oom_events += handled if measured else 0
+        self.last_tensors = tensors
+
+    def _stop_cell(self, reason: str, tensors: dict, joined: bool) -> None:
+        """Told to every rank at the next agreement; a rank that has not joined this step's gradient
+        allreduce joins it first with a zero-weight step on a tiny batch (the others wait there)."""
+        self.failed = reason
+        if not joined:
             self.device.empty_cache()
-            shadow_step(self.ddp, self.optimizer, self.device, {k: v[:1] for k, v in tensors.items()},
+            shadow_step(self.ddp, self.optimizer, self.device, tiny(self.last_tensors or _placeholder(tensors)),
                         self.precision)
 
     def record_step(self, batch: dict | None, samples: int, measured: bool, t: StepTimes) -> None:
@@ -234,12 +243,13 @@ class Trainer:
         self.precision = StepPrecision(strategy, cuda)
         torch.manual_seed(self.tr.seed)  # same initial weights on every rank (DDP also broadcasts them)
         self.model = build_model(self.tr.workload, cuda).to(self.device.torch_device)
+        self.device.clear_memory_model()  # an earlier dynamic cell's plan is not this cell's
         if cuda and cell.choice("batching").create().splits_on_oom:  # dynamic: plan against this GPU
             from harness.device import memprobe
 
             self.device.set_memory_model(*memprobe.measure(self.model, self.tr.workload, self.tr.image_size,
                                                            self.precision, self.device.torch_device))
-        self.ddp = DDP(self.model)
+        self.ddp = make_ddp(self.model)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=self.tr.lr, momentum=0.9)
 
     def build(self) -> pipeline.Pipeline:
@@ -297,6 +307,15 @@ class Trainer:
         return record, warmup_s
 
 
+def _placeholder(tensors: dict) -> dict:
+    """A batch whose device preprocessing failed: its tensors with blank 32x32 images for a shadow step."""
+    out = dict(tensors)
+    if "images" not in out:
+        first = next(iter(out.values()))
+        out["images"] = torch.zeros((len(first), 3, 32, 32), dtype=torch.uint8, device=first.device)
+    return out
+
+
 def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     """Train one cell on this rank and return its record (an OOM ends the cell, never the run).
 
@@ -306,6 +325,9 @@ def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     from the phase matching ctx.cache_state (warm unless cold was asked for).
     """
     started = time.perf_counter()
+    unsupported = StepPrecision.unsupported(cell.choice("precision").create(), ctx.device.torch_device)
+    if agree(int(unsupported is not None))[0]:  # every rank skips the cell together
+        return RankRecord(rank=ctx.rank, error=f"unsupported: {unsupported or 'on another rank'}")
     trainer = Trainer(ctx, cell)
     model_s = time.perf_counter() - started
     if not ctx.decompose:
