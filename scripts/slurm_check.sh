@@ -164,7 +164,7 @@ start_daemons() {
         step FAIL daemons "node localhost not idle after 30 s (state: ${state:-no answer}; logs in $WORK)"
         return 1
     fi
-    step PASS daemons "munged, slurmctld, slurmd started (pids ${PIDS[*]}); node localhost idle after ${waited} s with $NODE_CPUS CPUs, 4 GPUs by count"
+    step PASS daemons "munged, slurmctld, slurmd started (pids ${PIDS[*]}); node localhost idle after ${waited} s with $NODE_CPUS CPUs and 4 stand-in GPUs"
 }
 
 submit() {  # submit ARGS...: the documented batch script on one node, 2 GPUs' worth of ranks; prints the job id
