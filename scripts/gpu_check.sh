@@ -5,6 +5,8 @@
 #   bash scripts/gpu_check.sh [OUT]     run every stage; logs and results under OUT (or $OUT, or a new
 #                                       temporary folder); exit 0 only when every stage passed
 #   bash scripts/gpu_check.sh --list    the stages and their timeouts (s), then their sum
+#   GPU_CHECK_STAGES="events decode" bash scripts/gpu_check.sh [OUT]
+#                                       only those stages (the preflight gates the others only when listed)
 #   bash scripts/gpu_check.sh --dry-run [OUT]
 #                                       on any machine (no GPU needed): write the scenario files and run each
 #                                       run stage's exact run_bench.py command with --dry-run (an emulated
@@ -36,7 +38,7 @@ cd "$(dirname "$0")/.."
 # The stage timeouts (s): the one place they are set. Their sum must stay within BUDGET_S (8 minutes), and
 # tests/test_gpu_check_script.py checks it. A stage that times out gets 1 s more to die (--kill-after).
 STAGES=(preflight events streams decode memcheck nvmlbusy oom matrix extras profile torchrun)
-declare -A LIMIT=([preflight]=25 [events]=15 [streams]=15 [decode]=20 [memcheck]=40 [nvmlbusy]=15
+declare -A LIMIT=([preflight]=30 [events]=15 [streams]=15 [decode]=20 [memcheck]=40 [nvmlbusy]=15
                   [oom]=85 [matrix]=105 [extras]=70 [profile]=35 [torchrun]=30)
 BUDGET_S=480
 # cells each run stage must write (checked in the run directory, and against --dry-run's listing)
@@ -152,12 +154,15 @@ DEFS="$(declare -p STEPS); $(declare -p CELLS)"  # associative arrays cannot be 
 
 # --- the stages ---------------------------------------------------------------------------------------
 declare -A RESULT SECS WHY
+SELECTED=" ${GPU_CHECK_STAGES:-${STAGES[*]}} "
 run_stage() {
   local name=$1 log="$OUT/$1.log" started=$SECONDS rc
+  if [[ $SELECTED != *" $name "* ]]; then RESULT[$name]=-; SECS[$name]=0; WHY[$name]="not selected"; return; fi
   local cmd; cmd=$(stage_command "$name")
   [ "$MODE" = dry ] && [ -n "${cmd##bench *}" ] && { RESULT[$name]=SKIP; SECS[$name]=0
                                                       WHY[$name]="not a run stage (--dry-run)"; return; }
-  if [ "$name" != preflight ] && [ "${RESULT[preflight]:-}" != PASS ] && [ "$MODE" = run ]; then
+  if [ "$name" != preflight ] && [[ $SELECTED == *" preflight "* ]] && [ "${RESULT[preflight]}" != PASS ] \
+      && [ "$MODE" = run ]; then
     RESULT[$name]=SKIP; SECS[$name]=0; WHY[$name]="the preflight failed"; return
   fi
   echo "== $name (timeout ${LIMIT[$name]} s): $cmd" | tee "$log"

@@ -29,11 +29,12 @@ def cuda_or_skip(name: str) -> None:
         sys.exit(SKIPPED)
 
 
-def finish(name: str, ok: bool, figures: dict, out: Path | None, why: str = "") -> int:
-    """Print `PASS|FAIL name: why` and the figures, write <out>/<name>.json; return the exit code."""
-    line = f"{'PASS' if ok else 'FAIL'} {name}" + (f": {why}" if why else "")
-    print(line)
-    print(json.dumps(figures, indent=1, sort_keys=True, default=str))
+def finish(name: str, ok: bool, figures: dict, out: Path | None, why: str = "", show: bool = True) -> int:
+    """Print the figures (unless not `show`), then the verdict `PASS|FAIL name: why` as the last line;
+    write <out>/<name>.json; return the exit code."""
+    if show:
+        print(json.dumps(figures, indent=1, sort_keys=True, default=str))
+    print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {why}" if why else ""))
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / f"{name}.json").write_text(json.dumps({"ok": ok, "why": why, **figures}, indent=1,

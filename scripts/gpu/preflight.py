@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     if torch is not None:
         check_nvml(items, check_cuda(items, torch))
     why = "every item holds" if not items.failed else "failed: " + ", ".join(items.failed)
-    return gpucommon.finish("preflight", not items.failed, items.figures, args.out, why)
+    return gpucommon.finish("preflight", not items.failed, items.figures, args.out, why, show=False)
 
 
 if __name__ == "__main__":
