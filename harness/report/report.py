@@ -27,6 +27,7 @@ from harness.report.tables import (
     interval,
     interval_header,
     interval_label_of,
+    io_lines,
     mark,
     overrun_lines,
     render_lines,
@@ -60,6 +61,7 @@ def header_lines(cells: list[CellSummary], env: Environment | None = None, probe
     lines += emulation_lines(every)
     lines += overrun_lines(cells, env)
     lines += page_cache_lines(cells, env)
+    lines += io_lines(cells, env)
     repeats = max(c.total_repeats for c in cells)
     if repeats > 1:
         lines.append(f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats, "
@@ -257,14 +259,15 @@ def memory_io_table(cells: list[CellSummary]) -> Table:
     axes = shown_axes(cells)
     device_col = f"device peak GB{mark(cells[:1])} (modelled)" if emulated else "device peak GB"
     headers = [*axes, "host PSS/rank MB", "host PSS all ranks MB", "host RSS/rank MB", "cache resident MB",
-               device_col, "disk read MB", "requested MB"]
+               device_col, "disk read MB", "read amp x", "requested MB", "advice"]
     rows = []
     for c in cells:
         f, cache = c.figures, c.cache
         rows.append([display_name(cells, c, a) for a in axes] + [
             fmt(f.host_pss_peak_mb, ".0f"), fmt(f.host_pss_total_mb, ".0f"), fmt(f.host_rss_peak_mb, ".0f"),
             f"{cache.resident_mb:.0f} in {cache.caches}" if cache is not None else "-",
-            fmt(f.device_peak_gb, ".2f"), fmt(f.disk_read_mb, ".1f"), fmt(f.logical_read_mb, ".1f")])
+            fmt(f.device_peak_gb, ".2f"), fmt(f.disk_read_mb, ".1f"), fmt(f.read_amplification, ".1f"),
+            fmt(f.logical_read_mb, ".1f"), c.advice or "-"])
     return Table("Memory and I/O (peaks over the window)", headers, rows)
 
 
@@ -353,7 +356,7 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
     rows = []
     for c in results:
         row = {"cell": c.cell, "repeat": c.repeat, **c.strategies, "device": c.device, "emulated": c.emulated,
-               "error": c.error}
+               "error": c.error, "advice": c.advice}
         row.update(sorted(c.figures.to_json().items()))  # columns in the order of the file's sorted keys
         cov, cache = c.coverage, c.cache
         row.update(coverage_ok=cov.ok if cov else None, coverage_pct=cov.coverage_pct if cov else None,

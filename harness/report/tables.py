@@ -16,6 +16,7 @@ from strategies.registry import AXES
 
 EMULATED_MARK = "*"  # marks columns whose values depend on the emulated accelerator's model
 OVERRUN_VERDICT_PCT = 5  # an emulated run whose host work outlasted the modelled step in more steps: a verdict
+AMPLIFICATION_WARN = 4.0  # a cold cell that read more than this many device bytes per delivered byte: warned
 TIE_NOTE = ("= marks a tie: the cell's throughput interval overlaps another's, so the data do not tell them "
             "apart; # is 1 + the number of cells whose interval lies wholly above this one's (overlap is a "
             "conservative test: some overlapping pairs may still differ)")
@@ -112,6 +113,25 @@ def emulation_lines(results: list[CellResult]) -> list[str]:
             f"model, then sleeps until the modelled step time has passed (leaving the CPU to the loader, as a "
             f"GPU host does); device time and memory are modelled. Columns marked {EMULATED_MARK} depend on "
             f"that model. The DDP allreduce, data loading and host memory are real."]
+
+
+def io_lines(results: list[CellResult], env: Environment | None = None) -> list[str]:
+    """The block device behind the data and its read-ahead (env.json), and a warning when a cold cell read
+    more than AMPLIFICATION_WARN times from the device what its readers delivered (figures.read_amplification)."""
+    lines = []
+    if env is not None and env.data_device:
+        ahead = f"read_ahead_kb {env.read_ahead_kb}" if env.read_ahead_kb is not None else "read-ahead unknown"
+        lines.append(f"Data: {env.data_dir} on block device {env.data_device}, {ahead} (what a read or a page "
+                     f"fault may read ahead without an access hint)")
+    high = [r for r in results if r.page_cache is not None and r.page_cache.state == "cold"
+            and (r.figures.read_amplification or 0) > AMPLIFICATION_WARN]
+    if high:
+        worst = max(high, key=lambda r: r.figures.read_amplification)
+        lines.append(f"WARNING: {len(high)} cold cell(s) read more than {AMPLIFICATION_WARN:g}x from the device what "
+                     f"their readers delivered (up to {worst.figures.read_amplification:.0f}x: {worst.cell}, advice "
+                     f"{worst.advice or '-'}): read-ahead around scattered reads; the storage's advice parameter "
+                     f"sets the access hint (docs/cold-scale.md)")
+    return lines
 
 
 def accelerator_name(result: CellResult) -> str:

@@ -1,0 +1,140 @@
+"""Access hints (strategies.storage.advice): a reader's maps carry the hint its advice asks for (the VmFlags of
+/proc/self/smaps: "rr" for MADV_RANDOM, "sr" for MADV_SEQUENTIAL), a shard-streaming sampler's storage tells
+its readers, the hint travels in a pickled reader, every advice reads the same samples, and the byte ranges
+asked for before a batch are whole pages, merged. Speed is measured in docs/cold-scale.md, not here."""
+from __future__ import annotations
+
+import mmap
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.config.matrix import Cell
+from harness.config.scenario import StrategyChoice
+from harness.data.generator import DatasetSpec
+from harness.data.materialise import materialise
+from harness.results.metrics import advice_of
+from strategies import registry
+from strategies.storage import advice
+
+SPEC = DatasetSpec(samples=40, seed=3, profile="tiny")
+STORAGES = ("raw", "mmap", "hdf5", "webdataset", "parquet", "lmdb")
+MAPPED = {"mmap": "image_emb.npy", "hdf5": "data.h5"}  # the data file each maps (hdf5: the contiguous layout)
+needs_smaps = pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="no /proc/self/smaps")
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    root = tmp_path_factory.mktemp("advice")
+    return {name: materialise(SPEC, name, root, progress=False) for name in STORAGES}
+
+
+def flags(path: Path) -> list[set[str]]:
+    return [set(f.split()) for f in advice.map_flags(str(path))]
+
+
+@needs_smaps
+@pytest.mark.parametrize("name", sorted(MAPPED))
+@pytest.mark.parametrize("given, access, hint, flag", [
+    ("auto", None, "random", "rr"), ("auto", "sequential", "sequential", "sr"),
+    ("random", "sequential", "random", "rr"), ("sequential", None, "sequential", "sr")])
+def test_a_readers_map_carries_its_hint(paths, name, given, access, hint, flag):
+    reader = registry.create("storage", name, advice=given).open(paths[name])
+    if access:
+        reader.advise(access)
+    assert reader.hint == hint
+    reader.read_batch([0, 7, 3])
+    mapped = flags(paths[name] / MAPPED[name])
+    assert mapped and all(flag in f for f in mapped)
+    reader.stored_bytes()[:5].sum()
+    assert all(flag in f for f in flags(paths[name] / "stored_bytes.npy"))
+    reader.close()
+
+
+@needs_smaps
+@pytest.mark.parametrize("name", sorted(MAPPED))
+def test_normal_advice_leaves_the_kernels_default(paths, name):
+    reader = registry.create("storage", name, advice="normal").open(paths[name])
+    reader.read_batch([1, 2])
+    mapped = flags(paths[name] / MAPPED[name])
+    assert mapped and not any({"rr", "sr"} & f for f in mapped)
+    reader.close()
+
+
+@needs_smaps
+@pytest.mark.parametrize("given, flagged", [("auto", True), ("random", True), ("normal", False)])
+def test_lmdb_maps_its_environment_random_unless_told_otherwise(paths, given, flagged):
+    """LMDB's readahead=False is its MADV_RANDOM on the whole map; "normal" opens with readahead=True."""
+    reader = registry.create("storage", "lmdb", advice=given).open(paths["lmdb"])
+    reader.read_batch([5])
+    mapped = flags(paths["lmdb"] / "data.mdb")
+    assert mapped and all(("rr" in f) == flagged for f in mapped)
+    reader.close()
+
+
+@pytest.mark.parametrize("name", STORAGES)
+def test_asking_for_shards_tells_the_readers_and_the_pickle_carries_it(paths, name):
+    storage = registry.create("storage", name)
+    reader = storage.open(paths[name])
+    other = registry.create("storage", name, advice="random").open(paths[name])
+    assert reader.hint == "random"  # nothing told yet: the default and balanced samplers' access
+    storage.shards(paths[name])  # the harness asks for shards only for a shard-streaming sampler
+    assert reader.hint == "sequential" and other.hint == "random"
+    assert pickle.loads(pickle.dumps(reader)).hint == "sequential"
+    reader.close()
+    other.close()
+
+
+@pytest.mark.parametrize("name", STORAGES)
+def test_every_advice_reads_the_same_samples(paths, name):
+    idx = [9, 0, 31, 9, 17, 39, 1]
+    got = {}
+    for given in ("normal", "random", "sequential"):
+        reader = registry.create("storage", name, advice=given).open(paths[name])
+        got[given] = [(s.index, s.jpeg, s.caption, s.image_emb.tobytes()) for s in reader.read_batch(idx)]
+        reader.close()
+    assert got["normal"] == got["random"] == got["sequential"]
+    assert [g[0] for g in got["normal"]] == idx
+
+
+def test_an_unknown_advice_is_one_line_naming_the_parameter():
+    with pytest.raises(ValueError, match=r"advice must be one of auto, random, sequential, normal; got 'fast'"):
+        registry.create("storage", "mmap", advice="fast")
+    with pytest.raises(ValueError, match="access must be one of random, sequential"):
+        advice.Advised().advise("backwards")
+
+
+def test_ranges_are_whole_pages_merged_across_small_gaps():
+    page = advice.PAGE
+    starts, ends = np.array([10, page + 5, 10 * page]), np.array([20, page + 9, 10 * page + 1])
+    assert advice.merged(starts, ends, 0) == [(0, 2 * page), (10 * page, 11 * page)]
+    assert advice.merged(starts, ends, 8 * page) == [(0, 11 * page)]
+    assert advice.merged(np.array([5 * page]), np.array([5 * page]), 0) == [(5 * page, 5 * page)]
+    assert advice.merged(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 0) == []
+
+
+def test_rows_asked_for_lie_in_the_map_at_the_arrays_offset(tmp_path):
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(4096 * 8, dtype=np.float32).reshape(-1, 1024))  # 4 KiB rows after a header
+    array = np.load(path, mmap_mode="r")
+    mm = advice.mapping_of(array.view(np.ndarray))
+    assert isinstance(mm, mmap.mmap) and len(mm) == path.stat().st_size
+    header = path.stat().st_size - array.nbytes
+    assert advice._offset_in_map(array.view(np.ndarray), mm) == header
+    advice.rows_will_need(array.view(np.ndarray), np.array([0, 5, 6, 31]), "random")  # within the map
+
+
+def cell(storage: StrategyChoice, sampler: str) -> Cell:
+    return Cell((storage, StrategyChoice("cache", "none"), StrategyChoice("batching", "fixed"),
+                 StrategyChoice("sampler", sampler)))
+
+
+def test_the_cell_line_names_the_hint_its_readers_gave():
+    mmap_ = StrategyChoice("storage", "mmap")
+    assert advice_of(cell(mmap_, "default")) == "random" and advice_of(cell(mmap_, "balanced")) == "random"
+    assert advice_of(cell(mmap_, "shards")) == "sequential"
+    normal = StrategyChoice("storage", "hdf5", (("advice", "normal"),))
+    assert advice_of(cell(normal, "shards")) == "normal"
+    assert advice_of(cell(StrategyChoice("storage", "no-such-storage"), "default")) is None
