@@ -71,15 +71,16 @@ class Heartbeat:
 
 
 def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
-            data_paths: dict[str, Path]) -> None:
-    """The planned visits, then (with a budget) further passes while the answer is open and time is left."""
+            data_paths: dict[str, Path], host_group=None) -> None:
+    """The planned visits, then (with a budget) further passes while the answer is open and time is left.
+    `host_group`: the gloo group the ranks wait on while one of them does host work (harness.run.launch)."""
     began = config.started_at or time.time()
     plan = config.todo()
     verified: set[Path] = set()
     for i, (repeat, index) in enumerate(plan):
         first_of_repeat = i == 0 or plan[i - 1][0] != repeat
         visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, index), first_of_repeat,
-              (i, f"{i + 1}/{len(plan)}"))
+              (i, f"{i + 1}/{len(plan)}"), host_group)
     repeat, position = config.repeats, len(plan)
     while config.budget_s:
         todo = [budget.next_pass(rundir.read_results(config.run_dir), [c.id for c in config.cells],
@@ -91,13 +92,14 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
         order = visit_order(len(todo[0]), repeat, config.order, config.order_seed)
         for k, j in enumerate(order):
             visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, todo[0][j]), k == 0,
-                  (position, f"budget pass {repeat + 1}, {k + 1}/{len(order)}"))
+                  (position, f"budget pass {repeat + 1}, {k + 1}/{len(order)}"), host_group)
             position += 1
         repeat += 1
 
 
 def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, data_paths: dict[str, Path],
-          verified: set[Path], item: tuple[int, int], first_of_repeat: bool, where: tuple[int, str]) -> None:
+          verified: set[Path], item: tuple[int, int], first_of_repeat: bool, where: tuple[int, str],
+          host_group=None) -> None:
     """One visit of one cell on this rank (the machine probe first when a repeat begins). `where`: the visit's
     position in the run (the heartbeat's) and its progress label."""
     position, label = where
@@ -106,7 +108,7 @@ def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, 
     if first_of_repeat:  # the machine probe, once per repeat, while the others wait
         if rank == 0 and repeat not in _probed(config.run_dir):
             rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat).to_json())
-        dist.barrier()
+        dist.barrier(group=host_group)
     storage = cell.choice("storage")
     started = time.perf_counter()
     if data_paths[storage.label] not in verified:  # sizes and sampled checksums: nothing runs on bad data
@@ -116,7 +118,8 @@ def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, 
     if show:
         print(f"[{label}] {cell.id} ...", file=sys.stderr, flush=True)
     ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
-                      cache_state=config.cache_state, decompose=config.decompose)
+                      cache_state=config.cache_state, decompose=config.decompose,
+                      host_group=host_group)
     run_one(ctx, config, cell, repeat, device, show, position=position, started=started)
 
 

@@ -22,19 +22,41 @@ from harness.errors import UsageError
 from harness.run import cellruns, supervisor
 
 PG_TIMEOUT = timedelta(seconds=300)
+# Host work the ranks wait for (writing the datasets, dropping or warming the page cache, the machine probe)
+# can take many minutes at full scale: those waits use a gloo side group with this timeout, never NCCL's.
+HOST_WORK_TIMEOUT = timedelta(hours=2)
 
 
 def resolve_device(mode: str, world_size: int) -> str:
-    """auto: real CUDA if there are enough GPUs for every rank, else the emulated accelerator."""
+    """auto: real CUDA if there are enough GPUs for every rank, else the emulated accelerator. Under torchrun
+    (RANK and WORLD_SIZE set) the question is per node: enough GPUs for the node's ranks, or one bound to
+    each task (Slurm --gpus-per-task=1); visible GPUs that cannot serve the ranks are an error, never a
+    silent fallback to the emulator."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if mode == "emulated":
         return "emulated"
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        return _torchrun_device(mode, gpus, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
     if mode == "cuda":
         if gpus < world_size:
             raise UsageError(f"--device cuda needs {world_size} GPUs for {world_size} ranks but {gpus} "
                              f"are visible; lower --world-size or use --device emulated")
         return "cuda"
     return "cuda" if gpus >= world_size else "emulated"
+
+
+def _torchrun_device(mode: str, gpus: int, local_ranks: int) -> str:
+    if gpus == 0:
+        if mode == "cuda":
+            raise UsageError("--device cuda under torchrun, but this process sees no GPU (CUDA_VISIBLE_DEVICES="
+                             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); bind GPUs to the tasks or use "
+                             "--device emulated")
+        return "emulated"
+    if gpus == 1 or gpus >= local_ranks:  # one GPU bound per task, or the node's GPUs shared by its ranks
+        return "cuda"
+    raise UsageError(f"torchrun started {local_ranks} ranks on this node but each sees {gpus} GPUs: give every "
+                     f"rank a GPU (--nproc-per-node at most {gpus}, or one GPU per task), or pass --device "
+                     f"emulated to emulate instead")
 
 
 def free_port() -> int:
@@ -109,10 +131,11 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
         device = EmulatedDevice(config.scenario.accelerator, config.scenario.training.workload)
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=PG_TIMEOUT,
                             **({"device_id": device.torch_device} if cuda else {}))
+    host_group = dist.new_group(backend="gloo", timeout=HOST_WORK_TIMEOUT)
     try:
         if data_paths is None:
-            data_paths = _join_torchrun_run(config, local_rank)
-        cellruns.run_all(rank, local_rank, world, config, device, data_paths)
+            data_paths = _join_torchrun_run(config, local_rank, host_group)
+        cellruns.run_all(rank, local_rank, world, config, device, data_paths, host_group)
     except BaseException as err:
         if config.supervised:  # before the process group goes down and the peers fail in turn
             supervisor.write_rank_error(config.run_dir, rank, err)
@@ -122,14 +145,14 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     return data_paths
 
 
-def _join_torchrun_run(config: LaunchConfig, local_rank: int) -> dict[str, Path]:
+def _join_torchrun_run(config: LaunchConfig, local_rank: int, host_group) -> dict[str, Path]:
     """Under torchrun only rank 0 created the run directory: share its path; the first process of each
     node materialises the data, the others then find and reuse it."""
     shared = [config.run_dir, config.plan]  # rank 0 read cells.jsonl: what is left to run (--resume)
     dist.broadcast_object_list(shared, src=0)
     config.run_dir, config.plan = shared
     data_paths = config.materialise_all(progress=config.progress) if local_rank == 0 else None
-    dist.barrier()
+    dist.barrier(group=host_group)  # minutes at full scale: the side group's timeout, not NCCL's
     if local_rank != 0:
         data_paths = config.materialise_all(progress=False, regenerate=False)
     return data_paths

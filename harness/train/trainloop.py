@@ -51,6 +51,7 @@ class RankContext:
     cache_state: str = "as-is"  # page cache before each cell: as-is, warm or cold
     decompose: bool = False
     build_pipeline: Callable | None = None  # the self-test's synthetic pipeline; None: the real one
+    host_group: object = None  # gloo group for waits on host work (None: the default group)
 
     def files_of(self, cell: Cell) -> list[Path]:
         """The data files of the cell's storage (for page-cache control)."""
@@ -261,7 +262,7 @@ class Trainer:
         if state != "as-is":
             if self.ctx.local_rank == 0:
                 info = pagecache.prepare(self.ctx.files_of(self.cell), state)
-            dist.barrier()
+            dist.barrier(group=self.ctx.host_group)  # minutes for a large dataset: not under NCCL's timeout
         return info
 
     def phase(self, state: str, in_memory: bool = False, profiler=None) -> RankRecord:
