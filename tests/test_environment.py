@@ -44,3 +44,34 @@ def test_a_broken_env_json_is_one_line_naming_the_file(tmp_path, text):
     (tmp_path / "env.json").write_text(text)
     with pytest.raises(rundir.ResultsError, match="env.json"):
         rundir.read_env(tmp_path)
+
+
+def test_the_data_dirs_block_device_and_read_ahead_are_recorded(tmp_path):
+    env = Environment.capture(["--data-dir", str(tmp_path)], {"mode": "emulated"})
+    obj = env.to_json()
+    assert obj["data_dir"] == str(tmp_path) and {"data_device", "read_ahead_kb"} <= set(obj)
+    assert env.read_ahead_kb is None or (env.data_device and env.read_ahead_kb >= 0)  # a number only with a device
+    assert Environment.capture([f"--data-dir={tmp_path}"], {}).data_dir == str(tmp_path)
+    older = {k: v for k, v in obj.items() if k not in ("data_dir", "data_device", "read_ahead_kb")}
+    back = Environment.from_json(older)  # an env.json written before these keys
+    assert back.data_dir is None and back.read_ahead_kb is None and back.extra == {}
+
+
+def test_block_device_follows_the_device_number_to_the_disks_queue(tmp_path):
+    import os
+
+    from harness.data.pagecache import block_device
+
+    sys_root, data = tmp_path / "sys", tmp_path / "data"
+    data.mkdir()
+    dev = os.stat(data).st_dev
+    disk = sys_root / "devices" / "virtual" / "block" / "vdz"
+    (disk / "vdz1").mkdir(parents=True)  # a partition: no queue of its own
+    (disk / "queue").mkdir()
+    (disk / "queue" / "read_ahead_kb").write_text("4096\n")
+    (sys_root / "dev" / "block").mkdir(parents=True)
+    link = sys_root / "dev" / "block" / f"{os.major(dev)}:{os.minor(dev)}"
+    link.symlink_to(disk / "vdz1")
+    assert block_device(data / "not-yet" / "made", sys_root) == ("vdz", 4096)  # the nearest existing parent
+    link.unlink()
+    assert block_device(data, sys_root) == (None, None)  # no such device (tmpfs, overlay): unknown

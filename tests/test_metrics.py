@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from harness.measure.rankrecord import RankRecord
-from harness.results.metrics import cell_figures, coverage, throughput_interval
+from harness.results.metrics import cell_figures, coverage, read_amplification, throughput_interval
 
 
 def record(rank, wait, device, peer_wait=None, overhead=None, cost=None, samples_per_step=4, pss=100e6,
@@ -127,3 +127,26 @@ def test_partial_epoch_judges_duplicates_only():
     assert cov.epochs[1].out_of_range == 1 and cov.epochs[1].missing is None
     records[0].consumed["1"] = [1]
     assert coverage(records, 4).ok
+
+
+def test_read_amplification_is_device_bytes_over_delivered_bytes():
+    r0, r1 = record(0, wait=[0.1], device=[0.1]), record(1, wait=[0.1], device=[0.1])
+    r0.disk_read_bytes, r1.disk_read_bytes = 30_000, 50_000  # 10 kB delivered by each rank
+    f = cell_figures([r0, r1])
+    assert f["read_amplification"] == pytest.approx(80_000 / 20_000)
+    assert f["disk_read_mb"] / f["logical_read_mb"] == pytest.approx(f["read_amplification"])
+    assert read_amplification(0, 10) == {"read_amplification": 0.0}  # all from the page cache
+    assert read_amplification(5, 0) == {} and read_amplification(None, 5) == {}
+
+
+def test_an_older_line_gets_its_amplification_and_the_untuned_advice_on_read():
+    from harness.results.cellresult import CellResult
+
+    line = {"schema": 2, "cell": "storage=mmap", "strategies": {"storage": "mmap"},
+            "figures": {"throughput": 124.0, "disk_read_mb": 11260.0, "logical_read_mb": 10.8}}
+    r = CellResult.from_json(line)
+    assert r.figures.read_amplification == pytest.approx(11260 / 10.8)  # the 1,041x
+    assert r.advice == "normal"  # written before the readers gave hints: the kernel's defaults
+    assert r.to_json() == line  # nothing derived is written back
+    current = CellResult.from_json(dict(line, advice="random", figures=dict(line["figures"], read_amplification=2.0)))
+    assert current.advice == "random" and current.figures.read_amplification == 2.0

@@ -131,3 +131,22 @@ def test_markdown_notes_follow_their_table():
     lines = tables.render_tables([tables.Table("T", ["a"], [["1"]], ["a note"])], "markdown")
     assert lines[-2:] == ["", "a note  "]
     assert tables.render_tables([tables.Table("T", ["a"], [["1"]], ["a note"])], "text")[-1] == "a note"
+
+
+def test_a_cold_cell_reading_far_more_than_it_delivered_is_warned_and_the_device_named():
+    def cold(storage, amp, advice):
+        c = new_cell(storage, disk_read_mb=10.8 * amp, logical_read_mb=10.8, read_amplification=amp)
+        c.page_cache = type(c).NESTED["page_cache"].from_json({"state": "cold"})
+        c.advice = advice
+        return c
+
+    env = Environment(data_dir="/data", data_device="vda", read_ahead_kb=8192)
+    cells = merge_repeats([cold("mmap(advice=normal)", 1041.0, "normal"), cold("mmap", 1.7, "random")])
+    lines = tables.io_lines(cells, env)
+    assert lines[0].startswith("Data: /data on block device vda, read_ahead_kb 8192")
+    assert len(lines) == 2 and "1 cold cell(s) read more than 4x" in lines[1] and "1041x" in lines[1]
+    assert "advice normal" in lines[1]
+    assert tables.io_lines(cells[1:], Environment()) == []  # 1.7x: no warning; no device recorded: no line
+    table = report.memory_io_table(cells)
+    assert "read amp x" in table.headers and "advice" in table.headers
+    assert table.rows[0][-3:] == ["1041.0", "10.8", "normal"] and table.rows[1][-1] == "random"
