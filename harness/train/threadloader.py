@@ -11,10 +11,13 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
+import torch
+
 
 class BatchThreadPool:
-    def __init__(self, dataset, batch_sampler, collate_fn, threads: int, prefetch: int):
+    def __init__(self, dataset, batch_sampler, collate_fn, threads: int, prefetch: int, pin: bool = False):
         self.dataset, self.batch_sampler, self.collate_fn = dataset, batch_sampler, collate_fn
+        self.pin = pin  # page-locked batches for a GPU (as the DataLoader's pin_memory): asynchronous copies
         self.threads, self.depth = max(1, threads), max(1, threads) * max(1, prefetch)
         self._lock = threading.Lock()
         self.cpu_s = 0.0  # CPU seconds of the pool's threads so far
@@ -25,6 +28,8 @@ class BatchThreadPool:
     def _load(self, indices: list[int]) -> dict:
         start = time.thread_time()
         batch = self.collate_fn(self.dataset.__getitems__(indices))
+        if self.pin:
+            batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
         spent = time.thread_time() - start
         with self._lock:
             self.cpu_s += spent

@@ -248,8 +248,9 @@ class Trainer:
         if cuda and cell.choice("batching").create().splits_on_oom:  # dynamic: plan against this GPU
             from harness.device import memprobe
 
-            self.device.set_memory_model(*memprobe.measure(self.model, self.tr.workload, self.tr.image_size,
-                                                           self.precision, self.device.torch_device))
+            self.device.set_memory_model(*memprobe.measure(
+                self.model, self.tr.workload, self.tr.image_size, self.precision, self.device.torch_device,
+                device_preprocess=cell.choice("preprocess").create().where == "device"))
         self.ddp = make_ddp(self.model)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=self.tr.lr, momentum=0.9)
 
