@@ -270,3 +270,12 @@ def test_dry_run_lists_the_cells_of_every_run_stage(tmp_path):
         assert re.search(rf"^{stage} +PASS .* {cells} cells listed", summary, re.M), summary
     extras = (tmp_path / "extras.log").read_text()
     assert "batching=dynamic" in extras and "loader=threads" in extras and "side_stream=True" in extras
+
+
+def test_docs_list_the_stages_with_the_scripts_timeouts():
+    listed = subprocess.run([BASH, str(SCRIPT), "--list"], capture_output=True, text=True, check=True).stdout
+    stages = {name: int(seconds) for name, seconds, *_ in (line.split() for line in listed.splitlines()[:-1])}
+    doc = (ROOT / "docs" / "gpus.md").read_text()
+    table = dict((k, int(v)) for k, v in re.findall(r"^\| (\w+) \| (\d+) s \|", doc, re.M))
+    assert table == stages
+    assert f"add up to {sum(stages.values())} s" in doc
