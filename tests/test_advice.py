@@ -138,3 +138,13 @@ def test_the_cell_line_names_the_hint_its_readers_gave():
     normal = StrategyChoice("storage", "hdf5", (("advice", "normal"),))
     assert advice_of(cell(normal, "shards")) == "normal"
     assert advice_of(cell(StrategyChoice("storage", "no-such-storage"), "default")) is None
+
+
+def test_the_rows_of_every_mapped_array_find_their_map(paths):
+    """np.load's memmap (mmap) and np.frombuffer over the file's map (hdf5 contiguous: through a memoryview)."""
+    for name in MAPPED:
+        reader = registry.create("storage", name).open(paths[name])
+        reader.read_batch([0])
+        maps = reader._maps.get() if name == "mmap" else reader._h.get()
+        assert all(isinstance(advice.mapping_of(maps.arrays[f]), mmap.mmap) for f in ("image_emb", "text_emb"))
+        reader.close()

@@ -138,6 +138,9 @@ def mapping_of(array: np.ndarray):
     while base is not None:
         if isinstance(base, mmap.mmap):
             return base
+        if isinstance(base, memoryview):  # np.frombuffer(map) views the map through a memoryview
+            base = base.obj
+            continue
         base = getattr(base, "_mmap", None) or getattr(base, "base", None)
     return None
 
