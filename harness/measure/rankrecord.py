@@ -105,6 +105,31 @@ SHOWN_PARTS = tuple(next(p for p in PARTS if p.name == name)
                     for name in ("wait", "h2d", "device", "peer_wait", "overhead"))
 
 
+# --- the loader's stages ----------------------------------------------------------------------------------
+
+# the loader's stages, in the order a sample passes them (harness.train.stagetimer times them)
+STAGES = ("read", "cache", "decode", "transform", "collate", "send", "queue", "receive")
+# where they run: in the loader (a worker process, a loader thread) or in the rank process
+RANK_STAGES = ("receive",)
+
+
+def window_stages(log, batch_sizes: list[int]) -> dict | None:
+    """A rank's `stages` figure: the summed stage accounts of its window's batches, from the log of every
+    batch it handed to training (harness.train.batches.StageLog; the window's batches are the last ones,
+    one per measured step that was not a shadow step). None without a log or without accounts."""
+    batches = sum(1 for n in batch_sizes if n > 0)
+    if log is None or not batches:
+        return None
+    accounts = log.last(batches)
+    sizes = log.sizes[len(log.sizes) - len(accounts):]
+    timed = [(a, n) for a, n in zip(accounts, sizes) if a]
+    if not timed:
+        return None
+    seconds = {stage: round(sum(a.get(stage, 0.0) for a, _ in timed), 6) for stage in STAGES}
+    return {"s": seconds, "samples": int(sum(n for _, n in timed)), "batches": len(timed),
+            "processes": len({a.get("pid") for a, _ in timed})}
+
+
 # --- a rank's record --------------------------------------------------------------------------------------
 
 @dataclass
@@ -143,10 +168,12 @@ class Phase(JsonRecord):
 class RankRecord(JsonRecord):
     """One rank's record of one cell. Per-step lists hold one value per measured step (s, rounded to
     microseconds); `step` is the sum of the five parts (PARTS). `consumed` (the indices read per epoch,
-    warm-up included, for the coverage check) crosses to rank 0 but is never written."""
+    warm-up included, for the coverage check) crosses to rank 0 but is never written. `stages` (the loader's
+    stages over the window, window_stages) is taken from the stage log `consumed` carries when the record is
+    built, unless given."""
 
     LOCAL: ClassVar[tuple[str, ...]] = ("consumed",)
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases",)
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages")
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"cache": RankCache, "nvml": Nvml}
 
     rank: int = 0
@@ -190,7 +217,16 @@ class RankRecord(JsonRecord):
     phases: dict[str, Phase] | None = None  # with --decompose: compute, warm, cold
     param_digest: str = ""
     setup_s: dict[str, float] = field(default_factory=dict)  # the visit's time outside the window, per phase
+    # the loader's stages over the window: {"s": {stage: CPU seconds}, "samples", "batches", "processes"}
+    stages: dict | None = None
     consumed: dict[int, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        log = getattr(self.consumed, "stages", None)  # harness.train.batches.ConsumedIndices
+        if log is not None:
+            if self.stages is None:
+                self.stages = window_stages(log, self.batch_sizes)
+            self.consumed = dict(self.consumed)  # the log stays in the rank
 
     @classmethod
     def decode(cls, key: str, value: Any) -> Any:

@@ -5,10 +5,17 @@ With device preprocessing the pipeline's DevicePrep fills in each batch's pixel 
 With side_stream (CUDA only; a no-op on an emulated device) the source works one batch ahead, as apex's
 data_prefetcher: when it hands over batch k it takes batch k+1 from the loader and starts its copy on a side
 CUDA stream, which overlaps the step of batch k; the step's stream waits for that copy before using it. The
-wait for batch k+1 is then counted in step k (the total wait is unchanged)."""
+wait for batch k+1 is then counted in step k (the total wait is unchanged).
+
+The stage accounts of the batches handed to training (harness.train.stagetimer) are kept in order, in
+`consumed.stages` (StageLog): the rank's record takes those of its window's batches from there."""
 from __future__ import annotations
 
+import threading
+import time
+
 from harness.train.pipeline import Pipeline
+from harness.train.stagetimer import STAGE_KEY, timed_total
 
 TENSOR_KEYS = ("images", "tokens", "image_emb", "text_emb")
 
@@ -22,17 +29,23 @@ class BatchSource:
         self.completed_epochs = 0
         self._it = None
         self._exhausted = False
-        self.consumed: dict[int, list[int]] = {}
+        self.consumed = ConsumedIndices()
         self._side = SideStream(device) if pipe.side_stream and device is not None else None
 
     def _fetch(self) -> dict | None:
         if self._it is None:
             self.pipe.sampler.set_epoch(self.epoch)
             self._it = iter(self.pipe.loader)
+        start = time.thread_time()
         try:
             batch = next(self._it)
         except StopIteration:
             return None
+        receive_s = time.thread_time() - start
+        account = batch.get(STAGE_KEY)
+        if account is not None:  # the rank's side of the hand-over (inline: less the stages it ran itself)
+            inline = account.get("tid") == threading.get_ident()
+            account["receive"] = max(0.0, receive_s - (timed_total(account) if inline else 0.0))
         if self.pipe.devprep is not None:
             self.pipe.devprep.annotate(batch)
         return batch
@@ -48,6 +61,7 @@ class BatchSource:
             self._exhausted = True
             return None
         self.consumed.setdefault(self.epoch, []).extend(batch["index"].tolist())
+        self.consumed.stages.append(batch.get(STAGE_KEY), len(batch["index"]))
         return batch
 
     def loader_thread_cpu_s(self) -> float:
@@ -63,6 +77,30 @@ class BatchSource:
     def close(self) -> None:
         """Drop the DataLoader iterator, which shuts its workers down."""
         self._it = None
+
+
+class StageLog:
+    """The stage accounts of the batches a rank handed to training, in order (None: a batch without one)."""
+
+    def __init__(self):
+        self.accounts: list[dict | None] = []
+        self.sizes: list[int] = []
+
+    def append(self, account: dict | None, samples: int) -> None:
+        self.accounts.append(account)
+        self.sizes.append(samples)
+
+    def last(self, batches: int) -> list[dict | None]:
+        """The accounts of the last `batches` batches (the measured window's, the window being the end)."""
+        return self.accounts[len(self.accounts) - batches:] if batches > 0 else []
+
+
+class ConsumedIndices(dict):
+    """The indices read per epoch (epoch -> indices), with the stage accounts of the batches (`stages`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stages = StageLog()
 
 
 class InMemoryBatches:
@@ -121,6 +159,8 @@ class SideStream:
             with torch.cuda.stream(self.stream):
                 batch["_device"] = {k: batch[k].to(self.device.torch_device, non_blocking=True)
                                     for k in TENSOR_KEYS if k in batch}
+                batch["_copied"] = torch.cuda.Event()
+                batch["_copied"].record(self.stream)  # this batch's copy only: the next one may still run
         return batch
 
     def take(self, fetch) -> dict | None:
@@ -136,8 +176,9 @@ class SideStream:
 
 def to_device(batch: dict, device) -> dict:
     """The batch's tensors copied to the device (synchronised, so the copy is timed by the caller). A batch
-    a SideStream already copied is only waited for (the device synchronisation covers the side stream), and
-    its tensors are marked as used by the step's stream so the allocator does not reuse them early."""
+    a SideStream already copied is only waited for (its own copy's event: the next batch's copy, started
+    on the side stream, goes on during the step), and its tensors are marked as used by the step's stream
+    so the allocator does not reuse them early."""
     if "_device" in batch:
         import torch
 
@@ -145,7 +186,8 @@ def to_device(batch: dict, device) -> dict:
         current = torch.cuda.current_stream(device.torch_device)
         for t in tensors.values():
             t.record_stream(current)
-        device.synchronize()
+        current.wait_event(batch["_copied"])  # the step's kernels start after this batch's copy
+        batch["_copied"].synchronize()  # and the host waits for it alone (timed as h2d), not the next one's
         return tensors
     tensors = {k: batch[k].to(device.torch_device, non_blocking=True) for k in TENSOR_KEYS if k in batch}
     device.synchronize()

@@ -13,13 +13,16 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 from collections.abc import Sequence
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from harness.data.decoders import decode_resize
 from harness.data.fields import MAX_TOKENS, normalise, tokenize
+from harness.train import stagetimer
+from harness.train.stagetimer import STAGE_KEY, TimedRead
 from strategies.sample import Sample
 
 
@@ -41,9 +44,11 @@ def item_nbytes(item: dict) -> int:
 
 
 class ItemBatch(list):
-    """The items of one batch, carrying a snapshot of the cache statistics of the process that read it."""
+    """The items of one batch, carrying a snapshot of the cache statistics of the process that read it and
+    the account of its stages so far (harness.train.stagetimer)."""
 
     cache_stats: dict | None = None
+    stage_s: dict | None = None
 
 
 class LockedFetch:
@@ -80,12 +85,14 @@ class SampleDataset(Dataset):
         self.flip = preprocess is not None and preprocess.flip and not self.on_device
         self.scope = None if cache is None else cache.scope
         self.decoded = cache is not None and cache.level == "decoded"
+        read = TimedRead(reader.read_batch)  # the read stage, timed in whichever process runs it
         if cache is None:
-            self._fetch = reader.read_batch
+            self._fetch = read
         elif self.decoded:
+            self._read = read
             self._fetch = cache.wrap(self._read_prepared, item_nbytes)
         else:
-            self._fetch = cache.wrap(reader.read_batch, sample_nbytes)
+            self._fetch = cache.wrap(read, sample_nbytes)
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -108,13 +115,29 @@ class SampleDataset(Dataset):
         return self.__getitems__([index])[0]
 
     def _read_prepared(self, indices: list[int]) -> list[dict]:
-        return [self._prepare(s) for s in self.reader.read_batch(indices)]
+        return self._prepare_all(self._read(indices))
+
+    def _prepare_all(self, samples) -> list[dict]:
+        """Items from samples; the decode is timed per sample, the rest of the preparing is `transform`."""
+        account = stagetimer.current() or {}
+        start, before = time.thread_time(), account.get("decode", 0.0)
+        items = [self._prepare(s) for s in samples]
+        decode = account.get("decode", 0.0) - before
+        stagetimer.add("transform", time.thread_time() - start - decode)
+        return items
 
     def __getitems__(self, indices: Sequence[int]) -> ItemBatch:
+        account = stagetimer.begin()
+        start = time.thread_time()
         fetched = self._fetch(list(indices))
-        batch = ItemBatch(fetched if self.decoded else (self._prepare(s) for s in fetched))
+        if self.scope is not None:  # the cache's own work: the fetch less the stages timed inside it
+            stagetimer.add("cache", max(0.0, time.thread_time() - start - stagetimer.timed_total(account)))
+        batch = ItemBatch(fetched if self.decoded else self._prepare_all(fetched))
         if self.flip and self.workload == "pixels":  # after the cache: a decoded cache keeps unflipped items
+            start = time.thread_time()
             batch[:] = [flip_item(it) if random.random() < 0.5 else it for it in batch]
+            stagetimer.add("transform", time.thread_time() - start)
+        batch.stage_s = account
         if self.scope == "worker":  # local and cheap; a shared cache is asked by the rank (shared_stats)
             stats = self._fetch.stats()
             if stats is not None:
@@ -127,7 +150,10 @@ class SampleDataset(Dataset):
             item["jpeg"] = torch.frombuffer(bytearray(s.jpeg), dtype=torch.uint8)
             item["tokens"] = tokenize(s.caption)
         elif self.workload == "pixels":
-            item["image"] = torch.from_numpy(decode_resize(s.jpeg, self.image_size, self.decoder))
+            start = time.thread_time()
+            pixels = decode_resize(s.jpeg, self.image_size, self.decoder)
+            stagetimer.add("decode", time.thread_time() - start)
+            item["image"] = torch.from_numpy(pixels)
             item["tokens"] = tokenize(s.caption)
         else:
             item["image_emb"] = torch.from_numpy(s.image_emb)
@@ -155,16 +181,35 @@ class Collate:
         self.normalise = normalise
 
     def __call__(self, items: list[dict]) -> dict:
+        account = getattr(items, "stage_s", None)
+        start = time.thread_time()
+        batch, normalise_s = self._collate(items)
+        if account is not None:  # the stages of this batch, carried to the rank (harness.train.stagetimer)
+            collate_s = time.thread_time() - start - normalise_s
+            account["collate"] = account.get("collate", 0.0) + collate_s
+            account["transform"] = account.get("transform", 0.0) + normalise_s
+            if get_worker_info() is not None:
+                stagetimer.resume(account)
+                stagetimer.share_tensors(batch)
+                stagetimer.worker_queue(account)
+            batch[STAGE_KEY] = account
+        return batch
+
+    def _collate(self, items: list[dict]) -> tuple[dict, float]:
+        """The collated batch and the seconds its host normalisation took (a transform, not the collate)."""
         if "jpeg" in items[0]:
             return {"index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
                     "nbytes": sum(it["nbytes"] for it in items),
                     "cache_stats": getattr(items, "cache_stats", None),
                     "jpegs": [it["jpeg"] for it in items], "tokens": _tokens(items),
-                    "padded_pixels": 0, "real_pixels": 0}
+                    "padded_pixels": 0, "real_pixels": 0}, 0.0
         batch = collate(items)
+        normalise_s = 0.0
         if self.normalise and "images" in batch:
+            start = time.thread_time()
             batch["images"] = normalise(batch["images"])
-        return batch
+            normalise_s = time.thread_time() - start
+        return batch, normalise_s
 
 
 def collate(items: list[dict]) -> dict:

@@ -1,0 +1,213 @@
+"""--check-predictions: the target model (harness.results.targetmodel) checked on this machine. It calibrates
+on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache, its decoder, batch and
+image size), predicts configurations that each change one thing (harness.results.checkcases.cases), then
+measures them: every configuration is a real run of the harness's cells (harness.run.launch.spawn), visited
+in `rounds` interleaved passes (the calibration in each), so drift of this shared machine falls on all of
+them. Beside the cells it measures what the predictions need: the disk's cold read rate and latency, the
+CPU-cost factor with every core busy, and the read and decode stages' costs in the other configurations.
+
+Writes predictions.jsonl (one line per configuration: config, predicted, measured, error_pct, the visits'
+figures) and bench.json in its run directory, and prints the table. docs/prediction.md has a measured one.
+
+    python run_bench.py --scenario 4xV100 --check-predictions
+    python -m harness.commands.check_predictions --scenario 4xV100 [--rounds 2] [--steps 100]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from harness.commands import checkbench
+from harness.config import scenario as scenario_mod
+from harness.config.matrix import Cell, expand
+from harness.config.matrixload import StrategyChoice
+from harness.config.runconfig import LaunchConfig
+from harness.data.decoders import resized_shapes
+from harness.data.fields import FIELDS_FOR
+from harness.data.generator import image_sides
+from harness.errors import EXIT_OK, UsageError
+from harness.results import rundir, stages
+from harness.results.cellresult import CellResult
+from harness.results.checkcases import Bench, CheckCase, cases, error_pct, outside_processes, predict_case, summary
+from harness.run import launch
+from strategies import registry
+
+STORAGES = ("raw", "mmap", "hdf5")
+
+
+def _variant(sc, case: CheckCase, storages: list[str], steps: int):
+    """The scenario as one launch of the check runs it: the case's settings, default strategies elsewhere."""
+    tr = dataclasses.replace(sc.training, workers=case.workers, batch_size=case.batch_size,
+                             image_size=case.image_size, decoder=case.decoder, steps=steps, epochs=0,
+                             warmup_steps=max(3, sc.training.warmup_steps))
+    matrix = {axis: [StrategyChoice(axis, name)] for axis, name in registry.DEFAULTS.items()}
+    matrix["storage"] = [StrategyChoice("storage", s) for s in storages]
+    return dataclasses.replace(sc, world_size=case.world_size, training=tr, matrix=matrix)
+
+
+def _launch(sc, group: list[CheckCase], run_dir: Path, data_dir: Path, steps: int) -> dict[str, CellResult]:
+    """One launch: the group's cases (they differ only in storage) as cells; case name -> its line."""
+    variant = _variant(sc, group[0], [c.storage for c in group], steps)
+    cells: list[Cell] = expand(variant)
+    config = LaunchConfig(variant, cells, run_dir, data_dir, "emulated", progress=False,
+                          cache_state=group[0].cache_state, repeats=1, started_at=time.time())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _, failures = launch.spawn(config, log=lambda line: None)
+    if failures:
+        raise UsageError(f"--check-predictions: a cell failed in {run_dir}: {failures[0]}")
+    by_storage = {r.name("storage"): r for r in rundir.read_results(run_dir)}
+    return {c.name: by_storage[c.storage] for c in group if c.storage in by_storage}
+
+
+def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> tuple[Bench, dict]:
+    """The side measurements (harness.commands.checkbench), as the pure Bench and as JSON."""
+    storage = {s: StrategyChoice("storage", s).create() for s in STORAGES}
+    indices = list(range(0, min(len_of(sc), 2048), 4))[:256]
+    read_s = {s: checkbench.read_cost(storage[s], data_paths[s], sc.training.workload, indices,
+                                      base.batch_size) for s in STORAGES}
+    reader = storage["raw"].open(data_paths["raw"], fields=FIELDS_FOR["pixels"])
+    jpegs = [s.jpeg for s in reader.read_batch(indices[:96])]
+    pairs = {(c.image_size, c.decoder) for c in all_cases}
+    decode_s = {p: checkbench.decode_cost(jpegs, *p) for p in sorted(pairs)}
+    sides = image_sides(sc.dataset)
+    area = {size: float((resized_shapes(sides, size).prod(axis=1)).mean())
+            for size in sorted({c.image_size for c in all_cases})}
+    disk = checkbench.disk(storage["hdf5"].files(data_paths["hdf5"]))  # one large file
+    contention = checkbench.contention(jpegs[:32], base.image_size, cores)
+    bench = Bench(read_s=read_s, decode_s=decode_s, area=area, disk_mb_s=disk["read_mb_s"],
+                  disk_latency_ms=disk["latency_ms"], cold_cpu_s_per_byte=disk["cold_cpu_s_per_byte"],
+                  contention=contention["factor"])
+    return bench, {"read_s": read_s, "decode_s": {f"{k[0]}/{k[1]}": v for k, v in decode_s.items()},
+                   "area": area, "disk": disk, "contention": contention}
+
+
+def len_of(sc) -> int:
+    return int(getattr(sc.dataset, "samples", 0) or 0)
+
+
+def _calibration(visits: list[CellResult], bench: Bench, cores: int, requests: float):
+    """The calibration's costs, its visits pooled (their rank records; the mean of their figures)."""
+    records = [r for v in visits for r in v.ranks]
+    figures = {k: statistics.mean(float(v.figures.get(k) or 0.0) for v in visits)
+               for k in ("rank_cpu_s_per_sample", "device_samples_per_s", "throughput", "other_cpu_pct")}
+    figures["step_imbalance"] = 1.0
+    costs = stages.costs(records, figures, visits[0].workload or "pixels", contention=bench.contention,
+                         requests_per_sample=requests)
+    ours = figures["throughput"] * (costs.loader_s + costs.rank_s)
+    busy = min(1.0, ours / cores + figures["other_cpu_pct"] / 100.0)
+    return dataclasses.replace(costs, busy_share=busy)
+
+
+def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, list[CellResult]], bench: Bench,
+          cores: int) -> list[dict]:
+    """One row per case: its prediction on this host as the calibration's visits found it (the other busy
+    processes their mean samples/s implies, outside_processes), against the mean of the case's visits; and
+    the prediction for this host to itself (predicted_idle_host)."""
+    calib = _calibration(measured["calibration"], bench, cores, requests=1.0)  # raw: one file per sample
+    thr = [float(v.figures.get("throughput") or 0.0) for v in measured["calibration"]]
+    outside = outside_processes(calib, base, bench, sc.accelerator, cores, statistics.mean(thr))
+    rows = []
+    for case in all_cases[1:]:
+        visits = measured[case.name]
+        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, outside) for _ in visits]
+        idle = predict_case(calib, base, case, bench, sc.accelerator, float(cores))
+        got = [float(v.figures.get("throughput") or 0.0) for v in visits]
+        p, m = statistics.mean(x.samples_per_s for x in predicted), statistics.mean(got)
+        rows.append({"config": case.name, "settings": case.config(), "predicted": round(p, 1),
+                     "measured": round(m, 1), "error_pct": round(error_pct(p, m), 1),
+                     "binds": predicted[0].binds, "outside_processes": round(outside, 2),
+                     "predicted_idle_host": round(idle.samples_per_s, 1),
+                     "visits": [{"measured": round(g, 1), "predicted": round(x.samples_per_s, 1),
+                                 "other_cpu_pct": v.figures.get("other_cpu_pct"),
+                                 "loader_cpu_s_per_sample": v.figures.get("loader_cpu_s_per_sample"),
+                                 "rank_cpu_s_per_sample": v.figures.get("rank_cpu_s_per_sample")}
+                                for g, x, v in zip(got, predicted, visits)],
+                     "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None})
+    return rows, outside
+
+
+def table(rows: list[dict], calib_visits: list[float]) -> str:
+    lines = [f"{'configuration':<26} {'predicted':>9} {'measured':>9} {'error %':>8} {'spread %':>8}  binds",
+             f"{'calibration':<26} {'':>9} {statistics.mean(calib_visits):>9.1f} {'':>8} "
+             f"{100 * (max(calib_visits) - min(calib_visits)) / statistics.mean(calib_visits):>8.1f}"]
+    for r in rows:
+        lines.append(f"{r['config']:<26} {r['predicted']:>9.1f} {r['measured']:>9.1f} {r['error_pct']:>+8.1f} "
+                     f"{r['spread_pct'] or 0:>8.1f}  {r['binds']}")
+    s = summary([r["error_pct"] for r in rows])
+    lines.append(f"median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%, "
+                 f"{s['within_15']} of {s['cases']} within 15% (samples/s, all ranks; spread: max - min of "
+                 "the visits over their mean)")
+    return "\n".join(lines)
+
+
+def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: int = 100,
+        quiet: bool = False) -> int:
+    sc = scenario_mod.load(scenario_ref)
+    if sc.training.workload != "pixels":
+        raise UsageError(f"--check-predictions: scenario {sc.name} has workload {sc.training.workload!r}; the "
+                         "check changes decoders and image sizes, so give a pixels scenario (e.g. 4xV100)")
+    if rounds < 1 or steps < 10:
+        raise UsageError("--check-predictions: --rounds must be >= 1 and --steps >= 10")
+    cores = len(os.sched_getaffinity(0))
+    tr = sc.training
+    base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder, "warm")
+    other = max(32, int(round(tr.image_size * 1.4 / 16)) * 16)
+    try:
+        import simplejpeg  # noqa: F401
+        with_sj = tr.decoder != "simplejpeg"
+    except ImportError:
+        with_sj = False
+    all_cases = cases(base, other, with_sj)
+    run_dir = rundir.new_run_dir(out, f"{sc.name}-check")
+    say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
+    started = time.perf_counter()
+    data_paths = LaunchConfig(_variant(sc, base, list(STORAGES), steps), expand(_variant(sc, base, list(STORAGES),
+                              steps)), run_dir, data_dir, "emulated").materialise_all(progress=not quiet)
+    say("measuring the disk, the contention factor and the stages' costs ...")
+    bench, bench_json = _bench(sc, base, all_cases, data_paths, cores)
+    rundir.write_json(run_dir / "bench.json", bench_json)
+    groups: dict[tuple, list[CheckCase]] = {}
+    for case in all_cases:
+        groups.setdefault(case.group, []).append(case)
+    measured: dict[str, list[CellResult]] = {c.name: [] for c in all_cases}
+    for r in range(rounds):
+        order = list(groups.values()) if r % 2 == 0 else list(groups.values())[::-1]
+        for i, group in enumerate(order):
+            say(f"round {r + 1}/{rounds}, launch {i + 1}/{len(order)}: {', '.join(c.name for c in group)}")
+            for name, line in _launch(sc, group, run_dir / "runs" / f"r{r}-{i}", data_dir, steps).items():
+                measured[name].append(line)
+    rows, outside = _rows(sc, base, all_cases, measured, bench, cores)
+    for row in rows:
+        rundir.append_line(run_dir / "predictions.jsonl", row)
+    calib = [float(v.figures.get("throughput") or 0.0) for v in measured["calibration"]]
+    print(table(rows, calib))
+    say(f"other busy processes on this host, from the calibration: {outside:.1f} (0: the host to itself)")
+    say(f"\n{len(all_cases)} configurations x {rounds} rounds in {time.perf_counter() - started:.0f} s; "
+        f"results: {run_dir}")
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m harness.commands.check_predictions", description=__doc__.split(
+        "\n")[0])
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--data-dir", type=Path, default=Path("data"))
+    p.add_argument("--out", type=Path, default=Path("results"))
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--quiet", action="store_true")
+    a = p.parse_args(argv)
+    return run(a.scenario, a.data_dir, a.out, a.rounds, a.steps, a.quiet)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except UsageError as err:
+        print(f"check_predictions: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,107 @@
+"""The small measurements --check-predictions makes besides its cells: this disk's read rate and latency
+(cold, with the page cache dropped), the CPU-cost factor when every core is busy, and the cost of the read
+and decode stages in other configurations (storages, decoders, image sizes) relative to the calibration's.
+
+Each is timed with the CPU clock of the thread doing the work, on samples of the scenario's own dataset.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+
+from harness.data import pagecache
+from harness.data.decoders import decode_resize
+from harness.data.fields import FIELDS_FOR
+
+CHUNK = 4 << 20
+SEQUENTIAL_BYTES = 256 << 20
+RANDOM_READS = 300
+RANDOM_BYTES = 4096
+
+
+def disk(files: list[Path]) -> dict:
+    """Read rate (MB/s, sequential, cold), latency per request (ms, 4 KiB random reads, cold) and the extra
+    CPU a cold byte costs over a warm one (s/byte), on the largest of `files`."""
+    path = max(files, key=lambda p: p.stat().st_size)
+    size = path.stat().st_size
+    pagecache.drop([path])
+    n, wall, cpu_cold = _sequential(path)
+    _, _, cpu_warm = _sequential(path)  # now cached
+    pagecache.drop([path])
+    rng = random.Random(0)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        start = time.perf_counter()
+        for _ in range(RANDOM_READS):
+            os.pread(fd, RANDOM_BYTES, rng.randrange(0, max(1, size - RANDOM_BYTES)))
+        latency = (time.perf_counter() - start) / RANDOM_READS
+    finally:
+        os.close(fd)
+    pagecache.drop([path])
+    return {"path": str(path), "bytes": n, "read_mb_s": n / wall / 1e6 if wall > 0 else 0.0,
+            "latency_ms": latency * 1e3, "cold_cpu_s_per_byte": max(0.0, cpu_cold - cpu_warm) / n if n else 0.0}
+
+
+def _sequential(path: Path) -> tuple[int, float, float]:
+    n, start, cpu = 0, time.perf_counter(), time.thread_time()
+    with open(path, "rb", buffering=0) as f:
+        while n < SEQUENTIAL_BYTES and (chunk := f.read(CHUNK)):
+            n += len(chunk)
+    return n, time.perf_counter() - start, time.thread_time() - cpu
+
+
+def read_cost(storage, path: Path, workload: str, indices: list[int], batch: int, rounds: int = 3) -> float:
+    """Warm CPU seconds per sample of a storage's read_batch (the best of `rounds` passes)."""
+    reader = storage.open(path, fields=FIELDS_FOR[workload])
+    batches = [indices[i:i + batch] for i in range(0, len(indices), batch)]
+    for b in batches:  # into the page cache and the reader's own buffers
+        reader.read_batch(b)
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.thread_time()
+        for b in batches:
+            reader.read_batch(b)
+        best = min(best, time.thread_time() - start)
+    close = getattr(reader, "close", None)
+    if close is not None:
+        close()
+    return best / len(indices)
+
+
+def decode_cost(jpegs: list[bytes], image_size: int, decoder: str, rounds: int = 3) -> float:
+    """CPU seconds per image of decode + resize (the best of `rounds` passes)."""
+    best = float("inf")
+    for _ in range(rounds):
+        start = time.thread_time()
+        for jpeg in jpegs:
+            decode_resize(jpeg, image_size, decoder)
+        best = min(best, time.thread_time() - start)
+    return best / len(jpegs)
+
+
+def _decode_for(args: tuple[list[bytes], int, float]) -> float:
+    """In a process of its own: CPU seconds per image, decoding for about `seconds` of wall time."""
+    jpegs, image_size, seconds = args
+    done, start, cpu = 0, time.perf_counter(), time.thread_time()
+    while time.perf_counter() - start < seconds:
+        for jpeg in jpegs:
+            decode_resize(jpeg, image_size, "pil")
+        done += len(jpegs)
+    return (time.thread_time() - cpu) / done
+
+
+def contention(jpegs: list[bytes], image_size: int, cores: int, seconds: float = 3.0) -> dict:
+    """The factor a sample's CPU cost rises by when every core is busy: the decode loop in one process,
+    then in `cores` processes at once (same work, same clock)."""
+    ctx = get_context("spawn")
+    with ProcessPoolExecutor(max_workers=cores, mp_context=ctx) as pool:
+        list(pool.map(_decode_for, [(jpegs[:4], image_size, 0.2)] * cores))  # start every process first
+        alone = pool.submit(_decode_for, (jpegs, image_size, seconds)).result()
+        busy = list(pool.map(_decode_for, [(jpegs, image_size, seconds)] * cores))
+    mean_busy = sum(busy) / len(busy)
+    return {"alone_s": alone, "busy_s": mean_busy, "factor": mean_busy / alone if alone > 0 else 1.0,
+            "cores": cores}

@@ -1,0 +1,87 @@
+"""Pure: a cell's per-stage profile of the loader from its ranks' records (the `stages` of each rank,
+harness.measure.rankrecord.window_stages), and the measured costs the target model starts from
+(harness.results.targetmodel.Costs).
+
+A profile is CPU seconds per sample of each stage (harness.measure.rankrecord.STAGES), all ranks pooled:
+the stages' seconds summed over the ranks' window batches over those batches' samples. `h2d` (the
+host-to-device copy) is the rank's wall time in that part (harness.measure.rankrecord.PARTS), per sample.
+`coverage` checks the profile against the loader CPU /proc measured over the same window: the loader's
+stages (all but `receive`, which runs in the rank) per sample over the /proc figure per sample.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.measure.rankrecord import RANK_STAGES, STAGES, RankRecord
+from harness.results.targetmodel import Costs
+
+LOADER_STAGES = tuple(s for s in STAGES if s not in RANK_STAGES)
+
+
+@dataclass(frozen=True)
+class StageProfile:
+    per_sample: dict[str, float]  # stage -> CPU seconds per sample (and "h2d": wall seconds per sample)
+    samples: int  # samples of the timed batches, all ranks
+    loader_s: float  # the loader's stages per sample (all but receive)
+    proc_loader_s: float | None  # the loader's CPU per sample measured from /proc (None: not measured)
+
+    @property
+    def coverage(self) -> float | None:
+        """The loader's stages over the /proc figure (1.0: they account for all of it)."""
+        if not self.proc_loader_s:
+            return None
+        return self.loader_s / self.proc_loader_s
+
+    def shares(self) -> dict[str, float]:
+        """Each stage's % of the stages' total (h2d excluded: it is wall time, not CPU)."""
+        total = sum(v for k, v in self.per_sample.items() if k in STAGES)
+        return {k: (100.0 * v / total if total else 0.0) for k, v in self.per_sample.items() if k in STAGES}
+
+
+def profile(records: list[RankRecord]) -> StageProfile | None:
+    """The cell's profile; None when no rank carries stages (older lines, a synthetic pipeline)."""
+    timed = [r for r in records if r.stages and r.stages.get("samples")]
+    if not timed:
+        return None
+    samples = sum(int(r.stages["samples"]) for r in timed)
+    per_sample = {s: sum(float(r.stages["s"].get(s, 0.0)) for r in timed) / samples for s in STAGES}
+    all_samples = sum(r.samples for r in timed)
+    per_sample["h2d"] = float(sum(np.sum(r.h2d) for r in timed)) / all_samples if all_samples else 0.0
+    loader = sum(per_sample[s] for s in LOADER_STAGES)
+    proc = _proc_loader_s(timed)
+    return StageProfile(per_sample, samples, loader, proc)
+
+
+def _proc_loader_s(records: list[RankRecord]) -> float | None:
+    """The loader's CPU per sample from /proc (worker processes) or the thread loader's own clock; None
+    with workers = 0 (the rank loads inline: no separate figure)."""
+    if any(r.workers == 0 and r.loader != "threads" for r in records):
+        return None
+    samples = sum(r.samples for r in records)
+    return sum(float(r.loader_cpu_s) for r in records) / samples if samples else None
+
+
+def costs(records: list[RankRecord], figures, workload: str, contention: float = 1.0,
+          busy_share: float = 0.0, rate: str = "amp", requests_per_sample: float = 1.0,
+          cold_read_extra_s: float = 0.0, measured_device: bool = False) -> Costs | None:
+    """The target model's costs from a cell's records and figures (harness.results.cellresult.Figures):
+    the loader's stages when measured (else the /proc figure), the rank's CPU per sample, what a sample
+    weighs on the device and the storage, the step imbalance. `measured_device`: a real GPU's device time
+    per sample is used as measured (else the catalogue's model, from the padded pixels)."""
+    samples = sum(r.samples for r in records)
+    if not samples or figures.get("rank_cpu_s_per_sample") is None:
+        return None
+    prof = profile(records)
+    loader = prof.loader_s if prof is not None else float(figures.get("loader_cpu_s_per_sample") or 0.0)
+    stages = {k: v for k, v in prof.per_sample.items() if k in LOADER_STAGES} if prof else {}
+    rank = float(figures.get("rank_cpu_s_per_sample"))
+    device_rate = figures.get("device_samples_per_s")
+    return Costs(workload=workload, loader_s=loader, rank_s=rank,
+                 padded_pixels_per_sample=sum(r.padded_pixels for r in records) / samples,
+                 bytes_per_sample=sum(r.nbytes for r in records) / samples,
+                 requests_per_sample=requests_per_sample, stages=stages,
+                 step_imbalance=float(figures.get("step_imbalance") or 1.0), contention=contention,
+                 busy_share=busy_share, cold_read_extra_s=cold_read_extra_s, rate=rate,
+                 device_s=(1.0 / device_rate) if measured_device and device_rate else None)

@@ -1,0 +1,176 @@
+"""Pure: what a cell would do on a described target (harness.config.target.Target), from the costs one run
+measured (`Costs`) and the accelerator catalogue's step-time model. docs/prediction.md explains it.
+
+Per rank, with W workers, k the CPU-cost factor at the node's load (below), l and r the loader's and the
+rank's CPU seconds per sample, d the device seconds per sample, io a cold read's wait per sample:
+
+    device bound    1 / max(d, r k)                   the rank's step: the device, or its own host work
+    loader bound    W / (l k + io)                    each worker is one process (W = 0: the rank loads inline,
+                                                      rate 1 / (l k + io + max(d, r k)))
+    CPU bound       cores / (ranks per node (l + r) k) the workers and the rank share the node's cores
+    storage bound   bandwidth / (all ranks x bytes per sample)      cold page cache only
+    ops bound       IOPS / (all ranks x requests per sample)        cold page cache only, with IOPS given
+
+On a host shared with other busy processes, each of the run's processes gets `share` of a core (1 on a
+dedicated host; harness.results.checkcases derives it for this machine): the worker and rank bounds use
+l k / share and r k / share, and `cores` is what the run's processes get together.
+
+The rate is the smallest bound, divided by the step imbalance (ranks wait for the slowest each step).
+k = 1 + (contention - 1) u, u the share of the node's cores busy at that rate (solved by iteration), where
+`contention` is the measured factor a sample's CPU cost rises by when every core is busy; the measured
+costs are first brought back to an idle host with the same factor at the load they were measured under.
+A cold read costs io = bytes / bandwidth + requests x latency per sample, on top of its CPU.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from harness.config.accelerators import Accelerator
+from harness.config.target import Target
+
+AU_TARGET_PCT = 90.0  # MLPerf Storage's bar: the accelerator busy at least 90% of the time
+BOUNDS = ("device", "loader workers", "loader CPU", "storage bandwidth", "storage ops/s")
+
+
+@dataclass(frozen=True)
+class Costs:
+    """One cell's measured costs, per sample on one rank (CPU seconds), and what they were measured under."""
+
+    workload: str
+    loader_s: float  # the loader's CPU seconds per sample (its stages)
+    rank_s: float  # the rank process's own CPU seconds per sample (its host share of the step, receiving)
+    padded_pixels_per_sample: float = 0.0  # pixels workload: what the device's step time scales with
+    bytes_per_sample: float = 0.0  # stored bytes read per sample
+    requests_per_sample: float = 1.0  # read requests per sample on a cold read
+    stages: dict[str, float] = field(default_factory=dict)  # the loader's stages (s/sample), for advice
+    step_imbalance: float = 1.0  # mean over steps of the slowest rank's busy time / the mean
+    contention: float = 1.0  # CPU cost per sample with every core busy / on an idle host
+    busy_share: float = 0.0  # share of the measuring host's cores busy while the costs were measured (0-1)
+    cold_read_extra_s: float = 0.0  # extra CPU seconds per sample a cold read costs (the kernel's work)
+    rate: str = "amp"  # the catalogue rate the cell's precision selects
+    device_s: float | None = None  # measured device seconds per sample (a real GPU): used for the same kind
+
+    def at_idle(self) -> Costs:
+        """The costs brought back to an idle host (divided by the contention factor at busy_share)."""
+        f = _factor(self.contention, self.busy_share)
+        return replace(self, loader_s=self.loader_s / f, rank_s=self.rank_s / f,
+                       stages={k: v / f for k, v in self.stages.items()}, busy_share=0.0)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    samples_per_s: float  # all ranks of all nodes
+    per_rank: float
+    au_pct: float
+    stall_pct: float
+    binds: str  # one of BOUNDS
+    bounds: dict[str, float]  # samples/s per rank each bound allows (inf: no limit)
+    factor: float  # the CPU-cost factor at the predicted load
+    workers_for_device: int | None  # workers per rank that make the device bind (None: no number does)
+
+
+def _factor(contention: float, busy: float) -> float:
+    return 1.0 + (max(1.0, contention) - 1.0) * min(1.0, max(0.0, busy))
+
+
+def device_seconds(costs: Costs, accelerator: Accelerator, batch_size: int) -> float:
+    """Device seconds per sample of a full batch on `accelerator` (the catalogue's model, or measured)."""
+    if costs.device_s is not None:
+        return costs.device_s
+    pixels = int(costs.padded_pixels_per_sample * batch_size)
+    return accelerator.step_seconds(costs.workload, batch_size, pixels, costs.rate) / batch_size
+
+
+def io_seconds(costs: Costs, target: Target) -> float:
+    """Wait per sample of a cold read: the bytes at the storage's bandwidth plus its latency per request."""
+    if target.page_cache != "cold":
+        return 0.0
+    transfer = costs.bytes_per_sample / (target.storage_read_mb_s * 1e6) if target.storage_read_mb_s else 0.0
+    return transfer + costs.requests_per_sample * target.storage_latency_ms / 1e3
+
+
+def _bounds(costs: Costs, target: Target, d: float, k: float, workers: int,
+            share: float = 1.0) -> dict[str, float]:
+    cold = target.page_cache == "cold"
+    loader = costs.loader_s + (costs.cold_read_extra_s if cold else 0.0)
+    io = io_seconds(costs, target)
+    host = (loader + costs.rank_s) * k
+    rank = costs.rank_s * k / share
+    out = {name: math.inf for name in BOUNDS}
+    out["device"] = 1.0 / max(d, rank, 1e-12)
+    if workers == 0:
+        out["loader workers"] = 1.0 / (loader * k / share + io + max(d, rank) or 1e-12)
+    elif loader * k + io > 0:
+        out["loader workers"] = workers / (loader * k / share + io)
+    if host > 0:
+        out["loader CPU"] = target.cores_per_node / (target.gpus_per_node * host)
+    if cold and target.storage_read_mb_s and costs.bytes_per_sample:
+        out["storage bandwidth"] = target.storage_read_mb_s * 1e6 / (target.ranks * costs.bytes_per_sample)
+    if cold and target.storage_iops and costs.requests_per_sample:
+        out["storage ops/s"] = target.storage_iops / (target.ranks * costs.requests_per_sample)
+    return out
+
+
+def _solve(costs: Costs, target: Target, d: float, workers: int,
+           share: float = 1.0) -> tuple[dict[str, float], float]:
+    """The bounds at the CPU-cost factor of the load they imply (a fixed point, reached in a few rounds)."""
+    k = _factor(costs.contention, 1.0)
+    for _ in range(20):
+        bounds = _bounds(costs, target, d, k, workers, share)
+        rate = min(bounds.values())
+        busy = rate * target.gpus_per_node * (costs.loader_s + costs.rank_s) * k / target.cores_per_node
+        k_next = _factor(costs.contention, busy)
+        if abs(k_next - k) < 1e-6:
+            break
+        k = 0.5 * (k + k_next)
+    return bounds, k
+
+
+def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: bool = True,
+            share: float = 1.0) -> Prediction:
+    """What the cell whose costs were measured would do on the target (advise: also the workers per rank
+    that make the device bind; share: the share of a core each process gets, below 1 on a shared host)."""
+    costs = measured.at_idle()
+    d = device_seconds(costs, accelerator, target.batch_size)
+    bounds, k = _solve(costs, target, d, target.workers_per_rank, share)
+    binds = min(bounds, key=bounds.get)
+    per_rank = bounds[binds] / (max(1.0, costs.step_imbalance) if target.ranks > 1 else 1.0)
+    au = min(100.0, per_rank * d * 100.0)
+    step = max(d, costs.rank_s * k / share)
+    return Prediction(samples_per_s=per_rank * target.ranks, per_rank=per_rank, au_pct=au,
+                      stall_pct=max(0.0, 100.0 - per_rank * step * 100.0), binds=binds, bounds=bounds,
+                      factor=k, workers_for_device=workers_for_device(costs, target, d) if advise else None)
+
+
+def workers_for_device(costs: Costs, target: Target, d: float, most: int = 64) -> int | None:
+    """The fewest workers per rank at which the device binds; None when no number does (the cores, the
+    storage or the rank's own host work bind first)."""
+    for workers in range(1, most + 1):
+        bounds, _ = _solve(costs, target, d, workers)
+        if bounds["device"] <= min(bounds.values()) * (1 + 1e-9):
+            return workers
+        if bounds["loader workers"] > min(bounds.values()):  # more workers no longer help
+            return None
+    return None
+
+
+def capacity(measured: Costs, target: Target, accelerator: Accelerator, most: int = 256) -> int:
+    """MLPerf Storage's figure: how many accelerators per node the target's node (cores, storage) keeps at
+    AU >= 90%, each rank with the workers that serve it best (at most the node's cores). 0: not even one."""
+    best = 0
+    for gpus in range(1, most + 1):
+        au, fits = -1.0, False
+        for workers in range(1, max(1, math.ceil(target.cores_per_node / gpus)) + 1):
+            trial = predict(measured, replace(target, gpus_per_node=gpus, workers_per_rank=workers),
+                            accelerator, advise=False).au_pct
+            if trial >= AU_TARGET_PCT:
+                fits = True
+                break
+            if trial <= au:  # more workers no longer help
+                break
+            au = trial
+        if not fits:
+            break
+        best = gpus
+    return best
