@@ -42,8 +42,13 @@ cleanup() {
     for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
         kill "${PIDS[i]}" 2>/dev/null && wait "${PIDS[i]}" 2>/dev/null
     done
-    for name in install preflight daemons run cancel resume; do  # the steps an earlier failure left out
-        [[ " ${STEPS[*]} " == *" $name: "* ]] || STEPS+=("SKIP $name: not run (an earlier step failed)")
+    local why="an earlier step failed"
+    if [ "$code" -ne 0 ] && [ "$FAILED" -eq 0 ]; then  # a signal (Ctrl-C, SIGTERM) or an error between steps
+        why="interrupted"
+        step FAIL interrupted "exit $code before every step had run"
+    fi
+    for name in install preflight daemons run cancel resume; do  # the steps left out
+        [[ " ${STEPS[*]} " == *" $name: "* ]] || STEPS+=("SKIP $name: not run ($why)")
     done
     if [ "${#PIDS[@]}" -gt 0 ]; then
         left=$(for i in "${PIDS[@]}"; do kill -0 "$i" 2>/dev/null && echo "$i"; done; pgrep -f "$WORK")
@@ -174,16 +179,17 @@ submit() {  # submit ARGS...: the documented batch script on one node, 2 GPUs' w
 
 job_field() { scontrol -o show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
-wait_job() {  # wait_job ID: until it has ended (not pending, running or completing); prints STATE EXITCODE
+wait_job() {  # wait_job ID: until it has ended (not pending, running or completing); sets RESULT="STATE EXITCODE"
+    # (in this shell, not in a $(...) subshell: a signal to the script then ends the wait within a second)
     local start=$SECONDS state
     while [ $((SECONDS - start)) -lt "$JOB_TIMEOUT" ]; do
         state=$(job_field "$1" JobState)
         case "$state" in
             PENDING | RUNNING | COMPLETING | CONFIGURING | SUSPENDED | "") sleep 1 ;;
-            *) echo "$state $(job_field "$1" ExitCode)"; return 0 ;;
+            *) RESULT="$state $(job_field "$1" ExitCode)"; return 0 ;;
         esac
     done
-    echo "TIMEOUT(check:${JOB_TIMEOUT}s) -"
+    RESULT="TIMEOUT(check:${JOB_TIMEOUT}s) -"
     scancel --quiet "$1"
     return 1
 }
@@ -215,7 +221,8 @@ job_step() {  # job_step NAME OUT ARGS...: submit, wait, expect COMPLETED 0:0 an
         step FAIL "$name" "sbatch refused the job: $(tail -n 1 "$WORK/sbatch-$name.err")"
         return 1
     fi
-    result=$(wait_job "$id")
+    wait_job "$id"
+    result=$RESULT
     run=$(run_dir_of "$out")
     if [ -z "$run" ]; then
         detail="no run directory under $out"
@@ -244,7 +251,8 @@ cancel_step() {  # a longer smoke run (--steps 60), scancel once its first cell 
         sleep 0.5
     done
     scancel "$id"
-    result=$(wait_job "$id")
+    wait_job "$id"
+    result=$RESULT
     lines=$( [ -n "$run" ] && [ -f "$run/cells.jsonl" ] && wc -l <"$run/cells.jsonl" || echo 0)
     cells=$( [ -n "$run" ] && "$PYTHON" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["settings"]["cells"]))' \
         "$run/env.json" 2>/dev/null || echo 0)
