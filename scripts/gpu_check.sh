@@ -39,14 +39,14 @@ cd "$(dirname "$0")/.."
 # tests/test_gpu_check_script.py checks it. A stage that times out gets 1 s more to die (--kill-after).
 STAGES=(preflight events streams decode memcheck nvmlbusy oom matrix extras profile torchrun)
 declare -A LIMIT=([preflight]=20 [events]=15 [streams]=15 [decode]=20 [memcheck]=35 [nvmlbusy]=15
-                  [oom]=85 [matrix]=100 [extras]=70 [profile]=45 [torchrun]=40)
+                  [oom]=85 [matrix]=95 [extras]=70 [profile]=50 [torchrun]=40)
 BUDGET_S=480
 # cells each run stage must write (checked in the run directory, and against --dry-run's listing)
 declare -A CELLS=([matrix]=6 [extras]=4 [profile]=1 [torchrun]=1)
 # few samples and steps: the dataset (pixels, mmap) is made once in DATA and reused by every run stage
 SAMPLES=512
 WARMUP=3
-declare -A STEPS=([matrix]=10 [extras]=10 [profile]=60 [torchrun]=20)
+declare -A STEPS=([matrix]=10 [extras]=10 [profile]=100 [torchrun]=20)
 
 total_s() { local t=0 s; for s in "${STAGES[@]}"; do t=$((t + LIMIT[$s])); done; echo "$t"; }
 
@@ -130,7 +130,7 @@ bench() {  # stage, scenario, run_bench arguments...: a run into OUT/runs/<stage
   "${launcher[@]}" run_bench.py "${args[@]}" --device cuda
   local rc=$?
   local check=(--cells "${CELLS[$stage]}" --ranks 1 --out "$OUT/json")
-  [ "$stage" = profile ] && check+=(--profile --warmup-steps "$WARMUP")
+  [ "$stage" = profile ] && check+=(--profile --warmup-steps "$WARMUP" --require-nvml)
   "$PY" scripts/gpu/check_run.py "$OUT/runs/$stage" "${check[@]}" && [ "$rc" -eq 0 ] && return 0
   [ "$rc" -ne 0 ] && echo "FAIL $stage: run_bench.py exited $rc"
   return 1
@@ -177,7 +177,8 @@ run_stage() {
   esac
   if [ -z "${WHY[$name]:-}" ]; then  # the stage's own verdict line, else its last line
     WHY[$name]=$(grep -E '^(PASS|FAIL|SKIP) ' "$log" | tail -n 1 | cut -c1-160)
-    [ -n "${WHY[$name]}" ] || WHY[$name]="exit $rc: $(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-140)"
+    local last; last=$(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-150)
+    [ -n "${WHY[$name]}" ] || WHY[$name]=$([ "$rc" -eq 0 ] && echo "$last" || echo "exit $rc: $last")
   fi
   [ "${RESULT[$name]}" = FAIL ] && tail -n 8 "$log" | sed 's/^/    | /'
   echo "   ${RESULT[$name]} $name (${SECS[$name]} s)"
@@ -205,6 +206,9 @@ for s in "${STAGES[@]}"; do run_stage "$s"; done
   done
   echo "total $SECONDS s; logs in $OUT"
 } | tee "$OUT/summary.txt"
+# everything textual in one file (a machine that hands back few files): logs, figures, the runs' lines
+tar -czf "$OUT/gpu-check.tar.gz" -C "$OUT" --exclude='traces' --exclude='plots' --exclude='*.tar.gz' . \
+  2>/dev/null || true
 # exit 0 only when every stage passed (--dry-run: when no run stage failed)
 not_passed=FAIL
 [ "$MODE" = run ] && not_passed='FAIL|SKIP'

@@ -279,3 +279,10 @@ def test_docs_list_the_stages_with_the_scripts_timeouts():
     table = dict((k, int(v)) for k, v in re.findall(r"^\| (\w+) \| (\d+) s \|", doc, re.M))
     assert table == stages
     assert f"add up to {sum(stages.values())} s" in doc
+
+
+def test_check_run_can_require_an_nvml_comparison(tmp_path):
+    run = write_run(tmp_path, figures={"window_s": 0.5})
+    assert check(run).returncode == 0
+    done = check(run, "--require-nvml")
+    assert done.returncode == 1 and "AU was not compared with NVML" in done.stdout

@@ -6,7 +6,7 @@ Per cell (cells.jsonl, read with harness.results.rundir.read_results):
   - every rank's device memory peak above 0 and at most its device's capacity;
   - AU against NVML: |au_pct - nvml_util_pct| at most --nvml-points, on cells whose window lasts at least
     --nvml-min-window s (NVML averages utilisation over 1/6 s to 1 s, so a shorter window is not compared,
-    and says so); a cell without NVML figures fails.
+    and says so; with --require-nvml at least one cell must be compared); a cell without NVML figures fails.
 With --profile, per cell with traces (traces/<cell>/rank0.*.pt.trace.json): the profiler's kernel time
 against CUDA-event device time on the same steps. The profiled steps are the trace's ProfilerStep#N ranges
 (N counts every step, warm-up included, so window step N - warmup); kernel AU = the union of the kernels'
@@ -138,6 +138,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--kernel-points", type=float, default=10.0, help="most AU points kernel vs event time")
     p.add_argument("--nvml-points", type=float, default=15.0, help="most AU points between AU and NVML")
     p.add_argument("--nvml-min-window", type=float, default=2.0, help="shortest window compared with NVML (s)")
+    p.add_argument("--require-nvml", action="store_true", help="fail when no cell was compared with NVML")
     return p.parse_args(argv)
 
 
@@ -150,17 +151,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAIL check_run: no cells.jsonl in {args.run} or its subfolders (the run wrote no cell)")
         return 2
     results = read_results(run)
-    failures = {}
+    failures, compared = {}, 0
     for result in results:
         notes: list[str] = []
         bad = check_cell(result, args, notes) + (check_profile(run, result, args, notes) if args.profile else [])
         print(f"  {'FAILED' if bad else 'ok    '}  {result.cell}: " + "; ".join(bad + notes))
+        compared += any(" vs NVML " in n and "not compared" not in n for n in notes)
         if bad:
             failures[result.cell] = bad
+    run_bad = []
     if args.cells and len(results) != args.cells:
-        failures["(run)"] = [f"{len(results)} cell line(s), expected {args.cells}"]
+        run_bad.append(f"{len(results)} cell line(s), expected {args.cells}")
+    if args.require_nvml and not compared:
+        run_bad.append(f"no cell's window lasted {args.nvml_min_window} s: AU was not compared with NVML")
+    if run_bad:
+        failures["(run)"] = run_bad
     why = f"{len(results) - len([c for c in failures if c != '(run)'])}/{len(results)} cells hold in {run}" + (
-        f"; {failures['(run)'][0]}" if "(run)" in failures else "")
+        "".join(f"; {b}" for b in run_bad))
     return gpucommon.finish("check_run", not failures, {"run": str(run), "failures": failures}, args.out, why)
 
 

@@ -6,10 +6,12 @@ libraries it imports (its storages import webdataset, lmdb, h5py, pyarrow at sta
 present (the nvidia-ml-py package and the driver's library); bf16 supported natively on every visible GPU
 (compute capability 8.0 or later: torch.cuda.is_bf16_supported() also says True on a V100, where bf16 is
 emulated); every torch device's UUID found among NVML's devices (the index NVML gives each one is printed: it
-differs from torch's under CUDA_VISIBLE_DEVICES)."""
+differs from torch's under CUDA_VISIBLE_DEVICES); the gloo and NCCL backends; the free space of /dev/shm
+(reported only)."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import gpucommon
@@ -117,6 +119,23 @@ def check_cuda(items: Items, torch) -> list[str]:
     return uuids
 
 
+def check_host(items: Items, torch) -> None:
+    """The process-group backends the check uses (gloo for two ranks on one GPU, NCCL under torchrun) and the
+    shared memory the DataLoader workers hand batches over in (reported, never a failure)."""
+    import torch.distributed as dist
+
+    backends = {b: bool(getattr(dist, f"is_{b}_available", lambda: False)()) for b in ("gloo", "nccl")}
+    missing = [b for b, there in backends.items() if not there]
+    (items.fail if missing else items.ok)("distributed", "backends " + ", ".join(
+        f"{b} {'available' if there else 'MISSING'}" for b, there in backends.items()))
+    try:
+        stat = os.statvfs("/dev/shm")
+        free_mb = stat.f_bavail * stat.f_frsize / 1e6
+        items.note("/dev/shm", f"{free_mb:.0f} MB free (DataLoader workers pass batches through it)")
+    except OSError:
+        items.note("/dev/shm", "absent: DataLoader workers fall back to other shared memory")
+
+
 def check_nvml(items: Items, torch_uuids: list[str]) -> None:
     try:
         import pynvml
@@ -149,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     torch = check_torch(items)
     check_libraries(items)
     if torch is not None:
+        check_host(items, torch)
         check_nvml(items, check_cuda(items, torch))
     why = "every item holds" if not items.failed else "failed: " + ", ".join(items.failed)
     return gpucommon.finish("preflight", not items.failed, items.figures, args.out, why, show=False)
