@@ -135,6 +135,12 @@ def test_the_harness_calls_of_the_checks_still_fit():
     for name in mem.PRECISIONS:
         create("precision", name)
     assert NvmlSampler(0).figures() is None  # nothing sampled yet: None, as nvmlbusy expects
+    from harness.device.devices import CudaDevice, nvml_index_of
+
+    for method in ("start_timer", "stop_timer", "timed_compute_s"):  # events times the harness's timer
+        assert callable(getattr(CudaDevice, method))
+    inspect.signature(CudaDevice).bind(0)
+    inspect.signature(nvml_index_of).bind(0)
     oom = subprocess.run([sys.executable, "-m", "harness.commands.oomcheck", "--help"], cwd=ROOT, env=env(),
                          capture_output=True, text=True, timeout=120)
     assert oom.returncode == 0 and "--real" in oom.stdout

@@ -1,5 +1,6 @@
 """NVML sees the GPU busy while it is: utilisation above 0 during matrix products, through the harness's own
-sampler (harness.measure.telemetry.NvmlSampler, every 50 ms) on the NVML device whose UUID is torch's cuda:0.
+sampler (harness.measure.telemetry.NvmlSampler, every 50 ms) on the NVML device whose UUID is torch's cuda:0
+(and the harness's own lookup, harness.device.devices.nvml_index_of, must name that same device).
 
 Idle first (IDLE_S, reported only), then BUSY_S of back-to-back bf16 products. Holds when the busy window's
 mean utilisation is above 0 and its peak at least 50%. On a CPU machine it is skipped (exit 77)."""
@@ -34,9 +35,15 @@ def main(argv: list[str] | None = None) -> int:
     gpucommon.cuda_or_skip("nvmlbusy")
     import torch
 
-    index = gpucommon.nvml_index_of(0)
+    from harness.device.devices import nvml_index_of
+
+    index, harness_index = gpucommon.nvml_index_of(0), nvml_index_of(0)
     if index is None:
         return gpucommon.finish("nvmlbusy", False, {}, args.out, "no NVML device has cuda:0's UUID (or no NVML)")
+    if harness_index != index:
+        return gpucommon.finish("nvmlbusy", False, {"nvml_index": index, "harness_index": harness_index},
+                                args.out, f"the harness reads NVML device {harness_index} for cuda:0, whose UUID "
+                                          f"is NVML device {index}")
     idle = sample(torch, index, False, IDLE_S)
     busy = sample(torch, index, True, BUSY_S)
     figures = {"nvml_index": index, "idle": idle, "busy": busy}
