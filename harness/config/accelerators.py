@@ -67,24 +67,51 @@ class Accelerator:
         return source_pixels / (self.jpeg_decode_mpix_per_s * 1e6)
 
 
-def load_catalogue(path: Path = CATALOGUE) -> dict[str, Accelerator]:
+ENTRY_KEYS = ("memory_gb", "resnet50_img_per_s", "fp16_tflops", "source", "resnet50_fp32_img_per_s",
+              "fp32_source", "jpeg_decode_mpix_per_s")
+REQUIRED_KEYS = ("memory_gb", "resnet50_img_per_s", "fp16_tflops")
+
+
+def load_catalogue(path: Path = CATALOGUE, extra: dict[str, dict] | None = None) -> dict[str, Accelerator]:
+    """The catalogue, plus a scenario's own `[accelerators.NAME]` tables (`extra`): the keys of a catalogue
+    entry, and any of the [defaults] keys for that entry alone. A NAME the catalogue has is that entry with
+    the given keys replaced; a new NAME needs memory_gb, resnet50_img_per_s and fp16_tflops."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
     defaults = data.pop("defaults")
-    return {
-        name: Accelerator(
-            name=name,
-            memory_bytes=int(entry["memory_gb"] * 1e9),
-            resnet50_img_per_s=float(entry["resnet50_img_per_s"]),
-            fp16_tflops=float(entry["fp16_tflops"]),
-            source=entry["source"],
-            resnet50_fp32_img_per_s=float(entry.get("resnet50_fp32_img_per_s", 0.0)),
-            fp32_source=entry.get("fp32_source", ""),
-            jpeg_decode_mpix_per_s=float(entry.get("jpeg_decode_mpix_per_s", 1000.0)),
-            **{k: defaults[k] for k in DEFAULT_KEYS},
-        )
-        for name, entry in data.items()
-    }
+    for name, table in (extra or {}).items():
+        data[name] = _merged(name, table, data.get(name), path)
+    return {name: _entry(name, entry, defaults) for name, entry in data.items()}
+
+
+def _merged(name: str, table: dict, base: dict | None, path: Path) -> dict:
+    unknown = sorted(set(table) - set(ENTRY_KEYS) - set(DEFAULT_KEYS))
+    if unknown:
+        raise UsageError(f"[accelerators.{name}]: unknown key(s) {', '.join(unknown)}; the keys are those of "
+                         f"{path.name}: {', '.join(ENTRY_KEYS + DEFAULT_KEYS)}")
+    entry = {**(base or {}), **table}
+    missing = [k for k in REQUIRED_KEYS if k not in entry]
+    if missing:
+        raise UsageError(f"[accelerators.{name}] is not in the catalogue, so it needs {', '.join(missing)}")
+    for key, value in table.items():
+        if key not in ("source", "fp32_source") and (not isinstance(value, int | float) or value < 0):
+            raise UsageError(f"[accelerators.{name}] {key} = {value!r}: a number >= 0 is needed")
+    entry.setdefault("source", "defined in the scenario's [accelerators." + name + "] table")
+    return entry
+
+
+def _entry(name: str, entry: dict, defaults: dict) -> Accelerator:
+    return Accelerator(
+        name=name,
+        memory_bytes=int(entry["memory_gb"] * 1e9),
+        resnet50_img_per_s=float(entry["resnet50_img_per_s"]),
+        fp16_tflops=float(entry["fp16_tflops"]),
+        source=entry["source"],
+        resnet50_fp32_img_per_s=float(entry.get("resnet50_fp32_img_per_s", 0.0)),
+        fp32_source=entry.get("fp32_source", ""),
+        jpeg_decode_mpix_per_s=float(entry.get("jpeg_decode_mpix_per_s", 1000.0)),
+        **{k: entry.get(k, defaults[k]) for k in DEFAULT_KEYS},
+    )
 
 
 def catalogue_match(gpu_name: str, catalogue: dict[str, Accelerator]) -> Accelerator | None:
@@ -118,10 +145,11 @@ def visible_accelerator() -> Accelerator:
                    source=f"{gpus[0]['name']}: {source}")
 
 
-def get_accelerator(name: str) -> Accelerator:
+def get_accelerator(name: str, extra: dict[str, dict] | None = None) -> Accelerator:
+    """The catalogue's entry `name` (with the scenario's own [accelerators.NAME] tables, `extra`)."""
     if name == "auto":
         return visible_accelerator()
-    catalogue = load_catalogue()
+    catalogue = load_catalogue(extra=extra)
     if name not in catalogue:
         raise UsageError(
             f"unknown accelerator {name!r} in [hardware] accelerator; known: {', '.join(catalogue)}, or auto")

@@ -157,7 +157,7 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
     _check_values(path, values, where)
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
     try:
-        accelerator = get_accelerator(hw["accelerator"])
+        accelerator = get_accelerator(hw["accelerator"], _extra_tables(path, raw)["accelerators_extra"])
     except UsageError as err:
         raise UsageError(f"{path}: {err}") from None
     if hw["memory_gb"]:  # e.g. a MIG slice or a GPU shared with another job
