@@ -56,8 +56,14 @@ INSTALL = ("the litdata storage needs the litdata package: pip install -e '.[lit
 def _litdata():
     try:
         import litdata
+        from litdata.utilities import breakpoint as debugger
     except ImportError:
         raise ValueError(INSTALL) from None
+    if not isinstance(debugger._stdin_lock, type(threading.Lock())):
+        # litdata's import makes a multiprocessing lock for its multi-process pdb helper; a rank that ends
+        # with os._exit never releases it and the resource tracker warns of a leaked semaphore at shutdown.
+        # A thread lock serves that helper within a process; the multiprocessing one is released here.
+        debugger._stdin_lock = threading.Lock()
     return litdata
 
 
