@@ -56,6 +56,8 @@ case "${1:-}" in
           exit 0 ;;
   --dry-run) MODE=dry; shift ;;
   -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  -*) echo "scripts/gpu_check.sh: unknown option $1; use --list, --dry-run [OUT], --help or an OUT folder" >&2
+      exit 2 ;;
 esac
 if [ "$(total_s)" -gt "$BUDGET_S" ]; then
   echo "scripts/gpu_check.sh: the stage timeouts add up to $(total_s) s, over the budget of $BUDGET_S s" >&2

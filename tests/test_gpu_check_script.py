@@ -215,14 +215,14 @@ def test_kernel_time_is_the_union_of_kernels_inside_the_profiled_window_steps():
     check_run = module("check_run")
     assert check_run.union_within([(0, 4), (2, 6), (8, 9), (20, 30)], 1, 10) == 6  # [1, 6) + [8, 9)
 
-    class Rank:
+    class StubRank:
         device = [0.0, 0.0, 0.006, 0.006, 0.006, 0.0]
         step = [0.01] * 6
 
     # warm-up 3: ProfilerStep#5..7 are window steps 2..4; #9 is past the window and left out
     steps = {5: (0, 10_000), 6: (10_000, 20_000), 7: (20_000, 30_000), 9: (40_000, 50_000)}
     kernels = [(0, 3_000), (2_000, 6_000), (10_000, 16_000), (20_000, 26_000), (40_000, 50_000)]
-    got = check_run.kernel_vs_events(trace(steps, kernels), Rank, warmup=3)
+    got = check_run.kernel_vs_events(trace(steps, kernels), StubRank, warmup=3)
     assert got == {"steps": [5, 6, 7], "kernel_au_pct": 60.0, "event_au_pct": 60.0}
 
 

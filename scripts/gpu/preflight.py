@@ -1,7 +1,7 @@
 """Preflight of the GPU check: is this machine able to run the rest? Every item is checked and printed
 (`ok` / `FAILED` / `note`), then one PASS or FAIL line; exit 1 when any item failed, so the check stops early.
 
-Items: torch and torchvision import, their versions and torchvision's decode_jpeg; the harness and the
+PreflightItems: torch and torchvision import, their versions and torchvision's decode_jpeg; the harness and the
 libraries it imports (its storages import webdataset, lmdb, h5py, pyarrow at start-up); CUDA visible; NVML
 present (the nvidia-ml-py package and the driver's library); bf16 supported natively on every visible GPU
 (compute capability 8.0 or later: torch.cuda.is_bf16_supported() also says True on a V100, where bf16 is
@@ -25,7 +25,7 @@ MIN_TORCH = (2, 11)
 BF16_CAPABILITY = (8, 0)
 
 
-class Items:
+class PreflightItems:
     def __init__(self):
         self.failed: list[str] = []
         self.figures: dict = {}
@@ -48,7 +48,7 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split("+")[0].split(".")[:2] if p.isdigit())
 
 
-def check_torch(items: Items):
+def check_torch(items: PreflightItems):
     try:
         import torch
     except ImportError as err:
@@ -67,7 +67,7 @@ def check_torch(items: Items):
     return torch
 
 
-def check_libraries(items: Items) -> None:
+def check_libraries(items: PreflightItems) -> None:
     missing = []
     for module, dist in LIBRARIES.items():
         try:
@@ -96,7 +96,7 @@ def check_libraries(items: Items) -> None:
                               "(run from the repository root with PYTHONPATH=.)")
 
 
-def check_cuda(items: Items, torch) -> list[str]:
+def check_cuda(items: PreflightItems, torch) -> list[str]:
     """Torch's device UUIDs (text), after checking CUDA and bf16 on each device."""
     if not torch.cuda.is_available():
         items.fail("cuda", "torch sees no CUDA device (driver, CUDA_VISIBLE_DEVICES, or a CPU build of torch)")
@@ -119,7 +119,7 @@ def check_cuda(items: Items, torch) -> list[str]:
     return uuids
 
 
-def check_host(items: Items, torch) -> None:
+def check_host(items: PreflightItems, torch) -> None:
     """The process-group backends the check uses (gloo for two ranks on one GPU, NCCL under torchrun) and the
     shared memory the DataLoader workers hand batches over in (reported, never a failure)."""
     import torch.distributed as dist
@@ -136,7 +136,7 @@ def check_host(items: Items, torch) -> None:
         items.note("/dev/shm", "absent: DataLoader workers fall back to other shared memory")
 
 
-def check_nvml(items: Items, torch_uuids: list[str]) -> None:
+def check_nvml(items: PreflightItems, torch_uuids: list[str]) -> None:
     try:
         import pynvml
 
@@ -163,7 +163,7 @@ def check_nvml(items: Items, torch_uuids: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = gpucommon.parser(__doc__).parse_args(argv)
-    items = Items()
+    items = PreflightItems()
     items.ok("python", sys.version.split()[0])
     torch = check_torch(items)
     check_libraries(items)
