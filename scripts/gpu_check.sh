@@ -90,8 +90,12 @@ install_missing() {  # module=distribution pairs that do not import are installe
     echo "not importable: ${missing[*]} (no DLBENCH_WHEELS or .gpu-wheels/ to install them from)"
     return 0  # the preflight names what is missing
   fi
-  echo "installing ${missing[*]} from $WHEELS into $PYDEPS"
-  "$PY" -m pip install --quiet --no-index --no-deps --find-links "$WHEELS" --target "$PYDEPS" "${missing[@]}"
+  local dist
+  for dist in "${missing[@]}"; do  # one at a time: a wheel the folder lacks leaves the others installed
+    echo "installing $dist from $WHEELS into $PYDEPS"
+    "$PY" -m pip install --quiet --no-index --no-deps --find-links "$WHEELS" --target "$PYDEPS" "$dist" \
+      || echo "could not install $dist from $WHEELS (the preflight says what that stops)"
+  done
 }
 
 scenario_files() {  # the run stages' scenarios; --dry-run: "auto" hardware replaced by one emulated H200
@@ -182,6 +186,7 @@ run_stage() {
     local last; last=$(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-150)
     [ -n "${WHY[$name]}" ] || WHY[$name]=$([ "$rc" -eq 0 ] && echo "$last" || echo "exit $rc: $last")
   fi
+  [ "$name" = oom ] && WHY[$name]="${WHY[$name]} [2 ranks over gloo on GPU 0: NCCL refuses two ranks on one GPU]"
   [ "${RESULT[$name]}" = FAIL ] && tail -n 8 "$log" | sed 's/^/    | /'
   echo "   ${RESULT[$name]} $name (${SECS[$name]} s)"
 }
