@@ -147,7 +147,7 @@ stage_command() {  # the command line of one stage, as one bash -c script
   case $1 in
     preflight) echo "install_missing && \"\$PY\" scripts/gpu/preflight.py $j" ;;
     events|streams|decode|memcheck|nvmlbusy) echo "\"\$PY\" scripts/gpu/$1.py $j" ;;
-    oom) echo "\"\$PY\" -m harness.commands.oomcheck --real" ;;
+    oom) echo "\"\$PY\" -m harness.commands.oomcheck --real --timeout 5" ;;  # a hang: 5 s x (cases + 1) in all
     matrix) echo "bench matrix gpu --only storage=mmap" ;;
     extras) echo "bench extras \"$OUT/scenarios/gpu-extras.toml\"" ;;
     profile) echo "bench profile gpu --only storage=mmap --only precision=amp --only preprocess=host --profile" ;;

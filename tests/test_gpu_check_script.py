@@ -143,7 +143,7 @@ def test_the_harness_calls_of_the_checks_still_fit():
     inspect.signature(nvml_index_of).bind(0)
     oom = subprocess.run([sys.executable, "-m", "harness.commands.oomcheck", "--help"], cwd=ROOT, env=env(),
                          capture_output=True, text=True, timeout=120)
-    assert oom.returncode == 0 and "--real" in oom.stdout
+    assert oom.returncode == 0 and "--real" in oom.stdout and "--timeout" in oom.stdout  # what the oom stage passes
 
 
 # --- check_run on run directories written here -----------------------------------------------------------
