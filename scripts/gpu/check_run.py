@@ -122,7 +122,7 @@ def check_profile(run: Path, result, args, notes: list[str]) -> list[str]:
         return ["profiled steps took no time in the record"]
     gap = abs(got["kernel_au_pct"] - got["event_au_pct"])
     notes.append(f"steps {got['steps']}: kernel AU {got['kernel_au_pct']}% vs event AU "
-                        f"{got['event_au_pct']}%: {gap:.1f} points")
+                 f"{got['event_au_pct']}%: {gap:.1f} points (the whole window's AU: {result.figures.au_pct}%)")
     return [] if gap <= args.kernel_points else [
         f"profiler kernel AU {got['kernel_au_pct']}% and event AU {got['event_au_pct']}% differ by {gap:.1f} "
         f"points (> {args.kernel_points}) on steps {got['steps']}"]
