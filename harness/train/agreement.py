@@ -9,7 +9,10 @@ import torch.distributed as dist
 
 
 def agree(*values: int) -> list[int]:
-    """The maximum of each integer over all ranks (one allreduce; on the GPU where NCCL needs it)."""
+    """The maximum of each integer over all ranks (one allreduce; on the GPU where NCCL needs it). A world
+    of one rank has nobody to agree with: no collective."""
+    if dist.get_world_size() == 1:
+        return list(values)
     on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
     t = torch.tensor(values, dtype=torch.int64, device=on)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
