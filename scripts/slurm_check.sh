@@ -15,7 +15,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 SBATCH_FILE=scripts/slurm/dlbench.sbatch
-JOB_TIMEOUT=${SLURM_CHECK_JOB_TIMEOUT:-90}   # seconds one job may take (smoke takes about 10 on 2 cores)
+JOB_TIMEOUT=${SLURM_CHECK_JOB_TIMEOUT:-90}   # seconds one job may take (11-40 s measured on 2 busy cores)
 PYTHON=${PYTHON:-python}
 
 WORK=$(mktemp -d /tmp/dlbench-slurm.XXXXXX)
