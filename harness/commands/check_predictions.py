@@ -86,6 +86,17 @@ def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, co
                    "area": area, "disk": disk, "contention": contention}
 
 
+def _other_decoder(decoder: str) -> str | None:
+    """PIL against simplejpeg, whichever the scenario does not use (None without simplejpeg)."""
+    if decoder != "pil":
+        return "pil"
+    try:
+        import simplejpeg  # noqa: F401
+    except ImportError:
+        return None
+    return "simplejpeg"
+
+
 def len_of(sc) -> int:
     return int(getattr(sc.dataset, "samples", 0) or 0)
 
@@ -157,12 +168,7 @@ def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: in
     tr = sc.training
     base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder, "warm")
     other = max(32, int(round(tr.image_size * 1.4 / 16)) * 16)
-    try:
-        import simplejpeg  # noqa: F401
-        with_sj = tr.decoder != "simplejpeg"
-    except ImportError:
-        with_sj = False
-    all_cases = cases(base, other, with_sj)
+    all_cases = cases(base, other, _other_decoder(tr.decoder))
     run_dir = rundir.new_run_dir(out, f"{sc.name}-check")
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     started = time.perf_counter()

@@ -38,8 +38,9 @@ class CheckCase:
                 "page_cache": self.cache_state}
 
 
-def cases(base: CheckCase, other_size: int, with_simplejpeg: bool = True) -> list[CheckCase]:
-    """The calibration (first) and the cases, each changing one thing."""
+def cases(base: CheckCase, other_size: int, other_decoder: str | None = None) -> list[CheckCase]:
+    """The calibration (first) and the cases, each changing one thing (other_decoder: the decoder the
+    decoder case switches to; None: no decoder case)."""
     out = [replace(base, name="calibration"),
            replace(base, name=f"workers {base.workers} -> {base.workers + 1}", workers=base.workers + 1),
            replace(base, name=f"ranks {base.world_size} -> {base.world_size + 1}", world_size=base.world_size + 1),
@@ -48,8 +49,8 @@ def cases(base: CheckCase, other_size: int, with_simplejpeg: bool = True) -> lis
            replace(base, name="storage mmap", storage="mmap"),
            replace(base, name="storage hdf5", storage="hdf5"),
            replace(base, name="page cache cold", cache_state="cold")]
-    if with_simplejpeg:
-        out.insert(7, replace(base, name="decoder simplejpeg", decoder="simplejpeg"))
+    if other_decoder and other_decoder != base.decoder:
+        out.insert(7, replace(base, name=f"decoder {base.decoder} -> {other_decoder}", decoder=other_decoder))
     return out
 
 

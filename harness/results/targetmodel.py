@@ -50,6 +50,7 @@ class Costs:
     cold_read_extra_s: float = 0.0  # extra CPU seconds per sample a cold read costs (the kernel's work)
     rate: str = "amp"  # the catalogue rate the cell's precision selects
     device_s: float | None = None  # measured device seconds per sample (a real GPU): used for the same kind
+    device_extra_s: float = 0.0  # device seconds per sample added to the step (device preprocessing)
 
     def at_idle(self) -> Costs:
         """The costs brought back to an idle host (divided by the contention factor at busy_share)."""
@@ -77,9 +78,10 @@ def _factor(contention: float, busy: float) -> float:
 def device_seconds(costs: Costs, accelerator: Accelerator, batch_size: int) -> float:
     """Device seconds per sample of a full batch on `accelerator` (the catalogue's model, or measured)."""
     if costs.device_s is not None:
-        return costs.device_s
+        return costs.device_s + costs.device_extra_s
     pixels = int(costs.padded_pixels_per_sample * batch_size)
-    return accelerator.step_seconds(costs.workload, batch_size, pixels, costs.rate) / batch_size
+    return accelerator.step_seconds(costs.workload, batch_size, pixels, costs.rate) / batch_size \
+        + costs.device_extra_s
 
 
 def io_seconds(costs: Costs, target: Target) -> float:

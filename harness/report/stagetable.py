@@ -1,0 +1,108 @@
+"""The loader's per-stage profile per cell (a table and plots/stages.png, a stacked bar per cell), and with a
+target (harness.config.target) what each cell would do there: samples/s, AU, stall, what binds, the workers
+per rank that make the device bind, the accelerators a node keeps at AU >= 90% and the configuration to use
+(harness.results.targetmodel, harness.results.recommend). docs/stage-profile.md, docs/prediction.md.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from harness.config.accelerators import get_accelerator
+from harness.config.target import Target
+from harness.measure.rankrecord import STAGES
+from harness.report.tables import Table, fmt, shown_axes, stack_label
+from harness.results import stages
+from harness.results.cellresult import CellResult, CellSummary, merge_repeats
+from harness.results.recommend import recommend
+from harness.results.targetmodel import capacity, predict
+
+STAGE_COLOURS = {"read": "#8c564b", "cache": "#e377c2", "decode": "#1f77b4", "transform": "#17becf",
+                 "collate": "#2ca02c", "send": "#ff7f0e", "queue": "#bcbd22", "receive": "#d62728"}
+
+
+def _shown(results: list[CellResult]) -> tuple[list[CellSummary], list[str]]:
+    cells = [c for c in merge_repeats(results) if c.measured]
+    axes = shown_axes(cells) if cells else []
+    return cells, [stack_label(cells, c, axes) for c in cells]
+
+
+def stage_table(results: list[CellResult]) -> Table:
+    """ms of CPU per sample of each stage, h2d (wall ms per sample), and how much of the loader's /proc CPU
+    the loader's stages account for."""
+    cells, labels = _shown(results)
+    rows = []
+    for cell, label in zip(cells, labels):
+        prof = stages.profile(cell.ranks)
+        if prof is None:
+            continue
+        ms = prof.per_sample
+        rows.append([label, *(fmt(ms[s] * 1e3, ".3f") for s in STAGES), fmt(ms["h2d"] * 1e3, ".3f"),
+                     fmt(prof.loader_s * 1e3, ".3f"), fmt(None if prof.coverage is None else 100 * prof.coverage,
+                                                          ".0f")])
+    return Table("Loader stages (ms of CPU per sample, where each runs; docs/stage-profile.md)",
+                 ["cell", *STAGES, "h2d", "loader", "of /proc %"], rows,
+                 ["loader: every stage but receive (which runs in the rank); of /proc %: that sum over the "
+                  "loader's CPU per sample read from /proc over the same window; h2d: wall ms per sample"])
+
+
+def stage_plot(results: list[CellResult], path: Path) -> Path | None:
+    """plots/stages.png: one stacked bar per cell, its stages in ms of CPU per sample."""
+    from harness.report.plots import _save, new_figure
+
+    cells, labels = _shown(results)
+    profiles = [(label, stages.profile(c.ranks)) for c, label in zip(cells, labels)]
+    profiles = [(label, p) for label, p in profiles if p is not None]
+    if not profiles:
+        return None
+    fig = new_figure(len(profiles))
+    ax = fig.add_subplot()
+    ax.set_yticks(range(len(profiles)), [label for label, _ in profiles], fontsize=8)
+    ax.set_ylim(len(profiles) - 0.5, -0.5)
+    ax.set_title("The loader's stages per sample (CPU, where each runs)", fontsize=10)
+    ax.set_xlabel("ms of CPU per sample", fontsize=9)
+    left = np.zeros(len(profiles))
+    for stage in STAGES:
+        widths = np.array([p.per_sample[stage] * 1e3 for _, p in profiles])
+        ax.barh(range(len(profiles)), widths, left=left, height=0.7, color=STAGE_COLOURS[stage], label=stage)
+        left += widths
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=4,
+              frameon=False)
+    return _save(fig, Path(path))
+
+
+def _costs(cell: CellSummary, target: Target):
+    real_same = not cell.emulated and target.accelerator and target.accelerator in str(cell.device or "")
+    return stages.costs(cell.ranks, cell.figures, cell.workload or "pixels", measured_device=bool(real_same))
+
+
+def target_table(results: list[CellResult], target: Target) -> Table:
+    """Per cell, its prediction on the target and the configuration to use."""
+    accelerator = get_accelerator(target.accelerator)
+    cells, labels = _shown(results)
+    rows = []
+    for cell, label in zip(cells, labels):
+        costs = _costs(cell, target)
+        if costs is None:
+            continue
+        p = predict(costs, target, accelerator)
+        rows.append([label, fmt(p.samples_per_s, ".0f"), fmt(p.au_pct, ".0f"), fmt(p.stall_pct, ".0f"), p.binds,
+                     fmt(p.workers_for_device, "d") if p.workers_for_device else "none",
+                     str(capacity(costs, target, accelerator, most=64)),
+                     recommend(costs, target, accelerator).text()])
+    return Table(f"On the target (modelled): {target.describe().removeprefix('TARGET: ')}",
+                 ["cell", "samples/s", "AU %", "stall %", "binds", "workers for device",
+                  f"{accelerator.name} at AU>=90%", "configuration to use"], rows,
+                 ["modelled from each cell's measured stage costs and the accelerator catalogue "
+                  "(docs/prediction.md); workers for device: the fewest workers per rank at which the device "
+                  "binds (none: cores, storage or the rank's own host work bind first); at AU>=90%: "
+                  "accelerators per node the node keeps at AU >= 90% (MLPerf Storage's measure)"])
+
+
+def tables(results: list[CellResult], target: Target | None) -> list[Table]:
+    """The tables for a report: the stages, and with a target the predictions."""
+    out = [stage_table(results)]
+    if target is not None:
+        out.append(target_table(results, target))
+    return out

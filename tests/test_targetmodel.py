@@ -1,0 +1,138 @@
+"""The target model on synthetic costs with answers worked out by hand (harness.results.targetmodel), the
+recommendation (harness.results.recommend) and the check's case arithmetic (harness.results.checkcases)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from harness.config.accelerators import get_accelerator
+from harness.config.target import Target
+from harness.results import checkcases
+from harness.results.recommend import recommend
+from harness.results.targetmodel import Costs, capacity, predict
+
+V100 = get_accelerator("V100-16GB")
+
+
+def costs(**kw) -> Costs:
+    base = dict(workload="pixels", loader_s=0.003, rank_s=0.001, device_s=0.001, bytes_per_sample=1e6)
+    return Costs(**{**base, **kw})
+
+
+def target(**kw) -> Target:
+    base = dict(nodes=1, gpus_per_node=1, cores_per_node=64.0, accelerator="V100-16GB", workers_per_rank=8,
+                batch_size=32)
+    return Target(**{**base, **kw})
+
+
+def test_the_device_binds_when_the_host_has_cores_and_workers_to_spare():
+    p = predict(costs(), target(gpus_per_node=4), V100)
+    assert p.binds == "device" and p.samples_per_s == pytest.approx(4 * 1000) and p.au_pct == pytest.approx(100)
+    assert p.stall_pct == pytest.approx(0, abs=1e-6)
+
+
+def test_one_worker_bounds_the_rank_at_one_over_its_cost():
+    p = predict(costs(), target(workers_per_rank=2), V100)
+    assert p.binds == "loader workers" and p.per_rank == pytest.approx(2 / 0.003)
+    assert p.au_pct == pytest.approx(100 * (2 / 0.003) * 0.001)
+
+
+def test_the_cores_bound_every_rank_together():
+    # 4 ranks x (0.003 + 0.001) s per sample on 2 cores: 2 / (4 x 0.004) = 125 samples/s per rank
+    p = predict(costs(), target(gpus_per_node=4, cores_per_node=2.0), V100)
+    assert p.binds == "loader CPU" and p.samples_per_s == pytest.approx(4 * 125)
+
+
+def test_a_busy_host_raises_the_cost_by_the_contention_factor():
+    # 1 core, fully busy at the predicted rate: the cost doubles, so the rate halves
+    c = costs(contention=2.0, device_s=1e-6)
+    p = predict(c, target(cores_per_node=1.0), V100)
+    assert p.factor == pytest.approx(2.0, rel=1e-3) and p.per_rank == pytest.approx(1 / (0.004 * 2), rel=1e-3)
+    # costs measured on a busy host are brought back to an idle one first
+    busy = replace(c, loader_s=0.006, rank_s=0.002, busy_share=1.0)
+    assert predict(busy, target(cores_per_node=1.0), V100).per_rank == pytest.approx(p.per_rank, rel=1e-3)
+
+
+def test_a_cold_read_waits_for_the_latency_and_the_bandwidth():
+    c = costs(loader_s=0.0, rank_s=0.0, bytes_per_sample=1e6, requests_per_sample=1.0, device_s=1e-6)
+    t = target(workers_per_rank=1, page_cache="cold", storage_read_mb_s=1000.0, storage_latency_ms=9.0)
+    p = predict(c, t, V100)  # 1 MB at 1000 MB/s = 1 ms, + 9 ms: 100 samples/s per worker
+    assert p.binds == "loader workers" and p.per_rank == pytest.approx(100)
+    assert predict(c, replace(t, page_cache="warm"), V100).binds == "device"  # warm: no wait at all
+
+
+def test_nodes_on_shared_storage_share_its_bandwidth():
+    c = costs(loader_s=0.0, rank_s=0.0, device_s=1e-6)
+    one = target(page_cache="cold", storage_read_mb_s=200.0)
+    two = replace(one, nodes=2)
+    assert predict(c, one, V100).samples_per_s == pytest.approx(200)
+    assert predict(c, two, V100).samples_per_s == pytest.approx(200)  # the same storage, twice the ranks
+    assert predict(c, two, V100).binds == "storage bandwidth"
+    ops = replace(one, storage_iops=50.0, storage_read_mb_s=0.0)
+    assert predict(c, ops, V100).binds == "storage ops/s" and predict(c, ops, V100).per_rank == pytest.approx(50)
+
+
+def test_ranks_wait_for_the_slowest():
+    c = costs(step_imbalance=1.25)
+    assert predict(c, target(gpus_per_node=2), V100).per_rank == pytest.approx(1000 / 1.25)
+    assert predict(c, target(gpus_per_node=1), V100).per_rank == pytest.approx(1000)  # alone: none to wait for
+
+
+def test_the_workers_that_make_the_device_bind():
+    # the device takes 1000 samples/s; each worker gives 1 / 0.003: 3 workers give 1000
+    assert predict(costs(), target(workers_per_rank=1), V100).workers_for_device == 3
+    # 1 core for 1 rank: the cores bind whatever the workers
+    assert predict(costs(), target(cores_per_node=1.0), V100).workers_for_device is None
+
+
+def test_capacity_is_the_accelerators_a_node_keeps_at_au_90():
+    # AU 90% needs 900 samples/s per rank: 3.6 cores each; 32 cores keep 8 (9 would need 32.4)
+    assert capacity(costs(), target(cores_per_node=32.0), V100) == 8
+    assert capacity(costs(loader_s=1.0), target(cores_per_node=32.0), V100) == 0
+
+
+def test_the_catalogue_gives_the_device_time_when_none_was_measured():
+    c = costs(device_s=None, loader_s=0.0, rank_s=0.0, padded_pixels_per_sample=224 * 224)
+    per_sample = (V100.step_overhead_s + 32 / V100.resnet50_img_per_s) / 32
+    assert predict(c, target(), V100).per_rank == pytest.approx(1 / per_sample)
+
+
+def test_the_recommendation_adds_workers_until_the_device_binds():
+    r = recommend(costs(), target(workers_per_rank=1), V100)
+    assert r.workers == 3 and r.next_limit == "device" and r.samples_per_s == pytest.approx(1000)
+    assert r.now_samples_per_s == pytest.approx(1 / 0.003) and "workers 3" in r.text()
+
+
+def test_device_preprocessing_when_decode_binds_the_cores():
+    c = costs(loader_s=0.01, stages={"read": 0.001, "decode": 0.008, "transform": 0.001})
+    r = recommend(c, target(cores_per_node=2.0, workers_per_rank=1), V100)
+    assert r.preprocess == "device" and r.samples_per_s > r.now_samples_per_s
+
+
+def test_a_case_scales_what_it_changes_by_the_measured_ratios():
+    base = checkcases.CheckCase("calibration")
+    bench = checkcases.Bench(read_s={"raw": 2e-5, "mmap": 1e-5}, decode_s={(160, "pil"): 4e-4, (224, "pil"): 6e-4},
+                             area={160: 100.0, 224: 200.0})
+    c = costs(stages={"read": 1e-4, "decode": 2e-3, "collate": 1e-4, "send": 1e-4})
+    mmap = checkcases.case_costs(c, base, replace(base, storage="mmap"), bench)
+    assert mmap.stages["read"] == pytest.approx(5e-5) and mmap.stages["decode"] == pytest.approx(2e-3)
+    big = checkcases.case_costs(c, base, replace(base, image_size=224), bench)
+    assert big.stages["decode"] == pytest.approx(3e-3) and big.stages["collate"] == pytest.approx(2e-4)
+    assert big.loader_s == pytest.approx(1e-4 + 3e-3 + 2e-4 + 2e-4)
+
+
+def test_the_other_processes_are_found_from_the_calibration():
+    base = checkcases.CheckCase("calibration")
+    bench = checkcases.Bench(read_s={}, decode_s={}, area={})
+    c = costs(device_s=1e-6)
+    idle = checkcases.predict_case(c, base, base, bench, V100, 2.0).samples_per_s
+    assert checkcases.outside_processes(c, base, bench, V100, 2.0, idle * 1.1) == 0.0
+    found = checkcases.outside_processes(c, base, bench, V100, 2.0, idle / 3)
+    again = checkcases.predict_case(c, base, base, bench, V100, 2.0, found).samples_per_s
+    assert found > 0 and again == pytest.approx(idle / 3, rel=1e-3)
+
+
+def test_the_error_summary():
+    s = checkcases.summary([5.0, -12.0, 20.0, None])
+    assert s == {"median_abs_error_pct": 12.0, "max_abs_error_pct": 20.0, "within_15": 2, "cases": 3}
