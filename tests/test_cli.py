@@ -83,9 +83,10 @@ def test_list_prints_each_scenario_with_description():
     (["--scenario", "smoke", "--batch-size", "0"], "--batch-size = 0 must be a positive integer"),
     (["--scenario", "smoke", "--world-size", "-1"], "--world-size = -1 must be a positive integer"),
     (["--scenario", "smoke", "--device", "cuda"], "--device cuda needs 2 GPUs"),
-    (["--scenario", "smoke", "--out", "/proc/no/such"], "output directory /proc/no/such is not writable"),
+    (["--scenario", "smoke", "--out", "/proc/no/such"], "--out /proc/no/such: /proc is not writable"),
     (["--scenario", "smoke", "--batch-size", "x"], "invalid int value: 'x'"),
-    (["--scenario", "smoke", "--plugin", "no_such_module"], "--plugin no_such_module: cannot import"),
+    (["--scenario", "smoke", "--plugin", "no_such_module"], "--plugin no_such_module: module 'no_such_module' "
+                                                            "not found"),
     ([], "give --scenario NAME"),
 ])
 def test_bad_input_is_one_line_exit_2(args, message):

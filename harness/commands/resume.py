@@ -132,9 +132,9 @@ def open_run_dir(args, argv: list[str], sc, device: str,
     """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line header."""
     if args.resume:
         env = read_run_env(args.resume)
+        rundir.read_results(args.resume)  # now: a damaged line is one line naming it, a cut last line a warning
         check_settings(args.resume, env.settings, settings)
         run_dir = Path(args.resume)
-        rundir.read_results(run_dir)  # now: a damaged line is one line naming it, a cut last line a warning
         env.resumed = [*(env.resumed or []), utc_now()]
     else:
         run_dir = rundir.new_run_dir(args.out, sc.name)

@@ -8,16 +8,24 @@ non-zero, or no cell finishing within the cell's deadline (``[training] cell_tim
 from the steps), ends the chunk: every rank's group is killed, the first cell of the chunk without a line in
 cells.jsonl gets a line with ``error`` naming the rank and the cause, and the remaining cells start again in
 fresh ranks. A failure before any rank reached its first cell is a run error instead (nothing would ever run).
+
+Ending a rank group: each rank first gets SIGINT and a few seconds to unwind (its DataLoader iterator shuts
+its workers down, and the multiprocessing queues behind it unlink their named semaphores and unregister
+them from the launcher's resource tracker), then its whole process group gets SIGKILL. Killed outright, a
+rank leaves its semaphores registered, and the tracker reports them at the launcher's exit ("There appear
+to be N leaked semaphore objects": 28 after Ctrl-C in a cell with 2 workers on 2 ranks).
 """
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import math
 import os
 import shutil
 import signal
 import time
+import traceback
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,6 +38,8 @@ HEARTBEATS = ".ranks"
 POLL_S = 0.1
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # after a rank fails, how long its peers may take to fail in turn before the cause is chosen
+STOP_GRACE_S = 5.0  # Ctrl-C / SIGTERM: how long the ranks may take to unwind after SIGINT before SIGKILL
+FAILED_GRACE_S = 2.0  # the same after a failed cell (a hung rank rarely answers: it is killed then)
 # what a rank says when a peer died under it (gloo, NCCL): not the cause
 PEER_FAILURE = ("Connection closed by peer", "Connection reset by peer", "remote worker", "Broken pipe",
                 "NCCL communicator was aborted")
@@ -91,7 +101,15 @@ def write_heartbeat(run_dir: Path, rank: int, **fields) -> None:
 
 
 def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
-    """Why this rank is about to exit; a UsageError (bad data, say) is fatal: the launcher stops the run."""
+    """Why this rank is about to exit; a UsageError (bad data, say) is fatal: the launcher stops the run.
+    What the failed cell held is released (release_frames)."""
+    try:
+        _write_rank_error(run_dir, rank, err)
+    finally:
+        release_frames(err)
+
+
+def _write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
     d = heartbeat_dir(run_dir)
     d.mkdir(exist_ok=True)
     if (d / f"rank{rank}.error").exists():
@@ -99,6 +117,15 @@ def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
     (d / f"rank{rank}.error").write_text(f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
     if isinstance(err, UsageError):
         (d / f"rank{rank}.fatal").write_text(str(err))
+
+
+def release_frames(err: BaseException) -> None:
+    """A rank on its way out (it leaves with os._exit, which runs no finalizer): clear the finished frames
+    that the exception's traceback keeps alive (the cell's pipeline, its DataLoader iterator, their
+    multiprocessing queues) and collect them, so that every queue's named semaphores are unlinked and
+    unregistered from the launcher's resource tracker now."""
+    traceback.clear_frames(err.__traceback__)
+    gc.collect()
 
 
 def fatal_error(run_dir: Path) -> str | None:
@@ -217,14 +244,34 @@ class RankGroup:
         return (f"timeout: the cell did not finish within {timeout:.0f} s (cell_timeout_s)"
                 + (f"; {steps}" if steps else "") + "; every rank was ended")
 
-    def stop(self) -> None:
-        """End every rank and everything it started; reap the ranks."""
-        for p in self.procs:
-            if p.pid is not None:
-                kill_group(p.pid)
+    def stop(self, grace: float = 0.0) -> None:
+        """End every rank and everything it started; reap the ranks. With ``grace``, each rank still running
+        first gets SIGINT and that many seconds to unwind (its DataLoader workers and their semaphores
+        released) before its process group gets SIGKILL."""
+        try:  # a second Ctrl-C during the grace still kills every group
+            self._interrupt(grace)
+        finally:
+            for p in self.procs:
+                if p.pid is not None:
+                    kill_group(p.pid)
         for p in self.procs:
             if p.pid is not None:
                 p.join(timeout=10)
+
+
+    def _interrupt(self, grace: float) -> None:
+        """SIGINT to every rank still running, then up to ``grace`` seconds for them to exit."""
+        running = [p for p in self.procs if p.pid is not None and p.exitcode is None]
+        if not grace or not running:
+            return
+        for p in running:
+            try:
+                os.kill(p.pid, signal.SIGINT)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.exitcode is None for p in running):
+            time.sleep(POLL_S)
 
 
 def _where(beat: dict | None) -> str:
@@ -246,8 +293,10 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
         group = RankGroup(replace(config, plan=todo, supervised=True), data_paths, target, prepare)
         try:
             outcome = _watch(group, timeout)
-        finally:
-            group.stop()
+        except BaseException:  # Ctrl-C, SIGTERM
+            group.stop(grace=STOP_GRACE_S)
+            raise
+        group.stop(grace=FAILED_GRACE_S if outcome is not None else 0.0)
         if outcome is None:
             continue  # every rank exited 0; anything left (none expected) starts again
         fatal = fatal_error(config.run_dir)
