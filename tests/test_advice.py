@@ -1,7 +1,8 @@
 """Access hints (strategies.storage.advice): a reader's maps carry the hint its advice asks for (the VmFlags of
 /proc/self/smaps: "rr" for MADV_RANDOM, "sr" for MADV_SEQUENTIAL), a shard-streaming sampler's storage tells
 its readers, the hint travels in a pickled reader, every advice reads the same samples, and the byte ranges
-asked for before a batch are whole pages, merged. Speed is measured in docs/cold-scale.md, not here."""
+asked for before a batch are whole pages, merged, where the data lie in the file. Speed is measured in
+docs/cold-scale.md, not here."""
 from __future__ import annotations
 
 import mmap
@@ -108,22 +109,28 @@ def test_an_unknown_advice_is_one_line_naming_the_parameter():
 
 def test_ranges_are_whole_pages_merged_across_small_gaps():
     page = advice.PAGE
-    starts, ends = np.array([10, page + 5, 10 * page]), np.array([20, page + 9, 10 * page + 1])
-    assert advice.merged(starts, ends, 0) == [(0, 2 * page), (10 * page, 11 * page)]
-    assert advice.merged(starts, ends, 8 * page) == [(0, 11 * page)]
-    assert advice.merged(np.array([5 * page]), np.array([5 * page]), 0) == [(5 * page, 5 * page)]
-    assert advice.merged(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 0) == []
+    ranges = [(10 * page, 10 * page + 1), (10, 20), (page + 5, page + 9)]
+    assert advice.merged(ranges, 0) == [(0, 2 * page), (10 * page, 11 * page)]
+    assert advice.merged(ranges, 8 * page) == [(0, 11 * page)]
+    assert advice.merged([(5 * page, 5 * page)], 0) == [(5 * page, 5 * page)] and advice.merged([], 0) == []
 
 
-def test_rows_asked_for_lie_in_the_map_at_the_arrays_offset(tmp_path):
+def test_a_mapped_arrays_rows_are_located_in_its_file(tmp_path):
+    from strategies.storage.base import Maps, load_mapped
+
     path = tmp_path / "a.npy"
-    np.save(path, np.arange(4096 * 8, dtype=np.float32).reshape(-1, 1024))  # 4 KiB rows after a header
-    array = np.load(path, mmap_mode="r")
-    mm = advice.mapping_of(array.view(np.ndarray))
-    assert isinstance(mm, mmap.mmap) and len(mm) == path.stat().st_size
-    header = path.stat().st_size - array.nbytes
-    assert advice._offset_in_map(array.view(np.ndarray), mm) == header
-    advice.rows_will_need(array.view(np.ndarray), np.array([0, 5, 6, 31]), "random")  # within the map
+    np.save(path, np.arange(1024 * 8, dtype=np.float32).reshape(-1, 1024))  # 4 KiB rows after a header
+    maps = Maps()
+    array = load_mapped(path, "random", maps, "a")
+    ranges, offset, row_bytes = maps.ranges["a"]
+    assert offset == path.stat().st_size - array.nbytes and row_bytes == 4096
+    ranges.rows(offset, row_bytes, np.array([0, 5, 6]), "random")  # asks the kernel; raises on a bad range
+    assert isinstance(advice.mapping_of(array), mmap.mmap)
+    maps.close()
+    assert ranges.fd is None
+    normal = Maps()
+    load_mapped(path, "normal", normal, "a")
+    assert normal.ranges == {}  # the untuned reader asks for nothing
 
 
 def cell(storage: StrategyChoice, sampler: str) -> Cell:
@@ -140,11 +147,13 @@ def test_the_cell_line_names_the_hint_its_readers_gave():
     assert advice_of(cell(StrategyChoice("storage", "no-such-storage"), "default")) is None
 
 
-def test_the_rows_of_every_mapped_array_find_their_map(paths):
+def test_every_mapped_field_finds_its_map_and_its_place_in_the_file(paths):
     """np.load's memmap (mmap) and np.frombuffer over the file's map (hdf5 contiguous: through a memoryview)."""
     for name in MAPPED:
         reader = registry.create("storage", name).open(paths[name])
         reader.read_batch([0])
         maps = reader._maps.get() if name == "mmap" else reader._h.get()
         assert all(isinstance(advice.mapping_of(maps.arrays[f]), mmap.mmap) for f in ("image_emb", "text_emb"))
+        assert set(maps.ranges) == {"jpeg", "caption", "image_emb", "text_emb"}
+        assert maps.ranges["image_emb"][2] == 4 * maps.arrays["image_emb"].shape[1]
         reader.close()

@@ -18,7 +18,8 @@ tells the readers it opened on that path ``advise("sequential")`` (``Tracked``);
 ``reader.advise`` itself. The readers are pickled to the loader's workers after that, with their access.
 
 Under every hint but ``"normal"`` a reader that knows the byte ranges of the batch it is about to read asks
-for exactly those first (``MADV_WILLNEED`` / ``POSIX_FADV_WILLNEED``, ranges closer than a gap merged): the
+for exactly those first (``POSIX_FADV_WILLNEED`` on a descriptor of the file, ranges closer than a gap
+merged; ``FileRanges`` for a mapped file): the
 kernel then reads them all at once, with many requests in flight, instead of one page fault after another,
 and the faults that follow find their pages and read nothing more. Under shard streaming those ranges are
 the runs of the shards the batch reads.
@@ -47,7 +48,6 @@ _MADV = {"random": getattr(mmap, "MADV_RANDOM", None), "sequential": getattr(mma
 _FADV = {"random": getattr(os, "POSIX_FADV_RANDOM", None),
          "sequential": getattr(os, "POSIX_FADV_SEQUENTIAL", None),
          "normal": getattr(os, "POSIX_FADV_NORMAL", None)}
-_WILLNEED_MAP = getattr(mmap, "MADV_WILLNEED", None)
 _WILLNEED_FD = getattr(os, "POSIX_FADV_WILLNEED", None)
 _MAP_HEADER = re.compile(r"^[0-9a-f]+-[0-9a-f]+ ")
 
@@ -145,29 +145,17 @@ def mapping_of(array: np.ndarray):
     return None
 
 
-def merged(starts: np.ndarray, ends: np.ndarray, gap: int) -> list[tuple[int, int]]:
-    """Sorted byte ranges [start, end) widened to whole pages and merged when at most ``gap`` apart."""
-    if not len(starts):
-        return []
-    order = np.argsort(starts, kind="stable")
-    lo = (np.asarray(starts, dtype=np.int64)[order] // PAGE) * PAGE
-    hi = -(-np.asarray(ends, dtype=np.int64)[order] // PAGE) * PAGE
-    hi = np.maximum.accumulate(hi)
-    split = np.flatnonzero(lo[1:] > hi[:-1] + gap) + 1
-    first = np.concatenate(([0], split))
-    last = np.concatenate((split - 1, [len(lo) - 1]))
-    return list(zip(lo[first].tolist(), hi[last].tolist()))
-
-
-def map_will_need(mm, spans: Iterable[tuple[int, int]]) -> None:
-    """MADV_WILLNEED on byte ranges of a map (page-aligned, clipped to it)."""
-    if _WILLNEED_MAP is None or not isinstance(mm, mmap.mmap):
-        return
-    size = len(mm)
-    for a, b in spans:
-        b = min(b, size)
-        if b > a:
-            mm.madvise(_WILLNEED_MAP, a, b - a)
+def merged(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Byte ranges [start, end) widened to whole pages, sorted, and merged when at most ``gap`` apart (plain
+    Python: a batch has tens of ranges, where numpy's per-call overhead would dominate)."""
+    out: list[list[int]] = []
+    for start, end in sorted(ranges):
+        lo, hi = start - start % PAGE, -(-end // PAGE) * PAGE
+        if out and lo <= out[-1][1] + gap:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
 
 
 def fd_will_need(fd: int, spans: Iterable[tuple[int, int]]) -> None:
@@ -179,29 +167,30 @@ def fd_will_need(fd: int, spans: Iterable[tuple[int, int]]) -> None:
             os.posix_fadvise(fd, a, b - a, _WILLNEED_FD)
 
 
-def _offset_in_map(array: np.ndarray, mm) -> int:
-    view = np.frombuffer(mm, dtype=np.uint8)  # only its address: released at once (the map stays closable)
-    try:
-        return int(array.__array_interface__["data"][0] - view.__array_interface__["data"][0])
-    finally:
-        del view
+class FileRanges:
+    """A descriptor of a memory-mapped file, kept to ask for the byte ranges a batch will read before the map
+    is touched (POSIX_FADV_WILLNEED fills the same page cache the map reads; cheaper per call than madvise,
+    and in file offsets, so no map address is needed)."""
 
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
-def rows_will_need(array: np.ndarray, sorted_idx: np.ndarray, hint: str) -> None:
-    """Ask for the rows ``sorted_idx`` of a 2-D array viewing a map before gathering them (not "normal")."""
-    mm = mapping_of(array)
-    if hint == "normal" or mm is None or not len(sorted_idx) or array.ndim != 2:
-        return
-    start = _offset_in_map(array, mm) + np.asarray(sorted_idx, dtype=np.int64) * array.strides[0]
-    map_will_need(mm, merged(start, start + array.strides[0], MERGE_GAP[hint]))
+    def rows(self, offset: int, row_bytes: int, sorted_idx: np.ndarray, hint: str) -> None:
+        """Rows ``sorted_idx`` of fixed-size rows starting at file offset ``offset`` (not under "normal")."""
+        if hint != "normal" and len(sorted_idx):
+            fd_will_need(self.fd, merged([(offset + i * row_bytes, offset + (i + 1) * row_bytes)
+                                          for i in sorted_idx.tolist()], MERGE_GAP[hint]))
 
+    def slices(self, offsets: np.ndarray, sorted_idx: np.ndarray, base: int, hint: str) -> None:
+        """The slices ``base + offsets[i] : base + offsets[i + 1]`` (not under "normal")."""
+        if hint != "normal" and len(sorted_idx):
+            starts, ends = offsets[sorted_idx].tolist(), offsets[sorted_idx + 1].tolist()
+            fd_will_need(self.fd, merged([(base + a, base + b) for a, b in zip(starts, ends)], MERGE_GAP[hint]))
 
-def bytes_will_need(mm, offsets: np.ndarray, sorted_idx: np.ndarray, base: int, hint: str) -> None:
-    """Ask for the byte slices ``base + offsets[i] : base + offsets[i + 1]`` of a flat map (not "normal")."""
-    if hint == "normal" or not isinstance(mm, mmap.mmap) or not len(sorted_idx):
-        return
-    starts = base + offsets[sorted_idx]
-    map_will_need(mm, merged(starts, base + offsets[sorted_idx + 1], MERGE_GAP[hint]))
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def map_flags(path: str) -> list[str]:

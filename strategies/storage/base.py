@@ -143,20 +143,18 @@ def slices(flat, offsets: np.ndarray, sorted_idx: np.ndarray, base: int = 0) -> 
 
 
 def mapped_columns(fields: Sequence[str], flat: dict, arrays: dict, sorted_idx: np.ndarray, order: np.ndarray,
-                   bases: dict[str, int] | None = None, hint: str = "normal") -> dict[str, list]:
+                   bases: dict[str, int] | None = None, hint: str = "normal",
+                   ranges: dict | None = None) -> dict[str, list]:
     """A batch's per-field columns, in request order, from memory-mapped storage: the jpeg and caption bytes
     sliced from ``flat[name]`` at ``arrays[name + "_offsets"]`` (shifted by ``bases[name]``), the embeddings
-    gathered from ``arrays[name]`` into one buffer each. Under any hint but "normal" every byte range the
-    batch reads is asked for first (advice.rows_will_need, advice.bytes_will_need)."""
+    gathered from ``arrays[name]`` into one buffer each. ``ranges`` (Maps.ranges, filled under any hint but
+    "normal"): every byte range the batch reads is asked for first (advice.FileRanges)."""
     columns: dict[str, list] = {}
-    if hint != "normal":
-        for name in ("jpeg", "caption"):
-            if name in fields:
-                advice.bytes_will_need(flat[name], arrays[name + "_offsets"], sorted_idx,
-                                       (bases or {}).get(name, 0), hint)
-        for name in ("image_emb", "text_emb"):
-            if name in fields:
-                advice.rows_will_need(arrays[name], sorted_idx, hint)
+    for name in fields if ranges else ():
+        if name in ranges and name in ("jpeg", "caption"):
+            ranges[name][0].slices(arrays[name + "_offsets"], sorted_idx, ranges[name][1], hint)
+        elif name in ranges:
+            ranges[name][0].rows(ranges[name][1], ranges[name][2], sorted_idx, hint)
     for name in ("jpeg", "caption"):
         if name in fields:
             got = slices(flat[name], arrays[name + "_offsets"], sorted_idx, (bases or {}).get(name, 0))
@@ -186,13 +184,17 @@ def map_file(path: str | Path, hint: str = "normal"):
     return mm
 
 
-def load_mapped(path: str | Path, hint: str = "normal") -> np.ndarray:
+def load_mapped(path: str | Path, hint: str = "normal", maps: Maps | None = None,
+                name: str | None = None) -> np.ndarray:
     """An .npy file memory-mapped (never loaded), as a plain ndarray view (no np.memmap subclass overhead),
-    with the access hint on its map."""
+    with the access hint on its map; with ``maps`` and ``name`` (and a hint other than "normal"), where its
+    rows lie is recorded too (Maps.locate)."""
     array = np.load(path, mmap_mode="r")
     mm = advice.mapping_of(array)
     if mm is not None:
         advice.advise_map(mm, hint)
+    if maps is not None and hint != "normal" and array.ndim == 2:
+        maps.locate(name, path, array.offset, array.strides[0])
     return array.view(np.ndarray)
 
 
@@ -203,10 +205,25 @@ class Maps:
         self.files: list = []
         self.arrays: dict[str, np.ndarray] = {}
         self.flat: dict = {}
+        # field -> (advice.FileRanges of its file, file offset of the field's data, row bytes or 0 for a flat
+        # byte buffer): where a batch's reads lie, to ask for them first (filled under any hint but "normal")
+        self.ranges: dict[str, tuple[advice.FileRanges, int, int]] = {}
+        self._descriptors: dict[str, advice.FileRanges] = {}
+
+    def locate(self, name: str, path: str | Path, offset: int, row_bytes: int = 0) -> None:
+        """Where field ``name``'s data lies: in ``path`` from ``offset``, in rows of ``row_bytes`` (0: flat)."""
+        key = os.path.realpath(path)
+        if key not in self._descriptors:
+            self._descriptors[key] = advice.FileRanges(path)
+        self.ranges[name] = (self._descriptors[key], int(offset), int(row_bytes))
 
     def close(self) -> None:
         self.arrays.clear()
         self.flat.clear()
+        self.ranges.clear()
+        for d in self._descriptors.values():
+            d.close()
+        self._descriptors.clear()
         for m in self.files:
             if isinstance(m, mmap.mmap):
                 try:

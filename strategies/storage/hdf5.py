@@ -109,6 +109,8 @@ def _map_contiguous(path: Path, fields: tuple[str, ...], hint: str = "normal") -
     maps.files.append(mm)
     for name, (offset, dtype, shape) in where.items():
         size = int(np.prod(shape))
+        if hint != "normal" and offset is not None and not name.endswith("_offsets"):
+            maps.locate(name, path, offset, 0 if name in _VAR else int(np.prod(shape[1:])) * dtype.itemsize)
         if name in _VAR:
             maps.flat[name] = mm if offset is not None else b""
             maps.arrays[name + "_base"] = np.int64(offset or 0)
@@ -194,7 +196,7 @@ class Hdf5Reader(Advised, PicklesUnmapped):
     def _read_mapped(self, sidx: np.ndarray, order: np.ndarray) -> dict[str, list]:
         maps = self._h.get()
         bases = {name: int(maps.arrays[name + "_base"]) for name in _VAR if name in self.fields}
-        return mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, bases, self.hint)
+        return mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, bases, self.hint, maps.ranges)
 
     def _read_chunked(self, idx: np.ndarray, sidx: np.ndarray, order: np.ndarray) -> dict[str, list]:
         f = self._h.get()

@@ -60,10 +60,12 @@ class MmapReader(Advised, PicklesUnmapped):
                 flat = map_file(self.path / f"{name}.bin", hint)
                 maps.files.append(flat)
                 maps.flat[name] = flat
+                if hint != "normal":
+                    maps.locate(name, self.path / f"{name}.bin", 0)
                 maps.arrays[name + "_offsets"] = load_mapped(self.path / f"{name}_offsets.npy", hint)
         for name in _EMB_DIMS:
             if name in self.fields:
-                maps.arrays[name] = load_mapped(self.path / f"{name}.npy", hint)
+                maps.arrays[name] = load_mapped(self.path / f"{name}.npy", hint, maps, name)
         return maps
 
     def __len__(self) -> int:
@@ -75,7 +77,8 @@ class MmapReader(Advised, PicklesUnmapped):
             return []
         maps = self._maps.get()
         order, sidx = sorted_order(idx)
-        columns = mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, hint=self.hint)
+        columns = mapped_columns(self.fields, maps.flat, maps.arrays, sidx, order, hint=self.hint,
+                                 ranges=maps.ranges)
         return build_samples(idx.tolist(), columns)
 
     def stored_bytes(self) -> np.ndarray:

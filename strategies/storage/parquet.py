@@ -134,8 +134,7 @@ class ParquetReader(Advised, PicklesUnmapped):
         columns = [COLUMN[f] for f in self.fields]
         ranges = [r for g in groups if g not in cache for r in opened.chunk_ranges(g, columns)]
         if ranges:
-            starts, ends = (np.array(x, dtype=np.int64) for x in zip(*ranges))
-            fd_will_need(opened.source.fileno(), merged(starts, ends, MERGE_GAP[self.hint]))
+            fd_will_need(opened.source.fileno(), merged(ranges, MERGE_GAP[self.hint]))
 
     def _group(self, g: int, fresh: dict[int, _Group]) -> _Group:
         if g in fresh:

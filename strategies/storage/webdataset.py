@@ -42,10 +42,10 @@ from strategies.storage.advice import (
     checked,
     fd_will_need,
     merged,
-    rows_will_need,
 )
 from strategies.storage.base import (
     LazyHandle,
+    Maps,
     PicklesUnmapped,
     checked_fields,
     checked_indices,
@@ -150,8 +150,10 @@ class WebDatasetReader(Advised, PicklesUnmapped):
         self._columns = [c for c, f in enumerate(FIELDS) if f in self.fields]
         self._stored: np.ndarray | None = None  # memory-mapped on first use; not pickled
 
-    def _map_index(self) -> np.ndarray:
-        return load_mapped(self.path / "index.npy", self.hint)
+    def _map_index(self) -> Maps:
+        maps = Maps()
+        maps.arrays["index"] = load_mapped(self.path / "index.npy", self.hint, maps, "index")
+        return maps
 
     def _descriptors(self) -> _Descriptors:
         return _Descriptors(str(self.path), self.hint)
@@ -177,8 +179,7 @@ class WebDatasetReader(Advised, PicklesUnmapped):
         for shard, groups in plan:
             by_shard.setdefault(shard, []).extend((g[0][0], g[-1][0] + g[-1][1]) for g in groups)
         for shard, ranges in by_shard.items():
-            starts, ends = (np.array(x, dtype=np.int64) for x in zip(*ranges))
-            fd_will_need(fds.fd(shard), merged(starts, ends, MERGE_GAP[self.hint]))
+            fd_will_need(fds.fd(shard), merged(ranges, MERGE_GAP[self.hint]))
 
     def read_batch(self, indices: Sequence[int]) -> list[Sample]:
         idx = checked_indices(indices, self._count)
@@ -186,9 +187,10 @@ class WebDatasetReader(Advised, PicklesUnmapped):
         if not idx.size or not self._columns:
             return out
         index = self._index.get()
-        if self.hint != "normal":
-            rows_will_need(index, np.sort(idx), self.hint)
-        rows = np.asarray(index[idx])  # one fancy read of the batch's index rows
+        if "index" in index.ranges:  # the batch's index rows asked for first
+            ranges, offset, row_bytes = index.ranges["index"]
+            ranges.rows(offset, row_bytes, np.sort(idx), self.hint)
+        rows = np.asarray(index.arrays["index"][idx])  # one fancy read of the batch's index rows
         fds = self._fds.get()
         plan = [(row[0], self._groups(row)) for row in rows.tolist()]
         if self.hint != "normal":
