@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from harness.results.cellresult import CellResult
 from harness.results.effects import Effect, Observation, fit_effects
 
 ORDER = {"storage": ["raw", "mmap", "hdf5"], "cache": ["none", "lru"], "batching": ["fixed", "dynamic"],
@@ -78,3 +79,17 @@ def test_json_round_trip_and_bad_values_left_out():
     effects = fit_effects(obs, ORDER, figure="au")
     assert all(Effect.from_json(e.to_json()) == e for e in effects) and effects[0].figure == "au"
     assert fit_effects([], ORDER) == []
+
+
+def test_a_disturbed_visit_is_left_out_of_the_fit_when_its_cell_has_a_calm_one():
+    from harness.results.effects import observations as of_results
+
+    def visit(cell_levels, thr, repeat, load):
+        return CellResult.from_json({"cell": "/".join(cell_levels.values()), "strategies": cell_levels,
+                                     "repeat": repeat, "figures": {"throughput": thr, "other_cpu_pct": load,
+                                                                   "ranks": 1, "window_steps": 10}})
+
+    a, b = {"storage": "raw"}, {"storage": "mmap"}
+    results = [visit(a, 100.0, 0, 50.0), visit(a, 200.0, 1, 1.0), visit(b, 300.0, 0, 60.0)]
+    kept = [(o.levels["storage"], o.value) for o in of_results(results, "throughput")]
+    assert kept == [("raw", 200.0), ("mmap", 300.0)]  # mmap has no calm visit: its disturbed one stays

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.results.cellresult import CellResult, leader_and_tied, merge_repeats
-from harness.results.effects import fit_effects, level_order, observations
+from harness.results.effects import disturbed, fit_effects, level_order, observations
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ def owed_visits(results: list[CellResult]) -> list[str]:
     """Cells with more visits disturbed by outside load than undisturbed visits after them."""
     owed: dict[str, int] = {}
     for r in sorted(results, key=lambda r: r.repeat):
-        if (r.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT:
+        if disturbed(r):
             owed[r.cell] = owed.get(r.cell, 0) + 1
         elif owed.get(r.cell):
             owed[r.cell] -= 1

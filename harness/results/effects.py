@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.results import stats
 from harness.results.cellresult import CellResult
 from strategies.registry import AXES
@@ -183,6 +184,16 @@ def level_order(results: list[CellResult], cell_ids: list[str] | None = None) ->
 
 
 def observations(results: list[CellResult], attribute: str) -> list[Observation]:
-    """One observation per measured visit that has the figure (a Figures attribute), its pass the block."""
+    """One observation per measured visit that has the figure (a Figures attribute), its pass the block.
+    A visit disturbed by outside load (figures.other_cpu_pct above OUTSIDE_LOAD_PCT) is left out when its
+    cell has an undisturbed visit (the budget re-visits disturbed cells for this); a cell with disturbed
+    visits only keeps them, so that every cell of the design stays in the fit."""
+    usable = [r for r in results if r.measured and getattr(r.figures, attribute) is not None]
+    calm = {r.cell for r in usable if not disturbed(r)}
     return [Observation(dict(r.strategies), getattr(r.figures, attribute), r.repeat)
-            for r in results if r.measured and getattr(r.figures, attribute) is not None]
+            for r in usable if not (disturbed(r) and r.cell in calm)]
+
+
+def disturbed(result: CellResult) -> bool:
+    """Outside load above the threshold during the visit (harness.measure.hostload)."""
+    return (result.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT
