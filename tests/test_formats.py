@@ -1,7 +1,9 @@
-"""The webdataset, parquet and lmdb storages on real files: the same samples back as the generator (and as raw,
-mmap, hdf5), requested fields only, per-process handles, shard structure, and files other tools can read."""
+"""The webdataset, parquet, lmdb and litdata storages on real files: the same samples back as the generator (and
+as raw, mmap, hdf5), requested fields only, per-process handles, shard structure, and files other tools can read
+(litdata's: when the litdata extra is installed; without it, selecting the storage is one line)."""
 from __future__ import annotations
 
+import importlib.util
 import io
 import pickle
 import random
@@ -19,7 +21,10 @@ from strategies import registry
 from strategies.protocols import Reader, Storage
 from strategies.sample import FIELDS
 
-NEW = ("webdataset", "parquet", "lmdb")
+HAS_LITDATA = importlib.util.find_spec("litdata") is not None
+NEW = ("webdataset", "parquet", "lmdb") + (("litdata",) if HAS_LITDATA else ())
+needs_litdata = pytest.mark.skipif(not HAS_LITDATA,
+                                   reason="the litdata extra is not installed: pip install -e '.[litdata]'")
 OLD = ("raw", "mmap", "hdf5")
 SPEC = DatasetSpec(samples=50, seed=7, profile="tiny")
 
@@ -40,7 +45,8 @@ def small_shards(tmp_path_factory):
     """webdataset with 8 samples per shard and parquet with 8 rows per group (7 shards for 50 samples)."""
     root = tmp_path_factory.mktemp("small")
     out = {}
-    for name, params in (("webdataset", {"shard_size": 8}), ("parquet", {"row_group_size": 8})):
+    small = [("webdataset", {"shard_size": 8}), ("parquet", {"row_group_size": 8})]
+    for name, params in small + ([("litdata", {"chunk_size": 8})] if HAS_LITDATA else []):
         storage = registry.create("storage", name, **params)
         storage.write(iter_samples(SPEC), root / name, SPEC.samples)
         out[name] = (storage, root / name)
@@ -66,8 +72,9 @@ def _open(name, paths, small_shards, small, fields=FIELDS):
     return registry.create("storage", name).open(paths[name], fields)
 
 
-CASES = [(n, False) for n in NEW] + [("webdataset", True), ("parquet", True)]
-IDS = [n for n in NEW] + ["webdataset-8", "parquet-8"]
+SMALL = ("webdataset", "parquet") + (("litdata",) if HAS_LITDATA else ())
+CASES = [(n, False) for n in NEW] + [(n, True) for n in SMALL]
+IDS = [n for n in NEW] + [f"{n}-8" for n in SMALL]
 
 
 def test_new_storages_are_registered_and_satisfy_the_protocol(paths):
@@ -101,7 +108,7 @@ def test_read_batch_returns_generated_samples_in_order(name, small, paths, small
         reader.close()
 
 
-def test_all_six_storages_return_identical_samples(paths):
+def test_all_storages_return_identical_samples(paths):
     idx = _indices()
     batches = []
     for name in NEW + OLD:
@@ -278,6 +285,71 @@ def test_lmdb_grows_its_map_when_the_estimate_is_too_small(tmp_path, monkeypatch
     storage.write(iter_samples(SPEC), tmp_path, SPEC.samples)
     reader = storage.open(tmp_path)
     assert all(s.same_as(expected[s.index]) for s in reader.read_batch(range(SPEC.samples)))
+
+
+# ---- litdata ----
+
+
+@needs_litdata
+def test_litdata_chunks_are_litdatas_own_and_its_reader_streams_them(small_shards, expected):
+    """The folder is a litdata dataset: its chunks are the storage's shards, and litdata's StreamingDataset
+    iterated as litdata users do (no harness code) yields every sample in index order."""
+    import litdata
+
+    storage, path = small_shards["litdata"]
+    assert storage.shards(path) == [range(a, min(a + 8, 50)) for a in range(0, 50, 8)]
+    chunks = sorted(path.glob("chunk-*.bin"))
+    assert len(chunks) == 7 and set(chunks) <= set(storage.files(path))
+    seen = []
+    for item in litdata.StreamingDataset(str(path)):
+        i = int(item["index"])
+        assert bytes(item["jpeg"]) == expected[i].jpeg and item["caption"] == expected[i].caption
+        assert np.array_equal(np.asarray(item["text_emb"]), expected[i].text_emb)
+        seen.append(i)
+    assert seen == list(range(SPEC.samples))
+
+
+@needs_litdata
+def test_the_shards_sampler_keeps_its_contract_on_litdatas_chunks(small_shards):
+    from tests.test_shards import check_contract, epoch_of
+
+    storage, path = small_shards["litdata"]
+    for world in (1, 2, 3):
+        c = {"size": SPEC.samples, "world": world, "shard_size": 64, "buffer_size": 16, "seed": 1, "epoch": 2}
+        per_rank = epoch_of(c, shards=storage.shards(path))
+        check_contract(per_rank, SPEC.samples, world)
+
+
+def test_litdata_missing_is_one_line_naming_the_extra(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "litdata", None)  # import litdata now raises ImportError
+    with pytest.raises(registry.InvalidParams) as err:
+        registry.validate("storage", "litdata", {})
+    msg = str(err.value)
+    assert "\n" not in msg and "pip install -e '.[litdata]'" in msg and msg.startswith("storage strategy 'litdata'")
+
+
+@needs_litdata
+def test_litdata_parameters_are_checked():
+    with pytest.raises(registry.InvalidParams, match="chunk_size must be an integer >= 1, got 0"):
+        registry.validate("storage", "litdata", {"chunk_size": 0})
+
+
+@pytest.mark.slow
+@needs_litdata
+def test_the_formats_matrix_runs_litdata_with_every_sampler_contract(tmp_path):
+    from harness import cli
+    from harness.results import rundir
+
+    out = tmp_path / "out"
+    argv = ["--scenario", "formats", "--only", "storage=litdata", "--samples", "64", "--steps", "3",
+            "--warmup-steps", "1", "--batch-size", "4", "--quiet", "--data-dir", str(tmp_path / "d"),
+            "--out", str(out)]
+    assert cli.main(argv) == 0
+    (run_dir,) = list(out.iterdir())
+    cells = rundir.read_results(run_dir)
+    assert len(cells) == 2 and all(c.measured and c.contract_ok for c in cells)
 
 
 # ---- in DataLoader workers ----

@@ -1,22 +1,26 @@
-"""Read-path microbenchmarks of the webdataset, parquet and lmdb storages (opt-in, like the others here; see
-tests/benchmarks/README.md), on the same 512-sample dataset and warm page cache as test_read_paths.py.
+"""Read-path microbenchmarks of the webdataset, parquet, lmdb and litdata storages (opt-in, like the others here;
+see tests/benchmarks/README.md), on the same 512-sample dataset and warm page cache as test_read_paths.py
+(litdata when its extra is installed).
 
 Groups:
 
 * ``storage-read-bs{8,32,128}``: ``read_batch`` of a fixed random batch, the same groups as raw, mmap and hdf5
-  in test_read_paths.py, so one comparison table holds all six storages;
+  in test_read_paths.py, so one comparison table holds all seven storages;
 * ``epoch-read-<storage>``: one rank's epoch (rank 0 of 2: 256 samples) read in batches of 32 in the order of
   the ``default`` sampler (random) and of the ``shards`` sampler (whole shards of 64, shuffle buffer 128), for
   every storage: what shard streaming saves on each format (most on parquet, which reads whole row groups).
 """
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from strategies import registry
 from tests.benchmarks.test_read_paths import BATCH_SIZES, STEADY, check_samples
 
-NEW_STORAGES = ("webdataset", "parquet", "lmdb")
+NEW_STORAGES = ("webdataset", "parquet", "lmdb") + \
+    (("litdata",) if importlib.util.find_spec("litdata") is not None else ())
 ALL_STORAGES = ("raw", "mmap", "hdf5") + NEW_STORAGES
 EPOCH_BATCH = 32
 WORLD, RANK, SEED, EPOCH = 2, 0, 0, 1
