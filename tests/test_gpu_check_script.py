@@ -140,6 +140,11 @@ def test_the_harness_calls_of_the_checks_still_fit():
     for method in ("start_timer", "stop_timer", "timed_compute_s"):  # events times the harness's timer
         assert callable(getattr(CudaDevice, method))
     inspect.signature(CudaDevice).bind(0)
+    assert all(hasattr(CudaDevice, m) for m in ("synchronize", "last_bytes"))  # what memcheck reads of it
+    from harness.train.trainstep import make_ddp, train_step
+
+    inspect.signature(train_step).bind(object(), object(), object(), {}, 16, 16 * 160 * 160, False, object())
+    inspect.signature(make_ddp).bind(object())
     inspect.signature(nvml_index_of).bind(0)
     oom = subprocess.run([sys.executable, "-m", "harness.commands.oomcheck", "--help"], cwd=ROOT, env=env(),
                          capture_output=True, text=True, timeout=120)

@@ -2,12 +2,12 @@
 peak device memory of real training steps.
 
 For each precision (amp, fp32) a fresh model of the pixels workload (ResNet-50 CLIP, as a cell builds it) is
-probed with memprobe.measure, then wrapped in DDP (one rank, NCCL) with SGD and momentum, and trained for a few
-steps at each batch size of SIZES at the gpu scenario's image size: zero_grad, forward under the precision's
-autocast, backward (scaled for amp), optimizer step. The peak of the last step at each size
-(torch.cuda.max_memory_allocated, reset before that step) is compared with base + bytes per padded pixel x
-its pixels. Holds when every prediction is within 15% of the measured peak. On a CPU machine it is skipped
-(exit 77)."""
+probed with memprobe.measure, then wrapped as a cell wraps it (trainstep.make_ddp; one rank, NCCL) with SGD and
+momentum, and trained with the harness's own step (trainstep.train_step, timed by CudaDevice as the loop does)
+for a few steps at each batch size of SIZES at the gpu scenario's image size, host preprocessing. The peak
+of the last step at each size (CudaDevice.last_bytes: torch.cuda.max_memory_allocated over the step) is
+compared with base + bytes per padded pixel x its pixels. Holds when every prediction is within 15% of the
+measured peak. On a CPU machine it is skipped (exit 77)."""
 from __future__ import annotations
 
 import os
@@ -26,39 +26,37 @@ def batch(torch, n: int, side: int):
             "tokens": torch.randint(1, 100, (n, MAX_TOKENS), device="cuda")}
 
 
-def step(ddp, optimizer, precision, tensors) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    with precision.autocast():
-        loss = ddp(tensors)
-    precision.backward(loss)
-    precision.step(optimizer)
+def real_peak(device, ddp, optimizer, precision, tensors: dict, n: int) -> int:
+    """The peak device bytes of the last of STEPS harness training steps on this batch, as a cell records it
+    (CudaDevice's per-step peak, read once the step's events are done)."""
+    from harness.train.trainstep import train_step
+
+    for _ in range(STEPS):
+        device.start_timer()
+        train_step(ddp, optimizer, device, tensors, n, n * IMAGE_SIZE * IMAGE_SIZE, False, precision)
+        device.stop_timer()
+        device.synchronize()
+        device.timed_compute_s()
+    return int(device.last_bytes)
 
 
 def one_precision(torch, name: str) -> dict:
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     from harness.device import memprobe
+    from harness.device.devices import CudaDevice
     from harness.device.standin import build_model
-    from harness.train.trainstep import StepPrecision
+    from harness.train.trainstep import StepPrecision, make_ddp
     from strategies.registry import create
 
-    where = torch.device("cuda", 0)
+    device = CudaDevice(0)
     precision = StepPrecision(create("precision", name), cuda=True)
     torch.manual_seed(0)
-    model = build_model("pixels", True).to(where)
-    base, per_pixel, budget = memprobe.measure(model, "pixels", IMAGE_SIZE, precision, where)
-    ddp = DDP(model)
+    model = build_model("pixels", True).to(device.torch_device)
+    base, per_pixel, budget = memprobe.measure(model, "pixels", IMAGE_SIZE, precision, device.torch_device)
+    ddp = make_ddp(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     rows = {}
     for n in SIZES:
-        tensors = batch(torch, n, IMAGE_SIZE)
-        for i in range(STEPS):
-            if i == STEPS - 1:
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats(where)
-            step(ddp, optimizer, precision, tensors)
-        torch.cuda.synchronize()
-        real = torch.cuda.max_memory_allocated(where)
+        real = real_peak(device, ddp, optimizer, precision, batch(torch, n, IMAGE_SIZE), n)
         predicted = base + per_pixel * n * IMAGE_SIZE * IMAGE_SIZE
         error = (predicted - real) / real
         rows[str(n)] = {"predicted_gb": round(predicted / 1e9, 3), "real_gb": round(real / 1e9, 3),
