@@ -192,17 +192,6 @@ run_stage() {
 }
 
 echo "GPU check: OUT=$OUT, data in $DATA, stage timeouts total $(total_s) s"
-"$PY" - <<'PY' > "$OUT/versions.txt" 2>&1
-import sys
-print("python", sys.version.split()[0])
-try:
-    import torch
-    print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())
-    import torchvision
-    print("torchvision", torchvision.__version__)
-except Exception as err:  # noqa: BLE001 - the preflight says more
-    print("import:", err)
-PY
 scenario_files
 for s in "${STAGES[@]}"; do run_stage "$s"; done
 
