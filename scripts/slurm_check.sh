@@ -139,12 +139,12 @@ $(sed "s/^NodeName=[^ ]*/NodeName=localhost NodeAddr=127.0.0.1/" <<<"$node") Gre
 PartitionName=check Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 EOF
     # Four stand-in GPUs, because the batch script asks for --gpus-per-node: slurmd wants a device file per
-    # GPU (links to /dev/null) and derives CUDA_VISIBLE_DEVICES from the names' numbers (90-93), which name
-    # no real GPU, so the ranks see none even on a GPU host: emulated accelerators on CPU, gloo.
+    # GPU (links to /dev/null). no_gpu_env: Slurm sets no CUDA_VISIBLE_DEVICES for them (it would say 0,1 and
+    # so name a GPU host's real GPUs); submit() hides the GPUs instead: emulated accelerators on CPU, gloo.
     mkdir -p "$WORK/dev"
     local i
-    for i in 90 91 92 93; do ln -sf /dev/null "$WORK/dev/gpu$i"; done
-    echo "NodeName=localhost Name=gpu File=$WORK/dev/gpu[90-93]" >"$WORK/gres.conf"
+    for i in 0 1 2 3; do ln -sf /dev/null "$WORK/dev/gpu$i"; done
+    echo "NodeName=localhost Name=gpu File=$WORK/dev/gpu[0-3] Flags=no_gpu_env" >"$WORK/gres.conf"
 }
 
 start_daemons() {
@@ -173,7 +173,8 @@ start_daemons() {
 }
 
 submit() {  # submit ARGS...: the documented batch script on one node, 2 GPUs' worth of ranks; prints the job id
-    sbatch --parsable --nodes=1 --gpus-per-node=2 --cpus-per-task="$NODE_CPUS" --output="$WORK/job-%j.log" \
+    # (sbatch passes its environment to the job: the ranks see no GPU, on a GPU host too)
+    CUDA_VISIBLE_DEVICES="" sbatch --parsable --nodes=1 --gpus-per-node=2 --cpus-per-task="$NODE_CPUS" --output="$WORK/job-%j.log" \
         "$SBATCH_FILE" "$@"
 }
 
