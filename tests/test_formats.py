@@ -327,7 +327,20 @@ def test_litdata_missing_is_one_line_naming_the_extra(monkeypatch):
     with pytest.raises(registry.InvalidParams) as err:
         registry.validate("storage", "litdata", {})
     msg = str(err.value)
-    assert "\n" not in msg and "pip install -e '.[litdata]'" in msg and msg.startswith("storage strategy 'litdata'")
+    assert "\n" not in msg and msg.startswith("storage strategy 'litdata'")
+    assert "pip install --no-deps litdata==0.2.76" in msg and "'.[litdata]'" in msg
+
+
+def test_the_formats_scenario_without_litdata_is_one_line_and_exit_2(monkeypatch, tmp_path, capsys):
+    import sys
+
+    from harness import cli
+
+    monkeypatch.setitem(sys.modules, "litdata", None)
+    argv = ["--scenario", "formats", "--dry-run", "--data-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "litdata" in err and "pip install" in err, err
 
 
 @needs_litdata

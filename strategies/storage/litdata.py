@@ -18,9 +18,11 @@ given ``fork`` (Linux's default) and the previous method is put back after. Read
 cache copy: litdata reads local chunks in place, memory-mapped) and reads a batch one ``dataset[i]`` at a time;
 litdata deserialises a whole item, so every field is decoded whatever ``fields`` asks (the others are dropped).
 
-litdata is an optional extra (``pip install -e ".[litdata]"``); without it, selecting this storage is one line
-naming the extra. litdata 0.2.76 declares torchvision as a dependency but does not import it: installed with
-``--no-deps`` and its other dependencies it loads beside the CPU torch (see docs/storage-read-paths.md).
+litdata is an optional extra (``pip install -e ".[litdata]"``, or on a CPU torch ``--no-deps`` with its other
+dependencies); without it, selecting this storage is one line naming both. litdata 0.2.76 declares
+torchvision as a dependency but does not import it: installed with ``--no-deps`` and its other dependencies it
+loads beside the CPU torch (see docs/storage-read-paths.md). Random access: ``batch_decode=0`` (see
+``BATCH_DECODE``).
 """
 from __future__ import annotations
 
@@ -54,8 +56,9 @@ DEFAULT_CHUNK_SIZE = 64  # samples per chunk: the shards sampler's default shard
 # per item, random access costs what sequential access does.
 BATCH_DECODE = 0
 QUEUE_BOUND = 256  # samples in flight between the writer and litdata's worker
-INSTALL = ("the litdata storage needs the litdata package: pip install -e '.[litdata]' (or pip install --no-deps "
-           "litdata==0.2.76 lightning-utilities obstore tifffile)")
+INSTALL = ("the litdata storage needs the litdata package: pip install --no-deps litdata==0.2.76 "
+           "lightning-utilities obstore tifffile (litdata declares torchvision but never imports it; --no-deps "
+           "keeps torch as it is), or pip install -e '.[litdata]' where torchvision matches torch")
 
 
 def _litdata():
