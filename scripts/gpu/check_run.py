@@ -34,6 +34,9 @@ def check_cell(result, args, notes: list[str]) -> list[str]:
     """The failures of one cell (empty when it holds); what was compared goes to `notes`."""
     bad = []
     f = result.figures
+    if f.throughput is not None:
+        notes.append(f"{f.throughput:.0f} samples/s, AU {f.au_pct or 0:.1f}%, device peak "
+                     f"{f.device_peak_gb or 0:.2f} GB, window {f.window_s or 0:.2f} s")
     if result.error:
         bad.append(f"error: {result.error}")
     if f.throughput is None:
