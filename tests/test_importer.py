@@ -311,3 +311,30 @@ def test_only_corrupt_images_is_an_error(tmp_path):
     (root / "a.txt").write_text("x")
     with pytest.raises(UsageError, match=r"no usable sample \(1 corrupt or unsupported images\)"):
         SourceSpec(root).count()
+
+
+def test_img2dataset_parquet_rows_in_completion_order_with_failed_rows(tmp_path):
+    """img2dataset's parquet layout: a caption column (no txt), the image column named by the encode format,
+    rows in the order downloads completed, a null image for each failed url: read in row order, failed rows
+    counted apart, a corrupt row named by its key."""
+    root = tmp_path / "pq"
+    root.mkdir()
+    order = [3, 0, 2, 1, 5, 4]
+    webp = []
+    for i in order:
+        out = io.BytesIO()
+        Image.open(io.BytesIO(ITEMS[i][1])).save(out, format="WEBP")
+        webp.append(out.getvalue())
+    webp[2] = None  # a failed download
+    webp[4] = b"garbage"  # a corrupt image
+    status = ["success", "success", "failed_to_download", "success", "success", "success"]
+    pq.write_table(pa.table({"caption": [ITEMS[i][2] for i in order], "key": [ITEMS[i][0] for i in order],
+                             "status": status, "webp": pa.array(webp, pa.binary())}), root / "00000.parquet")
+    spec = SourceSpec(root)
+    assert spec.layout == "parquet"
+    got = list(spec.iter_samples())
+    assert [s.caption for s in got] == [ITEMS[i][2] for i in (3, 0, 1, 4)]
+    stats = spec.stats
+    assert (stats.samples, stats.corrupt, stats.failed_downloads) == (4, 1, 1)
+    assert stats.failed_statuses == {"failed_to_download": 1} and stats.formats == {"WEBP": 4}
+    assert stats.corrupt_keys[0].startswith(f"00000.parquet:4 (key {ITEMS[5][0]})")
