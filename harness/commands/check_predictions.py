@@ -20,6 +20,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.commands import checkbench
@@ -33,11 +34,20 @@ from harness.data.generator import image_sides
 from harness.errors import EXIT_OK, UsageError
 from harness.results import rundir, stages
 from harness.results.cellresult import CellResult
-from harness.results.checkcases import Bench, CheckCase, cases, error_pct, outside_processes, predict_case, summary
+from harness.results.checkcases import Bench, CheckCase, cases, error_pct, predict_case, summary
 from harness.run import launch
 from strategies import registry
 
 STORAGES = ("raw", "mmap", "hdf5")
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One measured visit of a case: its cell line, and the host's other runnable tasks during its launch
+    (checkbench.OutsideRunnable)."""
+
+    line: CellResult
+    outside: float
 
 
 def _variant(sc, case: CheckCase, storages: list[str], steps: int):
@@ -50,18 +60,19 @@ def _variant(sc, case: CheckCase, storages: list[str], steps: int):
     return dataclasses.replace(sc, world_size=case.world_size, training=tr, matrix=matrix)
 
 
-def _launch(sc, group: list[CheckCase], run_dir: Path, data_dir: Path, steps: int) -> dict[str, CellResult]:
-    """One launch: the group's cases (they differ only in storage) as cells; case name -> its line."""
+def _launch(sc, group: list[CheckCase], run_dir: Path, data_dir: Path, steps: int) -> dict[str, Visit]:
+    """One launch: the group's cases (they differ only in storage) as cells; case name -> its visit."""
     variant = _variant(sc, group[0], [c.storage for c in group], steps)
     cells: list[Cell] = expand(variant)
     config = LaunchConfig(variant, cells, run_dir, data_dir, "emulated", progress=False,
                           cache_state=group[0].cache_state, repeats=1, started_at=time.time())
     run_dir.mkdir(parents=True, exist_ok=True)
-    _, failures = launch.spawn(config, log=lambda line: None)
+    with checkbench.OutsideRunnable() as outside:
+        _, failures = launch.spawn(config, log=lambda line: None)
     if failures:
         raise UsageError(f"--check-predictions: a cell failed in {run_dir}: {failures[0]}")
     by_storage = {r.name("storage"): r for r in rundir.read_results(run_dir)}
-    return {c.name: by_storage[c.storage] for c in group if c.storage in by_storage}
+    return {c.name: Visit(by_storage[c.storage], outside.mean or 0.0) for c in group if c.storage in by_storage}
 
 
 def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> tuple[Bench, dict]:
@@ -101,55 +112,54 @@ def len_of(sc) -> int:
     return int(getattr(sc.dataset, "samples", 0) or 0)
 
 
-def _calibration(visits: list[CellResult], bench: Bench, cores: int, requests: float):
+def _calibration(visits: list[Visit], bench: Bench, cores: int, requests: float):
     """The calibration's costs, its visits pooled (their rank records; the mean of their figures)."""
-    records = [r for v in visits for r in v.ranks]
-    figures = {k: statistics.mean(float(v.figures.get(k) or 0.0) for v in visits)
-               for k in ("rank_cpu_s_per_sample", "device_samples_per_s", "throughput", "other_cpu_pct")}
+    lines = [v.line for v in visits]
+    records = [r for v in lines for r in v.ranks]
+    figures = {k: statistics.mean(float(v.figures.get(k) or 0.0) for v in lines)
+               for k in ("rank_cpu_s_per_sample", "device_samples_per_s", "throughput")}
     figures["step_imbalance"] = 1.0
-    costs = stages.costs(records, figures, visits[0].workload or "pixels", contention=bench.contention,
+    costs = stages.costs(records, figures, lines[0].workload or "pixels", contention=bench.contention,
                          requests_per_sample=requests)
-    ours = figures["throughput"] * (costs.loader_s + costs.rank_s)
-    busy = min(1.0, ours / cores + figures["other_cpu_pct"] / 100.0)
-    return dataclasses.replace(costs, busy_share=busy)
+    return dataclasses.replace(costs, busy_share=1.0)  # a shared host: every core busy (the factor cancels)
 
 
-def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, list[CellResult]], bench: Bench,
+def _visit_row(g: float, x, v: Visit) -> dict:
+    f = v.line.figures
+    return {"measured": round(g, 1), "predicted": round(x.samples_per_s, 1), "outside_runnable": round(v.outside, 2),
+            "other_cpu_pct": f.get("other_cpu_pct"), "loader_cpu_s_per_sample": f.get("loader_cpu_s_per_sample"),
+            "rank_cpu_s_per_sample": f.get("rank_cpu_s_per_sample"), "step_imbalance": f.get("step_imbalance")}
+
+
+def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
           cores: int) -> list[dict]:
-    """One row per case: its prediction on this host as the calibration's visits found it (the other busy
-    processes their mean samples/s implies, outside_processes), against the mean of the case's visits; and
-    the prediction for this host to itself (predicted_idle_host)."""
+    """One row per case: each visit's prediction on this host as that visit found it (the other runnable
+    tasks measured during its launch), against its measured samples/s; the means over the visits; and the
+    prediction for this host to itself (predicted_idle_host)."""
     calib = _calibration(measured["calibration"], bench, cores, requests=1.0)  # raw: one file per sample
-    thr = [float(v.figures.get("throughput") or 0.0) for v in measured["calibration"]]
-    outside = outside_processes(calib, base, bench, sc.accelerator, cores, statistics.mean(thr))
     rows = []
-    for case in all_cases[1:]:
+    for case in all_cases:
         visits = measured[case.name]
-        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, outside) for _ in visits]
+        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, v.outside) for v in visits]
         idle = predict_case(calib, base, case, bench, sc.accelerator, float(cores))
-        got = [float(v.figures.get("throughput") or 0.0) for v in visits]
+        got = [float(v.line.figures.get("throughput") or 0.0) for v in visits]
         p, m = statistics.mean(x.samples_per_s for x in predicted), statistics.mean(got)
         rows.append({"config": case.name, "settings": case.config(), "predicted": round(p, 1),
-                     "measured": round(m, 1), "error_pct": round(error_pct(p, m), 1),
-                     "binds": predicted[0].binds, "outside_processes": round(outside, 2),
+                     "measured": round(m, 1), "error_pct": round(error_pct(p, m), 1), "binds": predicted[0].binds,
                      "predicted_idle_host": round(idle.samples_per_s, 1),
-                     "visits": [{"measured": round(g, 1), "predicted": round(x.samples_per_s, 1),
-                                 "other_cpu_pct": v.figures.get("other_cpu_pct"),
-                                 "loader_cpu_s_per_sample": v.figures.get("loader_cpu_s_per_sample"),
-                                 "rank_cpu_s_per_sample": v.figures.get("rank_cpu_s_per_sample")}
-                                for g, x, v in zip(got, predicted, visits)],
+                     "visits": [_visit_row(g, x, v) for g, x, v in zip(got, predicted, visits)],
                      "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None})
-    return rows, outside
+    return rows
 
 
-def table(rows: list[dict], calib_visits: list[float]) -> str:
-    lines = [f"{'configuration':<26} {'predicted':>9} {'measured':>9} {'error %':>8} {'spread %':>8}  binds",
-             f"{'calibration':<26} {'':>9} {statistics.mean(calib_visits):>9.1f} {'':>8} "
-             f"{100 * (max(calib_visits) - min(calib_visits)) / statistics.mean(calib_visits):>8.1f}"]
+def table(rows: list[dict]) -> str:
+    """The calibration first (its error: how well the model with the measured outside load reproduces the
+    visits it was calibrated on), then the cases; the summary over the cases."""
+    lines = [f"{'configuration':<26} {'predicted':>9} {'measured':>9} {'error %':>8} {'spread %':>8}  binds"]
     for r in rows:
         lines.append(f"{r['config']:<26} {r['predicted']:>9.1f} {r['measured']:>9.1f} {r['error_pct']:>+8.1f} "
                      f"{r['spread_pct'] or 0:>8.1f}  {r['binds']}")
-    s = summary([r["error_pct"] for r in rows])
+    s = summary([r["error_pct"] for r in rows if r["config"] != "calibration"])
     lines.append(f"median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%, "
                  f"{s['within_15']} of {s['cases']} within 15% (samples/s, all ranks; spread: max - min of "
                  "the visits over their mean)")
@@ -157,7 +167,8 @@ def table(rows: list[dict], calib_visits: list[float]) -> str:
 
 
 def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: int = 100,
-        quiet: bool = False) -> int:
+        quiet: bool = False, only: list[str] | None = None) -> int:
+    """The check; `only`: the names of the cases to run (the calibration always runs)."""
     sc = scenario_mod.load(scenario_ref)
     if sc.training.workload != "pixels":
         raise UsageError(f"--check-predictions: scenario {sc.name} has workload {sc.training.workload!r}; the "
@@ -169,6 +180,12 @@ def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: in
     base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder, "warm")
     other = max(32, int(round(tr.image_size * 1.4 / 16)) * 16)
     all_cases = cases(base, other, _other_decoder(tr.decoder))
+    if only:
+        unknown = set(only) - {c.name for c in all_cases}
+        if unknown:
+            raise UsageError(f"--check-predictions: no case named {', '.join(sorted(unknown))}; the cases: "
+                             f"{', '.join(c.name for c in all_cases[1:])}")
+        all_cases = [c for c in all_cases if c.name == "calibration" or c.name in only]
     run_dir = rundir.new_run_dir(out, f"{sc.name}-check")
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     started = time.perf_counter()
@@ -180,19 +197,17 @@ def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: in
     groups: dict[tuple, list[CheckCase]] = {}
     for case in all_cases:
         groups.setdefault(case.group, []).append(case)
-    measured: dict[str, list[CellResult]] = {c.name: [] for c in all_cases}
+    measured: dict[str, list[Visit]] = {c.name: [] for c in all_cases}
     for r in range(rounds):
         order = list(groups.values()) if r % 2 == 0 else list(groups.values())[::-1]
         for i, group in enumerate(order):
             say(f"round {r + 1}/{rounds}, launch {i + 1}/{len(order)}: {', '.join(c.name for c in group)}")
             for name, line in _launch(sc, group, run_dir / "runs" / f"r{r}-{i}", data_dir, steps).items():
                 measured[name].append(line)
-    rows, outside = _rows(sc, base, all_cases, measured, bench, cores)
+    rows = _rows(sc, base, all_cases, measured, bench, cores)
     for row in rows:
         rundir.append_line(run_dir / "predictions.jsonl", row)
-    calib = [float(v.figures.get("throughput") or 0.0) for v in measured["calibration"]]
-    print(table(rows, calib))
-    say(f"other busy processes on this host, from the calibration: {outside:.1f} (0: the host to itself)")
+    print(table(rows))
     say(f"\n{len(all_cases)} configurations x {rounds} rounds in {time.perf_counter() - started:.0f} s; "
         f"results: {run_dir}")
     return EXIT_OK
@@ -206,9 +221,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("results"))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--case", action="append", default=None, help="run only this case (repeatable)")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
-    return run(a.scenario, a.data_dir, a.out, a.rounds, a.steps, a.quiet)
+    return run(a.scenario, a.data_dir, a.out, a.rounds, a.steps, a.quiet, a.case)
+
+
+def from_args(args: argparse.Namespace) -> int:
+    """python run_bench.py --scenario NAME --check-predictions (harness.cli dispatches here)."""
+    return run(args.scenario, args.data_dir, args.out, quiet=args.quiet)
 
 
 if __name__ == "__main__":

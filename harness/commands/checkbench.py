@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
@@ -16,6 +17,7 @@ from pathlib import Path
 from harness.data import pagecache
 from harness.data.decoders import decode_resize
 from harness.data.fields import FIELDS_FOR
+from harness.measure.telemetry import descendants
 
 CHUNK = 4 << 20
 SEQUENTIAL_BYTES = 256 << 20
@@ -105,3 +107,57 @@ def contention(jpegs: list[bytes], image_size: int, cores: int, seconds: float =
     mean_busy = sum(busy) / len(busy)
     return {"alone_s": alone, "busy_s": mean_busy, "factor": mean_busy / alone if alone > 0 else 1.0,
             "cores": cores}
+
+
+def _running_tasks(pids: list[int]) -> int:
+    """Tasks (threads) of these processes that are running or runnable (state R)."""
+    n = 0
+    for pid in pids:
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                n += stat.read_text().rsplit(")", 1)[1].split()[0] == "R"
+            except (OSError, IndexError):
+                continue
+    return n
+
+
+def procs_running() -> int | None:
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("procs_running"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class OutsideRunnable:
+    """Samples, every `interval` seconds in a thread, how many tasks of the host are runnable outside this
+    process's tree (/proc/stat procs_running less this tree's tasks in state R): the other busy processes
+    the run's processes share the cores with. `mean` after the with-block (None where /proc has no count)."""
+
+    def __init__(self, interval: float = 0.1):
+        self.interval, self.samples, self.total = interval, 0, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="OutsideRunnable", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            total = procs_running()
+            if total is None:
+                return
+            ours = _running_tasks([os.getpid(), *descendants(os.getpid())])
+            self.total += max(0, total - ours)
+            self.samples += 1
+
+    def __enter__(self) -> OutsideRunnable:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.samples if self.samples else None
