@@ -254,7 +254,11 @@ def _write_chunked(f: h5py.File, samples: Iterable[Sample], count: int, rows: in
             d.resize(b, axis=0)
         jpegs = np.empty(len(batch), dtype=object)
         jpegs[:] = [np.frombuffer(s.jpeg, dtype=np.uint8) for s in batch]
-        ds["jpeg"][a:b] = jpegs
+        if len({len(s.jpeg) for s in batch}) > 1:
+            ds["jpeg"][a:b] = jpegs
+        else:  # blobs of one length (the empty JPEGs of --scale full) would be taken for a 2-D array: one by one
+            for k in range(len(batch)):
+                ds["jpeg"][a + k] = jpegs[k]
         caps = np.empty(len(batch), dtype=object)
         caps[:] = [s.caption for s in batch]
         ds["caption"][a:b] = caps
