@@ -9,9 +9,10 @@ from the steps), ends the chunk: every rank's group is killed, the first cell of
 cells.jsonl gets a line with ``error`` naming the rank and the cause, and the remaining cells start again in
 fresh ranks. A failure before any rank reached its first cell is a run error instead (nothing would ever run).
 
-Ending a rank group: each rank first gets SIGINT and a few seconds to unwind (its DataLoader iterator shuts
-its workers down, and the multiprocessing queues behind it unlink their named semaphores and unregister
-them from the launcher's resource tracker), then its whole process group gets SIGKILL. Killed outright, a
+Ending a rank group: what each rank started (DataLoader workers, forkserver, cache server) is killed, then
+the rank gets SIGINT and a few seconds to unwind (the multiprocessing queues it made for its workers unlink
+their named semaphores and unregister them from the launcher's resource tracker), then its whole process
+group gets SIGKILL. Killed outright, a
 rank leaves its semaphores registered, and the tracker reports them at the launcher's exit ("There appear
 to be N leaked semaphore objects": 28 after Ctrl-C in a cell with 2 workers on 2 ranks).
 """
@@ -38,7 +39,7 @@ HEARTBEATS = ".ranks"
 POLL_S = 0.1
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # after a rank fails, how long its peers may take to fail in turn before the cause is chosen
-STOP_GRACE_S = 5.0  # Ctrl-C / SIGTERM: how long the ranks may take to unwind after SIGINT before SIGKILL
+STOP_GRACE_S = 10.0  # Ctrl-C / SIGTERM: how long the ranks may unwind after SIGINT before SIGKILL (measured: 3 s)
 FAILED_GRACE_S = 2.0  # the same after a failed cell (a hung rank rarely answers: it is killed then)
 # what a rank says when a peer died under it (gloo, NCCL): not the cause
 PEER_FAILURE = ("Connection closed by peer", "Connection reset by peer", "remote worker", "Broken pipe",
@@ -175,6 +176,26 @@ def kill_group(pid: int) -> None:
             pass
 
 
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` (read from /proc; [] where there is none)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[2] == str(pgid):  # state, ppid, pgrp after the command's ")"
+            out.append(int(stat.parent.name))
+    return out
+
+
 class RankGroup:
     """The world_size rank processes of one chunk of cells."""
 
@@ -260,15 +281,19 @@ class RankGroup:
 
 
     def _interrupt(self, grace: float) -> None:
-        """SIGINT to every rank still running, then up to ``grace`` seconds for them to exit."""
+        """Every rank still running: what it started (DataLoader workers, its forkserver, a cache server) is
+        killed, then the rank gets SIGINT and up to ``grace`` seconds to exit. Workers go first: a worker
+        still sending a batch when its rank unwinds would print a traceback of the rank's closed connection
+        (multiprocessing.resource_sharer); the rank itself made the queues and their semaphores, and
+        releases them as it unwinds."""
         running = [p for p in self.procs if p.pid is not None and p.exitcode is None]
         if not grace or not running:
             return
         for p in running:
-            try:
-                os.kill(p.pid, signal.SIGINT)
-            except (ProcessLookupError, PermissionError):
-                pass
+            for pid in group_members(p.pid):
+                if pid != p.pid:
+                    _signal(pid, signal.SIGKILL)
+            _signal(p.pid, signal.SIGINT)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(p.exitcode is None for p in running):
             time.sleep(POLL_S)
