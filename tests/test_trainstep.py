@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import pytest
 import torch
 
-from harness.train.trainstep import micro_batches_needed, shadow_step, split, train_step
+from harness.train.trainstep import StepFailed, micro_batches_needed, shadow_step, split, train_step
 
 SAMPLES = 16
 
@@ -37,6 +37,9 @@ class SmallDevice:
         pass
 
     def empty_cache(self) -> None:
+        pass
+
+    def note_oom(self, samples: int, pixels: int) -> None:
         pass
 
 
@@ -98,16 +101,30 @@ def test_retries_smaller_micro_batches_after_each_oom():
 
 
 @pytest.mark.parametrize("plans", [True, False], ids=["emulated", "real-gpu"])
-def test_without_split_on_oom_the_error_propagates(plans):
+def test_without_split_on_oom_the_forward_oom_reaches_the_caller_not_yet_joined(plans):
     device = SmallDevice(limit=8, plans=plans)
-    with pytest.raises(torch.OutOfMemoryError):
+    with pytest.raises(StepFailed) as err:
         step(device, split_on_oom=False)
+    assert (err.value.phase, err.value.oom, err.value.joined) == ("forward", True, False)
+    assert err.value.reason.startswith("OOM in the forward: 16 samples do not fit")
     assert device.begun == []
 
 
 def test_a_single_sample_that_does_not_fit_raises():
-    with pytest.raises(torch.OutOfMemoryError, match="single sample"):
+    with pytest.raises(StepFailed, match="single sample"):
         step(SmallDevice(limit=0, plans=True), split_on_oom=True)
+
+
+def test_another_error_in_forward_is_a_step_failure_not_an_oom():
+    class Broken(Model):
+        def forward(self, batch):
+            raise RuntimeError("nvjpeg: bad marker")
+
+    with pytest.raises(StepFailed) as err:
+        train_step(Broken(), torch.optim.SGD(Broken().parameters(), lr=0.1), SmallDevice(16, True), batch(),
+                   SAMPLES, SAMPLES * 100, split_on_oom=True)
+    assert (err.value.phase, err.value.oom, err.value.joined) == ("forward", False, False)
+    assert err.value.reason == "error in the forward: RuntimeError: nvjpeg: bad marker"
 
 
 def test_batch_that_fits_is_one_step():

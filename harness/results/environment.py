@@ -153,7 +153,9 @@ class Environment:
 
     def write(self, run_dir: Path) -> None:
         path = Path(run_dir) / "env.json"
-        path.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+        tmp = path.with_name(f".env.json.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, path)  # atomically: the other ranks of a resumed torchrun run read it meanwhile
 
     @property
     def cell_ids(self) -> list[str] | None:

@@ -121,7 +121,7 @@ def arrivals_of(ddp) -> GradArrivals:
     """The GradArrivals of a DDP-wrapped module, made on first use."""
     tracker = getattr(ddp, "_dlbench_arrivals", None)
     if tracker is None:
-        tracker = GradArrivals(ddp.module)
+        tracker = GradArrivals(getattr(ddp, "module", ddp))  # a bare module (the unit tests) tracks itself
         ddp._dlbench_arrivals = tracker
     return tracker
 
