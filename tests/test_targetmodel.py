@@ -122,15 +122,18 @@ def test_a_case_scales_what_it_changes_by_the_measured_ratios():
     assert big.loader_s == pytest.approx(1e-4 + 3e-3 + 2e-4 + 2e-4)
 
 
-def test_the_other_processes_are_found_from_the_calibration():
+def test_the_run_cpu_on_a_shared_host_is_fitted_to_the_calibration():
     base = checkcases.CheckCase("calibration")
     bench = checkcases.Bench(read_s={}, decode_s={}, area={})
     c = costs(device_s=1e-6)
     idle = checkcases.predict_case(c, base, base, bench, V100, 2.0).samples_per_s
-    assert checkcases.outside_processes(c, base, bench, V100, 2.0, idle * 1.1) == 0.0
-    found = checkcases.outside_processes(c, base, bench, V100, 2.0, idle / 3)
-    again = checkcases.predict_case(c, base, base, bench, V100, 2.0, found).samples_per_s
-    assert found > 0 and again == pytest.approx(idle / 3, rel=1e-3)
+    assert checkcases.run_cores(c, base, bench, V100, 2.0, idle * 1.1) == 2.0  # faster than the model: all
+    got = checkcases.run_cores(c, base, bench, V100, 2.0, idle / 3)
+    again = checkcases.predict_case(c, base, base, bench, V100, 2.0, got).samples_per_s
+    assert got < 2.0 and again == pytest.approx(idle / 3, rel=1e-3)
+    # a second worker on the same CPU: three processes share it; the workers get 2 x 1/3 of it, not 1/2
+    two = checkcases.predict_case(c, base, replace(base, workers=2), bench, V100, 2.0, got).samples_per_s
+    assert two == pytest.approx(again * (2 / 3) / (1 / 2), rel=1e-3)
 
 
 def test_the_error_summary():

@@ -34,7 +34,7 @@ from harness.data.generator import image_sides
 from harness.errors import EXIT_OK, UsageError
 from harness.results import rundir, stages
 from harness.results.cellresult import CellResult
-from harness.results.checkcases import Bench, CheckCase, cases, error_pct, predict_case, summary
+from harness.results.checkcases import Bench, CheckCase, cases, error_pct, predict_case, run_cores, summary
 from harness.run import launch
 from strategies import registry
 
@@ -133,20 +133,22 @@ def _visit_row(g: float, x, v: Visit) -> dict:
 
 def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
           cores: int) -> list[dict]:
-    """One row per case: each visit's prediction on this host as that visit found it (the other runnable
-    tasks measured during its launch), against its measured samples/s; the means over the visits; and the
-    prediction for this host to itself (predicted_idle_host)."""
+    """One row per case: its prediction on this host as the calibration found it (the CPU the run got,
+    fitted to the calibration visits' mean samples/s, checkcases.run_cores), against the mean of its visits'
+    measured samples/s; and the prediction for this host to itself (predicted_idle_host)."""
     calib = _calibration(measured["calibration"], bench, cores, requests=1.0)  # raw: one file per sample
+    got = run_cores(calib, base, bench, sc.accelerator, cores,
+                    statistics.mean(float(v.line.figures.get("throughput") or 0.0) for v in measured["calibration"]))
     rows = []
     for case in all_cases:
         visits = measured[case.name]
-        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, v.outside) for v in visits]
+        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, got) for _ in visits]
         idle = predict_case(calib, base, case, bench, sc.accelerator, float(cores))
         got = [float(v.line.figures.get("throughput") or 0.0) for v in visits]
         p, m = statistics.mean(x.samples_per_s for x in predicted), statistics.mean(got)
         rows.append({"config": case.name, "settings": case.config(), "predicted": round(p, 1),
                      "measured": round(m, 1), "error_pct": round(error_pct(p, m), 1), "binds": predicted[0].binds,
-                     "predicted_idle_host": round(idle.samples_per_s, 1),
+                     "predicted_idle_host": round(idle.samples_per_s, 1), "run_cores": round(got, 3),
                      "visits": [_visit_row(g, x, v) for g, x, v in zip(got, predicted, visits)],
                      "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None})
     return rows
@@ -208,6 +210,7 @@ def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: in
     for row in rows:
         rundir.append_line(run_dir / "predictions.jsonl", row)
     print(table(rows))
+    say(f"the run's CPU on this host, fitted to the calibration: {rows[0]['run_cores']:.2f} of {cores} cores")
     say(f"\n{len(all_cases)} configurations x {rounds} rounds in {time.perf_counter() - started:.0f} s; "
         f"results: {run_dir}")
     return EXIT_OK

@@ -1,8 +1,9 @@
 """Pure: the configurations --check-predictions measures (`CheckCase`), and each one's prediction from the
 calibration's measured costs: the costs a case changes are scaled by what the command measured beside the
 cells (the read stage per storage, the decode stage per decoder and image size, the pixels per image), and
-the case's target is this host as the case found it (its cores, less the CPU other processes used during
-the case's visit; the disk's measured rate and latency for a cold page cache). docs/prediction.md.
+the case's target is this host as the calibration found it: the CPU the run got there (`run_cores`, fitted
+to the calibration's measured samples/s), each process at most an equal part of it, and the disk's measured
+rate and latency for a cold page cache. docs/prediction.md.
 """
 from __future__ import annotations
 
@@ -98,37 +99,30 @@ def processes(case: CheckCase) -> int:
     return case.world_size * (1 + case.workers)
 
 
-def shared_host(outside: float, case: CheckCase, cores: float) -> tuple[float, float]:
-    """(cores the run gets, share of a core per process) on a host where `outside` other busy processes
-    compete with the run's, each process getting an equal share (the kernel's fair scheduler)."""
-    n = processes(case)
-    share = min(1.0, cores / (outside + n))
-    return min(cores, n * share), share
-
-
 def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, accelerator: Accelerator,
-                 cores: float, outside: float = 0.0) -> Prediction:
-    """The case's prediction on this host with `outside` other busy processes (0: the host to itself)."""
-    got, share = shared_host(outside, case, cores)
+                 cores: float, run_cores: float | None = None) -> Prediction:
+    """The case's prediction on this host when the run gets `run_cores` cores' worth of CPU in all (None:
+    the host to itself), each of its processes at most an equal part of it."""
+    got = cores if run_cores is None else min(cores, run_cores)
+    share = min(1.0, got / processes(case))
     return predict(case_costs(calib, base, case, bench), case_target(case, accelerator, got, bench),
-                   accelerator, advise=False, share=share)
+                   accelerator, advise=False, share=share if run_cores is not None else 1.0)
 
 
-def outside_processes(calib: Costs, base: CheckCase, bench: Bench, accelerator: Accelerator, cores: float,
-                      measured: float, most: float = 256.0) -> float:
-    """The other busy processes this host had during a calibration visit: the number at which the model
-    predicts the calibration's measured samples/s (0 when even an idle host predicts less; bisection)."""
-    def rate(outside: float) -> float:
-        return predict_case(calib, base, base, bench, accelerator, cores, outside).samples_per_s
+def run_cores(calib: Costs, base: CheckCase, bench: Bench, accelerator: Accelerator, cores: float,
+              measured: float) -> float:
+    """The CPU (in cores) the run got on this shared host during the calibration: the amount at which the
+    model predicts the calibration's measured samples/s (bisection; the host's cores when even they predict
+    less)."""
+    def rate(c: float) -> float:
+        return predict_case(calib, base, base, bench, accelerator, cores, c).samples_per_s
 
-    if rate(0.0) <= measured:
-        return 0.0
-    low, high = 0.0, most
-    if rate(high) > measured:
-        return high
-    for _ in range(50):
+    if rate(cores) <= measured:
+        return float(cores)
+    low, high = 1e-3, float(cores)
+    for _ in range(60):
         mid = 0.5 * (low + high)
-        low, high = (mid, high) if rate(mid) > measured else (low, mid)
+        low, high = (mid, high) if rate(mid) < measured else (low, mid)
     return 0.5 * (low + high)
 
 
