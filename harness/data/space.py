@@ -3,13 +3,14 @@ written, against the bytes free; and a write that fails for lack of room or perm
 
 The estimate reads a few samples (16 spread over a generated dataset, or the first 16 of an imported source)
 and sizes each field as the storage lays it out: raw rounds every file up to the file system's block (half a
-block wasted per variable-length file on average), a webdataset tar adds a 512-byte header per member and
-pads each to 512 bytes, lmdb keeps each record in whole 4 KiB pages (these three get 5% more: a mean of 16
-samples is itself an estimate); the other storages (mmap, hdf5, parquet, a plugin's) are taken as their
-payload plus 10%. Every storage also gets 1 MiB for its metadata. Measured (du, ext4), estimate / bytes on disk: 512 samples of the
-ci dataset 1.07 raw, 1.11 webdataset, 1.08 lmdb, 1.19 mmap and hdf5, 1.21 parquet; 2000 samples of the
-4xV100 dataset 1.00 raw, 1.07 mmap and hdf5; 64 tiny samples 2.3 (the 1 MiB dominates). A mmap writer on a full disk dies with SIGBUS (the kernel's answer to a
-page of a memory map it cannot back) instead of raising, so the check must come first.
+block wasted per variable-length file on average), a webdataset tar adds a 512-byte header per member and pads
+each to 512 bytes, lmdb keeps each record in whole 4 KiB pages (these three get 5% more: a mean of 16 samples
+is itself an estimate); the other storages (mmap, hdf5, parquet, a plugin's) are taken as their payload plus
+10%. Every storage also gets 1 MiB for its metadata. Measured (du, ext4), estimate / bytes on disk: 512
+samples of the ci dataset 1.07 raw, 1.11 webdataset, 1.08 lmdb, 1.19 mmap and hdf5, 1.21 parquet; 2000 samples
+of the 4xV100 dataset 1.00 raw, 1.07 mmap and hdf5; 64 tiny samples 2.3 (the 1 MiB dominates). A mmap writer
+on a full disk dies with SIGBUS (the kernel's answer to a page of a memory map it cannot back) instead of
+raising, so the check must come first.
 """
 from __future__ import annotations
 
