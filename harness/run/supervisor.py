@@ -9,12 +9,12 @@ from the steps), ends the chunk: every rank's group is killed, the first cell of
 cells.jsonl gets a line with ``error`` naming the rank and the cause, and the remaining cells start again in
 fresh ranks. A failure before any rank reached its first cell is a run error instead (nothing would ever run).
 
-Ending a rank group: what each rank started (DataLoader workers, forkserver, cache server) is killed, then
-the rank gets SIGINT and a few seconds to unwind (the multiprocessing queues it made for its workers unlink
-their named semaphores and unregister them from the launcher's resource tracker), then its whole process
-group gets SIGKILL. Killed outright, a
-rank leaves its semaphores registered, and the tracker reports them at the launcher's exit ("There appear
-to be N leaked semaphore objects": 28 after Ctrl-C in a cell with 2 workers on 2 ranks).
+Ending a rank group on Ctrl-C or SIGTERM: what each rank started (DataLoader workers, forkserver, cache
+server) is killed, then the rank gets SIGINT and a few seconds to unwind (the multiprocessing queues it made
+for its workers unlink their named semaphores and unregister them from the launcher's resource tracker), then
+its whole process group gets SIGKILL. Killed outright, a rank leaves its semaphores registered, and the
+tracker reports them at the launcher's exit ("There appear to be N leaked semaphore objects": 28 after Ctrl-C
+in a cell with 2 workers on 2 ranks).
 """
 from __future__ import annotations
 
@@ -40,7 +40,6 @@ POLL_S = 0.1
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # after a rank fails, how long its peers may take to fail in turn before the cause is chosen
 STOP_GRACE_S = 10.0  # Ctrl-C / SIGTERM: how long the ranks may unwind after SIGINT before SIGKILL (measured: 3 s)
-FAILED_GRACE_S = 2.0  # the same after a failed cell (a hung rank rarely answers: it is killed then)
 # what a rank says when a peer died under it (gloo, NCCL): not the cause
 PEER_FAILURE = ("Connection closed by peer", "Connection reset by peer", "remote worker", "Broken pipe",
                 "NCCL communicator was aborted")
@@ -321,7 +320,7 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
         except BaseException:  # Ctrl-C, SIGTERM
             group.stop(grace=STOP_GRACE_S)
             raise
-        group.stop(grace=FAILED_GRACE_S if outcome is not None else 0.0)
+        group.stop()  # a failed cell's ranks are dead, hung or stuck in a collective with a dead peer: killed
         if outcome is None:
             continue  # every rank exited 0; anything left (none expected) starts again
         fatal = fatal_error(config.run_dir)
