@@ -10,12 +10,14 @@ Writes predictions.jsonl (one line per configuration: config, predicted, measure
 figures) and bench.json in its run directory, and prints the table. docs/prediction.md has a measured one.
 
     python run_bench.py --scenario 4xV100 --check-predictions
-    python -m harness.commands.check_predictions --scenario 4xV100 [--rounds 2] [--steps 100]
+    python -m harness.commands.check_predictions --scenario 4xV100 [--rounds 2] [--steps 60]
+    python -m harness.commands.check_predictions --analyse RUN_DIR
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -71,8 +73,16 @@ def _launch(sc, group: list[CheckCase], run_dir: Path, data_dir: Path, steps: in
         _, failures = launch.spawn(config, log=lambda line: None)
     if failures:
         raise UsageError(f"--check-predictions: a cell failed in {run_dir}: {failures[0]}")
+    rundir.write_json(run_dir / "visit.json", {"cases": [c.name for c in group], "outside_runnable": outside.mean})
+    return _visits(run_dir, group)
+
+
+def _visits(run_dir: Path, group: list[CheckCase]) -> dict[str, Visit]:
+    """A launch's visits read back from its directory (cells.jsonl, visit.json)."""
     by_storage = {r.name("storage"): r for r in rundir.read_results(run_dir)}
-    return {c.name: Visit(by_storage[c.storage], outside.mean or 0.0) for c in group if c.storage in by_storage}
+    info = run_dir / "visit.json"
+    outside = (json.loads(info.read_text()).get("outside_runnable") if info.exists() else None) or 0.0
+    return {c.name: Visit(by_storage[c.storage], outside) for c in group if c.storage in by_storage}
 
 
 def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> tuple[Bench, dict]:
@@ -137,18 +147,18 @@ def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, l
     fitted to the calibration visits' mean samples/s, checkcases.run_cores), against the mean of its visits'
     measured samples/s; and the prediction for this host to itself (predicted_idle_host)."""
     calib = _calibration(measured["calibration"], bench, cores, requests=1.0)  # raw: one file per sample
-    got = run_cores(calib, base, bench, sc.accelerator, cores,
-                    statistics.mean(float(v.line.figures.get("throughput") or 0.0) for v in measured["calibration"]))
+    budget = run_cores(calib, base, bench, sc.accelerator, cores,
+                       statistics.mean(float(v.line.figures.get("throughput") or 0.0) for v in measured["calibration"]))
     rows = []
     for case in all_cases:
         visits = measured[case.name]
-        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, got) for _ in visits]
+        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, budget) for _ in visits]
         idle = predict_case(calib, base, case, bench, sc.accelerator, float(cores))
         got = [float(v.line.figures.get("throughput") or 0.0) for v in visits]
         p, m = statistics.mean(x.samples_per_s for x in predicted), statistics.mean(got)
         rows.append({"config": case.name, "settings": case.config(), "predicted": round(p, 1),
                      "measured": round(m, 1), "error_pct": round(error_pct(p, m), 1), "binds": predicted[0].binds,
-                     "predicted_idle_host": round(idle.samples_per_s, 1), "run_cores": round(got, 3),
+                     "predicted_idle_host": round(idle.samples_per_s, 1), "run_cores": round(budget, 3),
                      "visits": [_visit_row(g, x, v) for g, x, v in zip(got, predicted, visits)],
                      "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None})
     return rows
@@ -168,65 +178,114 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: int = 100,
-        quiet: bool = False, only: list[str] | None = None) -> int:
-    """The check; `only`: the names of the cases to run (the calibration always runs)."""
-    sc = scenario_mod.load(scenario_ref)
+def _plan(sc, only: list[str] | None) -> tuple[CheckCase, list[CheckCase]]:
+    """The calibration and the cases (`only`: the names to keep; the calibration always runs)."""
     if sc.training.workload != "pixels":
         raise UsageError(f"--check-predictions: scenario {sc.name} has workload {sc.training.workload!r}; the "
                          "check changes decoders and image sizes, so give a pixels scenario (e.g. 4xV100)")
-    if rounds < 1 or steps < 10:
-        raise UsageError("--check-predictions: --rounds must be >= 1 and --steps >= 10")
-    cores = len(os.sched_getaffinity(0))
     tr = sc.training
     base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder, "warm")
-    other = max(32, int(round(tr.image_size * 1.4 / 16)) * 16)
-    all_cases = cases(base, other, _other_decoder(tr.decoder))
+    all_cases = cases(base, max(32, int(round(tr.image_size * 1.4 / 16)) * 16), _other_decoder(tr.decoder))
     if only:
         unknown = set(only) - {c.name for c in all_cases}
         if unknown:
             raise UsageError(f"--check-predictions: no case named {', '.join(sorted(unknown))}; the cases: "
                              f"{', '.join(c.name for c in all_cases[1:])}")
         all_cases = [c for c in all_cases if c.name == "calibration" or c.name in only]
+    return base, all_cases
+
+
+def _rounds(all_cases: list[CheckCase], rounds: int):
+    """(round, position, cases of one launch) in the order they run: the second round in reverse."""
+    groups: dict[tuple, list[CheckCase]] = {}
+    for case in all_cases:
+        groups.setdefault(case.group, []).append(case)
+    for r in range(rounds):
+        order = list(groups.values()) if r % 2 == 0 else list(groups.values())[::-1]
+        for i, group in enumerate(order):
+            yield r, i, group
+
+
+def bench_of(obj: dict) -> Bench:
+    """bench.json back as the pure Bench."""
+    disk = obj["disk"]
+    return Bench(read_s=obj["read_s"], decode_s={(int(k.split("/")[0]), k.split("/")[1]): v
+                                                 for k, v in obj["decode_s"].items()},
+                 area={int(k): v for k, v in obj["area"].items()}, disk_mb_s=disk["read_mb_s"],
+                 disk_latency_ms=disk["latency_ms"], cold_cpu_s_per_byte=disk["cold_cpu_s_per_byte"],
+                 contention=obj["contention"]["factor"])
+
+
+def analyse(run_dir: Path, sc, base: CheckCase, all_cases: list[CheckCase], rounds: int) -> list[dict]:
+    """The predictions and the measurements of a check's run directory: predictions.jsonl, the table."""
+    measured: dict[str, list[Visit]] = {c.name: [] for c in all_cases}
+    for r, i, group in _rounds(all_cases, rounds):
+        for name, visit in _visits(run_dir / "runs" / f"r{r}-{i}", group).items():
+            measured[name].append(visit)
+    bench = bench_of(json.loads((run_dir / "bench.json").read_text()))
+    rows = _rows(sc, base, all_cases, measured, bench, len(os.sched_getaffinity(0)))
+    (run_dir / "predictions.jsonl").unlink(missing_ok=True)
+    for row in rows:
+        rundir.append_line(run_dir / "predictions.jsonl", row)
+    print(table(rows))
+    return rows
+
+
+def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: int = 60,
+        quiet: bool = False, only: list[str] | None = None) -> int:
+    """The check; `only`: the names of the cases to run (the calibration always runs)."""
+    sc = scenario_mod.load(scenario_ref)
+    base, all_cases = _plan(sc, only)
+    if rounds < 1 or steps < 10:
+        raise UsageError("--check-predictions: --rounds must be >= 1 and --steps >= 10")
+    cores = len(os.sched_getaffinity(0))
     run_dir = rundir.new_run_dir(out, f"{sc.name}-check")
+    rundir.write_json(run_dir / "check.json", {"scenario": scenario_ref, "rounds": rounds, "steps": steps,
+                                               "cases": [c.name for c in all_cases]})
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     started = time.perf_counter()
     data_paths = LaunchConfig(_variant(sc, base, list(STORAGES), steps), expand(_variant(sc, base, list(STORAGES),
                               steps)), run_dir, data_dir, "emulated").materialise_all(progress=not quiet)
     say("measuring the disk, the contention factor and the stages' costs ...")
-    bench, bench_json = _bench(sc, base, all_cases, data_paths, cores)
-    rundir.write_json(run_dir / "bench.json", bench_json)
-    groups: dict[tuple, list[CheckCase]] = {}
-    for case in all_cases:
-        groups.setdefault(case.group, []).append(case)
-    measured: dict[str, list[Visit]] = {c.name: [] for c in all_cases}
-    for r in range(rounds):
-        order = list(groups.values()) if r % 2 == 0 else list(groups.values())[::-1]
-        for i, group in enumerate(order):
-            say(f"round {r + 1}/{rounds}, launch {i + 1}/{len(order)}: {', '.join(c.name for c in group)}")
-            for name, line in _launch(sc, group, run_dir / "runs" / f"r{r}-{i}", data_dir, steps).items():
-                measured[name].append(line)
-    rows = _rows(sc, base, all_cases, measured, bench, cores)
-    for row in rows:
-        rundir.append_line(run_dir / "predictions.jsonl", row)
-    print(table(rows))
+    rundir.write_json(run_dir / "bench.json", _bench(sc, base, all_cases, data_paths, cores)[1])
+    for r, i, group in _rounds(all_cases, rounds):
+        say(f"round {r + 1}/{rounds}, launch {i + 1}: {', '.join(c.name for c in group)}")
+        _launch(sc, group, run_dir / "runs" / f"r{r}-{i}", data_dir, steps)
+    rows = analyse(run_dir, sc, base, all_cases, rounds)
     say(f"the run's CPU on this host, fitted to the calibration: {rows[0]['run_cores']:.2f} of {cores} cores")
     say(f"\n{len(all_cases)} configurations x {rounds} rounds in {time.perf_counter() - started:.0f} s; "
         f"results: {run_dir}")
     return EXIT_OK
 
 
+def reanalyse(run_dir: Path) -> int:
+    """--analyse RUN_DIR: the table again from a check's run directory (the model changed, or to read it)."""
+    info = json.loads((Path(run_dir) / "check.json").read_text()) if (Path(run_dir) / "check.json").exists() \
+        else {"scenario": Path(run_dir).name.split("-")[1], "rounds": 2, "cases": None}
+    sc = scenario_mod.load(info["scenario"])
+    base, all_cases = _plan(sc, None)
+    if info.get("cases"):
+        all_cases = [c for c in all_cases if c.name in info["cases"]]
+    analyse(Path(run_dir), sc, base, all_cases, int(info["rounds"]))
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m harness.commands.check_predictions", description=__doc__.split(
         "\n")[0])
-    p.add_argument("--scenario", required=True)
+    p.add_argument("--scenario")
+    p.add_argument("--analyse", type=Path, metavar="RUN_DIR", help="the table again from a check's run directory")
     p.add_argument("--data-dir", type=Path, default=Path("data"))
     p.add_argument("--out", type=Path, default=Path("results"))
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--steps", type=int, default=100)
+    p.add_argument("--steps", type=int, default=60)
     p.add_argument("--case", action="append", default=None, help="run only this case (repeatable)")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
+    if a.analyse:
+        return reanalyse(a.analyse)
+    if not a.scenario:
+        raise UsageError("give --scenario NAME (or --analyse RUN_DIR)")
     return run(a.scenario, a.data_dir, a.out, a.rounds, a.steps, a.quiet, a.case)
 
 
