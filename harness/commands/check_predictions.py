@@ -36,7 +36,7 @@ from harness.data.generator import image_sides
 from harness.errors import EXIT_OK, UsageError
 from harness.results import rundir, stages
 from harness.results.cellresult import CellResult
-from harness.results.checkcases import Bench, CheckCase, cases, error_pct, predict_case, run_cores, summary
+from harness.results.checkcases import Bench, CheckCase, case_costs, cases, error_pct, predict_case, run_cores, summary
 from harness.run import launch
 from strategies import registry
 
@@ -160,17 +160,46 @@ def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, l
                      "measured": round(m, 1), "error_pct": round(error_pct(p, m), 1), "binds": predicted[0].binds,
                      "predicted_idle_host": round(idle.samples_per_s, 1), "run_cores": round(budget, 3),
                      "visits": [_visit_row(g, x, v) for g, x, v in zip(got, predicted, visits)],
-                     "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None})
+                     "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None,
+                     **_costs_seen(case_costs(calib, base, case, bench), visits)})
+    calib_spread = rows[0]["spread_pct"] or 0.0
+    for row in rows[1:]:
+        row["note"] = _note(row, calib_spread)
     return rows
 
 
+def _costs_seen(predicted, visits: list[Visit]) -> dict:
+    """The CPU costs per sample (ms) the prediction used beside those the visits measured."""
+    def mean_ms(key: str) -> float:
+        return round(1e3 * statistics.mean(float(v.line.figures.get(key) or 0.0) for v in visits), 3)
+
+    return {"loader_ms": {"predicted": round(predicted.loader_s * 1e3, 3), "measured": mean_ms(
+                "loader_cpu_s_per_sample")},
+            "rank_ms": {"predicted": round(predicted.rank_s * 1e3, 3), "measured": mean_ms("rank_cpu_s_per_sample")}}
+
+
+def _note(row: dict, calib_spread: float) -> str:
+    """Why a case misses (|error| > 15%), from its figures: noise, or a cost the model held that changed."""
+    if abs(row["error_pct"] or 0) <= 15:
+        return ""
+    why = []
+    for key, what in (("loader_ms", "loader"), ("rank_ms", "rank's own")):
+        seen = row[key]
+        if seen["predicted"] and abs(seen["measured"] / seen["predicted"] - 1) > 0.15:
+            why.append(f"{what} CPU {seen['predicted']:.3f} ms/sample predicted, {seen['measured']:.3f} measured")
+    if calib_spread > 15 or (row["spread_pct"] or 0) > 15:
+        why.append(f"noise: the calibration's visits spread {calib_spread:.0f}%, this case's {row['spread_pct']:.0f}%")
+    return "; ".join(why) or "the bound model: no cost changed, the host gave the case other CPU"
+
+
 def table(rows: list[dict]) -> str:
-    """The calibration first (its error: how well the model with the measured outside load reproduces the
-    visits it was calibrated on), then the cases; the summary over the cases."""
+    """The calibration first (the model reproduces the mean of its visits: that fixed the run's CPU), then the
+    cases, the notes on those that miss, and the summary over the cases."""
     lines = [f"{'configuration':<26} {'predicted':>9} {'measured':>9} {'error %':>8} {'spread %':>8}  binds"]
     for r in rows:
         lines.append(f"{r['config']:<26} {r['predicted']:>9.1f} {r['measured']:>9.1f} {r['error_pct']:>+8.1f} "
                      f"{r['spread_pct'] or 0:>8.1f}  {r['binds']}")
+    lines += [f"  {r['config']}: {r['note']}" for r in rows if r.get("note")]
     s = summary([r["error_pct"] for r in rows if r["config"] != "calibration"])
     lines.append(f"median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%, "
                  f"{s['within_15']} of {s['cases']} within 15% (samples/s, all ranks; spread: max - min of "
