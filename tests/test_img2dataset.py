@@ -122,3 +122,13 @@ def test_the_real_img2dataset_regenerates_the_fixtures(tmp_path):
         check_output(out / name, name)
     same = subprocess.run(["diff", "-r", "-q", str(out), str(FIXTURES)], capture_output=True, text=True)
     assert same.returncode == 0, same.stdout[-2000:]
+
+
+def test_jpeg_flags_mark_each_samples_format_and_survive_a_saved_scan(tmp_path):
+    webp = SourceSpec(FIXTURES / "parquet-webp")
+    assert webp.jpeg_flags().shape == (24,) and not webp.jpeg_flags().any()
+    jpg = SourceSpec(FIXTURES / "parquet-jpg")
+    assert jpg.jpeg_flags().all()
+    jpg.save_scan(tmp_path)
+    again = SourceSpec(FIXTURES / "parquet-jpg")
+    assert again.load_scan(tmp_path) and again.jpeg_flags().all() and again.stats.failed_downloads == 6

@@ -46,7 +46,8 @@ differ in the last bits. That changes nothing the benchmark measures (they are s
 
 :class:`SourceSpec` has what a materialisation needs from a dataset spec: ``key()`` (path, layout, options and
 every file's relative path, size and modification time), ``samples`` / ``count()``, ``iter_samples()`` (one
-sample at a time: bounded memory), ``image_sides()``, ``to_dict()``. ``count()`` scans the source once (cached).
+sample at a time: bounded memory), ``image_sides()``, ``jpeg_flags()``, ``to_dict()``. ``count()`` scans the
+source once (cached).
 """
 from __future__ import annotations
 
@@ -144,6 +145,7 @@ class SourceSpec:
         self._key: str | None = None
         self._stats: ImportStats | None = None
         self._sides: np.ndarray | None = None
+        self._jpeg: np.ndarray | None = None  # bool[N]: which samples' images are JPEGs
         self._skip: set[str] = set()
 
     # -- identity --
@@ -168,8 +170,8 @@ class SourceSpec:
     def _records(self) -> Iterator[Record]:
         return READERS[self.layout](self.root)
 
-    def _usable(self, rec: Record, stats: ImportStats) -> tuple[np.ndarray, tuple[int, int]] | None:
-        """The decoded thumbnail and sides of a record, or None when it is skipped (counted in stats)."""
+    def _usable(self, rec: Record, stats: ImportStats) -> tuple[np.ndarray, tuple[int, int], str] | None:
+        """The decoded thumbnail, sides and format of a record, or None when it is skipped (counted)."""
         if rec.failed is not None:  # img2dataset could not download it: not an image of the source
             stats.failed_downloads += 1
             stats.failed_statuses[rec.failed] = stats.failed_statuses.get(rec.failed, 0) + 1
@@ -196,15 +198,17 @@ class SourceSpec:
                                  f"(img2dataset writes them when given --caption_col)")
             stats.empty_captions += 1
         stats.formats[fmt] = stats.formats.get(fmt, 0) + 1
-        return small, sides
+        return small, sides, fmt
 
     def save_scan(self, directory: Path | str) -> Path:
-        """Write the scan (stats, every skipped key, image sides) as ``<key>.scan.json`` + ``<key>.sides.npy``
+        """Write the scan (stats, every skipped key, image sides, JPEG flags) as ``<key>.scan.json`` +
+        ``<key>.sides.npy`` + ``<key>.jpeg.npy``
         in ``directory``, so a later run over the unchanged source skips the scan (see ``load_scan``)."""
         stats = self.scan()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         np.save(directory / f"{self.key()}.sides.npy", self._sides)
+        np.save(directory / f"{self.key()}.jpeg.npy", self._jpeg)
         doc = {"key": self.key(), "stats": stats.to_dict(), "skip": sorted(self._skip)}
         tmp = directory / f".{self.key()}.scan.json.tmp-{os.getpid()}"
         tmp.write_text(json.dumps(doc))
@@ -218,11 +222,13 @@ class SourceSpec:
         try:
             doc = json.loads((directory / f"{self.key()}.scan.json").read_text())
             sides = np.load(directory / f"{self.key()}.sides.npy")
+            jpeg = np.load(directory / f"{self.key()}.jpeg.npy")
         except (OSError, ValueError):
             return False
-        if doc.get("key") != self.key() or len(sides) != doc["stats"]["samples"]:
+        if doc.get("key") != self.key() or not len(sides) == len(jpeg) == doc["stats"]["samples"]:
             return False
         self._stats, self._sides, self._skip = ImportStats.from_dict(doc["stats"]), sides, set(doc["skip"])
+        self._jpeg = jpeg.astype(bool)
         return True
 
     def scan(self, progress: Callable[[int], None] | None = None) -> ImportStats:
@@ -236,6 +242,7 @@ class SourceSpec:
             stats.failed_downloads += n
             stats.failed_statuses[status] = n
         sides = array("i")
+        jpeg = array("b")
         with_embs = True
         self._skip = set()
         for rec in self._records():
@@ -245,6 +252,7 @@ class SourceSpec:
             if got is None:
                 continue
             sides.extend(got[1])
+            jpeg.append(got[2] == "JPEG")
             with_embs = with_embs and rec.image_emb is not None and rec.text_emb is not None
             stats.samples += 1
             if self.limit is not None and stats.samples >= self.limit:
@@ -259,6 +267,7 @@ class SourceSpec:
         stats.failed_statuses = dict(sorted(stats.failed_statuses.items()))
         stats.formats = dict(sorted(stats.formats.items()))
         self._sides = np.frombuffer(sides, dtype=np.int32).reshape(-1, 2).copy()
+        self._jpeg = np.frombuffer(jpeg, dtype=np.int8).astype(bool)
         self._stats = stats
         return stats
 
@@ -277,6 +286,11 @@ class SourceSpec:
         """int32[N, 2]: (height, width) of every sample's image (from the scan)."""
         self.scan()
         return self._sides
+
+    def jpeg_flags(self) -> np.ndarray:
+        """bool[N]: True where a sample's image is a JPEG (for harness.data.decoders.decoded_pixels's ``jpeg``)."""
+        self.scan()
+        return self._jpeg
 
     def iter_samples(self) -> Iterator[Sample]:
         """The samples 0..count()-1 in order, one at a time (bounded memory)."""
