@@ -139,3 +139,9 @@ def test_the_run_cpu_on_a_shared_host_is_fitted_to_the_calibration():
 def test_the_error_summary():
     s = checkcases.summary([5.0, -12.0, 20.0, None])
     assert s == {"median_abs_error_pct": 12.0, "max_abs_error_pct": 20.0, "within_15": 2, "cases": 3}
+
+
+def test_the_rank_own_host_work_binds_before_the_device():
+    p = predict(costs(rank_s=0.002), target(), V100)  # 0.002 s of host work per sample, device 0.001
+    assert p.binds == "rank host" and p.per_rank == pytest.approx(500) and p.au_pct == pytest.approx(50)
+    assert p.workers_for_device is None  # no number of workers makes the device bind

@@ -4,7 +4,9 @@ measured (`Costs`) and the accelerator catalogue's step-time model. docs/predict
 Per rank, with W workers, k the CPU-cost factor at the node's load (below), l and r the loader's and the
 rank's CPU seconds per sample, d the device seconds per sample, io a cold read's wait per sample:
 
-    device bound    1 / max(d, r k)                   the rank's step: the device, or its own host work
+    device bound    1 / d                             the accelerator
+    rank host bound 1 / (r k)                         the rank's own host work per step (emulated: it and the
+                                                      modelled device time overlap, so the step is the longer)
     loader bound    W / (l k + io)                    each worker is one process (W = 0: the rank loads inline,
                                                       rate 1 / (l k + io + max(d, r k)))
     CPU bound       cores / (ranks per node (l + r) k) the workers and the rank share the node's cores
@@ -30,7 +32,7 @@ from harness.config.accelerators import Accelerator
 from harness.config.target import Target
 
 AU_TARGET_PCT = 90.0  # MLPerf Storage's bar: the accelerator busy at least 90% of the time
-BOUNDS = ("device", "loader workers", "loader CPU", "storage bandwidth", "storage ops/s")
+BOUNDS = ("device", "rank host", "loader workers", "loader CPU", "storage bandwidth", "storage ops/s")
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,8 @@ def _bounds(costs: Costs, target: Target, d: float, k: float, workers: int,
     host = (loader + costs.rank_s) * k
     rank = costs.rank_s * k / share
     out = {name: math.inf for name in BOUNDS}
-    out["device"] = 1.0 / max(d, rank, 1e-12)
+    out["device"] = 1.0 / max(d, 1e-12)
+    out["rank host"] = 1.0 / rank if rank > 0 else math.inf
     if workers == 0:
         out["loader workers"] = 1.0 / (loader * k / share + io + max(d, rank) or 1e-12)
     elif loader * k + io > 0:
@@ -136,7 +139,7 @@ def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: b
     costs = measured.at_idle()
     d = device_seconds(costs, accelerator, target.batch_size)
     bounds, k = _solve(costs, target, d, target.workers_per_rank, share)
-    binds = min(bounds, key=bounds.get)
+    binds = min(bounds, key=lambda name: (bounds[name], name != "device"))  # a tie: the device binds
     per_rank = bounds[binds] / (max(1.0, costs.step_imbalance) if target.ranks > 1 else 1.0)
     au = min(100.0, per_rank * d * 100.0)
     step = max(d, costs.rank_s * k / share)
