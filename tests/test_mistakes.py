@@ -324,18 +324,3 @@ def test_resume_of_a_run_with_a_damaged_middle_line_names_file_and_line(tmp_path
     run = _fake_run(tmp_path, [fixture[0] + "\n", "{broken\n", fixture[1] + "\n"])
     code = cli.main(["--resume", str(run), "--quiet"])
     one_line(code, capsys.readouterr().err, f"{run / 'cells.jsonl'}:2 is not valid JSON")
-
-
-def test_bf16_on_a_gpu_without_it_is_refused_before_the_ranks(tmp_path, monkeypatch):
-    import torch
-
-    from harness.commands import bench
-    from harness.config import scenario as sc
-    from harness.config.matrix import expand
-
-    cells = expand(sc.load(str(scenario(tmp_path, 'precision = ["amp", "bf16"]'))))
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Tesla V100-SXM2-16GB")
-    with pytest.raises(UsageError, match="precision bf16: Tesla V100-SXM2-16GB has no bfloat16"):
-        bench.check_precision(cells, "cuda")
-    bench.check_precision(cells, "emulated")  # the emulated step models bf16 as AMP

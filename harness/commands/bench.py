@@ -51,18 +51,6 @@ def load_plugins(modules: list[str]) -> None:
             raise UsageError(f"--plugin {module}: {err}") from None
 
 
-def check_precision(cells: list, device: str) -> None:
-    """On real GPUs: a bfloat16 precision strategy needs a GPU that has it (else the step would refuse it
-    inside every rank, a failed cell, exit 1)."""
-    import torch
-
-    if device != "cuda" or not any(c.choice("precision").create().autocast_dtype == "bfloat16" for c in cells):
-        return
-    if not torch.cuda.is_bf16_supported():
-        raise UsageError(f"[matrix] precision bf16: {torch.cuda.get_device_name(0)} has no bfloat16; drop bf16 "
-                         f"from the scenario's matrix, or add --exclude precision=bf16")
-
-
 def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
     """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as failed and
     fresh ranks go on; False when a cell failed so (exit 1)."""
@@ -128,7 +116,6 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         sc = full_scale(sc)
     device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
     cells = select(expand(sc), args.only, args.exclude)
-    check_precision(cells, device)
     rundir.check_writable_dir(args.out, "--out")  # the output paths, before anything is measured
     if args.save_baseline:
         rundir.check_writable_file(args.save_baseline, "--save-baseline")
