@@ -20,7 +20,7 @@ def add_data_options(group) -> None:
                             "storage into --data-dir (--samples N: only the first N samples)")
     group.add_argument("--data-format", choices=LAYOUTS, help="the layout of --data (default: detected)")
     group.add_argument("--strict-data", action="store_true",
-                       help="a corrupt JPEG in --data is an error (default: skipped and counted)")
+                       help="a corrupt image in --data is an error (default: skipped and counted)")
 
 
 def with_source(args: argparse.Namespace, sc: scenario.Scenario) -> scenario.Scenario:
@@ -49,7 +49,7 @@ def with_source(args: argparse.Namespace, sc: scenario.Scenario) -> scenario.Sce
 
 def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool,
                 args: argparse.Namespace | None = None) -> None:
-    """An imported source is scanned now (or its earlier scan read from data_dir): its size, corrupt JPEGs
+    """An imported source is scanned now (or its earlier scan read from data_dir): its size, corrupt images
     and image sides are known before the run directory is written. A sample limit (--samples) beyond the
     source's size, or a batch beyond a rank's share, is a UsageError naming the flag or field that set it."""
     if not isinstance(sc.dataset, SourceSpec):

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from harness.data import space, verify
+from harness.data import layouts, space, verify
 from harness.data.generator import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples_parallel
 from harness.data.importer import SourceSpec
 from harness.errors import UsageError
@@ -216,7 +216,7 @@ def scanned(spec: SourceSpec, data_dir: Path, progress: bool = True) -> SourceSp
             stats = spec.stats
             if spec.strict and stats.corrupt:  # the saved scan skipped them; strict fails on the first
                 first = stats.corrupt_keys[0] if stats.corrupt_keys else "an image"
-                raise UsageError(f"{spec.root}/{first}: not a readable JPEG ({stats.corrupt} in the source); "
+                raise UsageError(f"{spec.root}/{first}: not a readable image ({stats.corrupt} in the source); "
                                  f"remove it, or run without --strict-data to skip corrupt images (they are "
                                  f"counted)")
             return spec
@@ -229,18 +229,18 @@ def scanned(spec: SourceSpec, data_dir: Path, progress: bool = True) -> SourceSp
 
 
 def _records_estimate(spec: SourceSpec) -> int:
-    """About how many images the scan reads (for its progress bar): the limit, else the JPEG files of a
+    """About how many images the scan reads (for its progress bar): the limit, else the image files of a
     files/folder source, the rows of a parquet source, img2dataset's counted successes for tar shards."""
     if spec.limit is not None:
         return spec.limit
     root = spec.root
     if spec.layout in ("files", "folder"):
-        return sum(1 for _, _, names in os.walk(root) for n in names if n.lower().endswith((".jpg", ".jpeg")))
+        return sum(1 for _, _, names in os.walk(root) for n in names if n.lower().endswith(layouts.IMAGE_EXTS))
     if spec.layout == "parquet":
         import pyarrow.parquet as pq
 
         return sum(pq.read_metadata(p).num_rows for p in sorted(root.glob("*.parquet"))
-                   if "jpg" in pq.read_schema(p).names)
+                   if layouts.image_column(pq.read_schema(p).names))
     total = 0
     for p in sorted(root.glob("*_stats.json")):  # img2dataset writes one per shard
         try:
