@@ -107,3 +107,20 @@ def test_a_damaged_materialisation_on_the_command_line_is_exit_2(tmp_path, capsy
     assert "Traceback" not in err and len(err.splitlines()) <= 2, err
     last = err.splitlines()[-1]
     assert last.startswith("run_bench.py: error: ") and str(shard) in last and "--regenerate" in last
+
+
+def test_after_a_failed_cell_its_data_are_checked_whole(data_dir, tmp_path):
+    """Damage in the middle of a file passes the quick check and may kill the reader inside a rank: the
+    supervisor then checks every byte of the cell's storage, so the user reads the file and --regenerate (exit
+    2), not a failed cell (exit 1)."""
+    from types import SimpleNamespace
+
+    from harness.run.supervisor import check_data
+
+    path = _materialised(data_dir, tmp_path, "webdataset")
+    storage = SimpleNamespace(label="webdataset", name="webdataset")
+    cell = SimpleNamespace(choice=lambda axis: storage)
+    check_data(cell, {"webdataset": path})  # intact: nothing to say, the failure stays the cell's
+    _overwrite(path / STORAGES["webdataset"], middle=True)
+    with pytest.raises(DataError, match="--regenerate"):
+        check_data(cell, {"webdataset": path})

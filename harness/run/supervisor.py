@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.config.runconfig import LaunchConfig
+from harness.data.materialise import verify_dir
 from harness.errors import UsageError
 from harness.results import rundir
 from harness.results.cellresult import CellResult, Figures
@@ -335,10 +336,20 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
             raise RunFailed(f"the ranks failed before their first cell: {cause}")
         cell = config.cells[left[0][1]]
         elapsed = time.time() - group.cell_started()
+        check_data(cell, data_paths)  # damaged data is the user's to regenerate, not a failed cell (exit 1)
         rundir.append_cell(config.run_dir, failed_line(config, left[0], cause, elapsed))
         failures.append(f"{cell.id} (repeat {left[0][0]}): {cause}")
         log(f"run_bench.py: cell {cell.id} failed: {cause}; fresh ranks go on with {len(left) - 1} "
             f"remaining cell(s)")
+
+
+def check_data(cell, data_paths: dict) -> None:
+    """After a rank died in `cell`: every byte of its storage's files against the manifest. The quick check
+    before each visit (sizes, sampled checksums) misses damage in the middle of a file, which kills the
+    reader; found here, it is the DataError line naming the file and --regenerate (exit 2)."""
+    storage = cell.choice("storage")
+    if storage.label in data_paths:
+        verify_dir(data_paths[storage.label], storage.name, full=True)
 
 
 def _watch(group: RankGroup, timeout: float) -> tuple[str, bool] | None:
