@@ -19,14 +19,17 @@ def test_the_check_predicts_and_measures_one_case(tmp_path, capsys):
     assert code == 0
     run_dir = next((tmp_path / "out").iterdir())
     rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
-    assert [r["config"] for r in rows] == ["storage mmap"]
-    row = rows[0]
+    assert [r["config"] for r in rows] == ["calibration", "storage mmap"]
+    assert rows[0]["error_pct"] == pytest.approx(0, abs=0.5)  # its visits fixed the run's CPU
+    row = rows[1]
     assert row["predicted"] > 0 and row["measured"] > 0 and row["settings"]["storage"] == "mmap"
     assert row["error_pct"] == pytest.approx(100 * (row["predicted"] - row["measured"]) / row["measured"], abs=0.2)
     bench = json.loads((run_dir / "bench.json").read_text())
     assert bench["disk"]["read_mb_s"] > 0 and set(bench["read_s"]) == {"raw", "mmap", "hdf5"}
     out = capsys.readouterr().out
     assert "storage mmap" in out and "median |error|" in out
+    assert check_predictions.main(["--analyse", str(run_dir)]) == 0  # the table again from the directory
+    assert "storage mmap" in capsys.readouterr().out
 
 
 def test_an_unknown_case_is_one_line(tmp_path):
