@@ -41,6 +41,7 @@ from harness.run import launch
 from strategies import registry
 
 STORAGES = ("raw", "mmap", "hdf5")
+RAW_REQUESTS = 2.0  # the raw storage reads a file per field of a sample: the pixels workload's JPEG and caption
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,11 @@ def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, co
     area = {size: float((resized_shapes(sides, size).prod(axis=1)).mean())
             for size in sorted({c.image_size for c in all_cases})}
     disk = checkbench.disk(storage["hdf5"].files(data_paths["hdf5"]))  # one large file
+    disk["small_files"] = checkbench.cold_files(storage["raw"].files(data_paths["raw"]))  # the raw storage's
     contention = checkbench.contention(jpegs[:32], base.image_size, cores)
-    bench = Bench(read_s=read_s, decode_s=decode_s, area=area, disk_mb_s=disk["read_mb_s"],
-                  disk_latency_ms=disk["latency_ms"], cold_cpu_s_per_byte=disk["cold_cpu_s_per_byte"],
-                  contention=contention["factor"])
-    return bench, {"read_s": read_s, "decode_s": {f"{k[0]}/{k[1]}": v for k, v in decode_s.items()},
-                   "area": area, "disk": disk, "contention": contention}
+    as_json = {"read_s": read_s, "decode_s": {f"{k[0]}/{k[1]}": v for k, v in decode_s.items()},
+               "area": area, "disk": disk, "contention": contention}
+    return bench_of(as_json), as_json
 
 
 def _other_decoder(decoder: str) -> str | None:
@@ -146,7 +146,7 @@ def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, l
     """One row per case: its prediction on this host as the calibration found it (the CPU the run got,
     fitted to the calibration visits' mean samples/s, checkcases.run_cores), against the mean of its visits'
     measured samples/s; and the prediction for this host to itself (predicted_idle_host)."""
-    calib = _calibration(measured["calibration"], bench, cores, requests=1.0)  # raw: one file per sample
+    calib = _calibration(measured["calibration"], bench, cores, requests=RAW_REQUESTS)
     budget = run_cores(calib, base, bench, sc.accelerator, cores,
                        statistics.mean(float(v.line.figures.get("throughput") or 0.0) for v in measured["calibration"]))
     rows = []
@@ -236,13 +236,21 @@ def _rounds(all_cases: list[CheckCase], rounds: int):
 
 
 def bench_of(obj: dict) -> Bench:
-    """bench.json back as the pure Bench."""
-    disk = obj["disk"]
+    """bench.json back as the pure Bench. With the small files' figures (the raw storage: one file, one
+    request per sample), a request's latency is a cold file's extra wall time less its bytes at the
+    sequential rate, and its extra CPU is per request; else the 4 KiB random reads' latency and the CPU
+    per cold byte of the large file."""
+    disk, small = obj["disk"], obj["disk"].get("small_files")
+    latency_ms, per_request = disk["latency_ms"], 0.0
+    if small and disk["read_mb_s"]:
+        transfer = small["bytes_per_file"] / (disk["read_mb_s"] * 1e6)
+        latency_ms = max(0.0, small["extra_wall_s_per_file"] - transfer) * 1e3
+        per_request = small["extra_cpu_s_per_file"]
     return Bench(read_s=obj["read_s"], decode_s={(int(k.split("/")[0]), k.split("/")[1]): v
                                                  for k, v in obj["decode_s"].items()},
                  area={int(k): v for k, v in obj["area"].items()}, disk_mb_s=disk["read_mb_s"],
-                 disk_latency_ms=disk["latency_ms"], cold_cpu_s_per_byte=disk["cold_cpu_s_per_byte"],
-                 contention=obj["contention"]["factor"])
+                 disk_latency_ms=latency_ms, cold_cpu_s_per_byte=disk["cold_cpu_s_per_byte"],
+                 cold_cpu_s_per_request=per_request, contention=obj["contention"]["factor"])
 
 
 def analyse(run_dir: Path, sc, base: CheckCase, all_cases: list[CheckCase], rounds: int) -> list[dict]:

@@ -65,6 +65,7 @@ class Bench:
     disk_mb_s: float = 0.0
     disk_latency_ms: float = 0.0
     cold_cpu_s_per_byte: float = 0.0
+    cold_cpu_s_per_request: float = 0.0  # measured on small files: used instead of the per-byte figure
     contention: float = 1.0
 
 
@@ -82,8 +83,10 @@ def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench) -> 
         for stage in PIXEL_STAGES:
             stages[stage] = stages.get(stage, 0.0) * pixels
     loader = sum(stages.values()) if stages else calib.loader_s
+    cold = (bench.cold_cpu_s_per_request * calib.requests_per_sample if bench.cold_cpu_s_per_request
+            else bench.cold_cpu_s_per_byte * calib.bytes_per_sample)
     return replace(calib, loader_s=loader, stages=stages, padded_pixels_per_sample=calib.padded_pixels_per_sample
-                   * pixels, cold_read_extra_s=bench.cold_cpu_s_per_byte * calib.bytes_per_sample)
+                   * pixels, cold_read_extra_s=cold)
 
 
 def case_target(case: CheckCase, accelerator: Accelerator, cores: float, bench: Bench) -> Target:
