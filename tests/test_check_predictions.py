@@ -44,3 +44,32 @@ def test_a_features_scenario_is_refused(tmp_path):
     features.write_text(smoke.replace('workload = "pixels"', 'workload = "features"'))
     with pytest.raises(UsageError, match="pixels scenario"):
         check_predictions.run(str(features), tmp_path / "data", tmp_path / "out", quiet=True)
+
+
+def test_the_side_measurements_on_real_files(tmp_path):
+    from harness.commands import checkbench
+
+    files = []
+    for i in range(20):
+        f = tmp_path / f"{i:03d}.jpg"
+        f.write_bytes(bytes(range(256)) * 40)
+        files.append(f)
+    small = checkbench.cold_files(files + [tmp_path / "skipped.npy"], most=10)
+    assert small["files"] == 10 and small["bytes_per_file"] == 10240
+    assert small["extra_wall_s_per_file"] >= 0 and small["extra_cpu_s_per_file"] >= 0
+    with checkbench.OutsideRunnable(interval=0.01) as outside:
+        sum(i * i for i in range(200_000))
+    assert outside.mean is None or outside.mean >= 0
+
+
+def test_bench_json_reads_back_with_and_without_the_small_files():
+    obj = {"read_s": {"raw": 1e-5}, "decode_s": {"160/pil": 4e-4}, "area": {"160": 100.0},
+           "disk": {"read_mb_s": 1000.0, "latency_ms": 0.2, "cold_cpu_s_per_byte": 1e-10},
+           "contention": {"factor": 1.1}}
+    b = check_predictions.bench_of(obj)
+    assert b.decode_s == {(160, "pil"): 4e-4} and b.area == {160: 100.0} and b.disk_latency_ms == 0.2
+    assert b.cold_cpu_s_per_request == 0.0 and b.contention == 1.1
+    obj["disk"]["small_files"] = {"bytes_per_file": 10_000, "extra_wall_s_per_file": 1e-4,
+                                  "extra_cpu_s_per_file": 3e-5}
+    b = check_predictions.bench_of(obj)  # 100 us extra, of which 10 kB at 1000 MB/s is 10 us: 90 us latency
+    assert b.disk_latency_ms == pytest.approx(0.09) and b.cold_cpu_s_per_request == 3e-5
