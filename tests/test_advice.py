@@ -157,3 +157,18 @@ def test_every_mapped_field_finds_its_map_and_its_place_in_the_file(paths):
         assert set(maps.ranges) == {"jpeg", "caption", "image_emb", "text_emb"}
         assert maps.ranges["image_emb"][2] == 4 * maps.arrays["image_emb"].shape[1]
         reader.close()
+
+
+def test_litdata_takes_the_advice_and_is_told_by_its_shards(tmp_path):
+    pytest.importorskip("litdata")
+    path = materialise(SPEC, "litdata", tmp_path, progress=False)
+    storage = registry.create("storage", "litdata")
+    reader = storage.open(path)
+    idx = [9, 0, 31, 9]
+    before = [(s.index, s.caption) for s in reader.read_batch(idx)]
+    assert reader.hint == "random"
+    storage.shards(path)
+    assert reader.hint == "sequential" and pickle.loads(pickle.dumps(reader)).hint == "sequential"
+    assert [(s.index, s.caption) for s in reader.read_batch(idx)] == before  # chunk files asked for first
+    reader.close()
+    assert registry.create("storage", "litdata", advice="normal").open(path).hint == "normal"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -40,6 +41,7 @@ from strategies.params import integer
 from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
+from strategies.storage.advice import Advised, FileRanges, Tracked, checked, fd_will_need
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
@@ -132,14 +134,34 @@ def _optimize(samples: Iterable[Sample], path: Path, count: int, chunk_size: int
         raise failure[0]
 
 
-class LitdataReader(PicklesUnmapped):
-    def __init__(self, path: Path, fields: Sequence[str] = FIELDS):
+class LitdataReader(Advised, PicklesUnmapped):
+    """litdata opens and reads its chunk files itself, so no per-descriptor hint reaches them (a chunk file is
+    small, and read-ahead stops at its end). Under "sequential" every chunk file a batch touches is asked for
+    whole first (POSIX_FADV_WILLNEED: a streamed chunk is read whole anyway); the hint goes on the
+    ``stored_bytes`` map (strategies.storage.advice)."""
+
+    def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
+        self.advice = checked(advice)
         self._count = read_count(self.path)
         self.batch_decode = BATCH_DECODE
         self._dataset = LazyHandle(self._open)
+        self._chunk_ends = LazyHandle(self._read_chunk_ends)  # per process; not pickled
         self._stored: np.ndarray | None = None
+
+    def _read_chunk_ends(self) -> tuple[np.ndarray, list[str]]:
+        chunks = _chunks(self.path)
+        return np.cumsum([int(c["chunk_size"]) for c in chunks]), [c["filename"] for c in chunks]
+
+    def _will_need(self, sorted_idx: np.ndarray) -> None:
+        ends, names = self._chunk_ends.get()
+        for k in np.unique(np.searchsorted(ends, sorted_idx, side="right")).tolist():
+            ranges = FileRanges(self.path / names[k])
+            try:
+                fd_will_need(ranges.fd, [(0, os.fstat(ranges.fd).st_size)])
+            finally:
+                ranges.close()
 
     def _open(self):
         return _litdata().StreamingDataset(str(self.path), batch_decode=self.batch_decode)
@@ -150,6 +172,8 @@ class LitdataReader(PicklesUnmapped):
     def read_batch(self, indices: Sequence[int]) -> list[Sample]:
         idx = checked_indices(indices, self._count)
         order, sorted_idx = sorted_order(idx)  # chunk by chunk: litdata's reader keeps one chunk open
+        if self.hint == "sequential" and len(sorted_idx):
+            self._will_need(sorted_idx)
         dataset = self._dataset.get()
         out = []
         for i in sorted_idx.tolist():
@@ -170,23 +194,26 @@ class LitdataReader(PicklesUnmapped):
 
     def stored_bytes(self) -> np.ndarray:
         if self._stored is None:
-            self._stored = load_mapped(self.path / "stored_bytes.npy")
+            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
         return self._stored
 
     def close(self) -> None:
         self._dataset.close()
+        self._chunk_ends.close()
         self._stored = None
 
 
 @register("storage", "litdata")
-class LitdataStorage(StorageBase):
-    """``chunk_size``: samples per litdata chunk (the shards the ``shards`` sampler streams)."""
+class LitdataStorage(Tracked, StorageBase):
+    """``chunk_size``: samples per litdata chunk (the shards the ``shards`` sampler streams); ``advice``: the
+    readers' access hint (strategies.storage.advice)."""
 
     name = "litdata"
 
-    def __init__(self, chunk_size: int = DEFAULT_CHUNK_SIZE):
+    def __init__(self, chunk_size: int = DEFAULT_CHUNK_SIZE, advice: str = "auto"):
         _litdata()  # selecting the storage without the package is one line naming the extra
         self.chunk_size = integer("chunk_size", chunk_size, 1)
+        self.advice = checked(advice)
 
     @property
     def variant(self) -> str:
@@ -206,7 +233,7 @@ class LitdataStorage(StorageBase):
         write_meta(path, "litdata", count, chunk_size=self.chunk_size)
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> LitdataReader:
-        return LitdataReader(path, fields)
+        return self.track(LitdataReader(path, fields, self.advice), path)
 
     def files(self, path: Path) -> list[Path]:
         path = Path(path)
@@ -214,7 +241,9 @@ class LitdataStorage(StorageBase):
             [path / c["filename"] for c in _chunks(path)]
 
     def shards(self, path: Path) -> list[range]:
-        """litdata's chunks as index ranges, from its index.json (one worker wrote them in index order)."""
+        """litdata's chunks as index ranges, from its index.json (one worker wrote them in index order); the
+        readers opened on ``path`` are told they will be read shard by shard (advice.Tracked)."""
+        self.streamed(path)
         out, start = [], 0
         for chunk in _chunks(path):
             out.append(range(start, start + int(chunk["chunk_size"])))
