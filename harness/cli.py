@@ -103,6 +103,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                             "against a RAM gather and the first article's per-row h5py reads; writes loader.jsonl")
     depth.add_argument("--profile", action="store_true",
                        help="torch.profiler traces per cell and rank under RUN_DIR/traces/")
+    depth.add_argument("--check-predictions", action="store_true",
+                       help="calibrate the target model on one configuration of the scenario, predict 8 that "
+                            "each change one thing, measure them here; writes predictions.jsonl "
+                            "(docs/prediction.md)")
     gate = p.add_argument_group("repeats, baselines and the CI gate")
     gate.add_argument("--repeats", type=int, default=1, help="run every cell N times, interleaved")
     gate.add_argument("--order", choices=ORDERS, default="random",
@@ -118,6 +122,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
     add_compare_options(gate)
     add_what_if_option(p)
+    add_target_option(p)
 
 
 def duration(text: str) -> float:
@@ -173,6 +178,12 @@ def add_what_if_option(parser) -> None:
                              "loader CPU s per sample))")
 
 
+def add_target_option(parser) -> None:
+    parser.add_argument("--target", type=Path, metavar="FILE",
+                        help="a TOML file with a [target] table: the hardware to predict each cell on "
+                             "(docs/prediction.md); default: the scenario's [target], if any")
+
+
 def check_what_if(value: float | None) -> None:
     if value is not None and not value > 0:
         raise UsageError(f"--what-if-cores = {value:g} must be a positive number of cores per rank")
@@ -193,6 +204,7 @@ def cmd_report(argv: list[str]) -> int:
     p.add_argument("--with-1x", type=Path, metavar="RUN_DIR",
                    help="a one-rank run of the same matrix, for the scaling-efficiency table")
     add_what_if_option(p)
+    add_target_option(p)
     add_debug_option(p)
     args = p.parse_args(argv)
     check_what_if(args.what_if_cores)
@@ -229,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         if not args.scenario:
             raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
         check_what_if(args.what_if_cores)
+        if args.check_predictions:
+            from harness.commands import check_predictions
+
+            return check_predictions.from_args(args)
         code = bench.main(args, argv)
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             # a torchrun rank: its work is written; leave without C++ static destructors, where torch's

@@ -4,6 +4,8 @@ what a shadow step after an OOM is fed, and DDP's options (harness.run.launch, h
 harness.train.trainstep)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -12,6 +14,8 @@ from harness.device import devices
 from harness.errors import UsageError
 from harness.run import launch
 from harness.train import trainstep
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -137,3 +141,20 @@ def test_the_normalisation_constants_are_made_once_per_device():
     first = fields._constants(torch.device("cpu"))
     fields.normalise(torch.zeros(1, 3, 2, 2, dtype=torch.uint8))
     assert fields._constants(torch.device("cpu"))[0] is first[0] and a.dtype == torch.float32
+
+
+def test_the_strategies_load_without_the_optional_format_libraries():
+    """The GPU machine's image has no webdataset, lmdb or litdata: the registry must still load (each storage
+    imports its library when it reads or writes)."""
+    import subprocess
+    import sys
+
+    guard = ("import builtins\nreal = builtins.__import__\n"
+             "def guard(name, *a, **k):\n"
+             "    if name.split('.')[0] in ('webdataset', 'lmdb', 'litdata'):\n"
+             "        raise ImportError('not installed: ' + name)\n"
+             "    return real(name, *a, **k)\n"
+             "builtins.__import__ = guard\n"
+             "from strategies import registry\nregistry.load_builtins()\nprint(len(registry.names('storage')))\n")
+    out = subprocess.run([sys.executable, "-c", guard], capture_output=True, text=True, cwd=str(REPO))
+    assert out.returncode == 0, out.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.commands import resume
 from harness.commands.compare_runs import run_as_baseline, show_comparison
-from harness.config import runsetup, scenario
+from harness.config import runsetup, scenario, target
 from harness.config.matrix import expand, select
 from harness.config.runconfig import check_data_space
 from harness.config.runsetup import CC3M_SAMPLES, full_scale, with_source
@@ -67,7 +67,8 @@ def finish_run(args: argparse.Namespace, run_dir: Path, env: Environment, baseli
                ok: bool) -> int:
     """The report from cells.jsonl, the sampler contract, and the baseline (saved and/or compared)."""
     cells_done: list[CellResult] = rundir.read_results(run_dir)
-    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores))
+    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores,
+                           target=getattr(args, "run_target", None)))
     code = EXIT_OK if ok else EXIT_REGRESSION
     broken = [c.cell for c in cells_done if not c.contract_ok]
     if broken:
@@ -114,6 +115,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     sc = with_source(args, scenario.load(args.scenario, overrides))  # --data, [dataset] source
     if args.scale == "full":
         sc = full_scale(sc)
+    args.run_target = target.of_scenario(sc, args.target)  # a mistake in it stops here, before anything runs
     device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
     cells = select(expand(sc), args.only, args.exclude)
     rundir.check_writable_dir(args.out, "--out")  # the output paths, before anything is measured

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.config import scenario, target
 from harness.errors import EXIT_OK, UsageError
 from harness.report import report
 from harness.results import rundir
@@ -20,6 +21,19 @@ def read_run(run_dir: Path) -> list[CellResult]:
     return cells
 
 
+def run_target_of(scenario_name: str, target_file: Path | None):
+    """--target FILE, else the run's scenario's [target] table when its file is still at hand, else None."""
+    try:
+        if not scenario_name:
+            raise UsageError("the run's env.json names no scenario, which --target needs for its defaults")
+        sc = scenario.load(scenario_name)
+    except UsageError:
+        if target_file is None:
+            return None
+        raise
+    return target.of_scenario(sc, target_file)
+
+
 def main(args) -> int:
     try:
         cells = read_run(args.run_dir)
@@ -27,5 +41,7 @@ def main(args) -> int:
         env = rundir.read_env(args.run_dir)
     except rundir.ResultsError as err:
         raise UsageError(str(err)) from None
-    print(report.write_all(args.run_dir, cells, env, cells_1x, what_if_cores=args.what_if_cores))
+    run_target = run_target_of(env.scenario, args.target)
+    print(report.write_all(args.run_dir, cells, env, cells_1x, what_if_cores=args.what_if_cores,
+                           target=run_target))
     return EXIT_OK

@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.measure.rankrecord import SHOWN_PARTS
-from harness.report import articles, effects, plots, verdict, whatif
+from harness.report import articles, effects, plots, stagetable, verdict, whatif
 from harness.report.tables import (
     Table,
     display_name,
@@ -82,12 +82,17 @@ def header_lines(cells: list[CellSummary], env: Environment | None = None, probe
 
 
 def import_lines(env: Environment | None) -> list[str]:
-    """The imported dataset (--data): how many samples from where, and the corrupt JPEGs skipped."""
+    """The imported dataset (--data): how many samples from where, the corrupt images skipped, the failed
+    downloads and non-JPEG images counted."""
     imp = env.imported if env else None
     if not imp:
         return []
     line = (f"Data: {imp['samples']} samples imported from {imp['source']} ({imp['layout']}), "
-            f"{imp['corrupt']} corrupt JPEGs skipped")
+            f"{imp['corrupt']} corrupt images skipped")
+    if imp.get("failed_downloads"):
+        line += f", {imp['failed_downloads']} failed downloads (img2dataset) not counted"
+    if imp.get("non_jpeg"):
+        line += f", {imp['non_jpeg']} non-JPEG images (simplejpeg hands them to PIL)"
     if imp.get("empty_captions"):
         line += f", {imp['empty_captions']} empty captions"
     return [line + ("; embeddings from the source" if imp.get("embeddings") == "source"
@@ -103,7 +108,8 @@ def outside_load_lines(results: list[CellResult]) -> list[str]:
     return [f"WARNING: other processes used more than {OUTSIDE_LOAD_PCT:.0f}% of this host's CPU during "
             f"{len(busy)} of {len(results)} visit(s) (up to {worst.figures.other_cpu_pct:.0f}%, {worst.cell} "
             f"repeat {worst.repeat}); their figures may show that load, not the strategy: rerun on a quiet "
-            f"machine, or with --repeats so the effects fit spreads it"]
+            f"machine, or with --repeats or --budget: a disturbed visit is left out of the effects fit when "
+            f"its cell has a calm one"]
 
 
 def failed_repeat_lines(cells: list[CellSummary]) -> list[str]:
@@ -329,7 +335,7 @@ def in_matrix_order(results: list[CellResult], env: Environment | None) -> list[
 
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
-           what_if_cores: float | None = None, fitted: list[Effect] | None = None) -> str:
+           what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None) -> str:
     """The whole report: the answer first (verdict, effects), the header once, the run's tables, then the
     articles' tables. "text" or "markdown"."""
     cells, cells_1x = merge_repeats(in_matrix_order(results, env)), merge_repeats(results_1x or [])
@@ -339,10 +345,12 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
         passes = len({r.repeat for r in results})
         parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None, passes),
                               fmt) + [""]
-    parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results), fmt)
+    parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results)
+                          + ([target.describe()] if target is not None else []), fmt)
     if fitted:
         parts += render_tables([effects.effects_table(fitted, any(c.emulated for c in cells))], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
+    parts += render_tables(stagetable.tables(results, target), fmt, level=2)
     if cells:
         samples = ((env.dataset if env else None) or {}).get("samples")
         parts += ["", f"## {ARTICLES_TITLE}", ""] if markdown else ["", ARTICLES_TITLE]
@@ -368,14 +376,18 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
 
 
 def write_all(run_dir: Path, results: list[CellResult], env: Environment | None = None,
-              results_1x: list[CellResult] | None = None, what_if_cores: float | None = None) -> str:
-    """Write summary.csv, report.md and plots/ into run_dir; return the terminal text."""
+              results_1x: list[CellResult] | None = None, what_if_cores: float | None = None,
+              target=None) -> str:
+    """Write summary.csv, report.md and plots/ into run_dir; return the terminal text. `target`: a
+    harness.config.target.Target to predict each cell on (its table follows the stage table)."""
     probe = run_files.read_probe(run_dir)
     results = in_matrix_order(relative_to_probe(results, probe), env)
     fitted = effects.run_effects(results, env.cell_ids if env else None)
     effects.write_effects(run_dir, fitted)
     summary_frame(results).to_csv(run_dir / "summary.csv", index=False)
-    (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted))
+    (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted,
+                                              target))
     plots.write_plots(results, run_dir / "plots")
     effects.effects_plot(fitted, run_dir / "plots" / "effects.png")
-    return render(results, env, probe, results_1x, "text", what_if_cores, fitted)
+    stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
+    return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target)

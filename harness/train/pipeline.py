@@ -90,7 +90,8 @@ def _loader(ctx, dataset, batch_sampler, collate, strategy):
     tr = ctx.scenario.training
     if strategy.kind == "threads":
         return BatchThreadPool(dataset.for_threads(), batch_sampler, collate,
-                            strategy.threads or max(1, tr.workers), strategy.prefetch)
+                               strategy.threads or max(1, tr.workers), strategy.prefetch,
+                               pin=not ctx.device.emulated)
     workers = tr.workers
     return DataLoader(
         dataset, batch_sampler=batch_sampler, num_workers=workers, collate_fn=collate,

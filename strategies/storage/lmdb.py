@@ -26,7 +26,6 @@ import struct
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import lmdb
 import numpy as np
 
 from strategies.protocols import StorageBase
@@ -91,12 +90,14 @@ class _EnvHandle:
         self._key: tuple[int, int] | None = None
         self._generation = -1
 
-    def get(self) -> lmdb.Environment:
+    def get(self):
         if self._key is None or self._generation != _generation:
             st = os.stat(os.path.join(self.path, "data.mdb"))
             key = (st.st_dev, st.st_ino)
             entry = _ENVS.get(key)
             if entry is None:
+                import lmdb  # here, not at module import: the registry imports every storage
+
                 env = lmdb.open(self.path, readonly=True, lock=False, readahead=self.hint != "random",
                                 meminit=False)
                 entry = _ENVS[key] = [env, 0]
@@ -179,6 +180,8 @@ class LmdbStorage(Tracked, StorageBase):
         self.advice = checked(advice)
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        import lmdb
+
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         stored = np.zeros(count, dtype=np.int64)

@@ -10,6 +10,7 @@ Layout under ``path``::
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -130,6 +131,9 @@ class MmapStorage(Tracked, StorageBase):
             name: np.lib.format.open_memmap(path / f"{name}.npy", mode="w+", dtype=np.float32, shape=(count, dim))
             for name, dim in _EMB_DIMS.items()
         }
+        for name in _EMB_DIMS:  # the blocks reserved now: a full disk is OSError 28 here, not SIGBUS on a store
+            with open(path / f"{name}.npy", "r+b") as f:
+                os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
         try:
             for i, s in in_order(samples, count):
                 flat["jpeg"].add(i, s.jpeg)

@@ -28,7 +28,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-import webdataset as wds
 
 from strategies.params import integer
 from strategies.protocols import StorageBase
@@ -250,6 +249,8 @@ class WebDatasetStorage(Tracked, StorageBase):
         return f"-shard{self.shard_size}"
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        import webdataset as wds  # here, not at module import: the registry imports every storage at start-up
+
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         index = np.zeros((count, 1 + 2 * len(MEMBERS)), dtype=np.int64)
