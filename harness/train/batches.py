@@ -11,6 +11,7 @@ The stage accounts of the batches handed to training (harness.train.stagetimer) 
 `consumed.stages` (StageLog): the rank's record takes those of its window's batches from there."""
 from __future__ import annotations
 
+import queue
 import threading
 import time
 
@@ -31,6 +32,13 @@ class BatchSource:
         self._exhausted = False
         self.consumed = ConsumedIndices()
         self._side = SideStream(device) if pipe.side_stream and device is not None else None
+        # An emulated rank receives from its workers in a thread, one batch ahead, while the modelled step
+        # runs: what the DataLoader's pin-memory thread does on a GPU (pin_memory=True), where the host is
+        # free while the GPU computes. Inline, the unpickling and shared-memory mapping of each batch (about
+        # 1 ms for 3 tensors) counted as a data stall on every step, which no real GPU loop pays.
+        emulated = device is not None and getattr(device, "emulated", False)
+        workers = getattr(getattr(pipe, "loader", None), "num_workers", 0)  # a DataLoader's; 0 in-rank loading
+        self._ahead = ReceiveAhead(self._fetch) if emulated and workers > 0 else None
 
     def _fetch(self) -> dict | None:
         if self._it is None:
@@ -55,6 +63,8 @@ class BatchSource:
             return None
         if self._side is not None:
             batch = self._side.take(self._fetch)
+        elif self._ahead is not None:
+            batch = self._ahead.take()
         else:
             batch = self._fetch()
         if batch is None:
@@ -68,6 +78,8 @@ class BatchSource:
         return self.pipe.loader_thread_cpu_s()
 
     def new_epoch(self) -> None:
+        if self._ahead is not None:
+            self._ahead.stop()  # it has seen the epoch's end: nothing of the next epoch was taken
         self._it, self._exhausted = None, False
         if self._side is not None:
             self._side.reset()
@@ -76,7 +88,58 @@ class BatchSource:
 
     def close(self) -> None:
         """Drop the DataLoader iterator, which shuts its workers down."""
+        if self._ahead is not None:
+            self._ahead.stop()
         self._it = None
+
+
+class ReceiveAhead:
+    """`fetch` called in a thread, one batch ahead of take(); None (the epoch's end) ends the thread until
+    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared."""
+
+    def __init__(self, fetch):
+        self.fetch = fetch
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                batch = self.fetch()
+            except BaseException as err:  # noqa: BLE001 - handed to take(), raised in the rank's thread
+                self._queue.put(err)
+                return
+            self._queue.put(batch)
+            if batch is None:
+                return
+
+    def take(self) -> dict | None:
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="receive-ahead", daemon=True)
+            self._thread.start()
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            self._thread = None
+            raise item
+        if item is None:
+            self._thread.join()
+            self._thread = None
+        return item
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        while self._thread.is_alive():  # unblock its put(); it ends after the batch in flight
+            try:
+                self._queue.get(timeout=0.1)
+            except queue.Empty:
+                pass
+        self._thread = None
+        while not self._queue.empty():
+            self._queue.get_nowait()
 
 
 class StageLog:
