@@ -20,7 +20,9 @@ def test_the_check_predicts_and_measures_one_case(tmp_path, capsys):
     run_dir = next((tmp_path / "out").iterdir())
     rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
     assert [r["config"] for r in rows] == ["calibration", "storage mmap"]
-    assert rows[0]["error_pct"] == pytest.approx(0, abs=0.5)  # its visits fixed the run's CPU
+    # its visits fix the run's CPU (checkcases.run_cores): exact, unless even the host's every core predicts
+    # less (a bound the cores do not move binds, e.g. the rank's own host work): then below, never above
+    assert rows[0]["error_pct"] <= 0.5 and rows[0]["run_cores"] > 0
     row = rows[1]
     assert row["predicted"] > 0 and row["measured"] > 0 and row["settings"]["storage"] == "mmap"
     assert row["error_pct"] == pytest.approx(100 * (row["predicted"] - row["measured"]) / row["measured"], abs=0.2)

@@ -78,7 +78,11 @@ def costs(records: list[RankRecord], figures, workload: str, contention: float =
     stages = {k: v for k, v in prof.per_sample.items() if k in LOADER_STAGES} if prof else {}
     rank = float(figures.get("rank_cpu_s_per_sample"))
     device_rate = figures.get("device_samples_per_s")
-    return Costs(workload=workload, loader_s=loader, rank_s=rank,
+    # with DataLoader workers a thread receives the batches beside the rank's main thread (harness.train.batches
+    # ReceiveAhead on an emulated device, the pin-memory thread on a GPU): not on the rank's critical path
+    ahead = prof.per_sample.get("receive", 0.0) if prof and all(
+        r.loader == "workers" and r.workers > 0 for r in records) else 0.0
+    return Costs(workload=workload, loader_s=loader, rank_s=rank, receive_ahead_s=min(ahead, rank),
                  padded_pixels_per_sample=sum(r.padded_pixels for r in records) / samples,
                  bytes_per_sample=sum(r.nbytes for r in records) / samples,
                  requests_per_sample=requests_per_sample, stages=stages,

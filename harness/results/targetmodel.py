@@ -6,7 +6,8 @@ rank's CPU seconds per sample, d the device seconds per sample, io a cold read's
 
     device bound    1 / d                             the accelerator
     rank host bound 1 / (r k)                         the rank's own host work per step (emulated: it and the
-                                                      modelled device time overlap, so the step is the longer)
+                                                      modelled device time overlap, so the step is the longer);
+                                                      r without what its receiving thread does beside it
     loader bound    W / (l k + io)                    each worker is one process (W = 0: the rank loads inline,
                                                       rate 1 / (l k + io + max(d, r k)))
     CPU bound       cores / (ranks per node (l + r) k) the workers and the rank share the node's cores
@@ -42,6 +43,7 @@ class Costs:
     workload: str
     loader_s: float  # the loader's CPU seconds per sample (its stages)
     rank_s: float  # the rank process's own CPU seconds per sample (its host share of the step, receiving)
+    receive_ahead_s: float = 0.0  # of rank_s, what a receiving thread does beside the rank's main thread
     padded_pixels_per_sample: float = 0.0  # pixels workload: what the device's step time scales with
     bytes_per_sample: float = 0.0  # stored bytes read per sample
     requests_per_sample: float = 1.0  # read requests per sample on a cold read
@@ -58,6 +60,7 @@ class Costs:
         """The costs brought back to an idle host (divided by the contention factor at busy_share)."""
         f = _factor(self.contention, self.busy_share)
         return replace(self, loader_s=self.loader_s / f, rank_s=self.rank_s / f,
+                       receive_ahead_s=self.receive_ahead_s / f,
                        stages={k: v / f for k, v in self.stages.items()}, busy_share=0.0)
 
 
@@ -100,7 +103,8 @@ def _bounds(costs: Costs, target: Target, d: float, k: float, workers: int,
     loader = costs.loader_s + (costs.cold_read_extra_s if cold else 0.0)
     io = io_seconds(costs, target)
     host = (loader + costs.rank_s) * k
-    rank = costs.rank_s * k / share
+    # the rank's main thread: its receiving thread (one batch ahead of DataLoader workers) runs beside it
+    rank = (costs.rank_s - (costs.receive_ahead_s if workers > 0 else 0.0)) * k / share
     out = {name: math.inf for name in BOUNDS}
     out["device"] = 1.0 / max(d, 1e-12)
     out["rank host"] = 1.0 / rank if rank > 0 else math.inf
@@ -142,7 +146,7 @@ def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: b
     binds = min(bounds, key=lambda name: (bounds[name], name != "device"))  # a tie: the device binds
     per_rank = bounds[binds] / (max(1.0, costs.step_imbalance) if target.ranks > 1 else 1.0)
     au = min(100.0, per_rank * d * 100.0)
-    step = max(d, costs.rank_s * k / share)
+    step = max(d, (costs.rank_s - costs.receive_ahead_s) * k / share)
     return Prediction(samples_per_s=per_rank * target.ranks, per_rank=per_rank, au_pct=au,
                       stall_pct=max(0.0, 100.0 - per_rank * step * 100.0), binds=binds, bounds=bounds,
                       factor=k, workers_for_device=workers_for_device(costs, target, d) if advise else None)
