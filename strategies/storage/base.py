@@ -58,6 +58,18 @@ class PicklesUnmapped:
         return dict(self.__dict__, **dict.fromkeys(self._mapped))
 
 
+class StoredBytesSidecar:
+    """``stored_bytes()`` from the materialisation's ``stored_bytes.npy``, memory-mapped on first use with the
+    reader's access hint, so that a reader's memory does not grow with the dataset (PicklesUnmapped keeps the
+    map out of the reader's pickle). The reader holds ``path``, ``hint`` (Advised) and ``_stored`` (None until
+    mapped; its ``close`` sets it back to None)."""
+
+    def stored_bytes(self) -> np.ndarray:
+        if self._stored is None:
+            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
+        return self._stored
+
+
 def checked_fields(fields: Sequence[str]) -> tuple[str, ...]:
     """The fields as a tuple, or ValueError naming the unknown ones."""
     bad = [f for f in fields if f not in FIELDS]

@@ -41,13 +41,13 @@ from strategies.storage.base import (
     LazyHandle,
     Maps,
     PicklesUnmapped,
+    StoredBytesSidecar,
     build_samples,
     checked_fields,
     checked_indices,
     gather_rows,
     in_order,
     in_request_order,
-    load_mapped,
     map_file,
     mapped_columns,
     read_meta,
@@ -157,7 +157,7 @@ def _chunked_rows(ds: h5py.Dataset, sorted_idx: np.ndarray) -> np.ndarray:
     return gather_rows(stack.reshape(-1, ds.shape[1]), which * rows + sorted_idx % rows)
 
 
-class Hdf5Reader(Advised, PicklesUnmapped):
+class Hdf5Reader(StoredBytesSidecar, Advised, PicklesUnmapped):
     """contiguous: the file's one map carries the access hint and a batch's rows are asked for before they
     are gathered; chunked: h5py reads through its own descriptor (no hint reaches it), the hint applies to
     the ``stored_bytes`` map."""
@@ -217,11 +217,6 @@ class Hdf5Reader(Advised, PicklesUnmapped):
                 columns[name] = in_request_order(list(_chunked_rows(f[name], sidx)), order)
         return columns
 
-    def stored_bytes(self) -> np.ndarray:
-        """Memory-mapped int64[N]."""
-        if self._stored is None:
-            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
-        return self._stored
 
     def close(self) -> None:
         self._h.close()

@@ -45,11 +45,11 @@ from strategies.storage.advice import Advised, FileRanges, Tracked, checked, fd_
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
+    StoredBytesSidecar,
     checked_fields,
     checked_indices,
     in_order,
     in_request_order,
-    load_mapped,
     read_count,
     sorted_order,
     write_meta,
@@ -134,7 +134,7 @@ def _optimize(samples: Iterable[Sample], path: Path, count: int, chunk_size: int
         raise failure[0]
 
 
-class LitdataReader(Advised, PicklesUnmapped):
+class LitdataReader(StoredBytesSidecar, Advised, PicklesUnmapped):
     """litdata opens and reads its chunk files itself, so no per-descriptor hint reaches them (a chunk file is
     small, and read-ahead stops at its end). Under "sequential" every chunk file a batch touches is asked for
     whole first (POSIX_FADV_WILLNEED: a streamed chunk is read whole anyway); the hint goes on the
@@ -192,10 +192,6 @@ class LitdataReader(Advised, PicklesUnmapped):
             out.append(s)
         return in_request_order(out, order)
 
-    def stored_bytes(self) -> np.ndarray:
-        if self._stored is None:
-            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
-        return self._stored
 
     def close(self) -> None:
         self._dataset.close()

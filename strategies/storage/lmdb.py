@@ -34,10 +34,10 @@ from strategies.sample import FIELDS, Sample
 from strategies.storage.advice import Advised, Tracked, checked
 from strategies.storage.base import (
     PicklesUnmapped,
+    StoredBytesSidecar,
     checked_fields,
     checked_indices,
     in_order,
-    load_mapped,
     read_count,
     write_meta,
 )
@@ -120,7 +120,7 @@ class _EnvHandle:
         return {"path": self.path, "hint": self.hint, "_key": None, "_generation": -1}
 
 
-class LmdbReader(Advised, PicklesUnmapped):
+class LmdbReader(StoredBytesSidecar, Advised, PicklesUnmapped):
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
         self.fields = checked_fields(fields)
@@ -159,10 +159,6 @@ class LmdbReader(Advised, PicklesUnmapped):
                     s.text_emb = np.frombuffer(value[d:e], dtype="<f4").astype(np.float32)
         return out
 
-    def stored_bytes(self) -> np.ndarray:
-        if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
-            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
-        return self._stored
 
     def close(self) -> None:
         self._env.close()

@@ -31,10 +31,10 @@ from strategies.storage.advice import MERGE_GAP, Advised, Tracked, advise_fd, ch
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
+    StoredBytesSidecar,
     checked_fields,
     checked_indices,
     in_order,
-    load_mapped,
     read_count,
     write_meta,
 )
@@ -105,7 +105,7 @@ class _OpenParquet:
         self.source.close()
 
 
-class ParquetReader(Advised, PicklesUnmapped):
+class ParquetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
     """The file's descriptor carries the access hint; under any hint but "normal" the column chunks of the
     row groups a batch reads (and this process does not keep) are asked for (POSIX_FADV_WILLNEED) first."""
 
@@ -172,10 +172,6 @@ class ParquetReader(Advised, PicklesUnmapped):
             cache.popitem(last=False)
         return out
 
-    def stored_bytes(self) -> np.ndarray:
-        if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
-            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
-        return self._stored
 
     def close(self) -> None:
         self._file.close()

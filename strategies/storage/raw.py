@@ -28,12 +28,12 @@ from strategies.storage.advice import Advised, Tracked, advise_fd, checked
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
+    StoredBytesSidecar,
     build_samples,
     checked_fields,
     checked_indices,
     in_order,
     in_request_order,
-    load_mapped,
     read_count,
     sorted_order,
     write_meta,
@@ -65,7 +65,7 @@ class _Dir:
             self.fd = None
 
 
-class RawReader(Advised, PicklesUnmapped):
+class RawReader(StoredBytesSidecar, Advised, PicklesUnmapped):
     """Each file is read whole in one call, so read-ahead cannot read past it; the access hint still goes on
     every descriptor (one ``posix_fadvise`` per file, none under "normal") and on the ``stored_bytes`` map."""
 
@@ -137,11 +137,6 @@ class RawReader(Advised, PicklesUnmapped):
                 columns[field] = in_request_order(list(buf), order)
         return build_samples(idx.tolist(), columns)
 
-    def stored_bytes(self) -> np.ndarray:
-        """Memory-mapped int64[N]."""
-        if self._stored is None:
-            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
-        return self._stored
 
     def close(self) -> None:
         self._dir.close()

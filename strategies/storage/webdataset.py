@@ -46,6 +46,7 @@ from strategies.storage.base import (
     LazyHandle,
     Maps,
     PicklesUnmapped,
+    StoredBytesSidecar,
     checked_fields,
     checked_indices,
     in_order,
@@ -133,7 +134,7 @@ def _read_shards_json(path: Path) -> dict:
         return json.load(f)
 
 
-class WebDatasetReader(Advised, PicklesUnmapped):
+class WebDatasetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
     """Every shard descriptor and the index map carry the access hint; under any hint but "normal" the byte
     ranges a batch reads are asked for (POSIX_FADV_WILLNEED, per shard) before the first pread."""
 
@@ -213,10 +214,6 @@ class WebDatasetReader(Advised, PicklesUnmapped):
                         setattr(s, field, np.frombuffer(piece, dtype="<f4").astype(np.float32))
         return out
 
-    def stored_bytes(self) -> np.ndarray:
-        if self._stored is None:  # memory-mapped: a reader's memory does not grow with the dataset
-            self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
-        return self._stored
 
     def shards(self) -> list[range]:
         return fixed_shards(self._count, self.shard_size)
