@@ -158,17 +158,18 @@ class MeasuredLoop:
             shadow_step(self.ddp, self.optimizer, self.device, self.last_tensors, self.precision)
             self.shadow_steps += measured
             return
-        try:
-            if self.devprep is not None:  # decode etc. on the device, in its time
+        if self.devprep is not None:  # decode etc. on the device, in its time
+            try:
                 tensors["images"] = self.devprep.images(batch, self.device)
+            except Exception as err:  # noqa: BLE001 - nvJPEG, its buffers: nothing collective happened yet
+                failed = StepFailed("device preprocessing", err, oom=is_oom(err), joined=False)
+                self._stop_cell(failed.reason, tensors, joined=False)
+                return
+        try:
             handled = train_step(self.ddp, self.optimizer, self.device, tensors, samples,
                                  batch["padded_pixels"], self.split_on_oom, self.precision)
         except StepFailed as err:  # the policy of harness.train.trainstep: this rank ends the cell
             self._stop_cell(err.reason, tensors, joined=err.joined)
-            return
-        except Exception as err:  # noqa: BLE001 - device preprocessing (nvJPEG, its buffers)
-            phase = StepFailed("device preprocessing", err, oom=is_oom(err), joined=False)
-            self._stop_cell(phase.reason, tensors, joined=False)
             return
         self.oom_events += handled if measured else 0
         self.last_tensors = tensors
