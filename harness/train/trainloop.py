@@ -171,6 +171,9 @@ class MeasuredLoop:
         except StepFailed as err:  # the policy of harness.train.trainstep: this rank ends the cell
             self._stop_cell(err.reason, tensors, joined=err.joined)
             return
+        except Exception as err:  # noqa: BLE001 - outside the step's phases: ends the cell as before
+            self._stop_cell(StepFailed("step", err, oom=is_oom(err), joined=False).reason, tensors, joined=False)
+            return
         self.oom_events += handled if measured else 0
         self.last_tensors = tensors
 
