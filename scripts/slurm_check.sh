@@ -261,7 +261,7 @@ cancel_step() {  # a longer smoke run (--steps 60), scancel once its first cell 
     hint=$(grep -c -- "terminated (SIGTERM).*run the rest with: .*--resume $run" "$WORK/job-$id.log")
     if [ "${result%% *}" != CANCELLED ] || [ "$lines" -lt 1 ] || [ "$lines" -ge "$cells" ] || [ ! -f "$run/report.md" ] \
             || [ "$hint" -ne 1 ]; then
-        tail -n 15 "$WORK/job-$id.log" >&2
+        tail -n 60 "$WORK/job-$id.log" >&2  # a rank still unwinding after the guard's grace prints its threads
         step FAIL cancel "job $id ended ${result}; $lines of $cells cells in cells.jsonl (wanted at least 1 and not all: cancelled mid-run), report.md $([ -f "$run/report.md" ] && echo written || echo MISSING), $hint line(s) 'terminated (SIGTERM) ... --resume' in the log (log: $WORK/job-$id.log)"
         return 1
     fi

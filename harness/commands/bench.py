@@ -24,7 +24,7 @@ from harness.results import rundir
 from harness.results.baseline import Baseline
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
-from harness.run import launch, supervisor
+from harness.run import launch, stopguard, supervisor
 
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
@@ -147,13 +147,23 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                                  verify_data=args.verify_data, order=args.order, order_seed=args.order_seed,
                                  budget_s=args.budget, min_effect=args.min_effect, started_at=time.time())
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
+
+    def ending(code: int) -> None:  # the report over the cells written, how to resume
+        if rank == 0:
+            resume.stopped(args, run_dir, env, code, torchrun)
+
+    guard = stopguard.StopGuard(ending) if torchrun else None  # under a scheduler's KillWait: an ending for sure
     try:
         if not torchrun:
             return finish_run(args, run_dir, env, baseline, spawn_ranks(config, env))
         return run_torchrun_rank(args, config, env, baseline, rank)
     except (KeyboardInterrupt, supervisor.Interrupted) as err:
         code = err.code if isinstance(err, supervisor.Interrupted) else 130
-        return resume.stopped(args, run_dir, env, code, torchrun) if rank == 0 else code
+        if guard is not None:
+            guard.end(code)
+        else:
+            ending(code)
+        return code
 
 
 def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env: Environment | None,

@@ -86,16 +86,19 @@ class BatchSource:
         self.epoch += 1
         self.completed_epochs += 1
 
-    def close(self) -> None:
-        """Drop the DataLoader iterator, which shuts its workers down."""
+    def close(self, wait: bool = True) -> None:
+        """Drop the DataLoader iterator, which shuts its workers down. wait=False (the rank was told to
+        stop): the batch the receiving thread has in flight is not waited for."""
         if self._ahead is not None:
-            self._ahead.stop()
+            self._ahead.stop(wait)
         self._it = None
 
 
 class ReceiveAhead:
     """`fetch` called in a thread, one batch ahead of take(); None (the epoch's end) ends the thread until
-    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared."""
+    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared;
+    stop(wait=False), for a rank told to stop, leaves the thread (a daemon) to end with the process: its
+    workers may already be gone, and the DataLoader notices a dead worker only every 5 s."""
 
     def __init__(self, fetch):
         self.fetch = fetch
@@ -128,11 +131,11 @@ class ReceiveAhead:
             self._thread = None
         return item
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         if self._thread is None:
             return
         self._stop.set()
-        while self._thread.is_alive():  # unblock its put(); it ends after the batch in flight
+        while wait and self._thread.is_alive():  # unblock its put(); it ends after the batch in flight
             try:
                 self._queue.get(timeout=0.1)
             except queue.Empty:
@@ -186,7 +189,7 @@ class InMemoryBatches:
     def loader_thread_cpu_s(self) -> float:
         return 0.0
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:  # noqa: ARG002 - nothing in flight
         self.batches = []
 
 
