@@ -1,5 +1,6 @@
 """The stop guard of a torchrun rank: after SIGTERM the ending runs once, whether the main thread unwinds in
-time or is held in a real gloo collective whose peer never comes (no Python signal handler runs there)."""
+time or is held in a real gloo collective whose peer never comes (no Python signal handler runs there), and a
+second SIGTERM during the ending (Slurm's and torchrun's) does not cut it short."""
 from __future__ import annotations
 
 import os
@@ -10,10 +11,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from harness.run.launch import free_port
 
 RANK = textwrap.dedent("""
-    import os, signal, sys, time
+    import os, signal, sys, threading, time
     from pathlib import Path
     import torch.distributed as dist
     from harness.run import stopguard, supervisor
@@ -25,8 +28,12 @@ RANK = textwrap.dedent("""
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
 
     def ending(code):
+        if mode == "twice":  # Slurm's SIGTERM and torchrun's: the second arrives during the ending
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
         with open(out, "a") as f:
-            f.write(f"ending {code} in {'main' if __import__('threading').current_thread().name == 'MainThread' else 'guard'}\\n")
+            where = "main" if threading.current_thread() is threading.main_thread() else "guard"
+            f.write(f"ending {code} in {where}\\n")
 
     guard = stopguard.StopGuard(ending, grace_s=1.0)
     print("ready", flush=True)
@@ -74,8 +81,9 @@ def test_a_rank_held_in_a_collective_still_runs_its_ending_and_exits_143(tmp_pat
     assert "barrier" in err  # where the main thread was held
 
 
-def test_a_rank_that_unwinds_in_time_runs_its_ending_once_in_the_main_thread(tmp_path):
-    rank0, peer, out = _start(tmp_path, "sleeping")
+@pytest.mark.parametrize("mode", ["sleeping", "twice"])
+def test_a_rank_that_unwinds_in_time_runs_its_ending_once_in_the_main_thread(tmp_path, mode):
+    rank0, peer, out = _start(tmp_path, mode)
     code, err = _stop(rank0, peer)
     assert code == 143
     assert out.read_text() == "ending 143 in main\n"

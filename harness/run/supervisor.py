@@ -59,7 +59,15 @@ class Interrupted(BaseException):
 
 
 def raise_interrupted(signum, _frame) -> None:
+    """The first SIGTERM raises Interrupted; the same signal again is ignored while it is honoured: Slurm
+    signals every process of the step and torchrun passes the signal on, so a rank gets it twice, the second
+    often while rank 0 writes the report (which it then lost: 3 of 10 tries)."""
+    signal.signal(signum, _stopping)
     raise Interrupted(signum)
+
+
+def _stopping(_signum, _frame) -> None:
+    pass
 
 
 def default_timeout(config: LaunchConfig) -> float:

@@ -86,19 +86,16 @@ class BatchSource:
         self.epoch += 1
         self.completed_epochs += 1
 
-    def close(self, wait: bool = True) -> None:
-        """Drop the DataLoader iterator, which shuts its workers down. wait=False (the rank was told to
-        stop): the batch the receiving thread has in flight is not waited for."""
+    def close(self) -> None:
+        """Drop the DataLoader iterator, which shuts its workers down."""
         if self._ahead is not None:
-            self._ahead.stop(wait)
+            self._ahead.stop()
         self._it = None
 
 
 class ReceiveAhead:
     """`fetch` called in a thread, one batch ahead of take(); None (the epoch's end) ends the thread until
-    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared;
-    stop(wait=False), for a rank told to stop, leaves the thread (a daemon) to end with the process: its
-    workers may already be gone, and the DataLoader notices a dead worker only every 5 s."""
+    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared."""
 
     def __init__(self, fetch):
         self.fetch = fetch
@@ -131,11 +128,11 @@ class ReceiveAhead:
             self._thread = None
         return item
 
-    def stop(self, wait: bool = True) -> None:
+    def stop(self) -> None:
         if self._thread is None:
             return
         self._stop.set()
-        while wait and self._thread.is_alive():  # unblock its put(); it ends after the batch in flight
+        while self._thread.is_alive():  # unblock its put(); it ends after the batch in flight
             try:
                 self._queue.get(timeout=0.1)
             except queue.Empty:
@@ -189,7 +186,7 @@ class InMemoryBatches:
     def loader_thread_cpu_s(self) -> float:
         return 0.0
 
-    def close(self, wait: bool = True) -> None:  # noqa: ARG002 - nothing in flight
+    def close(self) -> None:
         self.batches = []
 
 

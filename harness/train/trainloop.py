@@ -287,13 +287,10 @@ class Trainer:
         t2 = time.perf_counter()
         try:
             record, warmup_s = self._measure(pipe, source, profiler)
-        except BaseException as err:  # an error of the cell waits for the batch in flight; a stop signal not
-            source.close(wait=isinstance(err, Exception))
+        finally:
+            t3 = time.perf_counter()
+            source.close()
             pipe.close()
-            raise
-        t3 = time.perf_counter()
-        source.close()
-        pipe.close()
         record.page_cache = page_cache
         record.setup_s = {"pipeline": round(t1 - t0, 4), "page_cache": round(t2 - t1, 4),
                           "warmup": round(warmup_s, 4), "close": round(time.perf_counter() - t3, 4)}
