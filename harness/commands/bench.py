@@ -146,16 +146,23 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
                                  device_name=comparable["device"], regenerate=args.regenerate,
                                  verify_data=args.verify_data, order=args.order, order_seed=args.order_seed,
                                  budget_s=args.budget, min_effect=args.min_effect, started_at=time.time())
+    return run_until_stopped(args, config, env, baseline, rank, torchrun)
+
+
+def run_until_stopped(args: argparse.Namespace, config: launch.LaunchConfig, env: Environment | None,
+                      baseline: Baseline | None, rank: int, torchrun: bool) -> int:
+    """The cells, spawned or as this torchrun rank; on Ctrl-C or SIGTERM the report over the cells written
+    and how to resume (exit 130 or 143)."""
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
 
-    def ending(code: int) -> None:  # the report over the cells written, how to resume
+    def ending(code: int) -> None:
         if rank == 0:
-            resume.stopped(args, run_dir, env, code, torchrun)
+            resume.stopped(args, config.run_dir, env, code, torchrun)
 
     guard = stopguard.StopGuard(ending) if torchrun else None  # under a scheduler's KillWait: an ending for sure
     try:
         if not torchrun:
-            return finish_run(args, run_dir, env, baseline, spawn_ranks(config, env))
+            return finish_run(args, config.run_dir, env, baseline, spawn_ranks(config, env))
         return run_torchrun_rank(args, config, env, baseline, rank)
     except (KeyboardInterrupt, supervisor.Interrupted) as err:
         code = err.code if isinstance(err, supervisor.Interrupted) else 130
