@@ -67,6 +67,10 @@ class InvalidParams(ValueError):
     """A strategy's parameters are wrong (unknown key or bad value); the message is one line."""
 
 
+class Unavailable(InvalidParams):
+    """The strategy needs a package this machine lacks; the message says how to install it."""
+
+
 class PluginError(ImportError):
     """A plugin module or an entry point of group ``dlbench.strategies`` failed to import; one line."""
 
@@ -174,7 +178,8 @@ def accepted(factory: Callable[..., Any]) -> list[str] | None:
 
 
 def validate(axis: str, name: str, params: dict[str, Any]) -> None:
-    """Construct the strategy once; a wrong key, a bad value or a missing protocol member is InvalidParams.
+    """Construct the strategy once; a wrong key, a bad value or a missing protocol member is InvalidParams,
+    a package the strategy needs and this machine lacks is Unavailable (a kind of InvalidParams).
 
     Messages are one line, e.g. ``cache strategy 'lru' has no parameter 'capacity_MB'; accepted:
     capacity_mb, level, scope``.
@@ -188,6 +193,8 @@ def validate(axis: str, name: str, params: dict[str, Any]) -> None:
                                     f"accepted: {', '.join(keys) or 'none'}")
     try:
         strategy = factory(**params)
+    except Unavailable as err:
+        raise Unavailable(f"{axis} strategy {name!r}: {' '.join(str(err).split())}") from None
     except (ValueError, TypeError) as err:
         reason = " ".join(str(err).split())
         raise InvalidParams(f"{axis} strategy {name!r}: {reason}") from None

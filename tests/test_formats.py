@@ -341,6 +341,21 @@ def test_the_formats_scenario_without_litdata_is_one_line_and_exit_2(monkeypatch
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "litdata" in err and "pip install" in err, err
+    assert err.endswith("; or leave it out: --exclude storage=litdata"), err
+
+
+def test_the_formats_scenario_without_litdata_runs_what_excludes_it(monkeypatch, tmp_path, capsys):
+    import sys
+
+    from harness import cli
+
+    monkeypatch.setitem(sys.modules, "litdata", None)
+    argv = ["--scenario", "formats", "--dry-run", "--data-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o")]
+    assert cli.main([*argv, "--exclude", "storage=litdata"]) == 0
+    listed = capsys.readouterr().out
+    assert "storage=lmdb" in listed and "litdata" not in listed
+    assert cli.main([*argv, "--only", "storage=litdata"]) == 2  # asked for: the same one line
+    assert "needs the litdata package" in capsys.readouterr().err
 
 
 @needs_litdata

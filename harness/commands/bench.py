@@ -127,8 +127,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
         return EXIT_OK
     runsetup.scan_source(sc, args.data_dir, not args.quiet, args)  # an imported source: its size, corrupt JPEGs
-    if args.loader_only:
-        return run_loader_only(args, argv, sc)
+    if args.loader_only:  # the storages of the selected cells (--only, --exclude)
+        storages = list(dict.fromkeys(cell.choice("storage") for cell in cells))
+        return run_loader_only(args, argv, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
     if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # the process that writes the datasets
         check_data_space(sc, cells, args.data_dir, args.regenerate)
     comparable = comparable_of(sc, device, args.cache_state)

@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from harness.config.matrix import check_available
 from harness.config.scenario import Scenario, StrategyChoice
 from harness.data import pagecache
 from harness.data.decoders import DECODERS, decode_resize
@@ -309,6 +310,7 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     choices = list(scenario.matrix.get("storage", [])) or [StrategyChoice("storage", "raw")]
+    check_available(choices, remedy=False)  # --loader-only times every storage of the matrix
     paths = {c.label: _materialised(spec, c, data_dir, progress) for c in choices}
     mmap_path = materialise(spec, "mmap", data_dir, progress=progress)  # the RAM reference's source
     article = article_file(spec, data_dir, mmap_path)

@@ -61,4 +61,13 @@ def select(cells: list[Cell], only: list[str], exclude: list[str]) -> list[Cell]
             cells = [cell for cell in cells if matches(cell, axis, names) == keep]
     if not cells:
         raise UsageError("the --only/--exclude filters leave no cell to run; loosen them (see --dry-run)")
+    check_available(c for cell in cells for c in cell.choices)
     return cells
+
+
+def check_available(choices, remedy: bool = True) -> None:
+    """One line for the first strategy this machine cannot run (a package it lacks): how to install it,
+    and (remedy) how to leave it out."""
+    for c in choices:
+        if c.unavailable:
+            raise UsageError(c.unavailable + (f"; or leave it out: --exclude {c.axis}={c.label}" if remedy else ""))

@@ -1,9 +1,11 @@
 """A scenario's [matrix] table read into StrategyChoices: every entry named, every strategy known, every
 parameter accepted by the strategy and checked against the run's training settings (batch size, ranks,
-samples), so that a value a strategy would reject inside a rank stops the run when the scenario loads."""
+samples), so that a value a strategy would reject inside a rank stops the run when the scenario loads. A
+strategy whose package is missing here is kept, marked unavailable: the run stops on it only if the cells
+selected (--only, --exclude) need it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,8 @@ class StrategyChoice:
     axis: str
     name: str
     params: tuple[tuple[str, Any], ...] = ()
+    # why this machine cannot run it (a package it lacks), as one line; checked once the cells are selected
+    unavailable: str = field(default="", compare=False)
 
     @property
     def label(self) -> str:
@@ -74,6 +78,10 @@ def parse_matrix(path: Path, raw: Any, settings: dict[str, Any], origin: str = "
                                  f"known: {', '.join(known) or 'none'}")
             try:
                 registry.validate(axis, name, params)
+            except registry.Unavailable as err:  # an error only if a selected cell needs it (--exclude)
+                choices.append(StrategyChoice(axis, name, tuple(sorted(params.items())),
+                                              unavailable=f"{path}: matrix.{axis}: {err}"))
+                continue
             except registry.InvalidParams as err:
                 raise UsageError(f"{path}: matrix.{axis}: {err}") from None
             try:

@@ -39,7 +39,7 @@ import numpy as np
 
 from strategies.params import integer
 from strategies.protocols import StorageBase
-from strategies.registry import register
+from strategies.registry import Unavailable, register
 from strategies.sample import FIELDS, Sample
 from strategies.storage.advice import Advised, FileRanges, Tracked, checked, fd_will_need
 from strategies.storage.base import (
@@ -72,7 +72,7 @@ def _litdata():
         import litdata
         from litdata.utilities import breakpoint as debugger
     except ImportError:
-        raise ValueError(INSTALL) from None
+        raise Unavailable(INSTALL) from None
     if not isinstance(debugger._stdin_lock, type(threading.Lock())):
         # litdata's import makes a multiprocessing lock for its multi-process pdb helper; a rank that ends
         # with os._exit never releases it and the resource tracker warns of a leaked semaphore at shutdown.
