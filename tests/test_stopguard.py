@@ -15,6 +15,8 @@ import pytest
 
 from harness.run.launch import free_port
 
+pytestmark = pytest.mark.slow  # real gloo rank processes
+
 RANK = textwrap.dedent("""
     import os, signal, sys, threading, time
     from pathlib import Path
