@@ -132,8 +132,9 @@ def test_decompose_cold_cache_and_disk_reads(data_dir, tmp_path, smoke_run):
         # the cell's figures are the cold phase's (what --cache-state cold asked for), not the warm one's
         assert r.window_s == r.phases["cold"].window_s
         assert r.page_cache["state"] == "cold"
-    # the compute-only phase reads nothing: its window holds no data wait, so it is the fastest per step
-    assert d.compute_s <= d.cold_s
+    # (no assertion that the compute-only phase is the fastest per step: on an emulated device all three
+    # phases sleep out the same modelled step, and CI once saw it 0.8% slower than the cold phase)
+    assert d.compute_bound_samples_s > 0 and d.cold_samples_s > 0
     assert cell.figures.disk_read_mb > 0  # the cold phase's reads came from the device
     assert cell.figures.logical_read_mb > 0
     line = json.loads((run_dir / "cells.jsonl").read_text())
