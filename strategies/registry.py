@@ -30,7 +30,7 @@ ENTRY_POINT_GROUP = "dlbench.strategies"
 
 _REGISTRY: dict[str, dict[str, Callable[..., Any]]] = {axis: {} for axis in AXES}
 
-BUILTINS = (  # imported by load_builtins, and preloaded by the DataLoader workers' forkserver
+_BUILTINS = (
     "strategies.storage.raw",
     "strategies.storage.mmap",
     "strategies.storage.hdf5",
@@ -103,7 +103,7 @@ def register(axis: str, name: str, override: bool = False) -> Callable[[Callable
 
 
 def load_builtins() -> None:
-    for module in BUILTINS:
+    for module in _BUILTINS:
         importlib.import_module(module)
     load_entry_points()
 

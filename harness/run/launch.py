@@ -118,11 +118,8 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
         registry.load_plugin(module)
 
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
-    # worker exit); preloading makes each worker a cheap fork of a process that has imported the items and
-    # the built-in strategies (h5py, pyarrow: else imported by every worker of every visit; measured over the
-    # 8 hdf5 visits of 4xV100, twice: warm-up 8.6 -> 6.7 s, windows 63.5% -> 67.3% of cell time).
-    mp.set_forkserver_preload(["torch", "harness.train.torchdataset", "strategies.registry", *registry.BUILTINS,
-                               *config.plugins])
+    # worker exit); preloading makes each worker a cheap fork of a process that has imported the items.
+    mp.set_forkserver_preload(["torch", "harness.train.torchdataset", "strategies.registry", *config.plugins])
     cuda = config.device == "cuda"
     # An emulated rank's stand-in model is tiny: one thread, so that idle OpenMP threads do not spin on the
     # cores the DataLoader workers need (a GPU host launches kernels from one thread too).
