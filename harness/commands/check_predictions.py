@@ -86,8 +86,9 @@ def _visits(run_dir: Path, group: list[CheckCase]) -> dict[str, Visit]:
     return {c.name: Visit(by_storage[c.storage], outside) for c in group if c.storage in by_storage}
 
 
-def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> tuple[Bench, dict]:
-    """The side measurements (harness.commands.checkbench), as the pure Bench and as JSON."""
+def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> dict:
+    """The side measurements (harness.commands.checkbench), as bench.json holds them (bench_of reads them
+    back as the pure Bench)."""
     storage = {s: StrategyChoice("storage", s).create() for s in STORAGES}
     indices = list(range(0, min(len_of(sc), 2048), 4))[:256]
     read_s = {s: checkbench.read_cost(storage[s], data_paths[s], sc.training.workload, indices,
@@ -102,9 +103,8 @@ def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, co
     disk = checkbench.disk(storage["hdf5"].files(data_paths["hdf5"]))  # one large file
     disk["small_files"] = checkbench.cold_files(storage["raw"].files(data_paths["raw"]))  # the raw storage's
     contention = checkbench.contention(jpegs[:32], base.image_size, cores)
-    as_json = {"read_s": read_s, "decode_s": {f"{k[0]}/{k[1]}": v for k, v in decode_s.items()},
-               "area": area, "disk": disk, "contention": contention}
-    return bench_of(as_json), as_json
+    return {"read_s": read_s, "decode_s": {f"{k[0]}/{k[1]}": v for k, v in decode_s.items()},
+            "area": area, "disk": disk, "contention": contention}
 
 
 def _other_decoder(decoder: str) -> str | None:
@@ -281,10 +281,11 @@ def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: in
                                                "cases": [c.name for c in all_cases]})
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     started = time.perf_counter()
-    data_paths = LaunchConfig(_variant(sc, base, list(STORAGES), steps), expand(_variant(sc, base, list(STORAGES),
-                              steps)), run_dir, data_dir, "emulated").materialise_all(progress=not quiet)
+    variant = _variant(sc, base, list(STORAGES), steps)
+    data_paths = LaunchConfig(variant, expand(variant), run_dir, data_dir,
+                              "emulated").materialise_all(progress=not quiet)
     say("measuring the disk, the contention factor and the stages' costs ...")
-    rundir.write_json(run_dir / "bench.json", _bench(sc, base, all_cases, data_paths, cores)[1])
+    rundir.write_json(run_dir / "bench.json", _bench(sc, base, all_cases, data_paths, cores))
     for r, i, group in _rounds(all_cases, rounds):
         say(f"round {r + 1}/{rounds}, launch {i + 1}: {', '.join(c.name for c in group)}")
         _launch(sc, group, run_dir / "runs" / f"r{r}-{i}", data_dir, steps)
