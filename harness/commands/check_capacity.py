@@ -22,7 +22,7 @@ from harness.config import scenario as scenario_mod
 from harness.config.matrix import expand
 from harness.config.runconfig import LaunchConfig
 from harness.config.target import Target
-from harness.errors import EXIT_OK, UsageError
+from harness.errors import EXIT_OK, run_module
 from harness.results import rundir, stages
 from harness.results.checkcases import Bench, CheckCase, processes, run_cores
 from harness.results.targetmodel import capacity, predict
@@ -93,8 +93,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UsageError as err:
-        print(f"check_capacity: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_module("check_capacity", main)

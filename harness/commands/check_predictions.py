@@ -33,7 +33,7 @@ from harness.config.runconfig import LaunchConfig
 from harness.data.decoders import resized_shapes
 from harness.data.fields import FIELDS_FOR
 from harness.data.generator import image_sides
-from harness.errors import EXIT_OK, UsageError
+from harness.errors import EXIT_OK, UsageError, run_module
 from harness.results import rundir, stages
 from harness.results.cellresult import CellResult
 from harness.results.checkcases import Bench, CheckCase, case_costs, cases, error_pct, predict_case, run_cores, summary
@@ -333,8 +333,4 @@ def from_args(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UsageError as err:
-        print(f"check_predictions: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_module("check_predictions", main)

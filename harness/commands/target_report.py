@@ -8,12 +8,11 @@ scenario)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from harness.config import scenario as scenario_mod
 from harness.config import target as target_mod
-from harness.errors import EXIT_OK, UsageError
+from harness.errors import EXIT_OK, UsageError, run_module
 from harness.report import stagetable
 from harness.report.tables import render_tables
 from harness.results import rundir
@@ -52,8 +51,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except UsageError as err:
-        print(f"target_report: {err}", file=sys.stderr)
-        sys.exit(2)
+    run_module("target_report", main)
