@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.data import pagecache
 from harness.data.decoders import decode_resize
 from harness.data.fields import FIELDS_FOR
-from harness.measure.telemetry import descendants
+from harness.measure.telemetry import descendants, stat_fields
 
 CHUNK = 4 << 20
 SEQUENTIAL_BYTES = 256 << 20
@@ -139,10 +139,8 @@ def _running_tasks(pids: list[int]) -> int:
     n = 0
     for pid in pids:
         for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
-            try:
-                n += stat.read_text().rsplit(")", 1)[1].split()[0] == "R"
-            except (OSError, IndexError):
-                continue
+            fields = stat_fields(stat)
+            n += bool(fields) and fields[0] == "R"
     return n
 
 

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.measure.telemetry import stat_fields
+
 OUTSIDE_LOAD_PCT = 10.0  # a visit above this share of the host's CPU used by other processes is flagged
 PROC = Path("/proc")
 
@@ -42,11 +44,9 @@ def host_ticks(stat: str | None = None) -> HostTicks | None:
 
 def _stat_fields(pid: int) -> tuple[int, int] | None:
     """(ppid, utime + stime + cutime + cstime) of a process, or None if it is gone."""
-    try:
-        text = (PROC / str(pid) / "stat").read_text()
-    except OSError:
+    rest = stat_fields(PROC / str(pid) / "stat")
+    if rest is None:
         return None
-    rest = text[text.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
     return int(rest[1]), sum(int(x) for x in rest[11:15])
 
 

@@ -50,13 +50,21 @@ def read_bytes(pid: int) -> int | None:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def stat_fields(path: Path | str) -> list[str] | None:
+    """The fields of a /proc/PID/stat (or /proc/PID/task/TID/stat) file after the command name, which may
+    hold spaces and parentheses: [state, ppid, pgrp, ...] (stat(5) fields 3 on); None if it is gone."""
+    try:
+        return Path(path).read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def cpu_seconds(pid: int) -> float | None:
     """CPU seconds of a process and of the children it reaped (utime + stime + cutime + cstime)."""
+    fields = stat_fields(f"/proc/{pid}/stat")
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
         return sum(int(v) for v in fields[11:15]) / CLOCK_TICKS  # fields 14-17 of stat(5)
-    except (OSError, ValueError, IndexError):
+    except (TypeError, ValueError):
         return None
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from harness.config.runconfig import LaunchConfig
 from harness.data.materialise import verify_dir
 from harness.errors import UsageError
+from harness.measure.telemetry import stat_fields
 from harness.results import rundir
 from harness.results.cellresult import CellResult, Figures
 
@@ -195,11 +196,8 @@ def group_members(pgid: int) -> list[int]:
     """The processes of process group ``pgid`` (read from /proc; [] where there is none)."""
     out = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and fields[2] == str(pgid):  # state, ppid, pgrp after the command's ")"
+        fields = stat_fields(stat)
+        if fields is not None and len(fields) > 2 and fields[2] == str(pgid):  # state, ppid, pgrp
             out.append(int(stat.parent.name))
     return out
 
