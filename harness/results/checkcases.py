@@ -106,10 +106,13 @@ def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, a
                  cores: float, run_cores: float | None = None) -> Prediction:
     """The case's prediction on this host when the run gets `run_cores` cores' worth of CPU in all (None:
     the host to itself), each of its processes at most an equal part of it."""
-    got = cores if run_cores is None else min(cores, run_cores)
-    share = min(1.0, got / processes(case))
+    if run_cores is None:
+        got, share = cores, 1.0
+    else:
+        got = min(cores, run_cores)
+        share = min(1.0, got / processes(case))
     return predict(case_costs(calib, base, case, bench), case_target(case, accelerator, got, bench),
-                   accelerator, advise=False, share=share if run_cores is not None else 1.0)
+                   accelerator, advise=False, share=share)
 
 
 def run_cores(calib: Costs, base: CheckCase, bench: Bench, accelerator: Accelerator, cores: float,

@@ -285,7 +285,6 @@ class RankGroup:
             if p.pid is not None:
                 p.join(timeout=10)
 
-
     def _interrupt(self, grace: float) -> None:
         """Every rank still running: what it started (DataLoader workers, its forkserver, a cache server) is
         killed, then the rank gets SIGINT and up to ``grace`` seconds to exit. Workers go first: a worker

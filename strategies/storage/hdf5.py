@@ -217,7 +217,6 @@ class Hdf5Reader(StoredBytesSidecar, Advised, PicklesUnmapped):
                 columns[name] = in_request_order(list(_chunked_rows(f[name], sidx)), order)
         return columns
 
-
     def close(self) -> None:
         self._h.close()
         self._stored = None
