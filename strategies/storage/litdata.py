@@ -192,7 +192,6 @@ class LitdataReader(StoredBytesSidecar, Advised, PicklesUnmapped):
             out.append(s)
         return in_request_order(out, order)
 
-
     def close(self) -> None:
         self._dataset.close()
         self._chunk_ends.close()

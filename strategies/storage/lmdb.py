@@ -159,7 +159,6 @@ class LmdbReader(StoredBytesSidecar, Advised, PicklesUnmapped):
                     s.text_emb = np.frombuffer(value[d:e], dtype="<f4").astype(np.float32)
         return out
 
-
     def close(self) -> None:
         self._env.close()
         self._env.hint = self.hint  # the next open follows an advise() made since

@@ -172,7 +172,6 @@ class ParquetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
             cache.popitem(last=False)
         return out
 
-
     def close(self) -> None:
         self._file.close()
         self._groups.close()

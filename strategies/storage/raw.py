@@ -137,7 +137,6 @@ class RawReader(StoredBytesSidecar, Advised, PicklesUnmapped):
                 columns[field] = in_request_order(list(buf), order)
         return build_samples(idx.tolist(), columns)
 
-
     def close(self) -> None:
         self._dir.close()
         self._stored = None

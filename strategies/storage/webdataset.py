@@ -214,7 +214,6 @@ class WebDatasetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
                         setattr(s, field, np.frombuffer(piece, dtype="<f4").astype(np.float32))
         return out
 
-
     def shards(self) -> list[range]:
         return fixed_shards(self._count, self.shard_size)
 
