@@ -97,14 +97,19 @@ def io_seconds(costs: Costs, target: Target) -> float:
     return transfer + costs.requests_per_sample * target.storage_latency_ms / 1e3
 
 
+def rank_seconds(costs: Costs, workers: int, k: float, share: float) -> float:
+    """The rank's main thread's host seconds per sample: with DataLoader workers its receiving thread (one
+    batch ahead) runs beside it, so that share is not on the step's path."""
+    return (costs.rank_s - (costs.receive_ahead_s if workers > 0 else 0.0)) * k / share
+
+
 def _bounds(costs: Costs, target: Target, d: float, k: float, workers: int,
             share: float = 1.0) -> dict[str, float]:
     cold = target.page_cache == "cold"
     loader = costs.loader_s + (costs.cold_read_extra_s if cold else 0.0)
     io = io_seconds(costs, target)
     host = (loader + costs.rank_s) * k
-    # the rank's main thread: its receiving thread (one batch ahead of DataLoader workers) runs beside it
-    rank = (costs.rank_s - (costs.receive_ahead_s if workers > 0 else 0.0)) * k / share
+    rank = rank_seconds(costs, workers, k, share)
     out = {name: math.inf for name in BOUNDS}
     out["device"] = 1.0 / max(d, 1e-12)
     out["rank host"] = 1.0 / rank if rank > 0 else math.inf
@@ -146,7 +151,7 @@ def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: b
     binds = min(bounds, key=lambda name: (bounds[name], name != "device"))  # a tie: the device binds
     per_rank = bounds[binds] / (max(1.0, costs.step_imbalance) if target.ranks > 1 else 1.0)
     au = min(100.0, per_rank * d * 100.0)
-    step = max(d, (costs.rank_s - costs.receive_ahead_s) * k / share)
+    step = max(d, rank_seconds(costs, target.workers_per_rank, k, share))
     return Prediction(samples_per_s=per_rank * target.ranks, per_rank=per_rank, au_pct=au,
                       stall_pct=max(0.0, 100.0 - per_rank * step * 100.0), binds=binds, bounds=bounds,
                       factor=k, workers_for_device=workers_for_device(costs, target, d) if advise else None)
