@@ -1,8 +1,9 @@
-"""Command line. Thin: parse, then call the harness. One function per command.
+"""Command line: the only module that parses it. Each command's options become one frozen, typed request
+(harness.config.request, or the command's own `Request`), settled once here, and the command receives that.
 
     run_bench.py --scenario NAME [options]     run a scenario's matrix (the default command)
-    run_bench.py --list                        list the scenarios
-    run_bench.py --self-test                   check the harness's own figures on a calibrated workload
+    run_bench.py list        (or --list)       list the scenarios
+    run_bench.py self-test   (or --self-test)  check the harness's own figures on a calibrated workload
     run_bench.py report RUN_DIR                rebuild every table and plot from cells.jsonl alone
     run_bench.py compare RUN_A RUN_B           compare run B with run A, cell by cell
 
@@ -30,8 +31,10 @@ import traceback
 from pathlib import Path
 
 from harness.commands import bench, compare_runs, list_scenarios, rebuild_report, resume
-from harness.config import runsetup, scenario
+from harness.config import scenario
+from harness.config.request import BenchRequest, DataOptions, GateOptions, Overrides, Torchrun
 from harness.config.runconfig import ORDERS
+from harness.data.importer import LAYOUTS
 from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
 from harness.results.baseline import BaselineError
 from harness.results.rundir import ResultsError
@@ -91,7 +94,7 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     life.add_argument("--regenerate", action="store_true", help="write the datasets again (damaged data)")
     life.add_argument("--scale", choices=("full",), help="full: a CC3M-size dataset (3,318,333 samples) of "
                       "embeddings and captions, for --workload features")
-    runsetup.add_data_options(p.add_argument_group("your own data"))
+    add_data_options(p.add_argument_group("your own data"))
     depth = p.add_argument_group("measurement depth")
     depth.add_argument("--cache-state", choices=("as-is", "warm", "cold"), default="as-is",
                        help="page cache before each cell: cold drops the dataset's files (posix_fadvise), "
@@ -123,6 +126,16 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     add_compare_options(gate)
     add_what_if_option(p)
     add_target_option(p)
+
+
+def add_data_options(group) -> None:
+    group.add_argument("--data", type=Path, metavar="PATH",
+                       help="benchmark your own dataset: a folder img2dataset wrote (files, webdataset or "
+                            "parquet output) or a folder of .jpg + same-named .txt captions; imported once per "
+                            "storage into --data-dir (--samples N: only the first N samples)")
+    group.add_argument("--data-format", choices=LAYOUTS, help="the layout of --data (default: detected)")
+    group.add_argument("--strict-data", action="store_true",
+                       help="a corrupt image in --data is an error (default: skipped and counted)")
 
 
 def duration(text: str) -> float:
@@ -206,9 +219,9 @@ def cmd_report(argv: list[str]) -> int:
     add_what_if_option(p)
     add_target_option(p)
     add_debug_option(p)
-    args = p.parse_args(argv)
-    check_what_if(args.what_if_cores)
-    return rebuild_report.main(args)
+    ns = p.parse_args(argv)
+    check_what_if(ns.what_if_cores)
+    return rebuild_report.main(rebuild_report.Request(ns.run_dir, ns.with_1x, ns.what_if_cores, ns.target))
 
 
 def cmd_compare(argv: list[str]) -> int:
@@ -221,38 +234,129 @@ def cmd_compare(argv: list[str]) -> int:
     return compare_runs.main(p.parse_args(argv))
 
 
+def bench_request(ns: argparse.Namespace, argv: list[str], resume_dir: Path | None) -> BenchRequest:
+    """The run's request: every option typed, the order seed and the torchrun identity settled."""
+    if ns.repeats < 1:
+        raise UsageError(f"--repeats = {ns.repeats} must be a positive integer")
+    check_what_if(ns.what_if_cores)
+    seed = ns.order_seed
+    if seed is None and resume_dir is not None:
+        seed = resume.recorded_order_seed(resume_dir)
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")  # drawn, then recorded in env.json
+    return BenchRequest(
+        scenario=ns.scenario, argv=tuple(argv), order_seed=seed,
+        overrides=Overrides(**{k: getattr(ns, k) for k in scenario.OVERRIDES}),
+        data=DataOptions(ns.data, ns.data_format, ns.strict_data, ns.scale),
+        gate=GateOptions(ns.baseline, ns.save_baseline, ns.gate_metric, ns.raw, ns.min_effect, ns.alpha, ns.strict),
+        device=ns.device, data_dir=ns.data_dir, out=ns.out, plugins=tuple(ns.plugin), quiet=ns.quiet,
+        only=tuple(ns.only), exclude=tuple(ns.exclude), dry_run=ns.dry_run, resume=resume_dir,
+        verify_data=ns.verify_data, regenerate=ns.regenerate, cache_state=ns.cache_state, decompose=ns.decompose,
+        loader_only=ns.loader_only, profile=ns.profile, repeats=ns.repeats, order=ns.order, budget_s=ns.budget,
+        what_if_cores=ns.what_if_cores, target=ns.target, torchrun=Torchrun.from_env())
+
+
+def load_plugins(modules) -> None:
+    """--plugin MODULE, once, before any command runs (the spawned ranks import them again themselves)."""
+    from strategies import registry
+
+    for module in modules:
+        try:
+            registry.load_plugin(module)
+        except registry.PluginError as err:
+            raise UsageError(f"--plugin {module}: {err}") from None
+
+
+def resume_argv(argv: list[str], parser: argparse.ArgumentParser) -> tuple[Path, list[str]]:
+    """(RUN_DIR, the command line to run): the recorded one when only free options were given; a whole
+    command line (with --scenario) as given (its settings are checked against the run's later); other
+    options without --scenario must not change the recorded command line: a UsageError names each option
+    that differs."""
+    rest, run_dir, i = [], None, 0
+    while i < len(argv):
+        if argv[i] == "--resume" and i + 1 < len(argv):
+            run_dir, i = Path(argv[i + 1]), i + 2
+            continue
+        if argv[i].startswith("--resume="):
+            run_dir = Path(argv[i].split("=", 1)[1])
+        else:
+            rest.append(argv[i])
+        i += 1
+    if run_dir is None:
+        raise UsageError("--resume needs a run directory: --resume results/<run>")
+    recorded = list(resume.read_run_env(run_dir).argv)
+    if any(a not in resume.FREE_OPTIONS for a in rest):
+        if any(a == "--scenario" or a.startswith("--scenario=") for a in rest):
+            return run_dir, rest
+        _same_options(run_dir, parser, recorded, rest)
+    return run_dir, recorded + [a for a in rest if a not in recorded]
+
+
+def _same_options(run_dir: Path, parser, recorded: list[str], given: list[str]) -> None:
+    """A UsageError naming the options in ``given`` that change the run's recorded command line."""
+    before, after = parser.parse_args(recorded), parser.parse_args(recorded + given)
+    free = {o.lstrip("-").replace("-", "_") for o in resume.FREE_OPTIONS}
+    differ = [k for k in vars(after) if k not in free and getattr(before, k, None) != getattr(after, k)]
+    if differ:
+        what = "; ".join(f"--{k.replace('_', '-')} {_shown(getattr(after, k))} (the run's: "
+                         f"{_shown(getattr(before, k, None))})" for k in differ)
+        raise UsageError(f"--resume {run_dir}: these options differ from the run's: {what}; resume with just "
+                         f"--resume {run_dir} (free to add: {', '.join(sorted(resume.FREE_OPTIONS))}), or start "
+                         f"a new run with them")
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "not given, the scenario's"
+    if isinstance(value, list):
+        return " ".join(map(str, value)) or "none"
+    return str(value)
+
+
+def cmd_bench(argv: list[str]) -> int:
+    """The default command (and its mode flags --list, --self-test, --check-predictions)."""
+    resume_dir = None
+    if any(a == "--resume" or a.startswith("--resume=") for a in argv):
+        resume_dir, argv = resume_argv(argv, build_parser())
+    ns = build_parser().parse_args(argv)
+    if ns.list:
+        return list_scenarios.main()
+    if ns.self_test:
+        return cmd_self_test()
+    if not ns.scenario:
+        raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
+    request = bench_request(ns, argv, resume_dir)
+    load_plugins(request.plugins)
+    if ns.check_predictions:
+        return cmd_check_predictions_of(request)
+    code = bench.main(request)
+    if request.torchrun is not None:
+        # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
+        # background threads sometimes abort ("terminate called without an active exception")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def cmd_check_predictions_of(request: BenchRequest) -> int:
+    """--scenario NAME --check-predictions: the prediction check on the run's scenario and data."""
+    from harness.commands import check_predictions
+
+    return check_predictions.run(request.scenario, request.data_dir, request.out, quiet=request.quiet)
+
+
+COMMANDS = {"report": cmd_report, "compare": cmd_compare, "list": lambda argv: cmd_bench(["--list", *argv]),
+            "self-test": lambda argv: cmd_bench(["--self-test", *argv])}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
-        if argv and argv[0] == "report":
-            return cmd_report(argv[1:])
-        if argv and argv[0] == "compare":
-            return cmd_compare(argv[1:])
-        resume_dir = None
-        if any(a == "--resume" or a.startswith("--resume=") for a in argv):
-            resume_dir, argv = resume.resume_argv(argv, build_parser())
-        args = build_parser().parse_args(argv)
-        args.resume = resume_dir
-        if args.list:
-            return list_scenarios.main()
-        if args.self_test:
-            return cmd_self_test()
-        if not args.scenario:
-            raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
-        check_what_if(args.what_if_cores)
-        if args.check_predictions:
-            from harness.commands import check_predictions
-
-            return check_predictions.from_args(args)
-        code = bench.main(args, argv)
-        if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
-            # background threads sometimes abort ("terminate called without an active exception")
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
-        return code
+        if argv and argv[0] in COMMANDS:
+            return COMMANDS[argv[0]](argv[1:])
+        return cmd_bench(argv)
     except UsageError as err:
         return _fail(err, EXIT_USAGE, debug, f"run_bench.py: error: {err}")
     except BaselineError as err:

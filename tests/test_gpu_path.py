@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from harness.config.request import Torchrun
 from harness.device import devices
 from harness.errors import UsageError
 from harness.run import launch
@@ -28,15 +29,13 @@ def gpus(monkeypatch):
 
 @pytest.fixture
 def torchrun(monkeypatch):
-    def under(local_world: int) -> None:
-        monkeypatch.setenv("RANK", "0")
-        monkeypatch.setenv("WORLD_SIZE", str(2 * local_world))
-        monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    def under(local_world: int) -> Torchrun:
+        return Torchrun.from_env({"RANK": "0", "WORLD_SIZE": str(2 * local_world),
+                                  "LOCAL_WORLD_SIZE": str(local_world)})
     return under
 
 
-def test_a_single_node_run_emulates_without_enough_gpus(gpus, monkeypatch):
-    monkeypatch.delenv("RANK", raising=False)
+def test_a_single_node_run_emulates_without_enough_gpus(gpus):
     gpus(2)
     assert launch.resolve_device("auto", 4) == "emulated"
     assert launch.resolve_device("auto", 2) == "cuda"
@@ -45,23 +44,23 @@ def test_a_single_node_run_emulates_without_enough_gpus(gpus, monkeypatch):
 
 
 def test_under_torchrun_one_gpu_bound_per_task_is_cuda(gpus, torchrun):
-    torchrun(4)
+    job = torchrun(4)
     gpus(1)  # Slurm --gpus-per-task=1: each task sees its own GPU as device 0
-    assert launch.resolve_device("auto", 8) == "cuda"
+    assert launch.resolve_device("auto", 8, job) == "cuda"
     gpus(4)
-    assert launch.resolve_device("auto", 8) == "cuda"
+    assert launch.resolve_device("auto", 8, job) == "cuda"
 
 
 def test_under_torchrun_visible_gpus_that_cannot_serve_the_ranks_refuse_instead_of_emulating(gpus, torchrun):
-    torchrun(4)
+    job = torchrun(4)
     gpus(2)
     with pytest.raises(UsageError, match="each sees 2 GPUs"):
-        launch.resolve_device("auto", 8)
-    assert launch.resolve_device("emulated", 8) == "emulated"  # asked for: honoured
+        launch.resolve_device("auto", 8, job)
+    assert launch.resolve_device("emulated", 8, job) == "emulated"  # asked for: honoured
     gpus(0)
-    assert launch.resolve_device("auto", 8) == "emulated"
+    assert launch.resolve_device("auto", 8, job) == "emulated"
     with pytest.raises(UsageError, match="sees no GPU"):
-        launch.resolve_device("cuda", 8)
+        launch.resolve_device("cuda", 8, job)
 
 
 def test_the_gpu_a_rank_drives(gpus):

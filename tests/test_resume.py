@@ -79,9 +79,10 @@ def test_resume_replays_the_recorded_command_line(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     rundir.write_json(run / "env.json", {"settings": SETTINGS, "argv": ["--scenario", "smoke", "--steps", "3"]})
-    assert resume.resume_argv(["--resume", str(run), "--quiet"]) == (run, ["--scenario", "smoke", "--steps",
-                                                                           "3", "--quiet"])
-    assert resume.resume_argv([f"--resume={run}", "--scenario", "ci"]) == (run, ["--scenario", "ci"])
+    parser = cli.build_parser()
+    assert cli.resume_argv(["--resume", str(run), "--quiet"], parser) == (run, ["--scenario", "smoke", "--steps",
+                                                                              "3", "--quiet"])
+    assert cli.resume_argv([f"--resume={run}", "--scenario", "ci"], parser) == (run, ["--scenario", "ci"])
 
 
 def test_resume_of_something_else_is_one_line_exit_2(tmp_path, capsys):
@@ -101,9 +102,8 @@ def test_resume_with_a_changed_option_is_refused_before_anything_runs(tmp_path, 
     from harness.config.matrix import expand
 
     sc = scenario.load("smoke", {"steps": 3})
-    args = cli.build_parser().parse_args(argv)
-    args.order_seed = 7  # as the run recorded it: the resumed run takes the recorded seed
-    sc_settings = resume.settings_of(args, sc, expand(sc), "emulated",
+    ns = cli.build_parser().parse_args([*argv, "--order-seed", "7"])  # the resumed run takes the recorded seed
+    sc_settings = resume.settings_of(cli.bench_request(ns, argv, None), sc, expand(sc), "emulated",
                                      bench.comparable_of(sc, "emulated", "as-is"))
     run = out / "run"
     run.mkdir(parents=True)

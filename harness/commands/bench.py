@@ -2,9 +2,7 @@
 report, and save or compare a baseline (the CI gate)."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import os
 import signal
 import sys
 import time
@@ -14,6 +12,7 @@ from harness.commands import resume
 from harness.commands.compare_runs import run_as_baseline, show_comparison
 from harness.config import runsetup, scenario, target
 from harness.config.matrix import expand, select
+from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
 from harness.config.runsetup import CC3M_SAMPLES, full_scale, with_source
 from harness.device.devices import run_device_name
@@ -41,16 +40,6 @@ def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is"
             **({"gpu": gpuinfo.comparability_key()} if device == "cuda" else {})}
 
 
-def load_plugins(modules: list[str]) -> None:
-    from strategies import registry
-
-    for module in modules:
-        try:
-            registry.load_plugin(module)
-        except registry.PluginError as err:
-            raise UsageError(f"--plugin {module}: {err}") from None
-
-
 def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
     """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as failed and
     fresh ranks go on; False when a cell failed so (exit 1)."""
@@ -63,108 +52,108 @@ def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
     return not failures
 
 
-def finish_run(args: argparse.Namespace, run_dir: Path, env: Environment, baseline: Baseline | None,
-               ok: bool) -> int:
+def finish_run(request: BenchRequest, run_dir: Path, env: Environment, baseline: Baseline | None,
+               ok: bool, run_target=None) -> int:
     """The report from cells.jsonl, the sampler contract, and the baseline (saved and/or compared)."""
     cells_done: list[CellResult] = rundir.read_results(run_dir)
-    print(report.write_all(run_dir, cells_done, env, what_if_cores=args.what_if_cores,
-                           target=getattr(args, "run_target", None)))
+    print(report.write_all(run_dir, cells_done, env, what_if_cores=request.what_if_cores, target=run_target))
     code = EXIT_OK if ok else EXIT_REGRESSION
     broken = [c.cell for c in cells_done if not c.contract_ok]
     if broken:
         print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
               file=sys.stderr)
         code = EXIT_REGRESSION
-    if args.save_baseline or baseline is not None:
+    gate = request.gate
+    if gate.save_baseline or baseline is not None:
         current = run_as_baseline(run_dir)
-        if args.save_baseline:
-            current.save(args.save_baseline)
-            print(f"baseline written: {args.save_baseline}", file=sys.stderr)
+        if gate.save_baseline:
+            current.save(gate.save_baseline)
+            print(f"baseline written: {gate.save_baseline}", file=sys.stderr)
         if baseline is not None:
-            code = max(code, show_comparison(compare.compare(current, baseline, args.raw, args.min_effect,
-                                                             args.alpha, args.strict, args.gate_metric),
+            code = max(code, show_comparison(compare.compare(current, baseline, gate.raw, gate.min_effect,
+                                                             gate.alpha, gate.strict, gate.metric),
                                              run_dir / "comparison.md"))
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return code
 
 
-def run_loader_only(args: argparse.Namespace, argv: list[str], sc: scenario.Scenario) -> int:
+def run_loader_only(request: BenchRequest, sc: scenario.Scenario) -> int:
     """--loader-only: each storage's read path alone, beside a RAM gather and the article's per-row reads."""
     from harness.commands import loaderonly  # h5py, PIL and the article's code: only for this command
 
-    run_dir = rundir.new_run_dir(args.out, f"{sc.name}-loader")
+    argv = list(request.argv)
+    run_dir = rundir.new_run_dir(request.out, f"{sc.name}-loader")
     env = Environment.capture(argv, {"mode": "loader-only", "accelerator": None, "world_size": 1})
-    dataclasses.replace(env, scenario=sc.name, dataset=sc.dataset.to_dict(), cache_state=args.cache_state,
+    dataclasses.replace(env, scenario=sc.name, dataset=sc.dataset.to_dict(), cache_state=request.cache_state,
                         argv=argv, imported=runsetup.import_env(sc)).write(run_dir)
-    states = loaderonly.CACHE_STATES if args.cache_state == "as-is" else (args.cache_state,)
-    loaderonly.run(sc, args.data_dir, run_dir, states, progress=not args.quiet)
+    states = loaderonly.CACHE_STATES if request.cache_state == "as-is" else (request.cache_state,)
+    loaderonly.run(sc, request.data_dir, run_dir, states, progress=not request.quiet)
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return EXIT_OK
 
 
-def main(args: argparse.Namespace, argv: list[str]) -> int:
-    load_plugins(args.plugin)
-    if args.repeats < 1:
-        raise UsageError(f"--repeats = {args.repeats} must be a positive integer")
-    overrides = {k: getattr(args, k) for k in scenario.OVERRIDES}
-    if args.scale == "full" and args.samples is None and args.data is None:
+def main(request: BenchRequest) -> int:
+    """The scenario (with the command line's overrides and data), its cells, then the run."""
+    r = request
+    overrides = r.overrides.given()
+    if r.data.scale == "full" and r.overrides.samples is None and r.data.path is None:
         overrides["samples"] = CC3M_SAMPLES
-    torchrun = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if torchrun:
-        overrides["world_size"] = int(os.environ["WORLD_SIZE"])
-    sc = with_source(args, scenario.load(args.scenario, overrides))  # --data, [dataset] source
-    if args.scale == "full":
+    if r.torchrun:
+        overrides["world_size"] = r.torchrun.world_size
+    sc = with_source(scenario.load(r.scenario, overrides), r.data, r.overrides.samples)  # --data, [dataset] source
+    if r.data.scale == "full":
         sc = full_scale(sc)
-    args.run_target = target.of_scenario(sc, args.target)  # a mistake in it stops here, before anything runs
-    device = launch.resolve_device(args.device, int(os.environ.get("LOCAL_WORLD_SIZE", sc.world_size)))
-    cells = select(expand(sc), args.only, args.exclude)
-    rundir.check_writable_dir(args.out, "--out")  # the output paths, before anything is measured
-    if args.save_baseline:
-        rundir.check_writable_file(args.save_baseline, "--save-baseline")
-    if args.dry_run:
+    run_target = target.of_scenario(sc, r.target)  # a mistake in it stops here, before anything runs
+    local_ranks = r.torchrun.local_world_size if r.torchrun else sc.world_size
+    device = launch.resolve_device(r.device, local_ranks, r.torchrun)
+    cells = select(expand(sc), list(r.only), list(r.exclude))
+    rundir.check_writable_dir(r.out, "--out")  # the output paths, before anything is measured
+    if r.gate.save_baseline:
+        rundir.check_writable_file(r.gate.save_baseline, "--save-baseline")
+    if r.dry_run:
         for i, cell in enumerate(cells, 1):
             print(f"{i:3d}  {cell.id}")
-        print(f"{len(cells)} cells x {args.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
+        print(f"{len(cells)} cells x {r.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
         return EXIT_OK
-    runsetup.scan_source(sc, args.data_dir, not args.quiet, args)  # an imported source: its size, corrupt JPEGs
-    if args.loader_only:  # the storages of the selected cells (--only, --exclude)
+    runsetup.scan_source(sc, r.data_dir, not r.quiet, r.overrides)  # an imported source: its size, corrupt JPEGs
+    if r.loader_only:  # the storages of the selected cells (--only, --exclude)
         storages = list(dict.fromkeys(cell.choice("storage") for cell in cells))
-        return run_loader_only(args, argv, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
-    if int(os.environ.get("LOCAL_RANK", 0)) == 0:  # the process that writes the datasets
-        check_data_space(sc, cells, args.data_dir, args.regenerate)
-    comparable = comparable_of(sc, device, args.cache_state)
-    baseline = Baseline.load(args.baseline) if args.baseline else None
+        return run_loader_only(r, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
+    if r.local_rank == 0:  # the process that writes the datasets
+        check_data_space(sc, cells, r.data_dir, r.regenerate)
+    comparable = comparable_of(sc, device, r.cache_state)
+    baseline = Baseline.load(r.gate.baseline) if r.gate.baseline else None
     if baseline is not None:  # fail fast, before anything runs
         compare.check_comparable(sc.name, comparable, baseline)
-    rank = int(os.environ.get("RANK", 0))
-    args.order_seed = resume.order_seed(args)
-    settings = resume.settings_of(args, sc, cells, device, comparable)
-    run_dir, env = (args.out, None) if rank != 0 else resume.open_run_dir(args, argv, sc, device, comparable,
-                                                                           len(cells), settings)
-    config = launch.LaunchConfig(sc, cells, run_dir, args.data_dir, device, plugins=args.plugin,
-                                 progress=not args.quiet, cache_state=args.cache_state,
-                                 decompose=args.decompose, profile=args.profile, repeats=args.repeats,
-                                 device_name=comparable["device"], regenerate=args.regenerate,
-                                 verify_data=args.verify_data, order=args.order, order_seed=args.order_seed,
-                                 budget_s=args.budget, min_effect=args.min_effect, started_at=time.time())
-    return run_until_stopped(args, config, env, baseline, rank, torchrun)
+    settings = resume.settings_of(r, sc, cells, device, comparable)
+    run_dir, env = (r.out, None) if r.rank != 0 else resume.open_run_dir(r, sc, device, comparable, len(cells),
+                                                                         settings)
+    config = launch.LaunchConfig(sc, cells, run_dir, r.data_dir, device, plugins=list(r.plugins),
+                                 progress=not r.quiet, cache_state=r.cache_state,
+                                 decompose=r.decompose, profile=r.profile, repeats=r.repeats,
+                                 device_name=comparable["device"], regenerate=r.regenerate,
+                                 verify_data=r.verify_data, order=r.order, order_seed=r.order_seed,
+                                 budget_s=r.budget_s, min_effect=r.gate.min_effect, started_at=time.time())
+    return run_until_stopped(r, config, env, baseline, run_target)
 
 
-def run_until_stopped(args: argparse.Namespace, config: launch.LaunchConfig, env: Environment | None,
-                      baseline: Baseline | None, rank: int, torchrun: bool) -> int:
+def run_until_stopped(request: BenchRequest, config: launch.LaunchConfig, env: Environment | None,
+                      baseline: Baseline | None, run_target=None) -> int:
     """The cells, spawned or as this torchrun rank; on Ctrl-C or SIGTERM the report over the cells written
     and how to resume (exit 130 or 143)."""
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
 
+    torchrun = request.torchrun is not None
+
     def ending(code: int) -> None:
-        if rank == 0:
-            resume.stopped(args, config.run_dir, env, code, torchrun)
+        if request.rank == 0:
+            resume.stopped(request, config.run_dir, env, code, run_target)
 
     guard = stopguard.StopGuard(ending) if torchrun else None  # under a scheduler's KillWait: an ending for sure
     try:
         if not torchrun:
-            return finish_run(args, config.run_dir, env, baseline, spawn_ranks(config, env))
-        return run_torchrun_rank(args, config, env, baseline, rank)
+            return finish_run(request, config.run_dir, env, baseline, spawn_ranks(config, env), run_target)
+        return run_torchrun_rank(request, config, env, baseline, run_target)
     except (KeyboardInterrupt, supervisor.Interrupted) as err:
         code = err.code if isinstance(err, supervisor.Interrupted) else 130
         if guard is not None:
@@ -174,15 +163,15 @@ def run_until_stopped(args: argparse.Namespace, config: launch.LaunchConfig, env
         return code
 
 
-def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env: Environment | None,
-                      baseline: Baseline | None, rank: int) -> int:
+def run_torchrun_rank(request: BenchRequest, config: launch.LaunchConfig, env: Environment | None,
+                      baseline: Baseline | None, run_target=None) -> int:
     """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
     that resumes it."""
+    rank = request.rank
     if rank == 0:  # the plan (its random order, what is left to resume) goes from rank 0 to every rank
-        config.plan = supervisor.remaining(config, config.full_plan()) if args.resume else config.full_plan()
+        config.plan = supervisor.remaining(config, config.full_plan()) if request.resume else config.full_plan()
     try:
-        data_paths = launch.rank_main(rank, int(os.environ.get("LOCAL_RANK", 0)), config.scenario.world_size,
-                                      config)
+        data_paths = launch.rank_main(rank, request.local_rank, config.scenario.world_size, config)
     except (UsageError, KeyboardInterrupt, supervisor.Interrupted):
         raise
     except Exception as err:
@@ -194,4 +183,4 @@ def run_torchrun_rank(args: argparse.Namespace, config: launch.LaunchConfig, env
         return EXIT_OK
     env.dataset_gb = launch.dataset_gb(data_paths)
     env.write(config.run_dir)
-    return finish_run(args, config.run_dir, env, baseline, True)
+    return finish_run(request, config.run_dir, env, baseline, True, run_target)

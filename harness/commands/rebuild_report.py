@@ -2,6 +2,7 @@
 directory alone."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import scenario, target
@@ -9,6 +10,14 @@ from harness.errors import EXIT_OK, UsageError
 from harness.report import report
 from harness.results import rundir
 from harness.results.cellresult import CellResult
+
+
+@dataclass(frozen=True)
+class Request:
+    run_dir: Path
+    with_1x: Path | None = None  # a one-rank run of the same matrix, for the scaling-efficiency table
+    what_if_cores: float | None = None
+    target: Path | None = None  # --target FILE (default: the run's scenario's [target], if at hand)
 
 
 def read_run(run_dir: Path) -> list[CellResult]:
@@ -34,14 +43,14 @@ def run_target_of(scenario_name: str, target_file: Path | None):
     return target.of_scenario(sc, target_file)
 
 
-def main(args) -> int:
+def main(request: Request) -> int:
     try:
-        cells = read_run(args.run_dir)
-        cells_1x = read_run(args.with_1x) if args.with_1x else None
-        env = rundir.read_env(args.run_dir)
+        cells = read_run(request.run_dir)
+        cells_1x = read_run(request.with_1x) if request.with_1x else None
+        env = rundir.read_env(request.run_dir)
     except rundir.ResultsError as err:
         raise UsageError(str(err)) from None
-    run_target = run_target_of(env.scenario, args.target)
-    print(report.write_all(args.run_dir, cells, env, cells_1x, what_if_cores=args.what_if_cores,
+    run_target = run_target_of(env.scenario, request.target)
+    print(report.write_all(request.run_dir, cells, env, cells_1x, what_if_cores=request.what_if_cores,
                            target=run_target))
     return EXIT_OK

@@ -1,54 +1,43 @@
 """Setting up a run's dataset before anything starts: generated (--scale full: CC3M's size) or imported
-(--data PATH or [dataset] source). Kept out of harness.cli so that the command line stays thin."""
+(--data PATH or [dataset] source), from the request's typed values (harness.config.request)."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from pathlib import Path
 
 from harness.config import scenario
-from harness.data.importer import LAYOUTS, SourceSpec
+from harness.config.request import DataOptions, Overrides
+from harness.data.importer import SourceSpec
 from harness.errors import UsageError
 
 CC3M_SAMPLES = 3_318_333  # image-caption pairs in Conceptual Captions 3M's training split
 
 
-def add_data_options(group) -> None:
-    group.add_argument("--data", type=Path, metavar="PATH",
-                       help="benchmark your own dataset: a folder img2dataset wrote (files, webdataset or "
-                            "parquet output) or a folder of .jpg + same-named .txt captions; imported once per "
-                            "storage into --data-dir (--samples N: only the first N samples)")
-    group.add_argument("--data-format", choices=LAYOUTS, help="the layout of --data (default: detected)")
-    group.add_argument("--strict-data", action="store_true",
-                       help="a corrupt image in --data is an error (default: skipped and counted)")
-
-
-def with_source(args: argparse.Namespace, sc: scenario.Scenario) -> scenario.Scenario:
+def with_source(sc: scenario.Scenario, data: DataOptions, samples: int | None = None) -> scenario.Scenario:
     """The scenario with --data as its dataset (or its [dataset] source with --data-format / --strict-data
-    applied); unchanged when neither is set."""
+    applied); unchanged when neither is set. `samples`: --samples, the limit of an imported source."""
     current = sc.dataset if isinstance(sc.dataset, SourceSpec) else None
-    if args.data is None and current is None:
-        for flag, given in (("--data-format", args.data_format), ("--strict-data", args.strict_data)):
+    if data.path is None and current is None:
+        for flag, given in (("--data-format", data.layout), ("--strict-data", data.strict)):
             if given:
                 raise UsageError(f"{flag} applies to an imported dataset: add --data PATH (or set [dataset] "
                                  f"source in the scenario)")
         return sc
-    if args.scale == "full":
+    if data.scale == "full":
         raise UsageError("--scale full generates a CC3M-size dataset and cannot be combined with --data or "
                          "[dataset] source (an imported dataset has its own size; --samples N limits it)")
-    if args.data is not None:
-        source = scenario.source_spec(args.data, args.data_format, args.strict_data, args.samples, "--data")
-    elif args.data_format or args.strict_data:
-        source = scenario.source_spec(current.root, args.data_format or current.layout,
-                                      args.strict_data or current.strict, current.limit,
+    if data.path is not None:
+        source = scenario.source_spec(data.path, data.layout, data.strict, samples, "--data")
+    elif data.layout or data.strict:
+        source = scenario.source_spec(current.root, data.layout or current.layout,
+                                      data.strict or current.strict, current.limit,
                                       f"{sc.path} [dataset] source")
     else:
         source = current
     return dataclasses.replace(sc, dataset=source)
 
 
-def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool,
-                args: argparse.Namespace | None = None) -> None:
+def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool, overrides: Overrides | None = None) -> None:
     """An imported source is scanned now (or its earlier scan read from data_dir): its size, corrupt images
     and image sides are known before the run directory is written. A sample limit (--samples) beyond the
     source's size, or a batch beyond a rank's share, is a UsageError naming the flag or field that set it."""
@@ -58,11 +47,11 @@ def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool,
 
     _writable(Path(data_dir))
     scanned(sc.dataset, data_dir, progress)
-    given = vars(args) if args is not None else {}
+    overrides = overrides or Overrides()
     scenario.checked_source_size(
         sc, f"data source {sc.dataset.root}",
-        limit_from="--samples" if given.get("samples") is not None else f"{sc.path} [dataset] samples",
-        batch_from="--batch-size" if given.get("batch_size") is not None else f"{sc.path} [training] batch_size")
+        limit_from="--samples" if overrides.samples is not None else f"{sc.path} [dataset] samples",
+        batch_from="--batch-size" if overrides.batch_size is not None else f"{sc.path} [training] batch_size")
 
 
 def import_env(sc: scenario.Scenario) -> dict | None:

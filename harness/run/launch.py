@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from harness.config.request import Torchrun
 from harness.config.runconfig import LaunchConfig
 from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
@@ -27,16 +28,17 @@ PG_TIMEOUT = timedelta(seconds=300)
 HOST_WORK_TIMEOUT = timedelta(hours=2)
 
 
-def resolve_device(mode: str, world_size: int) -> str:
+def resolve_device(mode: str, world_size: int, torchrun: Torchrun | None = None) -> str:
     """auto: real CUDA if there are enough GPUs for every rank, else the emulated accelerator. Under torchrun
     (RANK and WORLD_SIZE set) the question is per node: enough GPUs for the node's ranks, or one bound to
     each task (Slurm --gpus-per-task=1); visible GPUs that cannot serve the ranks are an error, never a
-    silent fallback to the emulator."""
+    silent fallback to the emulator. `world_size`: the ranks on this node; `torchrun`: this process's identity
+    under torchrun (harness.config.request), None when spawned."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if mode == "emulated":
         return "emulated"
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-        return _torchrun_device(mode, gpus, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    if torchrun is not None:
+        return _torchrun_device(mode, gpus, torchrun.local_world_size)
     if mode == "cuda":
         if gpus < world_size:
             raise UsageError(f"--device cuda needs {world_size} GPUs for {world_size} ranks but {gpus} "
