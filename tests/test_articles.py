@@ -191,10 +191,11 @@ def test_hand_made_numbers_exactly():
 
     title, headers, rows, notes = astuple(ranking_table(cells))
     assert [r[2] for r in rows] == ["150", "125", "100", "OOM"] and rows[-1][0] == "-"
-    # no intervals (old lines without per-step records): every cell is a point, none tied
-    assert [r[0] for r in rows[:3]] == ["1", "2", "3"]
+    # no intervals (old lines without per-step records): no rank and no tie (harness.analysis.intervals), listed
+    # by the point value
+    assert [r[0] for r in rows[:3]] == ["-", "-", "-"]
     assert [r[3] for r in rows[:3]] == ["1.50", "1.25", "1.00"] and "vs baseline" in headers[3]
-    assert any("ranked by its point value" in n for n in notes)
+    assert any("has no rank (-) and is tied with none" in n for n in notes)
 
 
 def test_no_baseline_ranks_against_slowest_and_old_cells_without_fields():

@@ -1,10 +1,10 @@
-"""harness.results.budget: where a --budget's next pass goes (a racing design), on synthetic cell lines."""
+"""harness.analysis.budget: where a --budget's next pass goes (a racing design), on synthetic cell lines."""
 from __future__ import annotations
 
 import numpy as np
 
+from harness.analysis.budget import next_pass, open_questions
 from harness.report.verdict import passes_to_decide
-from harness.results.budget import next_pass, open_questions
 from harness.results.cellresult import CellResult
 from harness.results.effects import Effect
 

@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "strategies")
 # lowest first: a module of a wing may import its own wing and the wings before it, never one after it
-WINGS = ("measure", "data", "config", "device", "train", "results", "run", "report", "commands")
+WINGS = ("measure", "data", "config", "device", "train", "results", "analysis", "run", "report", "commands")
 BASE = {"harness.errors", "harness.progress"}  # imported by any wing; they import no other harness module
 TOP = {"harness.cli"}  # the parser and the dispatch: may import every wing
 

@@ -14,6 +14,7 @@ noisy cells would overstate the step.
 """
 from __future__ import annotations
 
+from harness.analysis.intervals import tie_ranks
 from harness.report.tables import (
     TIE_NOTE,
     Table,
@@ -30,7 +31,6 @@ from harness.report.tables import (
     short_error,
     shown_axes,
     stack_label,
-    tie_ranks,
 )
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats
 
@@ -223,7 +223,7 @@ def ranking_table(results: list[CellResult]) -> Table:
     repeats = any(c.total_repeats > 1 for c in cells)
     words, per_row = interval_header(ok)
     ranks = tie_ranks(ok)
-    ok.sort(key=lambda c: (ranks[c.cell][0], -c.figures.throughput))  # by rank, then by the point value
+    ok.sort(key=lambda c: (ranks[c.cell][0] or len(ok) + 1, -c.figures.throughput))  # by rank, then point value
     headers = ["#", "/".join(axes), f"samples/s{m}{words}", *(["interval"] if per_row else []),
                f"speed-up vs {against}{m}", f"AU %{m}", "stall % mean", f"device peak GB{m}"] + (
         ["n"] if repeats else [])
@@ -234,7 +234,8 @@ def ranking_table(results: list[CellResult]) -> Table:
         speed = fmt(f.throughput / base_thr if base_thr else None, ".2f")
         if base_thr and c is not base and compare_intervals(c, base) == "tie":
             speed += " (tie)"
-        rows.append([f"={rank}" if tied else str(rank), stack_label(cells, c, axes), fmt_throughput(c),
+        shown_rank = "-" if rank is None else f"={rank}" if tied else str(rank)
+        rows.append([shown_rank, stack_label(cells, c, axes), fmt_throughput(c),
                      *([interval_label_of(c)] if per_row else []), speed, fmt(f.au_pct, ".0f"),
                      fmt(f.stall_mean_pct, ".0f"), fmt(f.device_peak_gb, ".2f")]
                     + ([repeats_text(c)] if repeats else []))
@@ -244,7 +245,8 @@ def ranking_table(results: list[CellResult]) -> Table:
                         + ([repeats_text(c)] if repeats else ["-"]))
     notes = [TIE_NOTE + f"; (tie) after a speed-up: the cell's interval overlaps the {against} cell's"]
     if any(interval(c) is None for c in ok):
-        notes.append("a cell without an interval (fewer than 4 measured steps) is ranked by its point value")
+        notes.append("a cell without an interval (fewer than 4 measured steps) has no rank (-) and is tied with none; "
+                     "it is listed by its point value")
     if any(c.failed_repeats for c in cells):
         notes.append("n: measured repeats of those run; figures are over the measured repeats only")
     return Table(f"All cells by throughput (speed-up over the {against} cell)", headers, rows, notes)

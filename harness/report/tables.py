@@ -4,12 +4,12 @@ this module; none imports another's helpers.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 from tabulate import tabulate
 
+from harness.analysis.intervals import Interval, ahead, interval_of, tied
 from harness.results.cellresult import CellResult, CellSummary
 from harness.results.environment import Environment
 from strategies.registry import AXES
@@ -18,8 +18,9 @@ EMULATED_MARK = "*"  # marks columns whose values depend on the emulated acceler
 OVERRUN_VERDICT_PCT = 5  # an emulated run whose host work outlasted the modelled step in more steps: a verdict
 AMPLIFICATION_WARN = 4.0  # a cold cell that read more than this many device bytes per delivered byte: warned
 TIE_NOTE = ("= marks a tie: the cell's throughput interval overlaps another's, so the data do not tell them "
-            "apart; # is 1 + the number of cells whose interval lies wholly above this one's (overlap is a "
-            "conservative test: some overlapping pairs may still differ)")
+            "apart; # is 1 + the number of cells whose interval lies wholly above this one's (- for a cell without an "
+            "interval, which is tied with none; overlap is a conservative test: some overlapping pairs may still "
+            "differ)")
 
 
 @dataclass
@@ -167,27 +168,12 @@ def overrun_lines(results: list[CellResult], env: Environment | None = None) -> 
 
 # --- throughput intervals and ties ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Interval:
-    low: float
-    high: float
-    label: str  # what it is: level, method, n
-
-    def overlaps(self, other: Interval | None) -> bool:
-        """Overlapping intervals (or an unknown one): the data do not tell the two apart."""
-        return other is None or (self.low <= other.high and other.low <= self.high)
-
-
 def interval(result: CellResult) -> Interval | None:
     """The throughput's interval: the cell's `throughput_ci` (batch means within the run, or across repeats
     once merged; for a line written before the figure existed, derived on read from its ranks' recorded
-    steps: harness.results.cellresult.upgrade); None when unmeasured or without one."""
-    f = result.figures
-    ci = f.throughput_ci
-    if not result.measured or not ci or len(ci) != 2 \
-            or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in ci):
-        return None
-    return Interval(float(ci[0]), float(ci[1]), f.throughput_ci_label)
+    steps: harness.results.cellresult.upgrade); None when unmeasured or without one (harness.analysis.intervals
+    decides)."""
+    return interval_of(result)
 
 
 def fmt_throughput(result: CellResult, value: float | None = None) -> str:
@@ -215,36 +201,16 @@ def interval_label_of(result: CellResult) -> str:
     return iv.label if iv else "-"
 
 
-def tie_ranks(results: list[CellResult]) -> dict[str, tuple[int, bool]]:
-    """cell id -> (rank, tied): rank = 1 + the number of cells whose interval lies wholly above this one's;
-    tied when its interval overlaps another measured cell's. A cell without an interval counts as its point
-    value (low = high = throughput)."""
-    measured = [r for r in results if r.measured]
-    spans = {}
-    for r in measured:
-        iv = interval(r)
-        thr = r.figures.throughput
-        spans[r.cell] = (iv.low, iv.high) if iv else (thr, thr)
-    out = {}
-    for r in measured:
-        low, high = spans[r.cell]
-        above = sum(1 for o in measured if o.cell != r.cell and spans[o.cell][0] > high)
-        tied = any(o.cell != r.cell and spans[o.cell][0] <= high and low <= spans[o.cell][1] for o in measured)
-        out[r.cell] = (1 + above, tied)
-    return out
-
-
 def compare_intervals(a: CellResult | None, b: CellResult | None) -> str:
     """a against b: "faster" / "slower" when their intervals do not overlap, "tie" when they do, "no interval"
     when either has none, "-" when either is missing or unmeasured."""
     if a is None or b is None or not a.measured or not b.measured:
         return "-"
-    ia, ib = interval(a), interval(b)
-    if ia is None or ib is None:
+    if interval(a) is None or interval(b) is None:
         return "no interval"
-    if ia.overlaps(ib):
+    if tied(a, b):
         return "tie"
-    return "faster" if ia.low > ib.high else "slower"
+    return "faster" if ahead(a, b) else "slower"
 
 
 def repeats_text(cell: CellSummary) -> str:

@@ -312,27 +312,6 @@ def merge_repeats(results: list[CellResult]) -> list[CellSummary]:
     return out
 
 
-def leader_and_tied(cells: list[CellSummary]) -> tuple[CellSummary | None, list[CellSummary]]:
-    """The measured cell with the highest throughput, and the other cells whose throughput interval reaches
-    the leader's lower bound (the data cannot tell them from it). No interval on the leader: no ties."""
-    measured = [c for c in cells if c.measured]
-    if not measured:
-        return None, []
-    leader = max(measured, key=lambda c: c.figures.throughput)
-    low = _ci(leader)
-    if low is None:
-        return leader, []
-    return leader, [c for c in measured if c is not leader and (ci := _ci(c, 1)) is not None and ci >= low[0]]
-
-
-def _ci(c: CellResult, end: int | None = None):
-    """The cell's finite [low, high] throughput interval (or one end of it), None without one."""
-    ci = c.figures.throughput_ci
-    if not ci or len(ci) != 2 or not all(isinstance(v, (int, float)) and np.isfinite(v) for v in ci):
-        return None
-    return ci if end is None else ci[end]
-
-
 def _median_like(values: list) -> float | int:
     """The median, kept an integer when every value is one (step counts, events)."""
     m = float(np.median(values))

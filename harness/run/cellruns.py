@@ -12,13 +12,14 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from harness.analysis import budget
 from harness.config.matrix import Cell
 from harness.config.runconfig import LaunchConfig, visit_order
 from harness.data.materialise import verify_dir
 from harness.measure.hostload import HostLoad
 from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
-from harness.results import budget, cellresult, rundir
+from harness.results import cellresult, rundir
 from harness.run import probe, supervisor
 from harness.train.trainloop import RankContext, run_cell
 

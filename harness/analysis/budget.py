@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.results.cellresult import CellResult, leader_and_tied, merge_repeats
+from harness.analysis.intervals import leader_and_tied
+from harness.results.cellresult import CellResult, merge_repeats
 from harness.results.effects import disturbed, fit_effects, level_order, observations
 
 

@@ -1,0 +1,56 @@
+"""One definition of "tied" (harness.analysis.intervals) for FASTEST, the budget and the ranking table: a run
+with a cell whose interval is missing gets the same answer from all three."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.analysis import intervals
+from harness.analysis.budget import open_questions
+from harness.report.articles import ranking_table
+from harness.report.verdict import fastest_lines
+from harness.results.cellresult import CellResult
+
+
+def cell(cid: str, thr: float, ci) -> CellResult:
+    return CellResult.from_json({"schema": 2, "cell": f"storage={cid}", "repeat": 0, "strategies": {"storage": cid},
+                                 "elapsed_s": 2.0, "figures": {"throughput": thr, "throughput_ci": ci}})
+
+
+RUN = [cell("raw", 1000.0, [990.0, 1010.0]),  # the leader
+       cell("mmap", 995.0, [980.0, 1005.0]),  # overlaps the leader: tied
+       cell("hdf5", 999.0, None),  # no interval: tied with none, whatever its point value
+       cell("lmdb", 500.0, [490.0, 510.0])]  # wholly below: rank 3
+
+
+def test_intervals_are_finite_pairs_of_measured_cells_only():
+    assert intervals.interval_of(cell("a", 1.0, [0.5, 1.5])) == intervals.Interval(0.5, 1.5, "interval, method unknown")
+    for bad in (None, [], [1.0], [0.5, math.nan], [0.5, math.inf], ["0.5", 1.5]):
+        assert intervals.interval_of(cell("a", 1.0, bad)) is None, bad
+
+
+def test_fastest_the_budget_and_the_ranking_agree_on_a_run_with_a_missing_interval():
+    leader, tied = intervals.leader_and_tied(RUN)
+    assert leader.cell == "storage=raw" and [c.cell for c in tied] == ["storage=mmap"]
+    # FASTEST
+    first, second = fastest_lines(RUN)
+    assert first.startswith("FASTEST: raw at 1000 samples/s")
+    assert "tied with it (intervals overlap): 1 of 3 other cells: mmap" in second
+    # the budget revisits the leader and the cells tied with it
+    assert sorted(open_questions(RUN, [c.cell for c in RUN]).tied) == ["storage=mmap", "storage=raw"]
+    # the ranking table: raw and mmap tied at rank 1, hdf5 without a rank, lmdb 3rd (two cells wholly above)
+    ranks = intervals.tie_ranks(RUN)
+    assert ranks == {"storage=raw": (1, True), "storage=mmap": (1, True), "storage=hdf5": (None, False),
+                     "storage=lmdb": (3, False)}
+    rows = {row[1]: row[0] for row in ranking_table(RUN).rows}
+    assert rows == {"raw": "=1", "mmap": "=1", "hdf5": "-", "lmdb": "3"}
+
+
+@pytest.mark.parametrize("leader_ci", [None, [math.nan, 1010.0]])
+def test_a_leader_without_an_interval_is_tied_with_no_cell_in_all_three(leader_ci):
+    run = [cell("raw", 1000.0, leader_ci), cell("mmap", 995.0, [980.0, 1005.0]), cell("lmdb", 500.0, [490, 510])]
+    assert intervals.leader_and_tied(run)[1] == []
+    assert "tied with it (intervals overlap): 0 of 2 other cells" in fastest_lines(run)[1]
+    assert open_questions(run, [c.cell for c in run]).tied == []
+    assert intervals.tie_ranks(run)["storage=raw"] == (None, False)
