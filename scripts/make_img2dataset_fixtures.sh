@@ -4,6 +4,9 @@
 #   python -m venv /tmp/venv-i2d && /tmp/venv-i2d/bin/pip install img2dataset==1.47.0   # once, kept apart
 #   scripts/make_img2dataset_fixtures.sh [OUTPUT_DIR]    # default tests/fixtures/img2dataset
 #
+# The test that runs this script (tests/test_img2dataset.py, test_the_real_img2dataset_regenerates_the_fixtures)
+# makes that environment itself when it is missing, under a lock (/tmp/venv-i2d.lock), where IMG2DATASET points.
+#
 # IMG2DATASET (default /tmp/venv-i2d/bin/img2dataset, else the one on PATH) downloads url list sources.csv
 # from a `python -m http.server` on 127.0.0.1:$PORT (default 8765: the port is part of the urls and error
 # messages the metadata keeps, so keep it to regenerate byte for byte). The 30 urls: 24 generated JPEGs of
@@ -27,7 +30,8 @@ PORT=${PORT:-8765}
 I2D=${IMG2DATASET:-/tmp/venv-i2d/bin/img2dataset}
 [ -x "$I2D" ] || I2D=$(command -v img2dataset || true)
 if [ -z "$I2D" ]; then
-  echo "img2dataset not found: python -m venv /tmp/venv-i2d && /tmp/venv-i2d/bin/pip install img2dataset==1.47.0" >&2
+  echo "img2dataset not found: python -m venv /tmp/venv-i2d && /tmp/venv-i2d/bin/pip install img2dataset==1.47.0" \
+    "(python -m pytest tests/test_img2dataset.py -k regenerates makes it too)" >&2
   exit 2
 fi
 WORK=$(mktemp -d)

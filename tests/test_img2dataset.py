@@ -1,13 +1,16 @@
 """What the real img2dataset 1.47.0 writes, imported: the committed outputs of
 scripts/make_img2dataset_fixtures.sh (30 urls: 24 JPEGs, a truncated JPEG, a text file named .jpg, 4 dead
 links) in the files, webdataset and parquet layouts, encoded jpg, webp and png, and with re-encoding off; a
-short matrix on them; and, when img2dataset is installed, the script run end to end."""
+short matrix on them; and the script run end to end with the real img2dataset, in an environment of its own
+that the test makes when it is missing."""
 from __future__ import annotations
 
+import fcntl
 import io
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -40,11 +43,64 @@ OUTPUTS = {
 SQUARE = {"files-webp": 48, "webdataset-webp": 48, "parquet-webp": 48, "webdataset-png": 32}
 
 
-def _img2dataset() -> str | None:
-    for candidate in (os.environ.get("IMG2DATASET"), "/tmp/venv-i2d/bin/img2dataset", shutil.which("img2dataset")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+I2D_VERSION = "1.47.0"
+DEFAULT_I2D = "/tmp/venv-i2d/bin/img2dataset"  # <venv>/bin/img2dataset
+# pip's words when no index it can reach has the package (a version missing from a reachable index is a failure)
+UNREACHABLE = ("from versions: none", "Failed to establish a new connection", "Name or service not known",
+               "Temporary failure in name resolution", "Network is unreachable")
+
+
+def _install_img2dataset(tool: Path) -> str | None:
+    """``python -m venv`` (unless the venv that ``tool``, <venv>/bin/img2dataset, lies in exists) and ``pip install
+    img2dataset==1.47.0`` in it (its dependencies would change ours); None when done, else why the package index
+    could not be reached. Any other failure fails the test with pip's output; a venv made here that failed is
+    removed (one that was there before is left as it was found, less what pip installed)."""
+    venv = tool.parent.parent
+    made = not (venv / "bin" / "python").exists()
+    try:
+        if made:
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+        done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                               f"img2dataset=={I2D_VERSION}"], capture_output=True, text=True, timeout=500)
+    except BaseException:
+        if made:
+            shutil.rmtree(venv, ignore_errors=True)
+        raise
+    if done.returncode == 0 and os.access(tool, os.X_OK):
+        return None
+    if made:
+        shutil.rmtree(venv, ignore_errors=True)
+    out = done.stdout + done.stderr
+    if any(sign in out for sign in UNREACHABLE):
+        return (f"the package index is unreachable: pip could not get img2dataset=={I2D_VERSION} for its "
+                f"environment {venv} ({out.strip().splitlines()[-1]})")
+    raise AssertionError(f"pip install img2dataset=={I2D_VERSION} into {venv} failed:\n{out[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def img2dataset() -> str:
+    """The real img2dataset: IMG2DATASET (an executable; when it is missing and named <venv>/bin/img2dataset,
+    that venv is made), else /tmp/venv-i2d/bin/img2dataset, else one on PATH, else /tmp/venv-i2d made now
+    (about 55 s). A lock file beside the venv (<venv>.lock) makes parallel sessions build it once; the test is
+    skipped only when the package index is unreachable."""
+    named = os.environ.get("IMG2DATASET")
+    if not named and not os.access(DEFAULT_I2D, os.X_OK) and shutil.which("img2dataset"):
+        return shutil.which("img2dataset")
+    tool = Path(named or DEFAULT_I2D)
+    if os.access(tool, os.X_OK):
+        return str(tool)
+    if tool.name != "img2dataset" or tool.parent.name != "bin":
+        raise AssertionError(f"IMG2DATASET={named} is not an executable, nor a <venv>/bin/img2dataset to make")
+    tool.parent.parent.parent.mkdir(parents=True, exist_ok=True)
+    with open(tool.parent.parent.with_name(tool.parent.parent.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be making it: wait, then use its venv
+        try:
+            unreachable = None if os.access(tool, os.X_OK) else _install_img2dataset(tool)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    if unreachable:
+        pytest.skip(unreachable)
+    return str(tool)
 
 
 def check_output(root: Path, name: str) -> None:
@@ -107,15 +163,11 @@ def test_a_short_matrix_runs_on_real_img2dataset_output(name, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_real_img2dataset_regenerates_the_fixtures(tmp_path):
+def test_the_real_img2dataset_regenerates_the_fixtures(tmp_path, img2dataset):
     """The script end to end: img2dataset downloads from a local http.server; its output imports as the
     committed one does (and is byte for byte the same with the pinned img2dataset)."""
-    tool = _img2dataset()
-    if tool is None:
-        pytest.skip("img2dataset is not installed: python -m venv /tmp/venv-i2d && "
-                    "/tmp/venv-i2d/bin/pip install img2dataset==1.47.0 (or set IMG2DATASET)")
     out = tmp_path / "img2dataset"
-    env = dict(os.environ, IMG2DATASET=tool, PORT=os.environ.get("I2D_PORT", "8765"))
+    env = dict(os.environ, IMG2DATASET=img2dataset, PORT=os.environ.get("I2D_PORT", "8765"))
     done = subprocess.run(["bash", str(SCRIPT), str(out)], env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     for name in OUTPUTS:
