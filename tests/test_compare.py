@@ -24,12 +24,14 @@ BASE_TP = {c: 100.0 * (i + 1) for i, c in enumerate(CELLS)}
 
 
 def run(factors=None, repeats=5, noise=0.005, seed=0, machine=1.0, cells=CELLS, errors=(), env=ENV,
-        comparable=COMPARABLE, scenario="ci"):
-    """A baseline-shaped run: each cell's throughput = base x factor x machine speed x (1 + noise)."""
+        comparable=COMPARABLE, scenario="ci", probe_noise=None):
+    """A baseline-shaped run: each cell's throughput = base x factor x machine speed x (1 + noise); the probe
+    = 1000 x machine speed x (1 + probe_noise, default: noise)."""
     rng = np.random.default_rng(seed)
     factors = factors or {}
     lines = []
-    ideal = [1000.0 * machine * (1 + rng.normal(0, noise)) for _ in range(repeats)]
+    spread = noise if probe_noise is None else probe_noise
+    ideal = [1000.0 * machine * (1 + rng.normal(0, spread)) for _ in range(repeats)]
     for rep in range(repeats):
         for c in cells:
             tp = BASE_TP.get(c, 50.0) * factors.get(c, 1.0) * machine * (1 + rng.normal(0, noise))
@@ -136,9 +138,10 @@ def test_too_few_repeats_are_inconclusive_not_a_regression():
 
 
 def test_the_same_code_twice_with_one_repeat_does_not_cry_wolf():
-    """--save-baseline then --baseline, 1 repeat each, noise up to 30%: never exit 1."""
+    """--save-baseline then --baseline, 1 repeat each, noise up to 30% (the probe's 2%): never exit 1."""
     for seed in range(20):
-        c = cmp.compare(run(repeats=1, noise=0.3, seed=seed + 100), run(repeats=1, noise=0.3, seed=seed))
+        c = cmp.compare(run(repeats=1, noise=0.3, seed=seed + 100, probe_noise=0.02),
+                        run(repeats=1, noise=0.3, seed=seed, probe_noise=0.02))
         assert c.exit_code == 0 and "slower" not in verdicts(c).values()
 
 
@@ -238,16 +241,100 @@ def test_load_errors_name_the_file_and_the_remedy(tmp_path):
         assert "\n" not in str(err.value)
 
 
-def test_normalised_versus_raw_on_a_faster_machine():
+def test_a_faster_machine_is_not_comparable_even_normalised():
+    """A machine twice as fast (probe and cells) with 64 CPUs: refused for every metric, normalised included."""
     other = Environment.from_json(dict(ENV.to_json(), hostname="big", cpu_count=64))
     fast = run(machine=2.0, seed=2, env=other)
-    normalised = cmp.compare(fast, run(seed=1))
-    assert set(verdicts(normalised).values()) == {"unchanged"} and normalised.exit_code == 0
-    assert not normalised.warnings
-    raw = cmp.compare(fast, run(seed=1), raw=True)
-    assert set(verdicts(raw).values()) == {"faster"} and raw.exit_code == 0
-    assert raw.rows[0].ratio == pytest.approx(2.0, rel=0.02)
-    assert raw.warnings and "drop --raw" in raw.warnings[0]
+    for kwargs in ({}, {"raw": True}, {"metric": "cpu"}):
+        with pytest.raises(BaselineError) as err:
+            cmp.compare(fast, run(seed=1), **kwargs)
+        assert "CPU count 2 there, 64 here" in str(err.value) and "\n" not in str(err.value)
+
+
+def on(cpu_model="AMD EPYC", cpu_affinity=2, **other):
+    """ENV on another machine: its CPU model, the cores the run was allowed and any other machine key."""
+    return Environment.from_json(dict(ENV.to_json(), cpu_model=cpu_model, cpu_affinity=cpu_affinity, **other))
+
+
+@pytest.mark.parametrize("metric, raw", [("cpu", False), ("throughput", False), ("throughput", True)])
+def test_a_baseline_from_another_cpu_model_is_refused_for_every_metric(metric, raw):
+    """The issue: an AMD EPYC run against an Intel Xeon baseline, the same code; the CPU metric was compared
+    across the machines silently (6 of 6 cells "slower"), raw throughput only warned."""
+    current = cpu_run(1.5, CELLS[0], seed=2, env=on())
+    baseline = cpu_run(seed=1, env=on(cpu_model="Intel(R) Xeon(R) Processor"))
+    with pytest.raises(BaselineError) as err:
+        cmp.compare(current, baseline, raw=raw, metric=metric)
+    line = str(err.value)
+    assert line.startswith("the baseline is from another machine: CPU model Intel(R) Xeon(R) Processor there, "
+                           "AMD EPYC here;") and "\n" not in line
+    assert "--save-baseline" in line and "bash scripts/ci_gate.sh" in line  # the two remedies
+
+
+def test_fewer_allowed_cores_are_another_machine():
+    with pytest.raises(BaselineError, match="cores allowed 2 there, 1 here"):
+        cmp.compare(run(seed=2, env=on(cpu_affinity=1)), run(seed=1, env=on()))
+
+
+def test_a_fresh_hostname_and_more_memory_alone_are_the_same_machine():
+    """CI machines of one kind have fresh hostnames; memory does not change the code's CPU cost per sample."""
+    c = cmp.compare(run(seed=2, env=on(hostname="ci-runner-7f3a", memory_gb=64.0)), run(seed=1, env=on()))
+    assert c.exit_code == 0 and set(verdicts(c).values()) == {"unchanged"} and not c.warnings
+
+
+@pytest.mark.parametrize("machine, refused", [(0.5, True), (0.85, True), (1.15, True), (0.93, False),
+                                              (1.08, False)])
+def test_a_probe_beyond_its_noise_is_another_machine(machine, refused):
+    """Same CPU model and cores, probe x`machine`: the probe's noise here is the 10% floor (0.5% noise a
+    repeat); beyond it the baseline is refused for every metric, within it compared."""
+    current, baseline = run(machine=machine, seed=2, env=on(), probe_noise=0), run(seed=1, env=on(), probe_noise=0)
+    if not refused:
+        assert cmp.compare(current, baseline).exit_code == 0
+        assert cmp.compare(current, baseline, metric="cpu").exit_code == 0
+        return
+    for metric in ("throughput", "cpu"):
+        with pytest.raises(BaselineError) as err:
+            cmp.compare(current, baseline, metric=metric)
+        assert (f"ideal-loader probe 1000 samples/s there, {1000 * machine:.0f} here" in str(err.value)
+                and "beyond its noise of 10%" in str(err.value))
+        assert str(err.value).startswith("the baseline is from another machine (or this one under heavy load): ")
+
+
+def test_the_probe_noise_is_each_sides_own_scatter():
+    """A side whose probe strays 30% between repeats cannot tell a 20% lower median from noise; 40% it can."""
+    noisy = ProbeSeries([1000.0, 700.0, 1000.0, 1000.0, 1000.0], [10.0] * 5)
+    assert cmp.probe_noise(noisy.ideal_samples_per_s) == pytest.approx(0.3)
+    base = run(seed=1, env=on())
+    for scale, refused in ((0.8, False), (0.7, True)):
+        current = run(seed=2, env=on())
+        current.probe = ProbeSeries([x * scale for x in noisy.ideal_samples_per_s], noisy.memcpy_gb_s)
+        if refused:
+            with pytest.raises(BaselineError, match="x0.70, beyond its noise of 30%"):
+                cmp.check_machine(current.machine, current.probe, base)
+        else:
+            assert cmp.check_machine(current.machine, current.probe, base) == []
+    # memory-copy bandwidth is a probe figure too
+    current = run(seed=2, env=on())
+    current.probe = ProbeSeries(current.probe.ideal_samples_per_s, [20.0] * 5)
+    with pytest.raises(BaselineError, match="memory-copy probe 10 GB/s there, 20 here"):
+        cmp.check_machine(current.machine, current.probe, base)
+
+
+def test_a_machine_recorded_on_one_side_only_is_compared_with_one_warning():
+    """The committed baseline predates cpu_affinity: compared on the CPU model and count, one warning."""
+    c = cmp.compare(run(seed=2, env=on()), run(seed=1))
+    assert c.exit_code == 0
+    assert c.warnings == ["the cores allowed of the machine recorded on one side only (an older baseline): not "
+                          "checked; regenerate it with --save-baseline to check them"]
+    old = run(seed=1)
+    old.machine, old.probe = {}, ProbeSeries()
+    c = cmp.compare(run(seed=2, env=on()), old, metric="cpu")
+    assert "the CPU model, CPU count, cores allowed, machine probe of the machine recorded on one side" in c.warnings[0]
+
+
+def test_same_machine_skips_the_machine_check():
+    """The A/B gate's two sides, measured in one job on one machine: the probe is code under test there."""
+    c = cmp.compare(run(machine=0.5, seed=2, env=on()), run(seed=1, env=on(cpu_model="x")), same_machine=True)
+    assert c.exit_code == 0
 
 
 def test_render_markdown_and_text():
@@ -264,7 +351,7 @@ def test_render_markdown_and_text():
         cmp.render(c, "html")
 
 
-def cpu_run(factor=1.0, cell_factor=None, seed=0, repeats=5):
+def cpu_run(factor=1.0, cell_factor=None, seed=0, repeats=5, env=ENV):
     """A run whose cells cost loader + rank CPU per sample (the cpu gate metric), one cell scaled by factor."""
     rng = np.random.default_rng(seed)
     lines = []
@@ -275,7 +362,7 @@ def cpu_run(factor=1.0, cell_factor=None, seed=0, repeats=5):
             lines.append(CellResult(c, repeat=rep, figures=Figures(throughput=100.0, step_p50_ms=10.0,
                                                                    loader_cpu_s_per_sample=cpu * 0.75,
                                                                    rank_cpu_s_per_sample=cpu * 0.25)))
-    return Baseline.from_run(lines, ENV, ProbeSeries([1000.0] * repeats), COMPARABLE, "ci")
+    return Baseline.from_run(lines, env, ProbeSeries([1000.0] * repeats, [10.0] * repeats), COMPARABLE, "ci")
 
 
 def test_the_cpu_metric_calls_more_cpu_per_sample_slower():

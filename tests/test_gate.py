@@ -20,7 +20,7 @@ COMPARABLE = {"dataset_key": "k", "world_size": 4, "workload": "pixels", "batch_
 
 
 def make_run(path: Path, factors: dict[str, float] | None = None, repeats: int = 5, world_size: int = 4,
-             probe: float = 1000.0) -> Path:
+             probe: float = 1000.0, cpu_model: str = "test", hostname: str = "vm") -> Path:
     """A run directory like the harness writes, with throughput scaled per cell by `factors`."""
     path.mkdir(parents=True)
     lines = []
@@ -35,7 +35,8 @@ def make_run(path: Path, factors: dict[str, float] | None = None, repeats: int =
     (path / "probe.jsonl").write_text("".join(json.dumps({"repeat": r, "ideal_samples_per_s": probe,
                                                           "memcpy_gb_s": 5.0}) + "\n" for r in range(repeats)))
     env = {"scenario": "4xV100", "comparable": dict(COMPARABLE, world_size=world_size),
-           "versions": {"torch": "2.13.0"}, "cpu_count": 2, "cpu_model": "test", "memory_gb": 24,
+           "versions": {"torch": "2.13.0"}, "cpu_count": 2, "cpu_model": cpu_model, "memory_gb": 24,
+           "cpu_affinity": 2, "hostname": hostname,
            "device": {"mode": "emulated", "accelerator": "V100-16GB", "world_size": world_size},
            "dataset": {"samples": 2000}}
     (path / "env.json").write_text(json.dumps(env))
@@ -66,13 +67,27 @@ def test_planted_regression_fails_with_exit_1(tmp_path, capsys):
     assert "-20" in row
 
 
-def test_machine_normalised_by_default(tmp_path, capsys):
-    """A machine twice as fast in the probe and in every cell: unchanged normalised, faster raw."""
-    a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", {c["cell"]: 2.0 for c in CELLS}, probe=2000.0)
-    assert main(capsys, "compare", a, b)[0] == 0
-    code, out, _ = main(capsys, "compare", a, b, "--raw")
-    assert code == 0 and "4 faster" in out
+@pytest.mark.parametrize("flags", [(), ("--raw",), ("--gate-metric", "cpu")])
+def test_a_run_from_another_machine_is_not_comparable_for_every_metric(tmp_path, capsys, flags):
+    """Another CPU model (the issue: an AMD EPYC run against an Intel Xeon baseline), or the same one twice as
+    fast in the probe and in every cell: exit 3 in one line naming what differs, for every metric (normalised
+    throughput carried across machines before; raw only warned)."""
+    a = make_run(tmp_path / "a", cpu_model="Intel(R) Xeon(R) Processor")
+    b = make_run(tmp_path / "b", cpu_model="AMD EPYC")
+    code, out, err = main(capsys, "compare", a, b, *flags)
+    assert code == 3 and out == "" and len(err.strip().splitlines()) == 1, out + err
+    assert "CPU model Intel(R) Xeon(R) Processor there, AMD EPYC here" in err and "scripts/ci_gate.sh" in err
+    fast = make_run(tmp_path / "fast", {c["cell"]: 2.0 for c in CELLS}, probe=2000.0, cpu_model="Intel(R) Xeon(R) "
+                    "Processor")
+    code, out, err = main(capsys, "compare", a, fast, *flags)
+    assert code == 3 and len(err.strip().splitlines()) == 1
+    assert "ideal-loader probe 1000 samples/s there, 2000 here (x2.00, beyond its noise of 10%)" in err
+
+
+def test_a_fresh_hostname_alone_is_the_same_machine(tmp_path, capsys):
+    a, b = make_run(tmp_path / "a"), make_run(tmp_path / "b", hostname="ci-runner-7f3a")
+    code, out, err = main(capsys, "compare", a, b)
+    assert code == 0 and "4 unchanged" in out and "WARNING" not in err, out + err
 
 
 def test_not_comparable_exits_3(tmp_path, capsys):

@@ -14,6 +14,14 @@ Verdicts per cell (union of the baseline's and the run's cell ids):
 - "new": not in the baseline (or it errored there). "missing": in the baseline, not in this run.
   "error": errored in this run.
 
+A baseline from another machine is not comparable at all, for every metric (BaselineError, exit 3;
+check_machine): the CPU model, the CPU count or the cores the run was allowed differ, or a figure of the machine
+probe differs beyond its noise. The probe's noise is the furthest any repeat's figure lies from its own side's
+median, on either side, but at least PROBE_FLOOR (10%); "beyond" is a ratio of the two medians outside
+[1 / (1 + noise), 1 + noise]. The hostname and the memory size are not checked: CI machines of one kind have
+fresh hostnames, and memory does not change the code's CPU cost per sample. A and B of one job on one
+machine (harness.commands.ab_gate) skip the check: there the probe is code under test too.
+
 Exit code of a comparison: 1 when a cell is "slower", or errored now where the baseline had a result; with
 `strict`, also when a cell is "inconclusive"; else 0 (an inconclusive cell then adds one warning line). A
 "missing" or "not comparable" cell is reported but is NOT a regression: filtering cells with --only is
@@ -25,15 +33,23 @@ from dataclasses import dataclass, field
 
 from harness.report.tables import Table, render_tables
 from harness.results import stats
-from harness.results.baseline import REMEDY, Baseline, BaselineCell, BaselineError
+from harness.results.baseline import MACHINE_KEYS, REMEDY, Baseline, BaselineCell, BaselineError
+from harness.results.probeline import ProbeSeries
 from strategies.registry import ADDED_AXES
 
 METRIC_NAMES = {"normalised": "normalised throughput", "throughput": "raw throughput",
                 "cpu_s_per_sample": "loader + rank CPU s/sample"}
 LOWER_IS_BETTER = {"cpu_s_per_sample"}  # a rise of these is the regression
 VERDICTS = ("slower", "error", "faster", "unchanged", "inconclusive", "not comparable", "new", "missing")
-MACHINE_KEYS = ("cpu_model", "cpu_count", "hostname", "memory_gb")
-__all__ = ["BaselineError", "Comparison", "Row", "check_comparable", "compare", "render"]
+MACHINE_NAMES = {"cpu_model": "CPU model", "cpu_count": "CPU count", "cpu_affinity": "cores allowed"}
+PROBE_NAMES = {"ideal_samples_per_s": ("ideal-loader probe", "samples/s"), "memcpy_gb_s": ("memory-copy probe", "GB/s")}
+# the least noise a probe figure is granted: a side of 1 or 2 repeats shows no scatter of its own; a machine
+# 10% slower moves the CPU per sample by less than the gate's 15% minimum effect (docs/ci-gate.md)
+PROBE_FLOOR = 0.10
+MACHINE_REMEDY = ("the CPU cost and the throughput of two machines are not comparable: regenerate the baseline on "
+                  "this machine with --save-baseline, or gate this commit against its parent on this machine "
+                  "(bash scripts/ci_gate.sh)")
+__all__ = ["BaselineError", "Comparison", "Row", "check_comparable", "check_machine", "compare", "render"]
 
 
 @dataclass
@@ -102,6 +118,47 @@ def check_comparable(scenario: str, comparable: dict, baseline: Baseline) -> lis
     return warnings
 
 
+def probe_noise(values: list[float]) -> float:
+    """How far one side's probe figure strays: the largest |x / median - 1| over its repeats (0 for one)."""
+    med = stats.median(values)
+    return max(abs(x / med - 1) for x in values) if med > 0 else float("inf")
+
+
+def _probe_differs(key: str, cur: list[float], base: list[float]) -> str | None:
+    if not cur or not base or min(cur + base) <= 0:
+        return None
+    ratio = stats.median(cur) / stats.median(base)
+    noise = max(PROBE_FLOOR, probe_noise(cur), probe_noise(base))
+    if 1 / (1 + noise) <= ratio <= 1 + noise:
+        return None
+    name, unit = PROBE_NAMES[key]
+    return (f"{name} {stats.median(base):.4g} {unit} there, {stats.median(cur):.4g} here (x{ratio:.2f}, beyond "
+            f"its noise of {noise:.0%})")
+
+
+def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) -> list[str]:
+    """Raise BaselineError (one line naming what differs, and the remedy) when the baseline was made on another
+    machine: a MACHINE_KEYS value differs, or (with `probe`) a probe figure differs beyond its noise. Return
+    warnings for what one side does not record (an older baseline): that is not checked."""
+    base = baseline.machine
+    shared = [k for k in MACHINE_KEYS if machine.get(k) is not None and base.get(k) is not None]
+    diffs = [f"{MACHINE_NAMES[k]} {_show(base[k])} there, {_show(machine[k])} here"
+             for k in shared if machine[k] != base[k]]
+    probes = [d for k in PROBE_NAMES if probe is not None
+              and (d := _probe_differs(k, getattr(probe, k), getattr(baseline.probe, k)))]
+    if diffs or probes:
+        who = "another machine" if diffs else "another machine (or this one under heavy load)"
+        raise BaselineError(f"the baseline is from {who}: {'; '.join(diffs + probes)}; {MACHINE_REMEDY}")
+    # recorded on one side only (an older side): not checked; recorded on neither: nothing to say
+    unchecked = [MACHINE_NAMES[k] for k in MACHINE_KEYS if (machine.get(k) is None) != (base.get(k) is None)]
+    if probe is not None and bool(probe.ideal_samples_per_s) != bool(baseline.probe.ideal_samples_per_s):
+        unchecked.append("machine probe")
+    if unchecked:
+        return [f"the {', '.join(unchecked)} of the machine recorded on one side only (an older baseline): not "
+                f"checked; {REMEDY} to check them"]
+    return []
+
+
 def needed_repeats(n_other: int, alpha: float, limit: int = 1000) -> int | None:
     """The fewest repeats on one side that let the rank test reach alpha against n_other on the other side
     (None beyond `limit`)."""
@@ -162,10 +219,15 @@ def _med(xs) -> float | None:
 
 
 def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: float = 0.05,
-            alpha: float = 0.05, strict: bool = False, metric: str = "throughput") -> Comparison:
+            alpha: float = 0.05, strict: bool = False, metric: str = "throughput",
+            same_machine: bool = False) -> Comparison:
     """Compare a run (as a Baseline, Baseline.from_run) with a baseline. `metric`: "throughput" (normalised
-    by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per sample)."""
+    by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per sample). A baseline from
+    another machine raises BaselineError (check_machine), unless `same_machine`: both sides were measured in
+    one job on this machine (the A/B gate)."""
     warnings = check_comparable(current.scenario, current.comparable, baseline)
+    if not same_machine:
+        warnings += check_machine(current.machine, current.probe, baseline)
     key = "cpu_s_per_sample" if metric == "cpu" else ("throughput" if raw else "normalised")
     cur_cells, base_cells = current.cells, baseline.cells
     ids = list(base_cells) + [c for c in cur_cells if c not in base_cells]
@@ -177,12 +239,6 @@ def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect
     if key == "cpu_s_per_sample" and any(not c.samples(key) and not c.error for c in base_cells.values()):
         warnings.append(f"the baseline records no loader + rank CPU per sample (an older baseline): its cells "
                         f"show as new; {REMEDY}")
-    m_cur, m_base = current.machine, baseline.machine
-    if raw and m_cur and m_base and any(m_cur.get(k) != m_base.get(k) for k in MACHINE_KEYS):
-        warnings.append(f"raw throughput compared across machines (baseline: {m_base.get('hostname')}, "
-                        f"{m_base.get('cpu_model')} x{m_base.get('cpu_count')}; this run: "
-                        f"{m_cur.get('hostname')}, {m_cur.get('cpu_model')} x{m_cur.get('cpu_count')}): "
-                        f"differences may be the machine's; drop --raw to compare normalised throughput")
     differ = [r for r in rows if r.verdict == "not comparable"]
     if differ:
         warnings.append(f"{len(differ)} cell(s) not compared: their strategies' parameters differ from the "

@@ -8,7 +8,7 @@ version, any change of meaning bumps it):
                     "accelerator": "V100-16GB", "emulated": true,
                     "device": "V100-16GB (emulated)", "image_size": 64, "steps": 12, "epochs": 0,
                     "warmup_steps": 2, "workers": 1, "prefetch_factor": 2, "cache_state": "as-is"},
-     "machine": {"cpu_model": ..., "cpu_count": ..., "hostname": ..., "memory_gb": ...},
+     "machine": {"cpu_model": ..., "cpu_count": ..., "cpu_affinity": ..., "hostname": ..., "memory_gb": ...},
      "versions": {...}, "git": {...},
      "probe": {"ideal_samples_per_s": [per repeat], "memcpy_gb_s": [per repeat]},
      "cells": {"<cell id>": {"throughput": [per repeat], "normalised": [per repeat],
@@ -27,7 +27,13 @@ version, any change of meaning bumps it):
 - `cpu_s_per_sample[i]` (optional, added later in version 1): the loader's and the rank's CPU seconds per
   sample in repeat i, the second gate metric (`--gate-metric cpu`): it moves with the code's cost, not with
   how much of a shared runner's CPU the run got.
+- `machine` and `probe` decide whether a baseline was made on this kind of machine (report.compare): the CPU
+  model, its CPU count and the cores the run was allowed (`cpu_affinity`, added later in version 1) must be
+  equal, and the probe's figures must not differ beyond their noise; `hostname` and `memory_gb` are recorded
+  only.
 - A cell that errored in any repeat keeps the error(s) and no samples (all lists empty).
+- `merge` makes one baseline of several runs of one scenario on one machine (the A/B gate's single-repeat
+  runs of one tree, harness.commands.ab_gate): their repeats in the order given.
 """
 from __future__ import annotations
 
@@ -46,6 +52,13 @@ FORMAT = "dlbench-baseline/1"
 REQUIRED = ("scenario", "comparable", "cells")
 REMEDY = "regenerate it with --save-baseline"
 SAMPLES = ("throughput", "normalised", "step_p50_ms", "cpu_s_per_sample")
+# what must be equal for a baseline to be of this machine (report.compare); hostname and memory_gb are not
+MACHINE_KEYS = ("cpu_model", "cpu_count", "cpu_affinity")
+
+
+def machine_of(env: Environment) -> dict:
+    """What a baseline records of the machine: env.machine and, where known, the cores the run was allowed."""
+    return {**env.machine, **({"cpu_affinity": env.cpu_affinity} if env.cpu_affinity is not None else {})}
 
 
 class BaselineError(Exception):
@@ -101,7 +114,7 @@ class Baseline:
         return cls(scenario=scenario, comparable=dict(comparable),
                    cells={cid: _cell(cid, reps) for cid, reps in grouped.items()},
                    created=created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                   machine=env.machine, versions=dict(env.versions), git=dict(env.git),
+                   machine=machine_of(env), versions=dict(env.versions), git=dict(env.git),
                    probe=ProbeSeries.from_json(probe.to_json()))
 
     @classmethod
@@ -152,6 +165,44 @@ class Baseline:
             raise BaselineError(f"baseline {path} is not valid JSON (line {err.lineno}: {err.msg}); "
                                 f"{REMEDY}") from None
         return cls.from_json(obj, f"baseline {path}")
+
+
+def merge(parts: list[Baseline], where: str = "the runs") -> Baseline:
+    """Several runs of one scenario on one machine as one Baseline: each cell's samples and the probe's figures
+    concatenated in the order of `parts` (a cell errored in any part keeps the errors and no samples, as a cell
+    errored in one repeat of a run). A BaselineError (one line) when the parts differ in scenario, in a
+    `comparable` key, in the machine (MACHINE_KEYS) or in a cell's parameters, or when there are none."""
+    if not parts:
+        raise BaselineError(f"{where}: nothing to merge")
+    first = parts[0]
+    for i, part in enumerate(parts[1:], 2):
+        if part.scenario != first.scenario:
+            raise BaselineError(f"{where}: run {i} is of scenario {part.scenario}, run 1 of {first.scenario}")
+        keys = sorted(k for k in set(first.comparable) | set(part.comparable)
+                      if first.comparable.get(k) != part.comparable.get(k))
+        keys += [k for k in MACHINE_KEYS if first.machine.get(k) != part.machine.get(k)]
+        if keys:
+            raise BaselineError(f"{where}: run {i} differs from run 1 in {', '.join(keys)}")
+    cells: dict[str, BaselineCell] = {}
+    for part in parts:
+        for cid, cell in part.cells.items():
+            into = cells.setdefault(cid, BaselineCell(params=cell.params))
+            if into.params is not None and cell.params is not None and into.params != cell.params:
+                raise BaselineError(f"{where}: cell {cid} has other strategy parameters in one run")
+            into.params = into.params if into.params is not None else cell.params
+            if cell.error or into.error:
+                into.error = "; ".join(sorted({e for e in (into.error, cell.error) if e}))
+                for key in SAMPLES:
+                    into.samples(key).clear()
+                continue
+            for key in SAMPLES:
+                into.samples(key).extend(cell.samples(key))
+    probe = ProbeSeries([x for p in parts for x in p.probe.ideal_samples_per_s],
+                        [x for p in parts for x in p.probe.memcpy_gb_s])
+    commits = {p.git.get("commit") for p in parts}
+    return Baseline(scenario=first.scenario, comparable=dict(first.comparable), cells=cells,
+                    created=max(p.created for p in parts), machine=dict(first.machine),
+                    versions=dict(first.versions), git=dict(first.git) if len(commits) == 1 else {}, probe=probe)
 
 
 def _cell(cid: str, reps: dict[int, CellResult]) -> BaselineCell:

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The CI regression gate (.ci/run runs `bash scripts/ci_gate.sh`; docs/ci-gate.md).
+#
+# 1. The baseline gate: 5 interleaved repeats of the ci scenario against results/baselines/ci.json, compared on
+#    the loader's and the rank's CPU seconds per sample. Its exit code is the gate's, unless it is 3: the
+#    baseline is not comparable here (another CPU model, CPU count or allowed cores, or a machine probe that
+#    differs beyond its noise; a missing baseline too). A machine of another CPU model is told before anything
+#    runs (the precheck), so it does not spend a gate run on a baseline that would be refused.
+# 2. Then the A/B gate (harness/commands/ab_gate.py): this commit and its parent (HEAD^, checked out with
+#    `git worktree add` into a temp dir, removed on any exit), single-repeat runs of the ci scenario each,
+#    interleaved parent/current/current/parent/..., in this job on this machine, one --data-dir for both trees;
+#    exit 1 only on a significant regression of this commit against its parent (a rise of 15% or more,
+#    p < 0.05). No parent (a shallow clone) or a parent that cannot run the ci scenario: one line, exit 0,
+#    the gate marked NOT RUN.
+#
+# CI_GATE_BASELINE (default results/baselines/ci.json) and CI_GATE_AB_RUNS (runs per side, default 6: 12 runs
+# of about 21 s each on the 2-core development machine, the whole gate 4.5-6 minutes there) override the
+# defaults; CI_GATE_DATA_DIR the data directory (default: this checkout's data/).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+baseline=${CI_GATE_BASELINE:-results/baselines/ci.json}
+runs=${CI_GATE_AB_RUNS:-6}
+data_dir=${CI_GATE_DATA_DIR:-$repo/data}
+start=$(date +%s)
+took() { echo "$(( $(date +%s) - start )) s"; }
+
+python -c 'import sys; from harness.commands.ab_gate import precheck; sys.exit(precheck(sys.argv[1]))' "$baseline"
+rc=$?
+if [ "$rc" -eq 0 ]; then
+    python run_bench.py --scenario ci --repeats 5 --quiet --baseline "$baseline" --min-effect 0.15 \
+        --gate-metric cpu --data-dir "$data_dir"
+    rc=$?
+fi
+if [ "$rc" -ne 3 ]; then
+    echo "ci gate (baseline $baseline): exit $rc in $(took)" >&2
+    exit "$rc"
+fi
+
+echo "ci gate: the baseline is not comparable on this machine: this commit against its parent instead (A/B)" >&2
+if ! parent=$(git rev-parse --verify -q 'HEAD^' 2>/dev/null); then
+    echo "ci gate: NOT RUN: this checkout has no parent commit (a shallow clone?) to measure against; exit 0" >&2
+    exit 0
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ci-gate.XXXXXX")
+cleanup() {
+    git worktree remove --force "$tmp/parent" >/dev/null 2>&1
+    rm -rf "$tmp"
+    git worktree prune >/dev/null 2>&1
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+if ! git worktree add --detach -q "$tmp/parent" "$parent" >/dev/null 2>&1; then
+    echo "ci gate: NOT RUN: the parent commit ${parent:0:12} cannot be checked out here; exit 0" >&2
+    exit 0
+fi
+out="$repo/results/ci-gate-ab-$(date -u +%Y%m%dT%H%M%SZ)"
+python -c '
+import sys
+from pathlib import Path
+from harness.commands.ab_gate import main
+parent, current, data, out, runs, label = sys.argv[1:]
+sys.exit(main(Path(parent), Path(current), Path(data), Path(out), runs=int(runs), parent_label=label))
+' "$tmp/parent" "$repo" "$data_dir" "$out" "$runs" "${parent:0:12}"
+rc=$?
+echo "ci gate (A/B against ${parent:0:12}, results in $out): exit $rc in $(took)" >&2
+exit "$rc"

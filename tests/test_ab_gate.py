@@ -1,0 +1,216 @@
+"""The A/B gate (harness.commands.ab_gate) and scripts/ci_gate.sh: this commit against its parent, runs merged
+into one baseline a side (results.baseline.merge), exit 1 only on a significant regression, exit 0 marked NOT
+RUN when there is no parent or it cannot run the scenario, the parent's worktree removed on any exit."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from harness.commands import ab_gate
+from harness.commands.compare_runs import run_as_baseline
+from harness.results.baseline import Baseline, BaselineError, machine_of, merge
+from harness.results.environment import Environment
+
+CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=dynamic"]
+COMPARABLE = {"dataset_key": "k", "world_size": 2, "workload": "pixels", "batch_size": 16,
+              "accelerator": "V100-16GB", "emulated": True}
+
+
+def write_run(path: Path, cpu: dict[str, float] | None = None, seq: int = 0, comparable: dict | None = None,
+              errors: tuple[str, ...] = (), cpu_model: str = "AMD EPYC", probe: float = 1.0) -> Path:
+    """A single-repeat run directory: each cell's loader + rank CPU per sample 0.6 ms x cpu[cell], +-3% by
+    `seq` (deterministic), throughput 1000 samples/s, the probe 4000 samples/s x `probe`."""
+    path.mkdir(parents=True)
+    noise = 1 + 0.01 * (seq * 7 % 7 - 3)
+    lines = []
+    for i, cell in enumerate(CELLS):
+        c = 0.0006 * (cpu or {}).get(cell, 1.0) * noise * (1 + 0.002 * i)
+        figures = {"throughput": 1000.0 / noise, "step_p50_ms": 16.0, "loader_cpu_s_per_sample": c / 2,
+                   "rank_cpu_s_per_sample": c / 2}
+        lines.append({"cell": cell, "repeat": 0, "error": "OOM" if cell in errors else None,
+                      "figures": {} if cell in errors else figures, "params": {"storage": {}}})
+    (path / "cells.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    (path / "probe.jsonl").write_text(json.dumps({"repeat": 0, "ideal_samples_per_s": 4000.0 * probe * noise,
+                                                  "memcpy_gb_s": 15.0}) + "\n")
+    env = {"scenario": "ci", "comparable": comparable or COMPARABLE, "cpu_model": cpu_model, "cpu_count": 2,
+           "cpu_affinity": 2, "hostname": f"host{seq}", "memory_gb": 25.0, "versions": {},
+           "git": {"commit": "c0ffee", "dirty": False}}
+    (path / "env.json").write_text(json.dumps(env))
+    return path
+
+
+class FakeRunner:
+    """Stands in for the bench runs: writes a run directory per call, records the order of the sides."""
+
+    def __init__(self, cpu: dict[str, dict[str, float]] | None = None, fail: dict[str, int] | None = None,
+                 comparable: dict[str, dict] | None = None, probe: dict[str, float] | None = None):
+        self.cpu, self.fail, self.comparable, self.calls = cpu or {}, fail or {}, comparable or {}, []
+        self.probe = probe or {}
+
+    def __call__(self, side: str, tree: Path, out: Path) -> ab_gate.Outcome:
+        self.calls.append(side)
+        if side in self.fail:
+            return ab_gate.Outcome(self.fail[side], None, "run_bench.py: error: no scenario named ci", 1.0)
+        run = write_run(out / f"run{len(self.calls)}", self.cpu.get(side), len(self.calls),
+                        self.comparable.get(side), probe=self.probe.get(side, 1.0))
+        return ab_gate.Outcome(0, run, "", 20.0)
+
+
+def gate(tmp_path, runner, runs=6) -> int:
+    return ab_gate.main(tmp_path / "parent", tmp_path / "current", tmp_path / "data", tmp_path / "out", runs=runs,
+                        parent_label="abc123", runner=runner)
+
+
+def test_the_sides_alternate_in_balanced_pairs():
+    assert ab_gate.interleaved(3) == ["parent", "current", "current", "parent", "parent", "current"]
+    assert ab_gate.interleaved(6).count("parent") == 6 == ab_gate.interleaved(6).count("current")
+
+
+def test_merge_concatenates_the_runs_repeats_in_order(tmp_path):
+    parts = [run_as_baseline(write_run(tmp_path / f"r{i}", seq=i)) for i in range(3)]
+    merged = merge(parts)
+    cell = merged.cells[CELLS[0]]
+    assert cell.cpu_s_per_sample == [p.cells[CELLS[0]].cpu_s_per_sample[0] for p in parts]
+    assert len(cell.throughput) == len(cell.normalised) == len(cell.step_p50_ms) == 3
+    assert merged.probe.ideal_samples_per_s == [p.probe.ideal_samples_per_s[0] for p in parts]
+    assert merged.comparable == COMPARABLE and merged.scenario == "ci" and merged.git["commit"] == "c0ffee"
+    assert Baseline.from_json(json.loads(json.dumps(merged.to_json()))) == merged  # a baseline like any other
+
+
+def test_merge_keeps_an_error_and_refuses_runs_that_differ(tmp_path):
+    ok = run_as_baseline(write_run(tmp_path / "ok"))
+    failed = run_as_baseline(write_run(tmp_path / "failed", seq=1, errors=(CELLS[1],)))
+    merged = merge([ok, failed, ok])
+    assert merged.cells[CELLS[1]].error == "OOM" and merged.cells[CELLS[1]].cpu_s_per_sample == []
+    assert len(merged.cells[CELLS[0]].cpu_s_per_sample) == 3
+    other = run_as_baseline(write_run(tmp_path / "other", comparable=dict(COMPARABLE, batch_size=8)))
+    with pytest.raises(BaselineError, match="run 2 differs from run 1 in batch_size"):
+        merge([ok, other], "the parent's runs")
+    xeon = run_as_baseline(write_run(tmp_path / "xeon", cpu_model="Intel(R) Xeon(R) Processor"))
+    with pytest.raises(BaselineError, match="differs from run 1 in cpu_model"):
+        merge([ok, xeon])
+    with pytest.raises(BaselineError, match="nothing to merge"):
+        merge([])
+
+
+def test_the_same_code_passes(tmp_path, capsys):
+    runner = FakeRunner()
+    assert gate(tmp_path, runner) == 0
+    assert runner.calls == ab_gate.interleaved(6)
+    out, err = capsys.readouterr()
+    assert "0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%" in out
+    assert "passed" in err.splitlines()[-1] and "against its parent abc123, 6 single-repeat runs each" in err
+    assert (tmp_path / "out" / "comparison.md").read_text().startswith("**0 slower")
+
+
+def test_a_planted_loader_slowdown_fails_and_a_small_one_does_not(tmp_path, capsys):
+    assert gate(tmp_path / "big", FakeRunner({"current": {CELLS[1]: 1.3}})) == 1
+    out, err = capsys.readouterr()
+    row = next(line for line in out.splitlines() if line.startswith(CELLS[1]))
+    assert "slower" in row and "+30.0%" in row and "FAILED (a significant regression" in err
+    assert gate(tmp_path / "small", FakeRunner({"current": {CELLS[1]: 1.1}})) == 0  # below the 15% min effect
+    # faster is no failure; the probe is not checked between the two sides of one job (a commit may change it)
+    assert gate(tmp_path / "fast", FakeRunner({"current": {c: 0.5 for c in CELLS}}, probe={"current": 2.0})) == 0
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "passed: 0 slower, 3 faster" in last
+
+
+@pytest.mark.parametrize("rc", [1, 2])
+def test_a_parent_that_cannot_run_is_not_run_exit_0(tmp_path, capsys, rc):
+    runner = FakeRunner(fail={"parent": rc})
+    assert gate(tmp_path, runner) == 0 and runner.calls == ["parent"]  # stops at once, measures nothing else
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line.startswith("ci gate: NOT RUN: the parent commit abc123 cannot run the scenario here (exit")
+    assert "no scenario named ci" in line and line.endswith("exit 0 (no verdict on this commit)")
+
+
+def test_a_parent_with_other_settings_is_not_run_exit_0(tmp_path, capsys):
+    runner = FakeRunner(comparable={"parent": dict(COMPARABLE, batch_size=8)})
+    assert gate(tmp_path, runner, runs=2) == 0
+    err = capsys.readouterr().err
+    assert "NOT RUN: the parent commit abc123 runs the scenario with other settings" in err
+    assert "baseline is for batch_size=8, this run has 16" in err
+
+
+@pytest.mark.parametrize("rc, code", [(1, 1), (2, 2), (124, 2)])
+def test_this_commits_failed_run_fails_the_gate(tmp_path, capsys, rc, code):
+    runner = FakeRunner(fail={"current": rc})
+    assert gate(tmp_path, runner) == code and runner.calls == ["parent", "current"]
+    assert f"ci gate: FAILED: this commit's run of the scenario failed (exit {rc}" in capsys.readouterr().err
+
+
+def test_precheck_refuses_another_cpu_model_before_anything_runs(tmp_path, capsys):
+    here = machine_of(Environment.capture([], {}))
+    base = run_as_baseline(write_run(tmp_path / "r", cpu_model="Some Other CPU"))
+    base.machine = dict(here, cpu_model="Some Other CPU")
+    base.save(tmp_path / "other.json")
+    assert ab_gate.precheck(tmp_path / "other.json") == 3
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("ci gate: the baseline is from another machine: CPU model Some Other CPU there, ")
+    base.machine = dict(here, hostname="elsewhere")
+    base.save(tmp_path / "here.json")
+    assert ab_gate.precheck(tmp_path / "here.json") == 0  # the probe is checked after the run
+    assert ab_gate.precheck(tmp_path / "missing.json") == 3 and "does not exist" in capsys.readouterr().err
+
+
+def test_each_tree_runs_its_own_harness(tmp_path):
+    """The parent's run_bench.py imports the parent's harness, not this checkout's (installed editable)."""
+    tree = tmp_path / "tree"
+    (tree / "harness").mkdir(parents=True)
+    (tree / "harness" / "__init__.py").write_text("")
+    (tree / "run_bench.py").write_text("import sys, harness\nprint(harness.__file__, file=sys.stderr)\n"
+                                       "sys.exit(2)\n")
+    o = ab_gate.bench_runner("ci", tmp_path / "data")("parent", tree, tmp_path / "out")
+    assert o.code == 2 and o.run_dir is None and o.detail == str(tree / "harness" / "__init__.py")
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def script_repo(tmp_path: Path, parent_run_bench: str | None) -> Path:
+    """A git repository holding scripts/ci_gate.sh: one commit, or (with `parent_run_bench`) a parent commit
+    whose run_bench.py is that text, then the script's commit. The harness comes from this checkout."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    for key, value in (("user.email", "t@example.com"), ("user.name", "t"), ("commit.gpgsign", "false")):
+        git(repo, "config", key, value)
+    if parent_run_bench is not None:
+        (repo / "run_bench.py").write_text(parent_run_bench)
+        git(repo, "add", "run_bench.py")
+        git(repo, "commit", "-q", "-m", "parent")
+    (repo / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "ci_gate.sh", repo / "scripts" / "ci_gate.sh")
+    git(repo, "add", "scripts")
+    git(repo, "commit", "-q", "-m", "this commit")
+    return repo
+
+
+def run_script(repo: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path))  # no baseline there: exit 3, then A/B
+    return subprocess.run(["bash", str(repo / "scripts" / "ci_gate.sh")], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_the_script_without_a_parent_commit_is_not_run_exit_0(tmp_path):
+    proc = run_script(script_repo(tmp_path, None), tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == ("ci gate: NOT RUN: this checkout has no parent commit (a "
+                                                    "shallow clone?) to measure against; exit 0")
+
+
+def test_the_script_with_a_parent_that_cannot_run_exits_0_and_removes_its_worktree(tmp_path):
+    repo = script_repo(tmp_path, "import sys\nsys.exit('run_bench.py: error: no scenario named ci')\n")
+    proc = run_script(repo, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "ci gate: NOT RUN: the parent commit " in proc.stderr and "no scenario named ci" in proc.stderr
+    assert "does not exist" in proc.stderr  # the baseline gate's exit 3, in one line, came first
+    assert len(git(repo, "worktree", "list").splitlines()) == 1  # the parent's worktree is gone
+    assert not list(tmp_path.glob("ci-gate.*"))  # and its temp dir
