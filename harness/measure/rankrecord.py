@@ -1,83 +1,15 @@
 """What one rank reports of one cell: `RankRecord` (gathered to rank 0 with torch.distributed.gather_object,
-so it pickles; written as one of `ranks` in cells.jsonl), the five parts a rank's step is accounted into
-(`PARTS`), and `JsonRecord`, the base every record with a JSON form shares (this one, and the cell line with
-its parts in harness.results).
+so it pickles; written as one of `ranks` in cells.jsonl; a JsonRecord, harness.measure.records) and the five
+parts a rank's step is accounted into (`PARTS`).
 
 docs/results-format.md lists every key ("Keys of a rank's record").
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-# --- the JSON form every record shares --------------------------------------------------------------------
-
-_KEYS: dict[type, tuple[str, ...]] = {}
-
-
-def plain(value: Any) -> Any:
-    """A value as JSON-ready data: records through their to_json(), lists and dicts element by element."""
-    if isinstance(value, JsonRecord):
-        return value.to_json()
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    return value
-
-
-@dataclass
-class JsonRecord:
-    """A dataclass with a JSON object form. Its keys are its fields, less those in LOCAL (never written);
-    keys this version does not know are kept in `extra` and written back unchanged. A record read with
-    `from_json` writes back exactly the known keys it read (a key an older file lacks stays absent, a null
-    stays null), so a line round-trips; one built in code writes every field, those in OPTIONAL only when
-    not None. NESTED names the fields that hold another record (or a list of them)."""
-
-    LOCAL: ClassVar[tuple[str, ...]] = ()
-    OPTIONAL: ClassVar[tuple[str, ...]] = ()
-    NESTED: ClassVar[dict[str, type[JsonRecord]]] = {}
-
-    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)  # keys this version does not know
-    _keys: frozenset[str] | None = field(default=None, kw_only=True, repr=False, compare=False)  # known keys read
-
-    @classmethod
-    def json_keys(cls) -> tuple[str, ...]:
-        """The keys of the JSON form that are fields, in field order."""
-        if cls not in _KEYS:
-            _KEYS[cls] = tuple(f.name for f in fields(cls)
-                               if f.name not in ("extra", "_keys") and f.name not in cls.LOCAL)
-        return _KEYS[cls]
-
-    @classmethod
-    def from_json(cls, obj: dict | None):
-        obj = {} if obj is None else obj
-        if not isinstance(obj, dict):
-            raise ValueError(f"{cls.__name__}: expected a JSON object, got {str(obj)[:80]}")
-        keys = cls.json_keys()
-        known = {k: cls.decode(k, obj[k]) for k in keys if k in obj}
-        return cls(**known, extra={k: v for k, v in obj.items() if k not in keys}, _keys=frozenset(known))
-
-    @classmethod
-    def decode(cls, key: str, value: Any) -> Any:
-        """A known key's JSON value as the field holds it."""
-        kind = cls.NESTED.get(key)
-        if kind is None or value is None:
-            return value
-        if isinstance(value, list):
-            return [kind.from_json(v) for v in value]
-        return kind.from_json(value)
-
-    def writes(self, key: str) -> bool:
-        if self._keys is not None:
-            return key in self._keys
-        return key not in self.OPTIONAL or getattr(self, key) is not None
-
-    def to_json(self) -> dict:
-        out = {k: plain(getattr(self, k)) for k in self.json_keys() if self.writes(k)}
-        out.update(self.extra)
-        return out
-
+from harness.measure.records import JsonRecord
 
 # --- the five parts of a step -----------------------------------------------------------------------------
 
