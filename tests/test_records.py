@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.config.matrix import Cell
+from harness.config.matrixload import StrategyChoice
 from harness.measure.rankrecord import RankRecord
 from harness.results import rundir
 from harness.results.cellparts import Coverage
@@ -174,11 +176,8 @@ def test_relative_to_probe_uses_the_repeats_probe():
 
 
 def test_cell_line_writes_the_schema_and_the_names():
-    choices = (SimpleNamespace(axis="storage", name="raw", label="raw", params=()),
-               SimpleNamespace(axis="batching", name="dynamic", label="dynamic(max_batch=64)",
-                               params=(("max_batch", 64),)))
-    cell = SimpleNamespace(id="storage=raw,batching=dynamic(max_batch=64)", choices=choices,
-                           strategies=lambda: {c.axis: c.label for c in choices})
+    cell = Cell((StrategyChoice("storage", "raw"), StrategyChoice("batching", "dynamic", (("max_batch", 64),))))
+    assert cell.id == "storage=raw,batching=dynamic(max_batch=64)"
     scenario = SimpleNamespace(name="t", training=SimpleNamespace(workload="pixels", batch_size=4),
                                dataset=SimpleNamespace(samples=4))
     rank = RankRecord(rank=0, wait=[0.1], h2d=[0.0], peer_wait=[0.0], device=[0.3], overhead=[0.0], cost=[1.0],
@@ -191,7 +190,7 @@ def test_cell_line_writes_the_schema_and_the_names():
     assert line["params"] == {"storage": {}, "batching": {"max_batch": 64}} and line["elapsed_s"] == 1.235
     assert line["figures"]["throughput"] == pytest.approx(10.0) and line["coverage"]["ok"]
     assert line["page_cache"] == {"state": "as-is"} and line["cache"] is None and line["decomposition"] is None
-    assert set(line) == set(CellResult.KEYS)
+    assert set(line) == set(CellResult.KEYS) and line["advice"] == "random"  # raw's readers, default sampler
     assert "consumed" not in line["ranks"][0] and "phases" not in line["ranks"][0]  # phases: --decompose only
     current = fixture_lines("cells_schema2.jsonl")[0]["ranks"][0]
     assert set(line["ranks"][0]) == set(current) | {"setup_s"}  # every key a run writes (setup_s: newer)
@@ -205,9 +204,7 @@ def test_cell_line_writes_the_schema_and_the_names():
 def test_a_failed_line_has_the_identity_of_a_measured_one():
     from harness.run.supervisor import failed_line
 
-    choice = SimpleNamespace(axis="storage", name="lru", label="lru(capacity_mb=8)", params=(("capacity_mb", 8),))
-    cell = SimpleNamespace(id="storage=lru(capacity_mb=8)", choices=(choice,),
-                           strategies=lambda: {"storage": choice.label})
+    cell = Cell((StrategyChoice("storage", "mmap", (("advice", "normal"),)),))
     scenario = SimpleNamespace(name="t", world_size=1, training=SimpleNamespace(workload="pixels", batch_size=4),
                                dataset=SimpleNamespace(samples=4))
     config = SimpleNamespace(cells=[cell], scenario=scenario, device_name="V100 (emulated)", device="emulated")
@@ -216,9 +213,10 @@ def test_a_failed_line_has_the_identity_of_a_measured_one():
                       page_cache={"state": "as-is"})
     measured = cell_line(scenario, cell, "V100 (emulated)", True, [rank], 1.0, repeat=2)
     identity = ("schema", "scenario", "cell", "strategies", "params", "names", "device", "emulated", "workload",
-                "batch_size", "world_size", "repeat")
+                "batch_size", "world_size", "repeat", "advice")
     assert {k: failed[k] for k in identity} == {k: measured[k] for k in identity}
-    assert failed["names"] == {"storage": "lru"} and failed["params"] == {"storage": {"capacity_mb": 8}}
+    assert failed["names"] == {"storage": "mmap"} and failed["params"] == {"storage": {"advice": "normal"}}
+    assert failed["advice"] == "normal"
     assert set(failed) == set(measured) and failed["figures"] == {} and failed["ranks"] == []
     assert failed["error"] == "rank 0 died: SIGKILL" and failed["elapsed_s"] == 3.21
 

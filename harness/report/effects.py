@@ -7,7 +7,6 @@ against the axis's first level in the matrix; `low` and `high` bound a 95% inter
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.report.tables import Table
+from harness.results import fileformat
 from harness.results.cellresult import CellResult
-from harness.results.effects import Effect, fit_effects, level_order, observations
+from harness.results.effects import EFFECTS, Effect, fit_effects, level_order, observations
 
 # effects.jsonl's `figure` -> (the Figures attribute, the label in tables)
 FIGURES = {"throughput": ("throughput", "samples/s"), "au": ("au_pct", "AU %"),
@@ -33,11 +33,17 @@ def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) ->
 
 
 def write_effects(run_dir: Path, effects: list[Effect]) -> Path:
+    """effects.jsonl, one Effect a line, of the current version (harness.results.effects.EFFECTS), replaced
+    atomically."""
     path = Path(run_dir) / "effects.jsonl"
-    with open(path, "w") as f:
-        for e in effects:
-            f.write(json.dumps(e.to_json(), sort_keys=True) + "\n")
+    fileformat.write_lines(path, [e.to_json() for e in effects], EFFECTS)
     return path
+
+
+def read_effects(run_dir: Path) -> list[Effect]:
+    """A run directory's effects.jsonl, older versions upgraded on read ([] when there is none); a damaged or
+    newer line is a harness.results.fileformat.ResultsError."""
+    return fileformat.read_lines(Path(run_dir) / "effects.jsonl", EFFECTS, Effect.from_json)
 
 
 def _ratio(e: Effect) -> str:

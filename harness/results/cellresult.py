@@ -5,17 +5,21 @@
   keys this version does not know are kept in `extra`. Its parts are records too: `figures` (Figures),
   `coverage`, `cache`, `page_cache`, `decomposition` (harness.results.cellparts) and `ranks`
   (harness.measure.rankrecord.RankRecord).
-- `upgrade`: the one place that knows older lines. `from_json` passes every line through it, so the rest of
-  the harness sees the current schema only (lines without "schema" are version 1).
+- `CELLS`: the file's format (harness.results.cellsformat: SCHEMA_VERSION, what each version changed, the
+  step from each older version). `from_json` reads every line through it, then `upgrade` fills in what lines
+  of older harnesses of the same version lack, so the rest of the harness sees the current schema only (lines
+  without "schema" are version 1). Both work in memory: a line read is written back as it was read.
 - `Figures`: the figures of a cell (harness.results.metrics.cell_figures) as typed, optional attributes;
   figures this version does not know are kept in `extra`.
 - `CellSummary`: the repeats of one cell merged (`merge_repeats`): medians of the measured repeats' figures,
   the throughput's confidence interval, and how many repeats failed and why.
-- `CellResult.of_cell` (a result's identity, for every line written), `cell_line` (the line written after
-  each cell, built from the records of all its ranks) and `summary_text`.
+- `CellResult.of_cell` (a result's identity, for every line written, with the hint its readers give:
+  `advice_of`), `cell_line` (the line written after each cell, built from the records of all its ranks) and
+  `summary_text`.
 
-This module depends on harness.results.metrics, cellparts and stats and on harness.measure.rankrecord only
-(and on the scenario and matrix types for `cell_line`); every reporting module reads results through it.
+This module depends on harness.results.metrics, cellparts, stats and cellsformat, on harness.measure.rankrecord
+and records (and on the scenario and matrix types for `cell_line`, on the strategies for `advice_of`); every
+reporting module reads results through it.
 """
 from __future__ import annotations
 
@@ -25,11 +29,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from harness.measure.rankrecord import JsonRecord, RankRecord
+from harness.measure.rankrecord import RankRecord
+from harness.measure.records import JsonRecord
 from harness.results import metrics, stats
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, PageCache
-
-SCHEMA_VERSION = 2
+from harness.results.cellsformat import CELLS, NO_HINT, SCHEMA_VERSION
+from strategies.storage import advice as access_hints
 
 
 @dataclass
@@ -165,16 +170,19 @@ class CellResult(JsonRecord):
         return cls.KEYS
 
     @classmethod
-    def from_json(cls, obj: dict) -> CellResult:
-        """A line of cells.jsonl, upgraded to the current schema in memory (`upgrade`); keys not in KEYS go to
-        `extra`. A line of a newer schema, or no line at all, is a ValueError."""
+    def from_json(cls, obj: dict, where: str | None = None) -> CellResult:
+        """A line of cells.jsonl (`where`: its place, "path:line", for the errors), read through CELLS (the
+        steps from an older version) and completed in memory (`upgrade`); keys not in KEYS go to `extra`. A
+        line of a newer schema, a damaged one, or no line at all, is a ValueError (a
+        harness.results.fileformat.ResultsError where it is the file's)."""
         if not isinstance(obj, dict) or "cell" not in obj:
-            raise ValueError(f"not a cells.jsonl line (an object with a \"cell\" key): {str(obj)[:80]}")
-        schema = obj.get("schema", 1)
-        if not isinstance(schema, int) or schema > SCHEMA_VERSION:
-            raise ValueError(f"cell {obj['cell']} has schema {schema!r}; this harness reads up to "
-                             f"{SCHEMA_VERSION}")
-        return upgrade(super().from_json(obj))
+            raise ValueError(f"{where + ': ' if where else ''}not a cells.jsonl line (an object with a \"cell\" "
+                             f"key): {str(obj)[:80]}")
+        return upgrade(CELLS.load(obj, where or f"cell {obj['cell']}", cls._read))
+
+    @classmethod
+    def _read(cls, obj: dict) -> CellResult:
+        return _normalised(super().from_json(obj))
 
     @classmethod
     def of_cell(cls, scenario, cell, device: str, emulated: bool, world_size: int, repeat: int = 0,
@@ -186,7 +194,7 @@ class CellResult(JsonRecord):
                    params={c.axis: dict(c.params) for c in cell.choices},
                    names={c.axis: c.name for c in cell.choices}, device=device, emulated=emulated,
                    workload=scenario.training.workload, batch_size=scenario.training.batch_size,
-                   world_size=world_size, repeat=repeat, advice=metrics.advice_of(cell), **rest)
+                   world_size=world_size, repeat=repeat, advice=advice_of(cell), **rest)
 
     @property
     def measured(self) -> bool:
@@ -211,19 +219,9 @@ RECORDED_STEPS = " (from the recorded steps)"  # the label's suffix of an interv
 UNKNOWN_INTERVAL = "interval, method unknown"
 
 
-def upgrade(result: CellResult) -> CellResult:
-    """A line as read, brought to the current schema in memory; what is filled in here is never written
-    back (to_json writes the keys the line had). The one place that knows what older lines lack:
-
-    - `schema` (absent: version 1), `repeat` (0), `names` (derived from the labels and params), and nulls
-      where the current schema has an object or a list;
-    - version 1: its `imbalance` is `window_imbalance`; a line without the five-part split (no `h2d_pct`)
-      has an `au_pct` of compute (which held the rank agreement and host overrun) / wall, not device-busy /
-      wall: it is kept, and `legacy_figures` names it;
-    - a measured line without `throughput_ci` (written before the interval was): batch means over the
-      ranks' recorded steps (metrics.throughput_interval), labelled so; an interval without its label:
-      UNKNOWN_INTERVAL; without `read_amplification`: disk_read_mb / logical_read_mb; without `advice`
-      (written before the readers gave access hints): metrics.NO_HINT."""
+def _normalised(result: CellResult) -> CellResult:
+    """A line as read, in the shapes the current model holds: `schema` (absent: version 1), `repeat` (0),
+    `names` (derived from the labels and params), and empty objects and lists where a line has nulls."""
     read = result._keys or frozenset()
     if "schema" not in read:
         result.schema = 1
@@ -234,15 +232,25 @@ def upgrade(result: CellResult) -> CellResult:
     result.emulated = bool(result.emulated)
     result.repeat = int(result.repeat or 0)
     result.ranks = list(result.ranks or [])
+    if result.figures is None:
+        result.figures = Figures.from_json({})
+    return result
+
+
+def upgrade(result: CellResult) -> CellResult:
+    """A line read through CELLS, completed in memory with what lines of older harnesses of its version
+    lack; what is filled in here is never written back (to_json writes the keys the line had):
+
+    - a measured line without `throughput_ci` (written before the interval was): batch means over the
+      ranks' recorded steps (metrics.throughput_interval), labelled so; an interval without its label:
+      UNKNOWN_INTERVAL; without `read_amplification`: disk_read_mb / logical_read_mb; without `advice`
+      (written before the readers gave access hints): NO_HINT."""
+    read = result._keys or frozenset()
     if "advice" not in read:  # written before the readers gave access hints: the kernel's defaults
-        result.advice = metrics.NO_HINT
-    f = result.figures if result.figures is not None else Figures.from_json({})
+        result.advice = NO_HINT
+    f = result.figures
     if f.read_amplification is None and f.disk_read_mb is not None:
         f = f.derive(**metrics.read_amplification(f.disk_read_mb, f.logical_read_mb))
-    if f.window_imbalance is None and f.imbalance is not None:
-        f = f.derive(window_imbalance=f.imbalance)
-    if result.schema < 2 and f.h2d_pct is None:  # written before the five-part split
-        result.legacy_figures = frozenset({"au_pct"})
     if f.throughput_ci is None and f.measured and not result.error:
         ci = metrics.throughput_interval(result.ranks)
         if ci:
@@ -252,6 +260,14 @@ def upgrade(result: CellResult) -> CellResult:
         f = f.derive(throughput_ci_label=UNKNOWN_INTERVAL)
     result.figures = f
     return result
+
+
+def advice_of(cell) -> str | None:
+    """The access hint the readers of a cell's storage give under its sampler
+    (strategies.storage.advice.cell_hint), from the cell's strategies (the scenario built each of them when it
+    loaded); None for a storage without an `advice` parameter. A strategy that cannot be built here is an
+    error, not a missing hint."""
+    return access_hints.cell_hint(cell.choice("storage").create(), cell.choice("sampler").create())
 
 
 def _name_of(label: str, params: dict | None) -> str:

@@ -4,6 +4,9 @@ cells (the read stage per storage, the decode stage per decoder and image size, 
 the case's target is this host as the calibration found it: the CPU the run got there (`run_cores`, fitted
 to the calibration's measured samples/s), each process at most an equal part of it, and the disk's measured
 rate and latency for a cold page cache. docs/prediction.md.
+
+The check writes one row per case to predictions.jsonl, a file of format PREDICTIONS (its version and history
+below; harness.results.fileformat reads and writes it).
 """
 from __future__ import annotations
 
@@ -12,8 +15,18 @@ from dataclasses import dataclass, replace
 
 from harness.config.accelerators import Accelerator
 from harness.config.target import Target
+from harness.results.fileformat import FileFormat
 from harness.results.targetmodel import Costs, Prediction, predict
 
+# predictions.jsonl's format version (written under "schema" in each line), and what each version is:
+PREDICTIONS_VERSION = 1
+PREDICTIONS_HISTORY = {
+    1: "every predictions.jsonl so far: one row per configuration: `config`, `settings`, `predicted`, "
+       "`measured`, `error_pct`, `binds`, `predicted_idle_host`, `run_cores`, `visits`, `spread_pct`, "
+       "`loader_ms`, `rank_ms`, `note` (the cases after the calibration); the `schema` key added within "
+       "version 1 (a line without it is version 1)",
+}
+PREDICTIONS = FileFormat("predictions.jsonl", PREDICTIONS_VERSION, PREDICTIONS_HISTORY)
 PIXEL_STAGES = ("collate", "send")  # stages whose work scales with the pixels of an image
 
 

@@ -12,20 +12,31 @@ data leave at least MIN_RESIDUAL_DF residual degrees of freedom; an interaction 
 pair of levels together differs from the product of their main effects. Their intervals are simultaneous
 (Bonferroni over the m interaction terms: each at 1 - 0.05 / m), so that "an interval excludes 1" is a 5% false
 alarm for the whole set, not for each of a dozen terms.
+
+An Effect is one line of effects.jsonl; the file's format version is EFFECTS_VERSION (harness.results.fileformat
+reads and writes it: EFFECTS).
 """
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.results import stats
 from harness.results.cellresult import CellResult
+from harness.results.fileformat import FileFormat
 from strategies.registry import AXES
 
+# effects.jsonl's format version (written under "schema" in each line), and what each version is:
+EFFECTS_VERSION = 1
+EFFECTS_HISTORY = {
+    1: "every effects.jsonl so far: per figure, axis and level `ratio`, `low`, `high` against `reference`, `n` "
+       "visits, `kind` (main or interaction); the `schema` key added within version 1 (a line without it is "
+       "version 1)",
+}
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
 
@@ -57,11 +68,16 @@ class Effect:
         return self.low > 1 or self.high < 1
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return EFFECTS.stamped(asdict(self))
 
     @classmethod
     def from_json(cls, obj: dict) -> Effect:
-        return cls(**obj)
+        """A line of effects.jsonl (its version is the file's: the key is not a field); a line without a
+        field the record needs is a TypeError."""
+        return cls(**{f.name: obj[f.name] for f in fields(cls) if f.name in obj})
+
+
+EFFECTS = FileFormat("effects.jsonl", EFFECTS_VERSION, EFFECTS_HISTORY)
 
 
 def _design(obs: list[Observation], order: dict[str, list[str]], pairs: list[tuple[str, str]]):

@@ -4,12 +4,12 @@ a run directory (the main run and --loader-only), as one typed record that owns 
 `LIBRARIES` lists every installed distribution whose version can change a figure: the training and
 numerics stack, the decoders, the storages' libraries, the tables' and plots' libraries and NVML. A library
 that is not installed is recorded as null. Keys an older or newer harness wrote and this one does not know are
-kept (`extra`) and written back unchanged, so a resumed run's env.json loses nothing.
+kept (`extra`) and written back unchanged, so a resumed run's env.json loses nothing. The file is versioned
+(ENV_VERSION, its history in ENV_HISTORY) and read and written through harness.results.fileformat (ENV).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import platform
 import subprocess
@@ -21,7 +21,16 @@ from pathlib import Path
 
 from harness.data.pagecache import block_device
 from harness.measure import gpuinfo
+from harness.results.fileformat import VERSION_KEY, FileFormat, read_json, write_json
 
+# env.json's format version (written under "schema"), and what each version is:
+ENV_VERSION = 1
+ENV_HISTORY = {
+    1: "every env.json so far: the machine, the libraries' versions, git, and the run's settings (None ones "
+       "left out). Added within version 1, absent in older files and read as their defaults: `gpu`, "
+       "`data_dir`, `data_device`, `read_ahead_kb`, `import`, `resumed`, libraries beyond the first six; the "
+       "`schema` key itself (a file without it is version 1)",
+}
 REPO = Path(__file__).resolve().parents[2]
 LIBRARIES = ("torch", "h5py", "numpy", "pandas", "tabulate", "pillow", "simplejpeg", "pyarrow", "lmdb",
              "webdataset", "matplotlib", "nvidia-ml-py")
@@ -135,12 +144,15 @@ class Environment:
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known, extra = {}, {}
         for key, value in obj.items():
+            if key == VERSION_KEY:  # the file's, not the record's (read through ENV, written by to_json)
+                continue
             name = RENAMED.get(key, key)
             (known if name in names else extra)[name if name in names else key] = value
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict:
-        """The JSON object; a run setting that is None is left out (as the harness always wrote it)."""
+        """The JSON object, of the current version; a run setting that is None is left out (as the harness
+        always wrote it)."""
         out = {}
         for f in dataclasses.fields(self):
             if f.name == "extra":
@@ -149,13 +161,18 @@ class Environment:
             if value is None and f.name in RUN_SETTINGS:
                 continue
             out[JSON_KEY.get(f.name, f.name)] = value
-        return {**out, **self.extra}
+        return ENV.stamped({**out, **self.extra})
+
+    @classmethod
+    def read(cls, run_dir: Path) -> Environment:
+        """A run directory's env.json, any older version upgraded on read; an empty Environment when it does
+        not exist. A damaged or newer file is a harness.results.fileformat.ResultsError."""
+        env = read_json(Path(run_dir) / "env.json", ENV, cls.from_json)
+        return env if env is not None else cls()
 
     def write(self, run_dir: Path) -> None:
-        path = Path(run_dir) / "env.json"
-        tmp = path.with_name(f".env.json.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, path)  # atomically: the other ranks of a resumed torchrun run read it meanwhile
+        # atomically: the other ranks of a resumed torchrun run read it meanwhile
+        write_json(Path(run_dir) / "env.json", self.to_json(), ENV)
 
     @property
     def cell_ids(self) -> list[str] | None:
@@ -175,3 +192,5 @@ class Environment:
 
 RUN_SETTINGS = ("scenario", "comparable", "dataset", "cache_state", "repeats", "settings", "argv", "dataset_gb",
                 "imported", "resumed")
+
+ENV = FileFormat("env.json", ENV_VERSION, ENV_HISTORY)

@@ -1,5 +1,5 @@
 """Pure functions: the per-rank records of one cell (harness.measure.rankrecord.RankRecord) -> its figures,
-coverage, cache and decomposition; and the access hint a cell's readers gave (advice_of).
+coverage, cache and decomposition. Nothing here builds a strategy or reads a file.
 
 The figures are a JSON-ready dict (harness.results.cellresult.Figures.from_json wraps it); the other parts are
 the records of harness.results.cellparts (docs/results-format.md)."""
@@ -10,7 +10,6 @@ import numpy as np
 from harness.measure.rankrecord import PARTS, RankRecord
 from harness.results import stats
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, EpochCoverage
-from strategies.storage import advice
 
 
 def _mean_or_none(values: list) -> float | None:
@@ -226,15 +225,3 @@ def decomposition(records: list[RankRecord]) -> Decomposition | None:
                          compute_pct=per_step["compute"] / cold * 100, prep_stall_pct=prep / cold * 100,
                          fetch_stall_pct=fetch / cold * 100, compute_bound_samples_s=rate["compute"],
                          warm_samples_s=rate["warm"], cold_samples_s=rate["cold"])
-
-
-NO_HINT = "normal"  # the advice of a line written before the readers gave access hints
-
-
-def advice_of(cell) -> str | None:
-    """The access hint the readers of a cell's storage give (strategies.storage.advice.cell_hint), None where
-    it has none or its strategies cannot be built here (a plugin's, in a report rebuilt elsewhere)."""
-    try:
-        return advice.cell_hint(cell.choice("storage").create(), cell.choice("sampler").create())
-    except Exception:
-        return None

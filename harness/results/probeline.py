@@ -1,9 +1,19 @@
 """probe.jsonl: the machine probe of each repeat (harness.run.probe), one ProbeLine a line, and the run's
-series of them (ProbeSeries), which makes throughput comparable across machines (`vs_probe`)."""
+series of them (ProbeSeries), which makes throughput comparable across machines (`vs_probe`). Each line
+carries its format's version (PROBE_VERSION; harness.results.fileformat reads and writes it: PROBE)."""
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+
+from harness.results.fileformat import FileFormat
+
+# probe.jsonl's format version (written under "schema" in each line), and what each version is:
+PROBE_VERSION = 1
+PROBE_HISTORY = {
+    1: "every probe.jsonl so far: per repeat `repeat`, `ideal_samples_per_s` (the in-memory ideal loader) and "
+       "`memcpy_gb_s`; the `schema` key added within version 1 (a line without it is version 1)",
+}
 
 
 @dataclass(frozen=True)
@@ -13,7 +23,7 @@ class ProbeLine:
     memcpy_gb_s: float  # memory-copy bandwidth
 
     def to_json(self) -> dict:
-        return dataclasses.asdict(self)
+        return PROBE.stamped(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, obj: dict) -> ProbeLine:
@@ -46,3 +56,6 @@ class ProbeSeries:
         if 0 <= repeat < len(self.ideal_samples_per_s) and self.ideal_samples_per_s[repeat] > 0:
             return self.ideal_samples_per_s[repeat]
         return None
+
+
+PROBE = FileFormat("probe.jsonl", PROBE_VERSION, PROBE_HISTORY)

@@ -1,17 +1,23 @@
 """A run's directory under results/: env.json (results.environment), cells.jsonl (appended per cell), probe.jsonl,
-summary.csv, report.md."""
+summary.csv, report.md. Its JSON files are versioned, read (older versions upgraded on read) and written
+through harness.results.fileformat; `read_lines`, `append_line` and `write_json` are the unversioned forms for
+files that have no format yet."""
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.results.cellresult import CellResult
+from harness.results import fileformat
+from harness.results.cellresult import CELLS, CellResult
 from harness.results.environment import Environment
-from harness.results.probeline import ProbeLine, ProbeSeries
+from harness.results.fileformat import ResultsError, drop_cut_tail
+from harness.results.probeline import PROBE, ProbeLine, ProbeSeries
+
+# defined in harness.results.fileformat: the readers' error, and the repair of a cut last line before appending
+__all__ = ["ResultsError", "drop_cut_tail"]
 
 
 def new_run_dir(out_root: Path, scenario_name: str) -> Path:
@@ -68,11 +74,13 @@ def check_writable_file(path: Path, flag: str) -> None:
 
 
 def write_json(path: Path, obj: dict) -> None:
+    """A JSON file of no versioned format (a command's own notes), keys sorted."""
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def append_line(path: Path, obj: dict) -> None:
-    """Append one object as one JSON line and flush it to disk at once."""
+    """Append one object as one JSON line and flush it to disk at once (no format: a command's own lines;
+    the run directory's files go through append_cell, append_probe)."""
     with open(path, "a") as f:
         f.write(json.dumps(obj, sort_keys=True) + "\n")
         f.flush()
@@ -80,78 +88,27 @@ def append_line(path: Path, obj: dict) -> None:
 
 
 def append_cell(run_dir: Path, cell: dict) -> None:
-    append_line(Path(run_dir) / "cells.jsonl", cell)
+    """One line of cells.jsonl (a CellResult's JSON), of the current version, flushed to disk at once."""
+    fileformat.append_line(Path(run_dir) / "cells.jsonl", cell, CELLS)
 
 
-class ResultsError(ValueError):
-    """A run directory's file that cannot be read (not JSON, not the expected shape); one line, with the path."""
-
-
-_WARNED: set[str] = set()  # files whose cut last line was already reported by this process
+def append_probe(run_dir: Path, line: ProbeLine) -> None:
+    """One repeat's line of probe.jsonl, of the current version, flushed to disk at once."""
+    fileformat.append_line(Path(run_dir) / "probe.jsonl", line.to_json(), PROBE)
 
 
 def read_lines(path: Path) -> list[dict]:
-    """The JSON objects of a .jsonl file, one per non-empty line; [] when the file does not exist.
-
-    A last line that is not valid JSON was cut off by a crash while it was written: it is skipped with one
-    warning. A bad line anywhere else is a ResultsError."""
-    if not path.exists():
-        return []
-    lines = [(n, line) for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-             if line.strip()]
-    out = []
-    for i, (number, line) in enumerate(lines):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if i < len(lines) - 1:
-                raise ResultsError(f"{path}:{number} is not valid JSON ({err.msg}), and it is not the last "
-                                   f"line (a cut last line is skipped; a damaged line elsewhere is not); "
-                                   f"repair or delete that line (a deleted cell line runs again with --resume)"
-                                   ) from None
-            if str(path) not in _WARNED:
-                _WARNED.add(str(path))
-                print(f"run_bench.py: warning: {path}:{number}: the last line is cut off (the run was "
-                      f"killed while writing it); skipped", file=sys.stderr)
-    return out
-
-
-def drop_cut_tail(path: Path) -> bool:
-    """Remove a last line cut off by a crash (no final newline, not JSON), so that lines appended later
-    stay whole; True when one was removed."""
-    path = Path(path)
-    if not path.exists():
-        return False
-    data = path.read_bytes()
-    if not data or data.endswith(b"\n"):
-        return False
-    start = data.rfind(b"\n") + 1
-    try:
-        json.loads(data[start:])
-        with open(path, "ab") as f:  # a whole object that only lacks its newline
-            f.write(b"\n")
-        return False
-    except ValueError:
-        with open(path, "r+b") as f:
-            f.truncate(start)
-        if str(path) not in _WARNED:
-            _WARNED.add(str(path))
-            number = data.count(b"\n") + 1
-            print(f"run_bench.py: warning: {path}:{number}: the last line is cut off (the run was killed while "
-                  f"writing it); removed, and that cell runs again", file=sys.stderr)
-        return True
+    """The JSON objects of a .jsonl file, one per non-empty line, versions not looked at; [] when the file
+    does not exist. A cut last line is skipped with one warning; a bad line elsewhere is a ResultsError
+    (harness.results.fileformat.json_lines)."""
+    return [obj for _, obj in fileformat.json_lines(path)]
 
 
 def read_results(run_dir: Path) -> list[CellResult]:
-    """cells.jsonl as CellResults, in file order; [] when it does not exist."""
+    """cells.jsonl as CellResults, in file order, each line upgraded on read from the version it was written
+    in; [] when it does not exist. A damaged line or one of a newer version is a ResultsError."""
     path = Path(run_dir) / "cells.jsonl"
-    out = []
-    for number, obj in enumerate(read_lines(path), 1):
-        try:
-            out.append(CellResult.from_json(obj))
-        except ValueError as err:
-            raise ResultsError(f"{path}: line {number}: {err}") from None
-    return out
+    return [CellResult.from_json(obj, where) for where, obj in fileformat.json_lines(path)]
 
 
 read_cells = read_results  # the older name
@@ -159,22 +116,9 @@ read_cells = read_results  # the older name
 
 def read_probe(run_dir: Path) -> ProbeSeries:
     """probe.jsonl as the probe's figures per repeat (empty when the file does not exist)."""
-    path = Path(run_dir) / "probe.jsonl"
-    try:
-        return ProbeSeries.from_lines([ProbeLine.from_json(p) for p in read_lines(path)])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ResultsError(f"{path} lacks {err} in a line; it is not a probe.jsonl of this harness") from None
+    return ProbeSeries.from_lines(fileformat.read_lines(Path(run_dir) / "probe.jsonl", PROBE, ProbeLine.from_json))
 
 
 def read_env(run_dir: Path) -> Environment:
     """env.json as an Environment (upgraded on read); an empty Environment when it does not exist."""
-    path = Path(run_dir) / "env.json"
-    if not path.exists():
-        return Environment()
-    try:
-        env = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ResultsError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-    if not isinstance(env, dict):
-        raise ResultsError(f"{path} is not a JSON object")
-    return Environment.from_json(env)
+    return Environment.read(run_dir)
