@@ -1,4 +1,5 @@
-"""--loader-only on a tiny dataset: every storage, both references, both cache states; keys, not timings."""
+"""--loader-only on a tiny dataset: every storage, both references, both cache states; keys, not timings
+(harness.commands.loaderonly over harness.run.readbench and harness.report.readtables)."""
 from __future__ import annotations
 
 import io
@@ -8,7 +9,9 @@ import pytest
 
 from harness.commands import loaderonly
 from harness.config import scenario
+from harness.report.readtables import render
 from harness.results.loaderrows import DecodeRow, LoaderRow, read_rows
+from harness.run.readbench import REF_ARTICLE, REF_RAM
 
 TOML = """
 description = "loader-only test"
@@ -42,16 +45,16 @@ def measured(tmp_path_factory):
 
 def test_rows_cover_every_storage_reference_fields_and_cache_state(measured):
     _, rows, _ = measured
-    names = ["raw", "mmap", "hdf5", loaderonly.REF_RAM, loaderonly.REF_ARTICLE]
+    names = ["raw", "mmap", "hdf5", REF_RAM, REF_ARTICLE]
     for workload in ("features", "pixels"):
         for state in ("warm", "cold"):
             got = [r.storage for r in rows if r.fields == workload and r.cache_state == state]
             assert sorted(got) == sorted(names)
     for r in rows:
         assert r.batch_size == 8 and r.samples_per_s > 0 and r.mb_per_s > 0 and r.vs_ram > 0
-        if r.storage == loaderonly.REF_RAM:
+        if r.storage == REF_RAM:
             assert r.vs_ram == 1.0
-        if r.cache_state == "cold" and r.storage != loaderonly.REF_RAM:
+        if r.cache_state == "cold" and r.storage != REF_RAM:
             assert r.cold_verified is not None and "cold_verified" in r.to_json()
         else:
             assert "cold_verified" not in r.to_json()
@@ -66,8 +69,8 @@ def test_loader_jsonl_decode_jsonl_and_tables(measured):
     assert {d.decoder for d in decode} == {"pil", "simplejpeg"}
     assert all(d.ms_per_image > 0 and d.image_size == 32 for d in decode)
     assert "Read path alone (features fields" in printed and "Read path alone (pixels fields" in printed
-    assert "Decode + resize per image" in printed and loaderonly.REF_ARTICLE in printed
-    assert "| storage" in loaderonly.render(rows, decode, fmt="markdown")
+    assert "Decode + resize per image" in printed and REF_ARTICLE in printed
+    assert "| storage" in render(rows, decode, fmt="markdown")
     assert len(list((root / "data").glob("*-article.h5"))) == 1
 
 
