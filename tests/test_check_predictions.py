@@ -1,21 +1,27 @@
 """--check-predictions end to end on the smoke scenario, one case: real cells in spawned ranks, the side
-measurements, predictions.jsonl and the table (harness.commands.check_predictions called directly)."""
+measurements, predictions.jsonl and the table (harness.commands.check_predictions' main called with a
+Request, as harness.cli calls it)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from harness.commands import check_predictions
+from harness.commands.check_predictions import Request
 from harness.errors import UsageError
+from harness.run.calibration import bench_of
+from strategies import registry
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_the_check_predicts_and_measures_one_case(tmp_path, capsys):
-    code = check_predictions.main(["--scenario", "smoke", "--data-dir", str(tmp_path / "data"), "--out",
-                                   str(tmp_path / "out"), "--rounds", "1", "--steps", "10", "--quiet",
-                                   "--case", "storage mmap"])
+    code = check_predictions.main(Request(scenario="smoke", data_dir=tmp_path / "data", out=tmp_path / "out",
+                                          rounds=1, steps=10, quiet=True, cases=("storage mmap",)))
     assert code == 0
     run_dir = next((tmp_path / "out").iterdir())
     rows = [json.loads(line) for line in (run_dir / "predictions.jsonl").read_text().splitlines()]
@@ -30,36 +36,77 @@ def test_the_check_predicts_and_measures_one_case(tmp_path, capsys):
     assert bench["disk"]["read_mb_s"] > 0 and set(bench["read_s"]) == {"raw", "mmap", "hdf5"}
     out = capsys.readouterr().out
     assert "storage mmap" in out and "median |error|" in out
-    assert check_predictions.main(["--analyse", str(run_dir)]) == 0  # the table again from the directory
+    assert check_predictions.main(Request(analyse=run_dir)) == 0  # the table again from the directory
     assert "storage mmap" in capsys.readouterr().out
 
 
 def test_an_unknown_case_is_one_line(tmp_path):
     with pytest.raises(UsageError, match="no case named"):
-        check_predictions.run("smoke", tmp_path / "data", tmp_path / "out", rounds=1, steps=10, quiet=True,
-                              only=["workers 9 -> 10"])
+        check_predictions.main(Request(scenario="smoke", data_dir=tmp_path / "data", out=tmp_path / "out",
+                                       rounds=1, steps=10, quiet=True, cases=("workers 9 -> 10",)))
 
 
 def test_a_features_scenario_is_refused(tmp_path):
-    smoke = (Path(__file__).resolve().parents[1] / "scenarios" / "smoke.toml").read_text()
+    smoke = (ROOT / "scenarios" / "smoke.toml").read_text()
     features = tmp_path / "features.toml"
     features.write_text(smoke.replace('workload = "pixels"', 'workload = "features"'))
     with pytest.raises(UsageError, match="pixels scenario"):
-        check_predictions.run(str(features), tmp_path / "data", tmp_path / "out", quiet=True)
+        check_predictions.main(Request(scenario=str(features), data_dir=tmp_path / "data", out=tmp_path / "out",
+                                       quiet=True))
+    with pytest.raises(UsageError, match="pixels scenario"):  # the same through the command line's override
+        check_predictions.main(Request(scenario="smoke", data_dir=tmp_path / "data", out=tmp_path / "out",
+                                       quiet=True, workload="features"))
+
+
+@pytest.fixture
+def isolated_registry(monkeypatch):
+    """The registry as it is now, and no tests.plugins module imported: a plugin this test loads is gone
+    afterwards (and is not already there from an earlier test)."""
+    registry.load_builtins()
+    monkeypatch.setattr(registry, "_REGISTRY", {a: dict(d) for a, d in registry._REGISTRY.items()})
+    for module in [m for m in sys.modules if m.startswith("tests.plugins.")]:
+        monkeypatch.delitem(sys.modules, module)
+    yield
+    for module in [m for m in sys.modules if m.startswith("tests.plugins.")]:
+        del sys.modules[module]
+
+
+def test_a_plugin_strategy_of_the_scenario_loads_through_the_request(tmp_path, isolated_registry):
+    """The scenario names a plugin's storage: the request's plugins are imported before it loads (through
+    `--scenario X --check-predictions --plugin M` they were ignored, and the scenario failed to load)."""
+    smoke = (ROOT / "scenarios" / "smoke.toml").read_text()
+    path = tmp_path / "planted.toml"
+    path.write_text(smoke.replace('storage = ["raw", "mmap", "hdf5"]', 'storage = ["raw", "mmap_copy"]'))
+    request = Request(scenario=str(path), data_dir=tmp_path / "data", out=tmp_path / "out", quiet=True,
+                      cases=("no such case",))
+    with pytest.raises(UsageError, match="mmap_copy"):  # without the plugin: an unknown storage
+        check_predictions.main(request)
+    with pytest.raises(UsageError, match="no case named no such case"):  # loaded, planned: past the scenario
+        check_predictions.main(Request(**{**request.__dict__, "plugins": ("tests.plugins.planted",)}))
+    assert not (tmp_path / "out").exists()  # refused before a run directory is made
+
+
+def test_settings_the_check_cannot_honour_are_refused(tmp_path):
+    for given, flag in (({"world_size": 4}, "--world-size"), ({"epochs": 1}, "--epochs")):
+        with pytest.raises(UsageError, match=flag):
+            check_predictions.main(Request(scenario="smoke", out=tmp_path / "out", **given))
+    with pytest.raises(UsageError, match="--plugin no_such_module"):
+        check_predictions.main(Request(scenario="smoke", plugins=("no_such_module",)))
 
 
 def test_the_side_measurements_on_real_files(tmp_path):
-    from harness.commands import checkbench
+    from harness.data import pagecache
+    from harness.measure import sidebench
 
     files = []
     for i in range(20):
         f = tmp_path / f"{i:03d}.jpg"
         f.write_bytes(bytes(range(256)) * 40)
         files.append(f)
-    small = checkbench.cold_files(files + [tmp_path / "skipped.npy"], most=10)
+    small = sidebench.cold_files(files + [tmp_path / "skipped.npy"], pagecache.drop, most=10)
     assert small["files"] == 10 and small["bytes_per_file"] == 10240
     assert small["extra_wall_s_per_file"] >= 0 and small["extra_cpu_s_per_file"] >= 0
-    with checkbench.OutsideRunnable(interval=0.01) as outside:
+    with sidebench.OutsideRunnable(interval=0.01) as outside:
         sum(i * i for i in range(200_000))
     assert outside.mean is None or outside.mean >= 0
 
@@ -68,10 +115,10 @@ def test_bench_json_reads_back_with_and_without_the_small_files():
     obj = {"read_s": {"raw": 1e-5}, "decode_s": {"160/pil": 4e-4}, "area": {"160": 100.0},
            "disk": {"read_mb_s": 1000.0, "latency_ms": 0.2, "cold_cpu_s_per_byte": 1e-10},
            "contention": {"factor": 1.1}}
-    b = check_predictions.bench_of(obj)
+    b = bench_of(obj)
     assert b.decode_s == {(160, "pil"): 4e-4} and b.area == {160: 100.0} and b.disk_latency_ms == 0.2
     assert b.cold_cpu_s_per_request == 0.0 and b.contention == 1.1
     obj["disk"]["small_files"] = {"bytes_per_file": 10_000, "extra_wall_s_per_file": 1e-4,
                                   "extra_cpu_s_per_file": 3e-5}
-    b = check_predictions.bench_of(obj)  # 100 us extra, of which 10 kB at 1000 MB/s is 10 us: 90 us latency
+    b = bench_of(obj)  # 100 us extra, of which 10 kB at 1000 MB/s is 10 us: 90 us latency
     assert b.disk_latency_ms == pytest.approx(0.09) and b.cold_cpu_s_per_request == 3e-5

@@ -119,3 +119,26 @@ def test_a_target_from_a_file_and_its_mistakes(tmp_path):
             target_mod.load_file(f)
     with pytest.raises(UsageError, match="no such file"):
         target_mod.load_file(tmp_path / "missing.toml")
+
+
+def test_the_target_report_command_from_a_run_directory(tmp_path, capsys):
+    """harness.commands.target_report's main, given its Request as harness.cli builds it: the target's line,
+    the stage and target tables and plots/stages.png, from cells.jsonl alone (no env.json, no scenario file)."""
+    from harness.commands import target_report
+
+    cell = CellResult(cell="storage=raw", names={"storage": "raw"}, strategies={"storage": "raw"},
+                      figures={"throughput": 10.0, "rank_cpu_s_per_sample": 0.002}, workload="pixels",
+                      ranks=[record(0, 0.9, 1.0)], emulated=True, device="V100-16GB (emulated)",
+                      scenario="no-such-scenario")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "cells.jsonl").write_text(json.dumps(cell.to_json()) + "\n")
+    f = tmp_path / "t.toml"
+    f.write_text('[target]\ngpus_per_node = 4\ncores_per_node = 32\naccelerator = "V100-16GB"\n')
+    assert target_report.main(target_report.Request(run_dir=run_dir, target=f)) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(target_mod.load_file(f).describe())
+    assert "Loader stages" in out and "On the target (modelled)" in out and "plots/stages.png" in out
+    assert (run_dir / "plots" / "stages.png").stat().st_size > 0
+    with pytest.raises(UsageError, match="no cells.jsonl lines"):
+        target_report.main(target_report.Request(run_dir=tmp_path / "empty"))

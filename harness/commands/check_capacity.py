@@ -6,28 +6,39 @@ and the capacity it predicts for this host to itself. The run's CPU on this shar
 calibration (checkcases.run_cores), as in --check-predictions. Writes capacity.jsonl
 and prints the table. docs/prediction.md has a measured one.
 
-    python -m harness.commands.check_capacity --scenario 4xV100 [--steps 40]
+    python run_bench.py check-capacity --scenario 4xV100 [--steps 40]
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
+import shlex
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
-from harness.commands.check_predictions import STORAGES, _variant
-from harness.commands.check_predictions import _launch as launch_group
 from harness.config import scenario as scenario_mod
-from harness.config.matrix import expand
-from harness.config.runconfig import LaunchConfig
 from harness.config.target import Target
-from harness.errors import EXIT_OK, run_module
+from harness.errors import EXIT_OK, EXIT_USAGE
 from harness.results import rundir, stages
 from harness.results.checkcases import Bench, CheckCase, processes, run_cores
 from harness.results.targetmodel import capacity, predict
+from harness.run.calibration import launch_group, materialise_storages
 
 SIZES = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class CheckCapacityRequest:
+    """`run_bench.py check-capacity --scenario NAME [--steps N]`."""
+
+    scenario: str
+    data_dir: Path = Path("data")
+    out: Path = Path("results")
+    steps: int = 40  # measured steps per cell of each launch
+
+
+Request = CheckCapacityRequest  # what harness.cli builds
 
 
 def _row(workload: str, ws: int, visit, calib, sc, got: float, case: CheckCase) -> dict:
@@ -43,17 +54,18 @@ def _row(workload: str, ws: int, visit, calib, sc, got: float, case: CheckCase) 
             "binds": p.binds}
 
 
-def run(scenario_ref: str, data_dir: Path, out: Path, steps: int = 40) -> int:
-    sc = scenario_mod.load(scenario_ref)
+def main(request: Request) -> int:
+    """Per workload: the calibration and the runs at 2 and 4 ranks, capacity.jsonl, the table."""
+    data_dir, steps = request.data_dir, request.steps
+    sc = scenario_mod.load(request.scenario)
     cores = len(os.sched_getaffinity(0))
-    run_dir = rundir.new_run_dir(out, f"{sc.name}-capacity")
+    run_dir = rundir.new_run_dir(request.out, f"{sc.name}-capacity")
     tr = sc.training
     rows, summary = [], []
     for workload in ("pixels", "features"):
         scw = dataclasses.replace(sc, training=dataclasses.replace(tr, workload=workload))
         base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder)
-        LaunchConfig(_variant(scw, base, list(STORAGES), steps), expand(_variant(scw, base, ["raw"], steps)),
-                     run_dir, data_dir, "emulated").materialise_all(progress=False)
+        materialise_storages(scw, base, ["raw"], run_dir, data_dir, steps, progress=False)
         calib = None
         for ws in SIZES:
             case = dataclasses.replace(base, name=f"{workload} x{ws}", world_size=ws)
@@ -82,15 +94,7 @@ def run(scenario_ref: str, data_dir: Path, out: Path, steps: int = 40) -> int:
     return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.commands.check_capacity")
-    p.add_argument("--scenario", required=True)
-    p.add_argument("--data-dir", type=Path, default=Path("data"))
-    p.add_argument("--out", type=Path, default=Path("results"))
-    p.add_argument("--steps", type=int, default=40)
-    a = p.parse_args(argv)
-    return run(a.scenario, a.data_dir, a.out, a.steps)
-
-
 if __name__ == "__main__":
-    run_module("check_capacity", main)
+    print("python -m harness.commands.check_capacity is now: python run_bench.py check-capacity "
+          f"{shlex.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
+    sys.exit(EXIT_USAGE)

@@ -1,110 +1,87 @@
 """--check-predictions: the target model (harness.results.targetmodel) checked on this machine. It calibrates
 on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache, its decoder, batch and
 image size), predicts configurations that each change one thing (harness.results.checkcases.cases), then
-measures them: every configuration is a real run of the harness's cells (harness.run.launch.spawn), visited
-in `rounds` interleaved passes (the calibration in each), so drift of this shared machine falls on all of
-them. Beside the cells it measures what the predictions need: the disk's cold read rate and latency, the
-CPU-cost factor with every core busy, and the read and decode stages' costs in the other configurations.
+measures them: every configuration is a real run of the harness's cells (harness.run.calibration.launch_group),
+visited in `rounds` interleaved passes (the calibration in each), so drift of this shared machine falls on all
+of them. Beside the cells it measures what the predictions need (harness.run.calibration.side_bench): the
+disk's cold read rate and latency, the CPU-cost factor with every core busy, and the read and decode stages'
+costs in the other configurations.
 
 Writes predictions.jsonl (one line per configuration: config, predicted, measured, error_pct, the visits'
 figures) and bench.json in its run directory, and prints the table. docs/prediction.md has a measured one.
 
     python run_bench.py --scenario 4xV100 --check-predictions
-    python -m harness.commands.check_predictions --scenario 4xV100 [--rounds 2] [--steps 60]
-    python -m harness.commands.check_predictions --analyse RUN_DIR
+    python run_bench.py check-predictions --scenario 4xV100 [--rounds 2] [--steps 60]
+    python run_bench.py check-predictions --analyse RUN_DIR
+
+harness.cli builds the Request from either command line; `main(request)` runs it.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.commands import checkbench
 from harness.config import scenario as scenario_mod
-from harness.config.matrix import Cell, expand
-from harness.config.matrixload import StrategyChoice
-from harness.config.runconfig import LaunchConfig
-from harness.data.decoders import resized_shapes
-from harness.data.fields import FIELDS_FOR
-from harness.data.generator import image_sides
-from harness.errors import EXIT_OK, UsageError, run_module
+from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
 from harness.results import rundir, stages
-from harness.results.cellresult import CellResult
 from harness.results.checkcases import Bench, CheckCase, case_costs, cases, error_pct, predict_case, run_cores, summary
-from harness.run import launch
+from harness.run.calibration import (
+    STORAGES,
+    Visit,
+    bench_of,
+    launch_group,
+    materialise_storages,
+    read_visits,
+    side_bench,
+)
 from strategies import registry
 
-STORAGES = ("raw", "mmap", "hdf5")
 RAW_REQUESTS = 2.0  # the raw storage reads a file per field of a sample: the pixels workload's JPEG and caption
+# the scenario settings the check takes from the command line (scenario.load's overrides); --steps is the
+# check's own (steps per launch), and the check picks its own world sizes and measures steps, not epochs
+SCENARIO_SETTINGS = ("samples", "batch_size", "workers", "warmup_steps", "workload")
 
 
 @dataclass(frozen=True)
-class Visit:
-    """One measured visit of a case: its cell line, and the host's other runnable tasks during its launch
-    (checkbench.OutsideRunnable)."""
+class CheckPredictionsRequest:
+    """`run_bench.py check-predictions ...` or `run_bench.py --scenario NAME --check-predictions ...`."""
 
-    line: CellResult
-    outside: float
+    scenario: str | None = None  # a name from scenarios/ or a TOML path (needed unless `analyse`)
+    analyse: Path | None = None  # --analyse RUN_DIR: the table again from a check's run directory
+    data_dir: Path = Path("data")
+    out: Path = Path("results")
+    rounds: int = 2
+    steps: int = 60  # measured steps per cell of each launch (>= 10)
+    cases: tuple[str, ...] = ()  # run only these cases (the calibration always runs); (): every case
+    quiet: bool = False
+    plugins: tuple[str, ...] = ()  # modules that register extra strategies (imported before the scenario loads)
+    # overrides of the scenario's settings (None: the scenario's own), as the bench command line gives them
+    samples: int | None = None
+    batch_size: int | None = None
+    workers: int | None = None
+    warmup_steps: int | None = None
+    workload: str | None = None
+    world_size: int | None = None  # refused: the check runs its own world sizes
+    epochs: int | None = None  # refused: the check measures `steps`
 
-
-def _variant(sc, case: CheckCase, storages: list[str], steps: int):
-    """The scenario as one launch of the check runs it: the case's settings, default strategies elsewhere."""
-    tr = dataclasses.replace(sc.training, workers=case.workers, batch_size=case.batch_size,
-                             image_size=case.image_size, decoder=case.decoder, steps=steps, epochs=0,
-                             warmup_steps=max(3, sc.training.warmup_steps))
-    matrix = {axis: [StrategyChoice(axis, name)] for axis, name in registry.DEFAULTS.items()}
-    matrix["storage"] = [StrategyChoice("storage", s) for s in storages]
-    return dataclasses.replace(sc, world_size=case.world_size, training=tr, matrix=matrix)
-
-
-def _launch(sc, group: list[CheckCase], run_dir: Path, data_dir: Path, steps: int) -> dict[str, Visit]:
-    """One launch: the group's cases (they differ only in storage) as cells; case name -> its visit."""
-    variant = _variant(sc, group[0], [c.storage for c in group], steps)
-    cells: list[Cell] = expand(variant)
-    config = LaunchConfig(variant, cells, run_dir, data_dir, "emulated", progress=False,
-                          cache_state=group[0].cache_state, repeats=1, started_at=time.time())
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with checkbench.OutsideRunnable() as outside:
-        _, failures = launch.spawn(config, log=lambda line: None)
-    if failures:
-        raise UsageError(f"--check-predictions: a cell failed in {run_dir}: {failures[0]}")
-    rundir.write_json(run_dir / "visit.json", {"cases": [c.name for c in group], "outside_runnable": outside.mean})
-    return _visits(run_dir, group)
+    def overrides(self) -> dict:
+        """The given scenario settings, as scenario.load takes them."""
+        if self.world_size is not None:
+            raise UsageError("--check-predictions runs its own world sizes (1 rank for the calibration, 2 for "
+                             "the ranks case); leave out --world-size")
+        if self.epochs is not None:
+            raise UsageError("--check-predictions measures --steps per launch; leave out --epochs")
+        return {k: getattr(self, k) for k in SCENARIO_SETTINGS if getattr(self, k) is not None}
 
 
-def _visits(run_dir: Path, group: list[CheckCase]) -> dict[str, Visit]:
-    """A launch's visits read back from its directory (cells.jsonl, visit.json)."""
-    by_storage = {r.name("storage"): r for r in rundir.read_results(run_dir)}
-    info = run_dir / "visit.json"
-    outside = (json.loads(info.read_text()).get("outside_runnable") if info.exists() else None) or 0.0
-    return {c.name: Visit(by_storage[c.storage], outside) for c in group if c.storage in by_storage}
-
-
-def _bench(sc, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> dict:
-    """The side measurements (harness.commands.checkbench), as bench.json holds them (bench_of reads them
-    back as the pure Bench)."""
-    storage = {s: StrategyChoice("storage", s).create() for s in STORAGES}
-    indices = list(range(0, min(len_of(sc), 2048), 4))[:256]
-    read_s = {s: checkbench.read_cost(storage[s], data_paths[s], sc.training.workload, indices,
-                                      base.batch_size) for s in STORAGES}
-    reader = storage["raw"].open(data_paths["raw"], fields=FIELDS_FOR["pixels"])
-    jpegs = [s.jpeg for s in reader.read_batch(indices[:96])]
-    pairs = {(c.image_size, c.decoder) for c in all_cases}
-    decode_s = {p: checkbench.decode_cost(jpegs, *p) for p in sorted(pairs)}
-    sides = image_sides(sc.dataset)
-    area = {size: float((resized_shapes(sides, size).prod(axis=1)).mean())
-            for size in sorted({c.image_size for c in all_cases})}
-    disk = checkbench.disk(storage["hdf5"].files(data_paths["hdf5"]))  # one large file
-    disk["small_files"] = checkbench.cold_files(storage["raw"].files(data_paths["raw"]))  # the raw storage's
-    contention = checkbench.contention(jpegs[:32], base.image_size, cores)
-    return {"read_s": read_s, "decode_s": {f"{k[0]}/{k[1]}": v for k, v in decode_s.items()},
-            "area": area, "disk": disk, "contention": contention}
+Request = CheckPredictionsRequest  # what harness.cli builds
 
 
 def _other_decoder(decoder: str) -> str | None:
@@ -116,10 +93,6 @@ def _other_decoder(decoder: str) -> str | None:
     except ImportError:
         return None
     return "simplejpeg"
-
-
-def len_of(sc) -> int:
-    return int(getattr(sc.dataset, "samples", 0) or 0)
 
 
 def _calibration(visits: list[Visit], bench: Bench, cores: int, requests: float):
@@ -235,29 +208,11 @@ def _rounds(all_cases: list[CheckCase], rounds: int):
             yield r, i, group
 
 
-def bench_of(obj: dict) -> Bench:
-    """bench.json back as the pure Bench. With the small files' figures (the raw storage: one file, one
-    request per sample), a request's latency is a cold file's extra wall time less its bytes at the
-    sequential rate, and its extra CPU is per request; else the 4 KiB random reads' latency and the CPU
-    per cold byte of the large file."""
-    disk, small = obj["disk"], obj["disk"].get("small_files")
-    latency_ms, per_request = disk["latency_ms"], 0.0
-    if small and disk["read_mb_s"]:
-        transfer = small["bytes_per_file"] / (disk["read_mb_s"] * 1e6)
-        latency_ms = max(0.0, small["extra_wall_s_per_file"] - transfer) * 1e3
-        per_request = small["extra_cpu_s_per_file"]
-    return Bench(read_s=obj["read_s"], decode_s={(int(k.split("/")[0]), k.split("/")[1]): v
-                                                 for k, v in obj["decode_s"].items()},
-                 area={int(k): v for k, v in obj["area"].items()}, disk_mb_s=disk["read_mb_s"],
-                 disk_latency_ms=latency_ms, cold_cpu_s_per_byte=disk["cold_cpu_s_per_byte"],
-                 cold_cpu_s_per_request=per_request, contention=obj["contention"]["factor"])
-
-
 def analyse(run_dir: Path, sc, base: CheckCase, all_cases: list[CheckCase], rounds: int) -> list[dict]:
     """The predictions and the measurements of a check's run directory: predictions.jsonl, the table."""
     measured: dict[str, list[Visit]] = {c.name: [] for c in all_cases}
     for r, i, group in _rounds(all_cases, rounds):
-        for name, visit in _visits(run_dir / "runs" / f"r{r}-{i}", group).items():
+        for name, visit in read_visits(run_dir / "runs" / f"r{r}-{i}", group).items():
             measured[name].append(visit)
     bench = bench_of(json.loads((run_dir / "bench.json").read_text()))
     rows = _rows(sc, base, all_cases, measured, bench, len(os.sched_getaffinity(0)))
@@ -268,27 +223,27 @@ def analyse(run_dir: Path, sc, base: CheckCase, all_cases: list[CheckCase], roun
     return rows
 
 
-def run(scenario_ref: str, data_dir: Path, out: Path, rounds: int = 2, steps: int = 60,
-        quiet: bool = False, only: list[str] | None = None) -> int:
-    """The check; `only`: the names of the cases to run (the calibration always runs)."""
-    sc = scenario_mod.load(scenario_ref)
-    base, all_cases = _plan(sc, only)
+def run(request: Request) -> int:
+    """The check; `request.cases`: the names of the cases to run (the calibration always runs)."""
+    overrides = request.overrides()
+    sc = scenario_mod.load(request.scenario, overrides)
+    base, all_cases = _plan(sc, list(request.cases) or None)
+    rounds, steps, quiet = request.rounds, request.steps, request.quiet
     if rounds < 1 or steps < 10:
         raise UsageError("--check-predictions: --rounds must be >= 1 and --steps >= 10")
     cores = len(os.sched_getaffinity(0))
-    run_dir = rundir.new_run_dir(out, f"{sc.name}-check")
-    rundir.write_json(run_dir / "check.json", {"scenario": scenario_ref, "rounds": rounds, "steps": steps,
-                                               "cases": [c.name for c in all_cases]})
+    run_dir = rundir.new_run_dir(request.out, f"{sc.name}-check")
+    rundir.write_json(run_dir / "check.json", {"scenario": request.scenario, "rounds": rounds, "steps": steps,
+                                               "cases": [c.name for c in all_cases], "overrides": overrides,
+                                               "plugins": list(request.plugins)})
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     started = time.perf_counter()
-    variant = _variant(sc, base, list(STORAGES), steps)
-    data_paths = LaunchConfig(variant, expand(variant), run_dir, data_dir,
-                              "emulated").materialise_all(progress=not quiet)
+    data_paths = materialise_storages(sc, base, STORAGES, run_dir, request.data_dir, steps, progress=not quiet)
     say("measuring the disk, the contention factor and the stages' costs ...")
-    rundir.write_json(run_dir / "bench.json", _bench(sc, base, all_cases, data_paths, cores))
+    rundir.write_json(run_dir / "bench.json", side_bench(sc, base, all_cases, data_paths, cores))
     for r, i, group in _rounds(all_cases, rounds):
         say(f"round {r + 1}/{rounds}, launch {i + 1}: {', '.join(c.name for c in group)}")
-        _launch(sc, group, run_dir / "runs" / f"r{r}-{i}", data_dir, steps)
+        launch_group(sc, group, run_dir / "runs" / f"r{r}-{i}", request.data_dir, steps, request.plugins)
     rows = analyse(run_dir, sc, base, all_cases, rounds)
     say(f"the run's CPU on this host, fitted to the calibration: {rows[0]['run_cores']:.2f} of {cores} cores")
     say(f"\n{len(all_cases)} configurations x {rounds} rounds in {time.perf_counter() - started:.0f} s; "
@@ -300,7 +255,8 @@ def reanalyse(run_dir: Path) -> int:
     """--analyse RUN_DIR: the table again from a check's run directory (the model changed, or to read it)."""
     info = json.loads((Path(run_dir) / "check.json").read_text()) if (Path(run_dir) / "check.json").exists() \
         else {"scenario": Path(run_dir).name.split("-")[1], "rounds": 2, "cases": None}
-    sc = scenario_mod.load(info["scenario"])
+    load_plugins(tuple(info.get("plugins") or ()))  # those the check ran with
+    sc = scenario_mod.load(info["scenario"], info.get("overrides") or None)
     base, all_cases = _plan(sc, None)
     if info.get("cases"):
         all_cases = [c for c in all_cases if c.name in info["cases"]]
@@ -308,29 +264,26 @@ def reanalyse(run_dir: Path) -> int:
     return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.commands.check_predictions", description=__doc__.split(
-        "\n")[0])
-    p.add_argument("--scenario")
-    p.add_argument("--analyse", type=Path, metavar="RUN_DIR", help="the table again from a check's run directory")
-    p.add_argument("--data-dir", type=Path, default=Path("data"))
-    p.add_argument("--out", type=Path, default=Path("results"))
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--case", action="append", default=None, help="run only this case (repeatable)")
-    p.add_argument("--quiet", action="store_true")
-    a = p.parse_args(argv)
-    if a.analyse:
-        return reanalyse(a.analyse)
-    if not a.scenario:
+def load_plugins(modules: tuple[str, ...]) -> None:
+    """Import each --plugin module (its strategies register), before the scenario naming them is loaded."""
+    for module in modules:
+        try:
+            registry.load_plugin(module)
+        except registry.PluginError as err:
+            raise UsageError(f"--plugin {module}: {err}") from None
+
+
+def main(request: Request) -> int:
+    """Run the check (or, with `analyse`, its table again); a mistake in the request is a UsageError."""
+    load_plugins(request.plugins)
+    if request.analyse:
+        return reanalyse(request.analyse)
+    if not request.scenario:
         raise UsageError("give --scenario NAME (or --analyse RUN_DIR)")
-    return run(a.scenario, a.data_dir, a.out, a.rounds, a.steps, a.quiet, a.case)
-
-
-def from_args(args: argparse.Namespace) -> int:
-    """python run_bench.py --scenario NAME --check-predictions (harness.cli dispatches here)."""
-    return run(args.scenario, args.data_dir, args.out, quiet=args.quiet)
+    return run(request)
 
 
 if __name__ == "__main__":
-    run_module("check_predictions", main)
+    print("python -m harness.commands.check_predictions is now: python run_bench.py check-predictions "
+          f"{shlex.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
+    sys.exit(EXIT_USAGE)

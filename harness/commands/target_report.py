@@ -1,21 +1,34 @@
 """The per-stage table, plots/stages.png and, with a target, each cell's prediction there and the
 configuration to use, from a run directory alone (harness.report.stagetable):
 
-    python -m harness.commands.target_report RUN_DIR [--target FILE]
+    python run_bench.py target-report RUN_DIR [--target FILE]
 
 Without --target the scenario's [target] table is used when it has one (the run's env.json names the
 scenario)."""
 from __future__ import annotations
 
-import argparse
+import shlex
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import scenario as scenario_mod
 from harness.config import target as target_mod
-from harness.errors import EXIT_OK, UsageError, run_module
+from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
 from harness.report import stagetable
 from harness.report.tables import render_tables
 from harness.results import rundir
+
+
+@dataclass(frozen=True)
+class TargetReportRequest:
+    """`run_bench.py target-report RUN_DIR [--target FILE]`."""
+
+    run_dir: Path
+    target: Path | None = None  # a TOML file with a [target] table (default: the scenario's, if any)
+
+
+Request = TargetReportRequest  # what harness.cli builds
 
 
 def run(run_dir: Path, target_file: Path | None = None) -> str:
@@ -35,20 +48,20 @@ def run(run_dir: Path, target_file: Path | None = None) -> str:
         target = None
     lines = [target.describe()] if target is not None else []
     lines += render_tables(stagetable.tables(results, target))
-    plot = stagetable.stage_plot(results, Path(run_dir) / "plots" / "stages.png")
+    plots = Path(run_dir) / "plots"
+    plots.mkdir(exist_ok=True)  # a run stopped before its report has none yet
+    plot = stagetable.stage_plot(results, plots / "stages.png")
     if plot is not None:
         lines.append(f"\nplot: {plot}")
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m harness.commands.target_report")
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--target", type=Path, metavar="FILE")
-    a = p.parse_args(argv)
-    print(run(a.run_dir, a.target))
+def main(request: Request) -> int:
+    print(run(request.run_dir, request.target))
     return EXIT_OK
 
 
 if __name__ == "__main__":
-    run_module("target_report", main)
+    print("python -m harness.commands.target_report is now: python run_bench.py target-report "
+          f"{shlex.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
+    sys.exit(EXIT_USAGE)
