@@ -20,7 +20,7 @@
 #   decode     decode_jpeg on the GPU = the CPU decode: baseline, progressive, grayscale, odd sizes
 #   memcheck   the memory probe's prediction within 15% of real steps' peaks (scripts/gpu/memcheck.py)
 #   nvmlbusy   NVML utilisation above 0 while the GPU computes (scripts/gpu/nvmlbusy.py)
-#   oom        python -m harness.commands.oomcheck --real: 2 ranks over gloo, BOTH ON GPU 0 (NCCL refuses
+#   oom        run_bench.py oomcheck --real: 2 ranks over gloo, BOTH ON GPU 0 (NCCL refuses
 #              two ranks on one GPU, so every multi-rank check on a one-GPU machine uses gloo on GPU 0)
 #   matrix     the gpu scenario on storage mmap over precision x preprocess (6 cells)
 #   extras     the same with batching fixed/dynamic x loader workers+side_stream/threads (4 cells)
@@ -147,7 +147,7 @@ stage_command() {  # the command line of one stage, as one bash -c script
   case $1 in
     preflight) echo "install_missing && \"\$PY\" scripts/gpu/preflight.py $j" ;;
     events|streams|decode|memcheck|nvmlbusy) echo "\"\$PY\" scripts/gpu/$1.py $j" ;;
-    oom) echo "\"\$PY\" -m harness.commands.oomcheck --real --timeout 5" ;;  # a hang: 5 s x (cases + 1) in all
+    oom) echo "\"\$PY\" run_bench.py oomcheck --real --timeout 5" ;;  # a hang: 5 s x (cases + 1) in all
     matrix) echo "bench matrix gpu --only storage=mmap" ;;
     extras) echo "bench extras \"$OUT/scenarios/gpu-extras.toml\"" ;;
     profile) echo "bench profile gpu --only storage=mmap --only precision=amp --only preprocess=host --profile" ;;

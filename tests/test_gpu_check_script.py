@@ -146,9 +146,10 @@ def test_the_harness_calls_of_the_checks_still_fit():
     inspect.signature(train_step).bind(object(), object(), object(), {}, 16, 16 * 160 * 160, False, object())
     inspect.signature(make_ddp).bind(object())
     inspect.signature(nvml_index_of).bind(0)
-    oom = subprocess.run([sys.executable, "-m", "harness.commands.oomcheck", "--help"], cwd=ROOT, env=env(),
+    oom = subprocess.run([sys.executable, "run_bench.py", "oomcheck", "--help"], cwd=ROOT, env=env(),
                          capture_output=True, text=True, timeout=120)
     assert oom.returncode == 0 and "--real" in oom.stdout and "--timeout" in oom.stdout  # what the oom stage passes
+    assert "run_bench.py oomcheck --real --timeout 5" in SCRIPT.read_text()
 
 
 # --- check_run on run directories written here -----------------------------------------------------------

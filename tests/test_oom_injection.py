@@ -1,24 +1,36 @@
 """An OOM injected on rank 1 of a 2-rank DDP run (gloo, CPU) in forward, backward (part-way through the
 bucketed allreduce) or the optimizer step, on a model with and without BatchNorm buffers: no hang, no crash,
 the same steps on every rank; with splitting on a forward or backward OOM is absorbed (one OOM event,
-replicas identical), every other case stops every rank at the same step (harness.train.trainstep)."""
+replicas identical), every other case stops every rank at the same step (harness.train.trainstep). The
+injection is harness.run.oominject; harness.commands.oomcheck prints its verdicts."""
 from __future__ import annotations
 
 import pytest
 
 from harness.commands import oomcheck
-from harness.commands.oomcheck import Case
+from harness.errors import UsageError
+from harness.run import oominject
+from harness.run.oominject import Case
 
-pytestmark = pytest.mark.slow  # spawns two rank processes
-
-CASES = [Case(m, phase, split) for m in oomcheck.MODELS for phase in oomcheck.PHASES for split in (True, False)]
+CASES = [Case(m, phase, split) for m in oominject.MODELS for phase in oominject.PHASES for split in (True, False)]
 
 
 @pytest.fixture(scope="module")
 def outcomes():
-    return dict(zip(CASES, oomcheck.run(CASES, timeout_s=30)))
+    return dict(zip(CASES, oominject.run(CASES, timeout_s=30)))
 
 
+def test_every_case_is_run_by_the_command():
+    assert oominject.all_cases() == CASES
+    assert oominject.all_cases(("batchnorm",)) == [c for c in CASES if c.model == "batchnorm"]
+
+
+def test_an_unknown_model_is_one_line():
+    with pytest.raises(UsageError, match="no model resnet; choose from two-tower, batchnorm"):
+        oomcheck.main(oomcheck.Request(models=("resnet",)))
+
+
+@pytest.mark.slow  # spawns two rank processes
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.label)
 def test_each_case_ends_as_the_policy_says(outcomes, case):
     ranks = outcomes[case]
@@ -26,19 +38,19 @@ def test_each_case_ends_as_the_policy_says(outcomes, case):
     r0, r1 = ranks
     assert r0["steps"] == r1["steps"]
     if case.goes_on:
-        assert r0["steps"] == oomcheck.WARMUP + oomcheck.WINDOW
+        assert r0["steps"] == oominject.WARMUP + oominject.WINDOW
         assert (r0["oom_events"], r1["oom_events"]) == (0, 1)
         assert r0["error"] is None and r1["error"] is None
         assert r0["digest"] == r1["digest"]  # DDP's reducer stayed in step: the replicas are identical
     else:
-        assert r0["steps"] < oomcheck.WARMUP + oomcheck.WINDOW
+        assert r0["steps"] < oominject.WARMUP + oominject.WINDOW
         assert r1["error"].startswith(f"OOM in the {case.phase}: ") and "injected" in r1["error"]
         assert r0["error"].startswith("stopped with another rank")
-    assert oomcheck.holds(case, ranks)
+    assert oominject.holds(case, ranks)
 
 
 def test_the_check_fails_a_case_that_did_not_stop():
     ranks = [{"steps": 7, "oom_events": 0, "error": None, "digest": "a"},
              {"steps": 7, "oom_events": 0, "error": None, "digest": "a"}]
-    assert not oomcheck.holds(Case("batchnorm", "backward", False), ranks)
-    assert not oomcheck.holds(Case("batchnorm", "backward", True), ranks)  # no OOM event counted
+    assert not oominject.holds(Case("batchnorm", "backward", False), ranks)
+    assert not oominject.holds(Case("batchnorm", "backward", True), ranks)  # no OOM event counted
