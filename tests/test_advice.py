@@ -16,7 +16,6 @@ from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
 from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
-from harness.results.metrics import advice_of
 from strategies import registry
 from strategies.storage import advice
 
@@ -140,11 +139,12 @@ def cell(storage: StrategyChoice, sampler: str) -> Cell:
 
 def test_the_cell_line_names_the_hint_its_readers_gave():
     mmap_ = StrategyChoice("storage", "mmap")
-    assert advice_of(cell(mmap_, "default")) == "random" and advice_of(cell(mmap_, "balanced")) == "random"
-    assert advice_of(cell(mmap_, "shards")) == "sequential"
+    assert cell(mmap_, "default").advice == "random" and cell(mmap_, "balanced").advice == "random"
+    assert cell(mmap_, "shards").advice == "sequential"
     normal = StrategyChoice("storage", "hdf5", (("advice", "normal"),))
-    assert advice_of(cell(normal, "shards")) == "normal"
-    assert advice_of(cell(StrategyChoice("storage", "no-such-storage"), "default")) is None
+    assert cell(normal, "shards").advice == "normal"
+    with pytest.raises(registry.UnknownStrategy):  # an error now, no longer read as "no hint"
+        assert cell(StrategyChoice("storage", "no-such-storage"), "default").advice
 
 
 def test_every_mapped_field_finds_its_map_and_its_place_in_the_file(paths):

@@ -9,17 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.config.matrix import Cell
-from harness.config.matrixload import StrategyChoice
 from harness.report.effects import read_effects, write_effects
 from harness.results import cellresult, checkcases, effects, environment, fileformat, loaderrows, probeline, rundir
-from harness.results.cellresult import CELLS, CellResult, advice_of
+from harness.results.cellresult import CELLS, CellResult
 from harness.results.effects import EFFECTS, Effect
 from harness.results.environment import ENV, Environment
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError, unchanged
 from harness.results.loaderrows import DECODE, LOADER, DecodeRow, LoaderRow, read_rows, write_rows
 from harness.results.probeline import PROBE, ProbeLine
-from strategies import registry
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # every format a run directory's files have, and the module that declares it beside its record
@@ -175,17 +172,3 @@ def test_a_damaged_line_is_one_line_with_its_place(tmp_path):
     (tmp_path / "effects.jsonl").write_text('{"figure": "au"}\n{"figure": "au"\n')  # the cut last line is skipped
     with pytest.raises(ResultsError, match="effects.jsonl:1: .*not the shape of effects.jsonl"):
         read_effects(tmp_path)
-
-
-def cell(storage: StrategyChoice, sampler: str) -> Cell:
-    return Cell((storage, StrategyChoice("cache", "none"), StrategyChoice("batching", "fixed"),
-                 StrategyChoice("sampler", sampler)))
-
-
-def test_the_cell_line_names_the_hint_its_readers_give_and_a_strategy_it_cannot_build_is_an_error():
-    mmap_ = StrategyChoice("storage", "mmap")
-    assert advice_of(cell(mmap_, "default")) == "random" and advice_of(cell(mmap_, "balanced")) == "random"
-    assert advice_of(cell(mmap_, "shards")) == "sequential"
-    assert advice_of(cell(StrategyChoice("storage", "hdf5", (("advice", "normal"),)), "shards")) == "normal"
-    with pytest.raises(registry.UnknownStrategy):  # no longer read as "no hint"
-        advice_of(cell(StrategyChoice("storage", "no-such-storage"), "default"))

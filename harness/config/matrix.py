@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from functools import cached_property
 
 from harness.config.scenario import Scenario, StrategyChoice
 from harness.errors import UsageError
 from strategies.registry import ADDED_AXES, AXES, DEFAULTS
+from strategies.storage import advice as access_hints
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,13 @@ class Cell:
 
     def strategies(self) -> dict[str, str]:
         return {c.axis: c.label for c in self.choices}
+
+    @cached_property
+    def advice(self) -> str | None:
+        """The access hint the readers of the cell's storage give under its sampler
+        (strategies.storage.advice.cell_hint), worked out once per cell; None for a storage without an
+        `advice` parameter. A strategy that cannot be built is an error, not a missing hint."""
+        return access_hints.cell_hint(self.choice("storage").create(), self.choice("sampler").create())
 
 
 def expand(scenario: Scenario) -> list[Cell]:

@@ -13,12 +13,12 @@
   figures this version does not know are kept in `extra`.
 - `CellSummary`: the repeats of one cell merged (`merge_repeats`): medians of the measured repeats' figures,
   the throughput's confidence interval, and how many repeats failed and why.
-- `CellResult.of_cell` (a result's identity, for every line written, with the hint its readers give:
-  `advice_of`), `cell_line` (the line written after each cell, built from the records of all its ranks) and
+- `CellResult.of_cell` (a result's identity, for every line written, with the hint its readers give, worked
+  out once per cell: harness.config.matrix.Cell.advice), `cell_line` (the line written after each cell, built from the records of all its ranks) and
   `summary_text`.
 
 This module depends on harness.results.metrics, cellparts, stats and cellsformat, on harness.measure.rankrecord
-and records (and on the scenario and matrix types for `cell_line`, on the strategies for `advice_of`); every
+and records (and on the scenario and matrix types for `cell_line`); every
 reporting module reads results through it.
 """
 from __future__ import annotations
@@ -34,7 +34,6 @@ from harness.measure.records import JsonRecord
 from harness.results import metrics, stats
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, PageCache
 from harness.results.cellsformat import CELLS, NO_HINT, SCHEMA_VERSION
-from strategies.storage import advice as access_hints
 
 
 @dataclass
@@ -194,7 +193,7 @@ class CellResult(JsonRecord):
                    params={c.axis: dict(c.params) for c in cell.choices},
                    names={c.axis: c.name for c in cell.choices}, device=device, emulated=emulated,
                    workload=scenario.training.workload, batch_size=scenario.training.batch_size,
-                   world_size=world_size, repeat=repeat, advice=advice_of(cell), **rest)
+                   world_size=world_size, repeat=repeat, advice=cell.advice, **rest)
 
     @property
     def measured(self) -> bool:
@@ -260,14 +259,6 @@ def upgrade(result: CellResult) -> CellResult:
         f = f.derive(throughput_ci_label=UNKNOWN_INTERVAL)
     result.figures = f
     return result
-
-
-def advice_of(cell) -> str | None:
-    """The access hint the readers of a cell's storage give under its sampler
-    (strategies.storage.advice.cell_hint), from the cell's strategies (the scenario built each of them when it
-    loaded); None for a storage without an `advice` parameter. A strategy that cannot be built here is an
-    error, not a missing hint."""
-    return access_hints.cell_hint(cell.choice("storage").create(), cell.choice("sampler").create())
 
 
 def _name_of(label: str, params: dict | None) -> str:

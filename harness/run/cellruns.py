@@ -108,7 +108,7 @@ def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, 
     cell = config.cells[index]
     if first_of_repeat:  # the machine probe, once per repeat, while the others wait
         if rank == 0 and repeat not in _probed(config.run_dir):
-            rundir.append_line(config.run_dir / "probe.jsonl", probe.measure(config.scenario, repeat).to_json())
+            rundir.append_probe(config.run_dir, probe.measure(config.scenario, repeat))
         dist.barrier(group=host_group)
     storage = cell.choice("storage")
     started = time.perf_counter()
