@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from harness.analysis.budget import next_pass, open_questions
+from harness.analysis.effects import Effect
 from harness.report.verdict import passes_to_decide
 from harness.results.cellresult import CellResult
-from harness.results.effects import Effect
 
 IDS = ["storage=raw", "storage=mmap", "storage=hdf5"]
 

@@ -1,4 +1,4 @@
-"""harness.results.effects: the factorial fit recovers a known synthetic answer, passes absorb drift, and
+"""harness.analysis.effects: the factorial fit recovers a known synthetic answer, passes absorb drift, and
 interactions are found only where planted."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 import pytest
 
+from harness.analysis.effects import Effect, Observation, fit_effects
 from harness.results.cellresult import CellResult
-from harness.results.effects import Effect, Observation, fit_effects
 
 ORDER = {"storage": ["raw", "mmap", "hdf5"], "cache": ["none", "lru"], "batching": ["fixed", "dynamic"],
          "sampler": ["default", "balanced"]}
@@ -82,7 +82,7 @@ def test_json_round_trip_and_bad_values_left_out():
 
 
 def test_a_disturbed_visit_is_left_out_of_the_fit_when_its_cell_has_a_calm_one():
-    from harness.results.effects import observations as of_results
+    from harness.analysis.effects import observations as of_results
 
     def visit(cell_levels, thr, repeat, load):
         return CellResult.from_json({"cell": "/".join(cell_levels.values()), "strategies": cell_levels,

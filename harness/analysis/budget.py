@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from harness.analysis.effects import disturbed, fit_effects, level_order, observations
 from harness.analysis.intervals import leader_and_tied
 from harness.results.cellresult import CellResult, merge_repeats
-from harness.results.effects import disturbed, fit_effects, level_order, observations
 
 
 @dataclass(frozen=True)

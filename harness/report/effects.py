@@ -1,4 +1,4 @@
-"""The effect of each choice, from every cell and visit of the run (harness.results.effects): the fits per
+"""The effect of each choice, from every cell and visit of the run (harness.analysis.effects): the fits per
 figure, effects.jsonl, the table and the plot.
 
 Figures fitted: throughput (samples/s), AU (device busy / wall), device peak memory and host PSS. A visit's
@@ -13,10 +13,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness.analysis.effects import EFFECTS, Effect, fit_effects, level_order, observations
 from harness.report.tables import Table
 from harness.results import fileformat
 from harness.results.cellresult import CellResult
-from harness.results.effects import EFFECTS, Effect, fit_effects, level_order, observations
 
 # effects.jsonl's `figure` -> (the Figures attribute, the label in tables)
 FIGURES = {"throughput": ("throughput", "samples/s"), "au": ("au_pct", "AU %"),
@@ -33,7 +33,7 @@ def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) ->
 
 
 def write_effects(run_dir: Path, effects: list[Effect]) -> Path:
-    """effects.jsonl, one Effect a line, of the current version (harness.results.effects.EFFECTS), replaced
+    """effects.jsonl, one Effect a line, of the current version (harness.analysis.effects.EFFECTS), replaced
     atomically."""
     path = Path(run_dir) / "effects.jsonl"
     fileformat.write_lines(path, [e.to_json() for e in effects], EFFECTS)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.analysis.effects import Effect
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report import articles, effects, plots, stagetable, verdict, whatif
@@ -39,7 +40,6 @@ from harness.report.tables import (
 )
 from harness.results import rundir as run_files
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats, relative_to_probe
-from harness.results.effects import Effect
 from harness.results.environment import Environment
 from harness.results.probeline import ProbeSeries
 
