@@ -14,7 +14,8 @@ PACKAGES = ("harness", "strategies")
 # lowest first: a module of a wing may import its own wing and the wings before it, never one after it
 WINGS = ("measure", "data", "config", "device", "train", "results", "analysis", "run", "report", "commands")
 BASE = {"harness.errors", "harness.progress"}  # imported by any wing; they import no other harness module
-TOP = {"harness.cli"}  # the parser and the dispatch: may import every wing
+TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.requests"}  # the door: may import every wing
+PARSER = "harness.cli.parsers"  # the one module that imports argparse
 
 
 def module_name(path: Path) -> str:
@@ -185,3 +186,34 @@ def test_no_two_classes_share_a_name():
                 if isinstance(node, ast.ClassDef):
                     seen.setdefault(node.name, []).append(str(path.relative_to(REPO)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def argparse_importers() -> list[str]:
+    """The modules of harness/ and strategies/ that import argparse anywhere (inside functions too)."""
+    out = []
+    for pkg in PACKAGES:
+        for path in (REPO / pkg).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+                if any(n == "argparse" or n.startswith("argparse.") for n in names):
+                    out.append(module_name(path))
+    return sorted(set(out))
+
+
+def test_only_the_cli_imports_argparse():
+    """The command line is parsed at the door alone; every lower module takes typed values."""
+    assert argparse_importers() == [PARSER]
+
+
+def test_every_module_is_listed_in_the_architecture_page():
+    """docs/architecture.md names every module of harness/ (as `wing/module.py`, `cli/...` or `harness/x.py`)."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    missing = []
+    for path in (REPO / "harness").rglob("*.py"):
+        rel = path.relative_to(REPO / "harness")
+        if rel.name == "__init__.py" and rel.parent != Path("cli"):
+            continue
+        if str(rel) not in text and f"harness/{rel}" not in text:
+            missing.append(str(rel))
+    assert sorted(missing) == []

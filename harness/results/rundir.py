@@ -108,7 +108,15 @@ def read_results(run_dir: Path) -> list[CellResult]:
     """cells.jsonl as CellResults, in file order, each line upgraded on read from the version it was written
     in; [] when it does not exist. A damaged line or one of a newer version is a ResultsError."""
     path = Path(run_dir) / "cells.jsonl"
-    return [CellResult.from_json(obj, where) for where, obj in fileformat.json_lines(path)]
+    out = []
+    for where, obj in fileformat.json_lines(path):
+        try:
+            out.append(CellResult.from_json(obj, where))
+        except ResultsError:
+            raise
+        except ValueError as err:  # not a cell line at all: the file's damage, named with its place
+            raise ResultsError(f"{err}; the line is damaged: remove it (--resume runs its cell again)") from None
+    return out
 
 
 read_cells = read_results  # the older name

@@ -1,0 +1,243 @@
+"""The command line's parsers: the only module that imports argparse (tests/test_imports.py checks it). What they
+parse becomes a typed request in harness.cli.requests; nothing below the CLI sees argparse's namespace."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.commands import check_capacity, check_predictions, oomcheck
+from harness.config import scenario
+from harness.config.runconfig import ORDERS
+from harness.data.importer import LAYOUTS
+from harness.errors import EXIT_USAGE
+from harness.run.oominject import MODELS as OOM_MODELS
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse's default prints the whole usage
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="run_bench.py", description="Benchmark data-loading strategies under real DDP "
+                      "training and print throughput, utilisation and memory tables. Also: "
+                      "`run_bench.py report RUN_DIR` and `run_bench.py compare RUN_A RUN_B`.")
+    p.add_argument("--scenario", help="a name from scenarios/ (see --list) or a path to a TOML file")
+    p.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    p.add_argument("--self-test", action="store_true",
+                   help="check measured throughput, stall and AU against a calibrated synthetic workload")
+    knobs = p.add_argument_group("overrides of the scenario's settings")
+    knobs.add_argument("--samples", type=int, help="dataset size")
+    knobs.add_argument("--steps", type=int, help="measured steps per cell (after warm-up)")
+    knobs.add_argument("--epochs", type=int, help="measure this many epochs' worth of steps instead")
+    knobs.add_argument("--warmup-steps", type=int, help="steps run before the measured window")
+    knobs.add_argument("--batch-size", type=int, help="samples per rank per step")
+    knobs.add_argument("--workers", type=int, help="DataLoader workers per rank")
+    knobs.add_argument("--world-size", type=int, help="number of ranks")
+    knobs.add_argument("--workload", choices=scenario.WORKLOADS, help="pixels (decode JPEGs) or features")
+    p.add_argument("--device", choices=("auto", "cuda", "emulated"), default="auto",
+                   help="auto: real GPUs when there are enough for every rank, else emulate (default)")
+    p.add_argument("--data-dir", type=Path, default=REPO / "data",
+                   help="where generated datasets are kept and reused (default: data/)")
+    p.add_argument("--out", type=Path, default=REPO / "results", help="where run directories go")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import a module that registers extra strategies (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+    add_debug_option(p)
+    cells = p.add_argument_group("selecting cells of the matrix")
+    cells.add_argument("--only", action="append", default=[], metavar="AXIS=NAME[,NAME]",
+                       help="run only cells with these strategies on that axis (repeatable)")
+    cells.add_argument("--exclude", action="append", default=[], metavar="AXIS=NAME[,NAME]",
+                       help="skip cells with these strategies on that axis (repeatable)")
+    cells.add_argument("--dry-run", action="store_true", help="print the cells and exit without running")
+    add_run_options(p)
+    return p
+
+
+def add_run_options(p: argparse.ArgumentParser) -> None:
+    """The options of a run's life, its depth and its gate."""
+    life = p.add_argument_group("faults, resuming and the data")
+    life.add_argument("--resume", metavar="RUN_DIR", help="run only the cells missing from RUN_DIR/cells.jsonl "
+                      "(same scenario and settings), then rebuild its report")
+    life.add_argument("--verify-data", action="store_true",
+                      help="check every byte of the datasets against their manifests (default: sizes and a "
+                           "sampled checksum)")
+    life.add_argument("--regenerate", action="store_true", help="write the datasets again (damaged data)")
+    life.add_argument("--scale", choices=("full",), help="full: a CC3M-size dataset (3,318,333 samples) of "
+                      "embeddings and captions, for --workload features")
+    add_data_options(p.add_argument_group("your own data"))
+    depth = p.add_argument_group("measurement depth")
+    depth.add_argument("--cache-state", choices=("as-is", "warm", "cold"), default="as-is",
+                       help="page cache before each cell: cold drops the dataset's files (posix_fadvise), "
+                            "warm pre-reads them (default: as-is)")
+    depth.add_argument("--decompose", action="store_true",
+                       help="per cell, also measure compute alone and the pipeline warm and cold")
+    depth.add_argument("--loader-only", action="store_true",
+                       help="time each storage's read path alone (no training, no DataLoader), warm and cold, "
+                            "against a RAM gather and the first article's per-row h5py reads; writes loader.jsonl")
+    depth.add_argument("--profile", action="store_true",
+                       help="torch.profiler traces per cell and rank under RUN_DIR/traces/")
+    depth.add_argument("--check-predictions", action="store_true",
+                       help="calibrate the target model on one configuration of the scenario, predict 8 that "
+                            "each change one thing, measure them here; writes predictions.jsonl "
+                            "(docs/prediction.md)")
+    gate = p.add_argument_group("repeats, baselines and the CI gate")
+    gate.add_argument("--repeats", type=int, default=1, help="run every cell N times, interleaved")
+    gate.add_argument("--order", choices=ORDERS, default="random",
+                      help="random (default): each repeat visits the cells in a fresh order drawn from a "
+                           "recorded seed; fixed: the matrix's order every time")
+    gate.add_argument("--budget", type=duration, metavar="DURATION", default=0.0,
+                      help="after the planned repeats, keep visiting while an effect or the fastest cell is "
+                           "still open, until this much time (e.g. 300, 90s, 10m, 1h) has passed")
+    gate.add_argument("--order-seed", type=int, metavar="N",
+                      help="the seed of the random order (default: drawn, and recorded in env.json)")
+    gate.add_argument("--save-baseline", type=Path, metavar="FILE", help="write this run as a baseline")
+    gate.add_argument("--baseline", type=Path, metavar="FILE",
+                      help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
+    add_compare_options(gate)
+    add_what_if_option(p)
+    add_target_option(p)
+
+
+def add_data_options(group) -> None:
+    group.add_argument("--data", type=Path, metavar="PATH",
+                       help="benchmark your own dataset: a folder img2dataset wrote (files, webdataset or "
+                            "parquet output) or a folder of .jpg + same-named .txt captions; imported once per "
+                            "storage into --data-dir (--samples N: only the first N samples)")
+    group.add_argument("--data-format", choices=LAYOUTS, help="the layout of --data (default: detected)")
+    group.add_argument("--strict-data", action="store_true",
+                       help="a corrupt image in --data is an error (default: skipped and counted)")
+
+
+def duration(text: str) -> float:
+    """Seconds from "300", "90s", "10m" or "1h" (argparse turns the ValueError into one line, exit 2)."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
+    seconds = float(number) * unit
+    if not seconds > 0:
+        raise ValueError(text)
+    return seconds
+
+
+def alpha(text: str) -> float:
+    """A significance level: a number strictly between 0 and 1 (argparse prints the message, exit 2)."""
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be a number strictly between 0 and 1 (e.g. 0.05)")
+    return value
+
+
+def min_effect(text: str) -> float:
+    """The smallest relative change that counts: a finite number >= 0."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a relative change >= 0 (e.g. 0.05 for 5%)")
+    return value
+
+
+def add_debug_option(parser) -> None:
+    parser.add_argument("--debug", action="store_true",
+                        help="on an error, print its traceback instead of one line (same exit code)")
+
+
+def add_compare_options(group) -> None:
+    group.add_argument("--gate-metric", choices=("throughput", "cpu"), default="throughput",
+                       help="throughput (default): samples/s normalised by the machine probe; cpu: the loader's and "
+                            "the rank's CPU seconds per sample (steadier on a shared runner)")
+    group.add_argument("--raw", action="store_true",
+                       help="compare raw samples/s instead of samples/s relative to the machine probe")
+    group.add_argument("--min-effect", type=min_effect, default=0.05,
+                       help="smallest relative change that counts, >= 0 (0.05: 5%%)")
+    group.add_argument("--alpha", type=alpha, default=0.05,
+                       help="significance level of the rank test, in (0, 1) (0.05)")
+    group.add_argument("--strict", action="store_true",
+                       help="a cell with too few repeats for the rank test to reach alpha (verdict "
+                            "inconclusive) fails the gate (exit 1) instead of a warning")
+
+
+def add_what_if_option(parser) -> None:
+    parser.add_argument("--what-if-cores", type=float, metavar="N",
+                        help="add a modelled column: samples/s predicted with N loader cores per rank "
+                             "(world size x min(device rate, N / (loader + rank CPU s per sample), workers / "
+                             "loader CPU s per sample))")
+
+
+def add_target_option(parser) -> None:
+    parser.add_argument("--target", type=Path, metavar="FILE",
+                        help="a TOML file with a [target] table: the hardware to predict each cell on "
+                             "(docs/prediction.md); default: the scenario's [target], if any")
+
+
+def report_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="run_bench.py report", description="Rebuild the tables, summary.csv, report.md "
+                      "and plots of a run from its cells.jsonl alone.")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--with-1x", type=Path, metavar="RUN_DIR",
+                   help="a one-rank run of the same matrix, for the scaling-efficiency table")
+    add_what_if_option(p)
+    add_target_option(p)
+    add_debug_option(p)
+    return p
+
+
+def compare_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="run_bench.py compare", description="Compare run B with run A, cell by cell.")
+    p.add_argument("run_a", type=Path)
+    p.add_argument("run_b", type=Path)
+    p.add_argument("--markdown", action="store_true", help="print markdown (for a pull-request comment)")
+    add_compare_options(p)
+    add_debug_option(p)
+    return p
+
+
+def _paths(p: argparse.ArgumentParser, d) -> None:
+    p.add_argument("--data-dir", type=Path, default=d.data_dir, help=f"where datasets are kept ({d.data_dir})")
+    p.add_argument("--out", type=Path, default=d.out, help=f"where the run directory goes ({d.out})")
+
+
+def define_check_predictions(p: argparse.ArgumentParser) -> None:
+    d = check_predictions.Request
+    p.add_argument("--scenario", help="a name from scenarios/ (a pixels scenario) or a path to a TOML file")
+    p.add_argument("--analyse", type=Path, metavar="RUN_DIR", help="the table again from a check's run directory")
+    _paths(p, d)
+    p.add_argument("--rounds", type=int, default=d.rounds, help=f"interleaved passes over the cases ({d.rounds})")
+    p.add_argument("--steps", type=int, default=d.steps, help=f"measured steps per cell, >= 10 ({d.steps})")
+    p.add_argument("--case", dest="cases", action="append", default=[], help="run only this case (repeatable)")
+    p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                   help="import a module that registers extra strategies (repeatable)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def define_check_capacity(p: argparse.ArgumentParser) -> None:
+    d = check_capacity.Request
+    p.add_argument("--scenario", required=True, help="a name from scenarios/ or a path to a TOML file")
+    _paths(p, d)
+    p.add_argument("--steps", type=int, default=d.steps, help=f"measured steps per cell ({d.steps})")
+
+
+def define_target_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--target", type=Path, metavar="FILE",
+                   help="a TOML file with a [target] table (default: the run's scenario's [target], if any)")
+
+
+def define_oomcheck(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--real", action="store_true", help="a real CUDA OOM (needs a GPU)")
+    p.add_argument("--model", dest="models", choices=OOM_MODELS, action="append", default=[],
+                   help="only this model (repeatable)")
+    p.add_argument("--timeout", type=float, default=oomcheck.Request.timeout,
+                   help="seconds a case may take before it is a hang")
+
+
+DEFINE = {"check-predictions": define_check_predictions, "check-capacity": define_check_capacity,
+          "target-report": define_target_report, "oomcheck": define_oomcheck}
+
+
+def subcommand_parser(name: str, description: str) -> argparse.ArgumentParser:
+    """`run_bench.py NAME ...` for the commands of DEFINE."""
+    p = OneLineParser(prog=f"run_bench.py {name}", description=description)
+    DEFINE[name](p)
+    add_debug_option(p)
+    return p
