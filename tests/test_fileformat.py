@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import effects
+from harness.analysis import checkcases, effects
 from harness.analysis.effects import EFFECTS, Effect
 from harness.report.effects import read_effects, write_effects
-from harness.results import cellresult, checkcases, environment, fileformat, loaderrows, probeline, rundir
+from harness.results import cellresult, environment, fileformat, loaderrows, probeline, rundir
 from harness.results.cellresult import CELLS, CellResult
 from harness.results.environment import ENV, Environment
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError, unchanged

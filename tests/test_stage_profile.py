@@ -1,18 +1,18 @@
 """The loader's per-stage profile: each batch's account (harness.train.stagetimer) made by the real Dataset and
 collate, the window's accounts in the rank record (rankrecord.window_stages), their JSON form, the per-cell
-aggregate (harness.results.stages), the report's table and plot, and the target's parsing."""
+aggregate (harness.analysis.stages), the report's table and plot, and the target's parsing."""
 from __future__ import annotations
 
 import json
 
 import pytest
 
+from harness.analysis import stages
 from harness.config import target as target_mod
 from harness.data.generator import DatasetSpec, generate_sample
 from harness.errors import UsageError
 from harness.measure.rankrecord import STAGES, RankRecord, window_stages
 from harness.report import stagetable
-from harness.results import stages
 from harness.results.cellresult import CellResult
 from harness.train.batches import ConsumedIndices, StageLog
 from harness.train.stagetimer import STAGE_KEY

@@ -1,16 +1,16 @@
-"""The target model on synthetic costs with answers worked out by hand (harness.results.targetmodel), the
-recommendation (harness.results.recommend) and the check's case arithmetic (harness.results.checkcases)."""
+"""The target model on synthetic costs with answers worked out by hand (harness.analysis.targetmodel), the
+recommendation (harness.analysis.recommend) and the check's case arithmetic (harness.analysis.checkcases)."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
 
+from harness.analysis import checkcases
+from harness.analysis.recommend import recommend
+from harness.analysis.targetmodel import Costs, capacity, predict
 from harness.config.accelerators import get_accelerator
 from harness.config.target import Target
-from harness.results import checkcases
-from harness.results.recommend import recommend
-from harness.results.targetmodel import Costs, capacity, predict
 
 V100 = get_accelerator("V100-16GB")
 

@@ -17,12 +17,13 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.analysis import stages
+from harness.analysis.checkcases import Bench, CheckCase, processes, run_cores
+from harness.analysis.targetmodel import capacity, predict
 from harness.config import scenario as scenario_mod
 from harness.config.target import Target
 from harness.errors import EXIT_OK, EXIT_USAGE
-from harness.results import rundir, stages
-from harness.results.checkcases import Bench, CheckCase, processes, run_cores
-from harness.results.targetmodel import capacity, predict
+from harness.results import rundir
 from harness.run.calibration import launch_group, materialise_storages
 
 SIZES = (1, 2, 4)

@@ -1,6 +1,6 @@
-"""--check-predictions: the target model (harness.results.targetmodel) checked on this machine. It calibrates
+"""--check-predictions: the target model (harness.analysis.targetmodel) checked on this machine. It calibrates
 on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache, its decoder, batch and
-image size), predicts configurations that each change one thing (harness.results.checkcases.cases), then
+image size), predicts configurations that each change one thing (harness.analysis.checkcases.cases), then
 measures them: every configuration is a real run of the harness's cells (harness.run.calibration.launch_group),
 visited in `rounds` interleaved passes (the calibration in each), so drift of this shared machine falls on all
 of them. Beside the cells it measures what the predictions need (harness.run.calibration.side_bench): the
@@ -28,10 +28,21 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.analysis import stages
+from harness.analysis.checkcases import (
+    PREDICTIONS,
+    Bench,
+    CheckCase,
+    case_costs,
+    cases,
+    error_pct,
+    predict_case,
+    run_cores,
+    summary,
+)
 from harness.config import scenario as scenario_mod
 from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
-from harness.results import rundir, stages
-from harness.results.checkcases import Bench, CheckCase, case_costs, cases, error_pct, predict_case, run_cores, summary
+from harness.results import fileformat, rundir
 from harness.run.calibration import (
     STORAGES,
     Visit,
@@ -216,9 +227,7 @@ def analyse(run_dir: Path, sc, base: CheckCase, all_cases: list[CheckCase], roun
             measured[name].append(visit)
     bench = bench_of(json.loads((run_dir / "bench.json").read_text()))
     rows = _rows(sc, base, all_cases, measured, bench, len(os.sched_getaffinity(0)))
-    (run_dir / "predictions.jsonl").unlink(missing_ok=True)
-    for row in rows:
-        rundir.append_line(run_dir / "predictions.jsonl", row)
+    fileformat.write_lines(run_dir / "predictions.jsonl", rows, PREDICTIONS)  # versioned, replaced atomically
     print(table(rows))
     return rows
 

@@ -14,7 +14,7 @@ scenario, or `--target FILE` (a TOML file holding a `[target]` table, or its key
     batch_size = 32           # per rank; default: the scenario's
     prefetch = 2              # batches in flight per worker; default: the scenario's prefetch_factor
 
-harness.results.targetmodel predicts what a cell would do there (docs/prediction.md).
+harness.analysis.targetmodel predicts what a cell would do there (docs/prediction.md).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The loader's per-stage profile per cell (a table and plots/stages.png, a stacked bar per cell), and with a
 target (harness.config.target) what each cell would do there: samples/s, AU, stall, what binds, the workers
 per rank that make the device bind, the accelerators a node keeps at AU >= 90% and the configuration to use
-(harness.results.targetmodel, harness.results.recommend). docs/stage-profile.md, docs/prediction.md.
+(harness.analysis.targetmodel, harness.analysis.recommend). docs/stage-profile.md, docs/prediction.md.
 """
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.analysis import stages
+from harness.analysis.recommend import recommend
+from harness.analysis.targetmodel import capacity, predict
 from harness.config.accelerators import get_accelerator
 from harness.config.target import Target
 from harness.measure.rankrecord import STAGES
 from harness.report.tables import Table, fmt, shown_axes, stack_label
-from harness.results import stages
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats
-from harness.results.recommend import recommend
-from harness.results.targetmodel import capacity, predict
 
 STAGE_COLOURS = {"read": "#8c564b", "cache": "#e377c2", "decode": "#1f77b4", "transform": "#17becf",
                  "collate": "#2ca02c", "send": "#ff7f0e", "queue": "#bcbd22", "receive": "#d62728"}

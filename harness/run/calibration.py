@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from harness.analysis.checkcases import Bench, CheckCase
 from harness.config.matrix import Cell, expand
 from harness.config.matrixload import StrategyChoice
 from harness.config.runconfig import LaunchConfig
@@ -25,7 +26,6 @@ from harness.errors import UsageError
 from harness.measure import sidebench
 from harness.results import rundir
 from harness.results.cellresult import CellResult
-from harness.results.checkcases import Bench, CheckCase
 from harness.run import launch
 from strategies import registry
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
+from harness.analysis.targetmodel import Costs, Prediction, predict
 from harness.config.accelerators import Accelerator
 from harness.config.target import Target
 from harness.results.fileformat import FileFormat
-from harness.results.targetmodel import Costs, Prediction, predict
 
 # predictions.jsonl's format version (written under "schema" in each line), and what each version is:
 PREDICTIONS_VERSION = 1

@@ -1,4 +1,4 @@
-"""Pure: the configuration to use on a target, per cell, with its predicted effect (harness.results.targetmodel):
+"""Pure: the configuration to use on a target, per cell, with its predicted effect (harness.analysis.targetmodel):
 workers per rank, prefetch, decoder, host or device preprocessing, and what limits next.
 
 - workers: the fewest that make the device bind (targetmodel.workers_for_device); when no number does, the
@@ -18,9 +18,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from harness.analysis.targetmodel import Costs, device_seconds, io_seconds, predict
 from harness.config.accelerators import Accelerator
 from harness.config.target import Target
-from harness.results.targetmodel import Costs, device_seconds, io_seconds, predict
 
 LOADER_BINDS = ("loader workers", "loader CPU")
 

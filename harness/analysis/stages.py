@@ -1,6 +1,6 @@
 """Pure: a cell's per-stage profile of the loader from its ranks' records (the `stages` of each rank,
 harness.measure.rankrecord.window_stages), and the measured costs the target model starts from
-(harness.results.targetmodel.Costs).
+(harness.analysis.targetmodel.Costs).
 
 A profile is CPU seconds per sample of each stage (harness.measure.rankrecord.STAGES), all ranks pooled:
 the stages' seconds summed over the ranks' window batches over those batches' samples. `h2d` (the
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness.analysis.targetmodel import Costs
 from harness.measure.rankrecord import RANK_STAGES, STAGES, RankRecord
-from harness.results.targetmodel import Costs
 
 LOADER_STAGES = tuple(s for s in STAGES if s not in RANK_STAGES)
 
