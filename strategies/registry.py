@@ -37,6 +37,7 @@ _BUILTINS = (
     "strategies.storage.webdataset",
     "strategies.storage.parquet",
     "strategies.storage.lmdb",
+    "strategies.storage.litdata",  # litdata itself is imported only when the storage is selected
     "strategies.sampler.shards",  # streams the shards of the three storages above
     "strategies.cache.none",
     "strategies.cache.lru",
