@@ -13,45 +13,36 @@ from pathlib import Path
 
 import pytest
 from conftest import run_bench
+from scenarios_for_tests import scenario_toml, write_scenario
 
 from harness import cli
 from harness.data import materialise, space
 from harness.data.generator import DatasetSpec
 from harness.errors import UsageError
 
-TINY = """[hardware]
-accelerator = "V100-16GB"
-count = 2
-[dataset]
-samples = 64
-profile = "tiny"
-[training]
-batch_size = 4
-steps = 2
-"""
+TRAINING = {"batch_size": 4, "steps": 2}
+TINY = scenario_toml(training=TRAINING)
 
 
-def scenario(tmp_path: Path, matrix: str = "", extra: str = "", name: str = "s.toml") -> Path:
-    path = tmp_path / name
-    path.write_text(TINY + extra + ("\n[matrix]\n" + matrix + "\n" if matrix else ""))
-    return path
+def scenario(tmp_path: Path, matrix: dict | None = None, extra: str = "", name: str = "s.toml") -> Path:
+    return write_scenario(tmp_path / name, matrix, training=TRAINING, tables=extra)
 
 
 def dynamic_min_batch(tmp_path):
-    return ["--scenario", scenario(tmp_path, 'batching = [{ name = "dynamic", min_batch = 100 }]'), "--dry-run"]
+    return ["--scenario", scenario(tmp_path, {"batching": [{"name": "dynamic", "min_batch": 100}]}), "--dry-run"]
 
 
 def adaptive_max_batch(tmp_path):
-    return ["--scenario", scenario(tmp_path, 'batching = [{ name = "adaptive", max_batch = 2 }]'), "--dry-run"]
+    return ["--scenario", scenario(tmp_path, {"batching": [{"name": "adaptive", "max_batch": 2}]}), "--dry-run"]
 
 
 def adaptive_min_batch_from_flag(tmp_path):
-    return ["--scenario", scenario(tmp_path, 'batching = [{ name = "adaptive", min_batch = 4 }]'),
+    return ["--scenario", scenario(tmp_path, {"batching": [{"name": "adaptive", "min_batch": 4}]}),
             "--batch-size", "2", "--dry-run"]
 
 
 def entry_without_name(tmp_path):
-    return ["--scenario", scenario(tmp_path, "batching = [{ min_batch = 100 }]"), "--dry-run"]
+    return ["--scenario", scenario(tmp_path, {"batching": [{"min_batch": 100}]}), "--dry-run"]
 
 
 def not_utf8(tmp_path):
@@ -73,8 +64,7 @@ def steps_beyond_int64(tmp_path):
 
 
 def steps_beyond_int64_in_file(tmp_path):
-    path = tmp_path / "big.toml"
-    path.write_text(TINY.replace("steps = 2", "steps = 9223372036854775807000"))
+    path = write_scenario(tmp_path / "big.toml", training={**TRAINING, "steps": 9223372036854775807000})
     return ["--scenario", path, "--dry-run"]
 
 
@@ -191,7 +181,7 @@ def test_the_scenario_keeps_accelerators_and_target_tables_raw(tmp_path):
 def test_the_training_check_uses_the_overridden_batch_size(tmp_path):
     from harness.config import scenario as sc
 
-    path = scenario(tmp_path, 'batching = [{ name = "dynamic", min_batch = 100 }]')
+    path = scenario(tmp_path, {"batching": [{"name": "dynamic", "min_batch": 100}]})
     assert sc.load(str(path), {"batch_size": 32}).matrix["batching"][0].name == "dynamic"  # 4 x 32 >= 100
     with pytest.raises(UsageError, match="batch_size from --batch-size"):
         sc.load(str(path), {"batch_size": 8})
@@ -254,7 +244,7 @@ def test_registering_a_taken_name_is_an_error_unless_it_overrides(monkeypatch):
 
 def test_the_space_check_names_data_dir_and_the_bytes(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(space, "free_bytes", lambda path: 1000)
-    code = cli.main(["--scenario", str(scenario(tmp_path, 'storage = ["raw", "mmap"]')), "--data-dir",
+    code = cli.main(["--scenario", str(scenario(tmp_path, {"storage": ["raw", "mmap"]})), "--data-dir",
                      str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--quiet"])
     one_line(code, capsys.readouterr().err, f"--data-dir {tmp_path / 'data'}: the datasets to write need about ")
     assert not (tmp_path / "out").exists()  # no run directory: the check comes before it

@@ -13,25 +13,11 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, run_bench
+from scenarios_for_tests import write_scenario
 
 pytestmark = pytest.mark.slow
 
-TINY = """[hardware]
-accelerator = "V100-16GB"
-count = 2
-[dataset]
-samples = 64
-profile = "tiny"
-[training]
-batch_size = 4
-image_size = 32
-warmup_steps = 1
-"""
-
-
-def write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
+TRAINING = {"batch_size": 4, "image_size": 32, "warmup_steps": 1}
 
 
 def one_line(proc, message: str) -> str:
@@ -96,8 +82,8 @@ def long_scenario(tmp_path_factory) -> tuple[Path, Path]:
     """A cell long enough to be interrupted in (2 DataLoader workers per rank, the shared cache server) and
     its data directory, materialised once."""
     root = tmp_path_factory.mktemp("long")
-    path = write(root / "long.toml", TINY + 'steps = 5000\nworkers = 2\n[matrix]\nstorage = ["mmap"]\n'
-                 'cache = [{ name = "lru", capacity_mb = 8, scope = "shared" }]\n')
+    matrix = {"storage": ["mmap"], "cache": [{"name": "lru", "capacity_mb": 8, "scope": "shared"}]}
+    path = write_scenario(root / "long.toml", matrix, training={**TRAINING, "steps": 5000, "workers": 2})
     return path, root / "data"
 
 
@@ -129,7 +115,8 @@ def test_an_interrupted_run_leaks_no_semaphore(tmp_path, long_scenario, signum):
 
 
 def test_resume_of_a_run_whose_last_line_was_cut_warns(tmp_path):
-    path = write(tmp_path / "short.toml", TINY + 'steps = 2\nworkers = 0\n[matrix]\nstorage = ["mmap"]\n')
+    training = {**TRAINING, "steps": 2, "workers": 0}
+    path = write_scenario(tmp_path / "short.toml", {"storage": ["mmap"]}, training=training)
     argv = ["--scenario", str(path), "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
             "--quiet"]
     first = run_bench(*argv)

@@ -6,33 +6,17 @@ from pathlib import Path
 
 import pytest
 from conftest import read_cells, run_bench
+from scenarios_for_tests import write_scenario
 
 pytestmark = pytest.mark.slow  # every test here spawns rank processes
 
-SCENARIO = """
-description = "correctness checks"
-[hardware]
-accelerator = "V100-16GB"
-count = 2
-{memory}
-[dataset]
-samples = 64
-profile = "tiny"
-[training]
-batch_size = 8
-image_size = 64
-warmup_steps = 1
-steps = 10
-workers = 0
-[matrix]
-storage = ["mmap"]
-{matrix}
-"""
+TRAINING = {"batch_size": 8, "image_size": 64, "warmup_steps": 1, "steps": 10, "workers": 0}
 
 
-def run(tmp_path: Path, data_dir: Path, matrix: str, memory: str = "", *args: str):
-    path = tmp_path / "check.toml"
-    path.write_text(SCENARIO.format(matrix=matrix, memory=memory))
+def run(tmp_path: Path, data_dir: Path, matrix: dict, *args: str, memory_gb: float | None = None):
+    hardware = {} if memory_gb is None else {"memory_gb": memory_gb}
+    path = write_scenario(tmp_path / "check.toml", {"storage": ["mmap"], **matrix}, hardware=hardware,
+                          training=TRAINING, description="correctness checks")
     out = tmp_path / "out"
     proc = run_bench("--scenario", str(path), "--data-dir", str(data_dir), "--out", str(out), "--quiet",
                      "--plugin", "tests.plugins.seed_strategies", *args, timeout=240)
@@ -41,7 +25,7 @@ def run(tmp_path: Path, data_dir: Path, matrix: str, memory: str = "", *args: st
 
 
 def test_seed_sampler_is_caught(tmp_path, data_dir):
-    proc, cells = run(tmp_path, data_dir, 'sampler = ["default", "seed_balance"]')
+    proc, cells = run(tmp_path, data_dir, {"sampler": ["default", "seed_balance"]})
     assert proc.returncode == 1, proc.stderr
     default, seed = sorted(cells, key=lambda c: c.name("sampler") != "default")  # cells run in a random order
     assert default.coverage.ok and default.coverage.duplicates == 0 and default.contract_ok
@@ -53,7 +37,7 @@ def test_seed_sampler_is_caught(tmp_path, data_dir):
 
 
 def test_uneven_ranks_finish_with_equal_steps(tmp_path, data_dir):
-    proc, cells = run(tmp_path, data_dir, 'batching = ["uneven"]', "", "--epochs", "2")
+    proc, cells = run(tmp_path, data_dir, {"batching": ["uneven"]}, "--epochs", "2")
     assert proc.returncode == 0, proc.stderr
     (cell,) = cells
     ranks = cell.ranks
@@ -67,8 +51,8 @@ def test_uneven_ranks_finish_with_equal_steps(tmp_path, data_dir):
 
 def test_out_of_memory_fixed_stops_dynamic_splits_and_matrix_goes_on(tmp_path, data_dir):
     # 0.9 GB of model state + 4 MB per padded 64x64 image: 0.91 GB holds two images, not a batch of 8
-    matrix = 'batching = ["fixed", { name = "dynamic", min_batch = 4, max_batch = 8 }]'
-    proc, cells = run(tmp_path, data_dir, matrix, "memory_gb = 0.91")
+    matrix = {"batching": ["fixed", {"name": "dynamic", "min_batch": 4, "max_batch": 8}]}
+    proc, cells = run(tmp_path, data_dir, matrix, memory_gb=0.91)
     assert proc.returncode == 0, proc.stderr
     fixed, dynamic = sorted(cells, key=lambda c: c.name("batching") != "fixed")  # cells run in a random order
     assert fixed.error.startswith("OOM: emulated V100-16GB: a batch of 8 needs") and not fixed.measured

@@ -7,31 +7,19 @@ from pathlib import Path
 
 import pytest
 from conftest import read_cells, run_bench
+from scenarios_for_tests import write_scenario
 
 from harness.results.cellresult import CellResult
 
 pytestmark = pytest.mark.slow  # rank processes and DataLoader workers
 
-SCENARIO = """
-description = "cache and sampler inside a real run"
-[hardware]
-accelerator = "V100-16GB"
-count = 2
-[dataset]
-samples = 64
-profile = "tiny"
-[training]
-batch_size = 8
-image_size = 48
-warmup_steps = 1
-workers = 1
-persistent_workers = true
-[matrix]
-storage = ["mmap"]
-cache = ["none", { name = "lru", capacity_mb = 64, scope = "worker" },
-         { name = "lru", capacity_mb = 64, scope = "shared" }]
-sampler = ["default", "balanced"]
-"""
+MATRIX = {
+    "storage": ["mmap"],
+    "cache": ["none", {"name": "lru", "capacity_mb": 64, "scope": "worker"},
+              {"name": "lru", "capacity_mb": 64, "scope": "shared"}],
+    "sampler": ["default", "balanced"],
+}
+TRAINING = {"batch_size": 8, "image_size": 48, "warmup_steps": 1, "workers": 1, "persistent_workers": True}
 
 
 def cells_of(out: Path) -> tuple[Path, list[CellResult]]:
@@ -41,9 +29,8 @@ def cells_of(out: Path) -> tuple[Path, list[CellResult]]:
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("scenario") / "runs.toml"
-    path.write_text(SCENARIO)
-    return path
+    return write_scenario(tmp_path_factory.mktemp("scenario") / "runs.toml", MATRIX, training=TRAINING,
+                          description="cache and sampler inside a real run")
 
 
 def test_lru_cache_and_balanced_sampler_in_a_real_run_with_exclude(scenario, data_dir, tmp_path):
