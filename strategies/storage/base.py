@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.protocols import Reader, Storage  # noqa: F401  (re-exported)
+from strategies.protocols import Reader, Storage, StorageBase  # noqa: F401  (re-exported)
 from strategies.sample import FIELDS, Sample
 from strategies.storage import advice
 
@@ -68,6 +68,29 @@ class StoredBytesSidecar:
         if self._stored is None:
             self._stored = load_mapped(self.path / "stored_bytes.npy", self.hint)
         return self._stored
+
+
+class TrackedStorage(advice.Tracked, StorageBase):
+    """The tail every built-in storage shares after ``write`` and ``open`` (whose readers it keeps with
+    ``self.track``). ``shards(path)`` tells the readers opened on ``path`` that they will be read shard by shard
+    (advice.Tracked: the harness asks only for a shard-streaming sampler), then returns ``shard_ranges(path)``:
+    the storage's own shards as index ranges in order, or None, the default, for a storage without shards of its
+    own (a shard-streaming sampler cuts fixed-size ranges). ``files(path)`` is ``path / name`` for each of the
+    storage's ``file_names(path)`` (relative to ``path``)."""
+
+    def shards(self, path: Path) -> list[range] | None:
+        self.streamed(path)
+        return self.shard_ranges(path)
+
+    def shard_ranges(self, path: Path) -> list[range] | None:
+        return None
+
+    def files(self, path: Path) -> list[Path]:
+        path = Path(path)
+        return [path / name for name in self.file_names(path)]
+
+    def file_names(self, path: Path) -> list[str]:
+        raise NotImplementedError(f"{type(self).__name__} lists no files")
 
 
 def checked_fields(fields: Sequence[str]) -> tuple[str, ...]:

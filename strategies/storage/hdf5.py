@@ -33,15 +33,15 @@ import h5py
 import numpy as np
 
 from strategies.params import choice, integer
-from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import Advised, Tracked, checked
+from strategies.storage.advice import Advised, checked
 from strategies.storage.base import (
     LazyHandle,
     Maps,
     PicklesUnmapped,
     StoredBytesSidecar,
+    TrackedStorage,
     build_samples,
     checked_fields,
     checked_indices,
@@ -313,7 +313,7 @@ def _write_contiguous(f: h5py.File, samples: Iterable[Sample], count: int, path:
 
 
 @register("storage", "hdf5")
-class Hdf5Storage(Tracked, StorageBase):
+class Hdf5Storage(TrackedStorage):
     name = "hdf5"
 
     def __init__(self, layout: str = "contiguous", chunk_rows: int | None = None, compression: str = "none",
@@ -354,12 +354,5 @@ class Hdf5Storage(Tracked, StorageBase):
                              f"(<key>-hdf5{self.variant})")
         return self.track(Hdf5Reader(path, fields, self.advice), path)
 
-    def shards(self, path: Path) -> None:
-        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
-        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
-        self.streamed(path)
-        return None
-
-    def files(self, path: Path) -> list[Path]:
-        path = Path(path)
-        return [path / "meta.json", path / "stored_bytes.npy", path / "data.h5"]
+    def file_names(self, path: Path) -> list[str]:
+        return ["meta.json", "stored_bytes.npy", "data.h5"]

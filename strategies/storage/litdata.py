@@ -20,8 +20,9 @@ in index order (litdata's reader keeps one chunk open: each move to another chun
 2-core machine, so a batch sorted by index moves at most once per chunk), returned in request order; litdata
 deserialises a whole item, so every field is decoded whatever ``fields`` asks (the others are dropped).
 
-litdata is an optional extra (``pip install -e ".[litdata]"``, or on a CPU torch ``--no-deps`` with its other
-dependencies); without it, selecting this storage is one line naming both. litdata 0.2.76 declares
+litdata is an optional extra (``pip install -e ".[litdata]"``, or on a CPU torch litdata alone with ``--no-deps``,
+from requirements-nodeps.txt, and its other dependencies, the extra ``litdata-deps``: the README's test command
+installs both); without it, selecting this storage is one line naming the ways. litdata 0.2.76 declares
 torchvision as a dependency but does not import it: installed with ``--no-deps`` and its other dependencies it
 loads beside the CPU torch (see docs/storage-read-paths.md). Random access: ``batch_decode=0`` (see
 ``BATCH_DECODE``).
@@ -38,14 +39,14 @@ from pathlib import Path
 import numpy as np
 
 from strategies.params import integer
-from strategies.protocols import StorageBase
 from strategies.registry import Unavailable, register
 from strategies.sample import FIELDS, Sample
-from strategies.storage.advice import Advised, FileRanges, Tracked, checked, fd_will_need
+from strategies.storage.advice import Advised, FileRanges, checked, fd_will_need
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
     StoredBytesSidecar,
+    TrackedStorage,
     checked_fields,
     checked_indices,
     in_order,
@@ -62,9 +63,10 @@ DEFAULT_CHUNK_SIZE = 64  # samples per chunk: the shards sampler's default shard
 # per item, random access costs what sequential access does.
 BATCH_DECODE = 0
 QUEUE_BOUND = 256  # samples in flight between the writer and litdata's worker
-INSTALL = ("the litdata storage needs the litdata package: pip install --no-deps litdata==0.2.76 "
-           "lightning-utilities obstore tifffile (litdata declares torchvision but never imports it; --no-deps "
-           "keeps torch as it is), or pip install -e '.[litdata]' where torchvision matches torch")
+INSTALL = ("the litdata storage needs the litdata package: pip install --no-deps litdata==0.2.76 and its other "
+           "dependencies, pip install -e '.[litdata-deps]' (the README's test command installs both, litdata from "
+           "requirements-nodeps.txt; litdata declares torchvision but never imports it, and --no-deps keeps torch "
+           "as it is), or pip install -e '.[litdata]' where torchvision matches torch")
 
 
 def _litdata():
@@ -199,7 +201,7 @@ class LitdataReader(StoredBytesSidecar, Advised, PicklesUnmapped):
 
 
 @register("storage", "litdata")
-class LitdataStorage(Tracked, StorageBase):
+class LitdataStorage(TrackedStorage):
     """``chunk_size``: samples per litdata chunk (the shards the ``shards`` sampler streams); ``advice``: the
     readers' access hint (strategies.storage.advice)."""
 
@@ -230,15 +232,11 @@ class LitdataStorage(Tracked, StorageBase):
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> LitdataReader:
         return self.track(LitdataReader(path, fields, self.advice), path)
 
-    def files(self, path: Path) -> list[Path]:
-        path = Path(path)
-        return [path / n for n in ("meta.json", "index.json", "stored_bytes.npy")] + \
-            [path / c["filename"] for c in _chunks(path)]
+    def file_names(self, path: Path) -> list[str]:
+        return ["meta.json", "index.json", "stored_bytes.npy"] + [c["filename"] for c in _chunks(path)]
 
-    def shards(self, path: Path) -> list[range]:
-        """litdata's chunks as index ranges, from its index.json (one worker wrote them in index order); the
-        readers opened on ``path`` are told they will be read shard by shard (advice.Tracked)."""
-        self.streamed(path)
+    def shard_ranges(self, path: Path) -> list[range]:
+        """litdata's chunks as index ranges, from its index.json (one worker wrote them in index order)."""
         out, start = [], 0
         for chunk in _chunks(path):
             out.append(range(start, start + int(chunk["chunk_size"])))

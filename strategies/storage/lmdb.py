@@ -28,13 +28,13 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, Sample
-from strategies.storage.advice import Advised, Tracked, checked
+from strategies.storage.advice import Advised, checked
 from strategies.storage.base import (
     PicklesUnmapped,
     StoredBytesSidecar,
+    TrackedStorage,
     checked_fields,
     checked_indices,
     in_order,
@@ -166,7 +166,7 @@ class LmdbReader(StoredBytesSidecar, Advised, PicklesUnmapped):
 
 
 @register("storage", "lmdb")
-class LmdbStorage(Tracked, StorageBase):
+class LmdbStorage(TrackedStorage):
     """``advice``: the access hint its readers give the kernel (strategies.storage.advice)."""
 
     name = "lmdb"
@@ -214,12 +214,5 @@ class LmdbStorage(Tracked, StorageBase):
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> LmdbReader:
         return self.track(LmdbReader(path, fields, self.advice), path)
 
-    def shards(self, path: Path) -> None:
-        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
-        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
-        self.streamed(path)
-        return None
-
-    def files(self, path: Path) -> list[Path]:
-        path = Path(path)
-        return [path / n for n in ("meta.json", "stored_bytes.npy", "data.mdb")]
+    def file_names(self, path: Path) -> list[str]:
+        return ["meta.json", "stored_bytes.npy", "data.mdb"]

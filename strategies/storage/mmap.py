@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import Advised, Tracked, checked
+from strategies.storage.advice import Advised, checked
 from strategies.storage.base import (
     LazyHandle,
     Maps,
     PicklesUnmapped,
+    TrackedStorage,
     build_samples,
     checked_fields,
     checked_indices,
@@ -113,7 +113,7 @@ class _FlatWriter:
 
 
 @register("storage", "mmap")
-class MmapStorage(Tracked, StorageBase):
+class MmapStorage(TrackedStorage):
     """``advice``: the access hint its readers give the kernel (strategies.storage.advice: auto, random,
     sequential, normal = the kernel's defaults)."""
 
@@ -159,18 +159,11 @@ class MmapStorage(Tracked, StorageBase):
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> MmapReader:
         return self.track(MmapReader(path, fields, self.advice), path)
 
-    def shards(self, path: Path) -> None:
-        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
-        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
-        self.streamed(path)
-        return None
-
-    def files(self, path: Path) -> list[Path]:
-        path = Path(path)
+    def file_names(self, path: Path) -> list[str]:
         names = ["meta.json"]
         for name in _VAR:
             names += [f"{name}.bin", f"{name}_offsets.npy"]
         names += [f"{name}.npy" for name in _EMB_DIMS]
-        if (path / "stored_bytes.npy").exists():  # older materialisations lack it
+        if (Path(path) / "stored_bytes.npy").exists():  # older materialisations lack it
             names.append("stored_bytes.npy")
-        return [path / n for n in names]
+        return names

@@ -24,14 +24,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from strategies.params import choice, integer
-from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import MERGE_GAP, Advised, Tracked, advise_fd, checked, fd_will_need, merged
+from strategies.storage.advice import MERGE_GAP, Advised, advise_fd, checked, fd_will_need, merged
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
     StoredBytesSidecar,
+    TrackedStorage,
     checked_fields,
     checked_indices,
     in_order,
@@ -179,7 +179,7 @@ class ParquetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
 
 
 @register("storage", "parquet")
-class ParquetStorage(Tracked, StorageBase):
+class ParquetStorage(TrackedStorage):
     """``row_group_size``: rows per row group (the unit of every read); ``compression``: none, snappy
     (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per process); keep it
     above the ``shards`` sampler's buffer_size / row_group_size, the row groups its shuffle window spans."""
@@ -224,15 +224,12 @@ class ParquetStorage(Tracked, StorageBase):
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> ParquetReader:
         return self.track(ParquetReader(path, fields, self.cached_groups, self.advice), path)
 
-    def shards(self, path: Path) -> list[range]:
-        """The index range of every row group, in order; the readers opened on ``path`` are told they will be
-        read shard by shard (advice.Tracked)."""
-        self.streamed(path)
+    def shard_ranges(self, path: Path) -> list[range]:
+        """The index range of every row group, in order."""
         count = read_count(path)
         with open(Path(path) / "row_groups.json") as f:
             size = int(json.load(f)["row_group_size"])
         return [range(a, min(a + size, count)) for a in range(0, count, size)]
 
-    def files(self, path: Path) -> list[Path]:
-        path = Path(path)
-        return [path / n for n in ("meta.json", "row_groups.json", "stored_bytes.npy", "data.parquet")]
+    def file_names(self, path: Path) -> list[str]:
+        return ["meta.json", "row_groups.json", "stored_bytes.npy", "data.parquet"]

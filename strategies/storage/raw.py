@@ -21,14 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
-from strategies.storage.advice import Advised, Tracked, advise_fd, checked
+from strategies.storage.advice import Advised, advise_fd, checked
 from strategies.storage.base import (
     LazyHandle,
     PicklesUnmapped,
     StoredBytesSidecar,
+    TrackedStorage,
     build_samples,
     checked_fields,
     checked_indices,
@@ -141,8 +141,9 @@ class RawReader(StoredBytesSidecar, Advised, PicklesUnmapped):
         self._dir.close()
         self._stored = None
 
+
 @register("storage", "raw")
-class RawStorage(Tracked, StorageBase):
+class RawStorage(TrackedStorage):
     """``advice``: the access hint its readers give the kernel (strategies.storage.advice)."""
 
     name = "raw"
@@ -174,16 +175,9 @@ class RawStorage(Tracked, StorageBase):
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> RawReader:
         return self.track(RawReader(path, fields, self.advice), path)
 
-    def shards(self, path: Path) -> None:
-        """No shards of its own (a shard-streaming sampler cuts fixed-size ranges). The harness asks only
-        for a shard-streaming sampler: the readers opened on ``path`` are told so (advice.Tracked)."""
-        self.streamed(path)
-        return None
-
-    def files(self, path: Path) -> list[Path]:
-        path = Path(path)
+    def file_names(self, path: Path) -> list[str]:
         out = []
         for root, dirs, names in os.walk(path):
             dirs.sort()
-            out.extend(Path(root) / n for n in sorted(names))
+            out.extend(os.path.relpath(os.path.join(root, n), path) for n in sorted(names))
         return out

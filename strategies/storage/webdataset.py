@@ -30,13 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from strategies.params import integer
-from strategies.protocols import StorageBase
 from strategies.registry import register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.advice import (
     MERGE_GAP,
     Advised,
-    Tracked,
     advise_fd,
     checked,
     fd_will_need,
@@ -47,6 +45,7 @@ from strategies.storage.base import (
     Maps,
     PicklesUnmapped,
     StoredBytesSidecar,
+    TrackedStorage,
     checked_fields,
     checked_indices,
     in_order,
@@ -229,7 +228,7 @@ def fixed_shards(count: int, shard_size: int) -> list[range]:
 
 
 @register("storage", "webdataset")
-class WebDatasetStorage(Tracked, StorageBase):
+class WebDatasetStorage(TrackedStorage):
     """``shard_size``: samples per tar shard. Real datasets use 1k-10k (100 MB-1 GB shards); the default
     suits the harness's datasets of a few thousand samples and equals the ``shards`` sampler's default."""
 
@@ -290,14 +289,9 @@ class WebDatasetStorage(Tracked, StorageBase):
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> WebDatasetReader:
         return self.track(WebDatasetReader(path, fields, self.advice), path)
 
-    def shards(self, path: Path) -> list[range]:
-        """The index range of every tar shard, in order (what a shard-streaming sampler should follow); the readers
-        opened on ``path`` are told they will be read shard by shard (advice.Tracked)."""
-        self.streamed(path)
+    def shard_ranges(self, path: Path) -> list[range]:
+        """The index range of every tar shard, in order (what a shard-streaming sampler should follow)."""
         return fixed_shards(read_count(path), int(_read_shards_json(path)["shard_size"]))
 
-    def files(self, path: Path) -> list[Path]:
-        path = Path(path)
-        names = ["meta.json", "shards.json", "index.npy", "stored_bytes.npy"]
-        names += list(_read_shards_json(path)["shards"])
-        return [path / n for n in names]
+    def file_names(self, path: Path) -> list[str]:
+        return ["meta.json", "shards.json", "index.npy", "stored_bytes.npy"] + list(_read_shards_json(path)["shards"])
