@@ -32,12 +32,17 @@ def test_an_open_effect_sends_the_next_pass_to_every_cell():
     assert next_pass(noisy, IDS, seconds_left=5.0) == []  # 3 visits of 2 s do not fit
 
 
-def test_decided_effects_leave_only_the_cells_tied_with_the_leader():
+def test_a_tie_within_the_minimum_effect_is_settled_and_a_wider_one_sends_a_whole_pass():
     # mmap and hdf5 both clearly faster than raw (decided), and the same speed: tied
     clear = lines({"storage=raw": 1.0, "storage=mmap": 1.5, "storage=hdf5": 1.5}, passes=4, noise=0.002)
     q = open_questions(clear, IDS)
+    assert q.effects == [] and q.tied == []  # each end within 5% of the other's: as fast, decided
+    assert next_pass(clear, IDS, seconds_left=100.0) == []
+    wide = lines({"storage=raw": 1.0, "storage=mmap": 1.5, "storage=hdf5": 1.5}, passes=4, noise=0.03,
+                 width=0.06)
+    q = open_questions(wide, IDS)
     assert q.effects == [] and sorted(q.tied) == ["storage=hdf5", "storage=mmap"]
-    assert sorted(next_pass(clear, IDS, seconds_left=100.0)) == [1, 2]
+    assert next_pass(wide, IDS, seconds_left=100.0) == [0, 1, 2]  # every cell: the design stays balanced
 
 
 def test_nothing_open_ends_the_budget():
@@ -45,11 +50,15 @@ def test_nothing_open_ends_the_budget():
     assert open_questions(apart, IDS).decided and next_pass(apart, IDS, seconds_left=1e6) == []
 
 
-def test_passes_to_decide_grows_as_the_interval_narrows_with_the_square_root():
-    e = Effect("throughput", "storage", "mmap", "raw", 1.02, 0.98, 1.06, 24)
-    need = passes_to_decide(e, 1)
-    assert 3 <= need <= 6  # half-width 0.039 against a distance of 0.0198: (0.039 / 0.0198)^2 = 3.9 passes
-    assert passes_to_decide(Effect("throughput", "storage", "mmap", "raw", 1.0, 0.9, 1.1, 24), 3) is None
+def test_passes_to_decide_comes_from_80_percent_power_in_whole_passes():
+    # x1.02 [0.98, 1.06] after 1 pass, m = 5%: nearer 1 than m/2, so projected towards "no effect larger than
+    # 5%": se 0.020 on the log scale, room log(1.05) - log(1.02) = 0.029: 1 * (2.80 * 0.020 / 0.029)^2 = 3.7
+    assert passes_to_decide(Effect("throughput", "storage", "mmap", "raw", 1.02, 0.98, 1.06, 24), 1) == 4
+    # x1.00 [0.90, 1.10] after 3 passes: 3 * (2.80 * 0.051 / 0.049)^2 = 25.7
+    assert passes_to_decide(Effect("throughput", "storage", "mmap", "raw", 1.0, 0.9, 1.1, 24), 3) == 26
+    # x1.20 [1.00, 1.44] after 2 passes, towards "higher": 2 * (2.80 * 0.093 / 0.182)^2 = 4.1
+    assert passes_to_decide(Effect("throughput", "storage", "mmap", "raw", 1.2, 1.0, 1.44, 24), 2) == 5
+    assert passes_to_decide(Effect("throughput", "storage", "mmap", "raw", 1.0, 1.0, 1.0, 24), 2) is None
 
 
 def test_a_visit_disturbed_by_outside_load_is_owed_a_new_visit():

@@ -91,5 +91,26 @@ def test_a_disturbed_visit_is_left_out_of_the_fit_when_its_cell_has_a_calm_one()
 
     a, b = {"storage": "raw"}, {"storage": "mmap"}
     results = [visit(a, 100.0, 0, 50.0), visit(a, 200.0, 1, 1.0), visit(b, 300.0, 0, 60.0)]
-    kept = [(o.levels["storage"], o.value) for o in of_results(results, "throughput")]
-    assert kept == [("raw", 200.0), ("mmap", 300.0)]  # mmap has no calm visit: its disturbed one stays
+    kept = sorted((o.levels["storage"], o.value, o.block) for o in of_results(results, "throughput"))
+    # raw's redo (pass 1 visited raw alone) takes its disturbed visit's place and pass; mmap has no calm visit:
+    # its disturbed one stays
+    assert kept == [("mmap", 300.0, 0), ("raw", 200.0, 0)]
+
+
+def test_a_figure_identical_in_every_cell_is_said_so_and_never_decided():
+    from harness.analysis.effects import IDENTICAL
+
+    same = [Observation(o.levels, 16.25, o.block) for o in observations()]  # e.g. emulated device memory
+    effects = [e for e in fit_effects(same, ORDER) if e.level != e.reference]
+    assert effects and all(e.identical and e.decision(0.05) == IDENTICAL for e in effects)
+    # a few ulps of difference from the arithmetic is still identical (it came out "decided" before)
+    wobble = [Observation(o.levels, 16.25 * (1 + 1e-15 * (i % 3)), o.block) for i, o in enumerate(same)]
+    assert all(e.decision(0.05) == IDENTICAL for e in fit_effects(wobble, ORDER) if e.level != e.reference)
+
+
+def test_a_reference_level_without_a_measured_visit_gives_way_to_the_first_measured_one():
+    kept = [o for o in observations() if o.levels["storage"] != "raw"]  # every raw visit failed
+    effects = by_level(fit_effects(kept, ORDER))
+    hdf5 = effects[("storage", "hdf5")]
+    assert hdf5.reference == "mmap" and abs(hdf5.ratio / (1.1 / 0.9) - 1) < 0.03  # the axis stays, against mmap
+    assert ("storage", "raw") not in effects

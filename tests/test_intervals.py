@@ -37,7 +37,8 @@ def test_fastest_the_budget_and_the_ranking_agree_on_a_run_with_a_missing_interv
     first, second = fastest_lines(RUN)
     assert first.startswith("FASTEST: raw at 1000 samples/s")
     assert "tied with it (intervals overlap): 1 of 3 other cells: mmap" in second
-    # the budget revisits the leader and the cells tied with it
+    # the budget asks about the same tie (one pass: the paired ratio has no interval yet); hdf5, without an
+    # interval, is never part of it
     assert sorted(open_questions(RUN, [c.cell for c in RUN]).tied) == ["storage=mmap", "storage=raw"]
     # the ranking table: raw and mmap tied at rank 1, hdf5 without a rank, lmdb 3rd (two cells wholly above)
     ranks = intervals.tie_ranks(RUN)
@@ -54,3 +55,21 @@ def test_a_leader_without_an_interval_is_tied_with_no_cell_in_all_three(leader_c
     assert "tied with it (intervals overlap): 0 of 2 other cells" in fastest_lines(run)[1]
     assert open_questions(run, [c.cell for c in run]).tied == []
     assert intervals.tie_ranks(run)["storage=raw"] == (None, False)
+
+
+def test_a_tied_cell_is_settled_by_its_ratio_to_the_leader_paired_by_pass():
+    def visit(cid, thr, repeat):
+        return CellResult.from_json({"schema": 2, "cell": f"storage={cid}", "repeat": repeat,
+                                     "strategies": {"storage": cid}, "figures": {"throughput": thr}})
+
+    drift = [1.0, 1.3, 0.8, 1.1]  # the machine's speed per pass: cancels in the paired ratio
+    same = [visit(c, 1000 * d * (1.0 if c == "raw" else 0.99 + 0.01 * (i % 2)), i)
+            for i, d in enumerate(drift) for c in ("raw", "mmap")]
+    iv = intervals.paired_ratio(same, "storage=mmap", "storage=raw")
+    assert 0.97 < iv.low < iv.high < 1.02 and iv.label == "paired by pass, n=4"
+    assert intervals.settled(same, "storage=mmap", "storage=raw", 0.05)
+    assert not intervals.settled(same, "storage=mmap", "storage=raw", 0.001)
+    slower = [visit(c, 1000 * d * (1.0 if c == "raw" else 0.9), i) for i, d in enumerate(drift)
+              for c in ("raw", "mmap")]
+    assert intervals.settled(slower, "storage=mmap", "storage=raw", 0.01)  # decidedly slower
+    assert intervals.paired_ratio(same[:2], "storage=mmap", "storage=raw") is None  # one pass

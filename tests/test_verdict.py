@@ -46,7 +46,7 @@ def test_the_effects_of_a_run_find_the_planted_difference_and_write_effects_json
     assert {"figure", "axis", "level", "ratio", "low", "high"} <= set(rows[0]) and len(rows) == len(fitted)
     table = effects.effects_table(fitted, emulated=True)
     assert ["storage", "mmap", "vs raw"] == table.rows[1][:3] and "higher" in table.rows[1][3]
-    assert "not decided" in table.rows[3][3]
+    assert "no effect larger than 5%" in table.rows[3][3]  # x1.00 [0.99, 1.01]: decided both ways
 
 
 def test_the_verdict_names_the_fastest_set_the_effects_and_what_binds():
@@ -54,7 +54,7 @@ def test_the_verdict_names_the_fastest_set_the_effects_and_what_binds():
     lines = verdict.verdict_lines(merge_repeats(results), effects.run_effects(results), cpu_count=2)
     assert lines[0].startswith("FASTEST: mmap/") and "tied with it" in lines[1]
     assert any("storage=mmap vs raw: x1.3" in x and "higher" in x for x in lines)
-    assert any("cache=lru vs none" in x and "not decided" in x for x in lines)
+    assert any("cache=lru vs none" in x and "no effect larger than 5%" in x for x in lines)  # x1.00, narrow
     assert lines[-1].startswith("BINDS: the host's CPU: feeding the device needs 1.5 cores per rank")
     device_bound = verdict.binds_line(merge_repeats(run(au_pct=95.0)), cpu_count=64)
     assert device_bound.startswith("BINDS: the device")

@@ -39,6 +39,11 @@ EFFECTS_HISTORY = {
 }
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
+MIN_EFFECT = 0.05  # the smallest effect that matters, when a run records none (--min-effect sets it)
+IDENTICAL_SPREAD = 1e-9  # log figures spread less than this over every visit: identical in every cell
+# the decisions a level's effect gets (Effect.decision):
+REFERENCE, IDENTICAL, HIGHER, LOWER, NO_EFFECT, OPEN = (
+    "reference", "identical in every cell", "higher", "lower", "no effect", "open")
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,25 @@ class Effect:
     def decided(self) -> bool:
         """True when the interval excludes 1 (the level changes the figure, at the fit's confidence)."""
         return self.low > 1 or self.high < 1
+
+    @property
+    def identical(self) -> bool:
+        """The figure was the same in every visit (fit_effects then gives exactly x1 [1, 1]): nothing to decide."""
+        return self.level != self.reference and self.ratio == self.low == self.high == 1.0
+
+    def decision(self, min_effect: float = MIN_EFFECT) -> str:
+        """Both ways: HIGHER / LOWER when the interval excludes 1; NO_EFFECT (no effect larger than
+        `min_effect`) when the interval lies inside [1 / (1 + m), 1 + m], an equivalence test at the same
+        confidence; OPEN otherwise. A figure identical in every cell is IDENTICAL, never decided."""
+        if self.level == self.reference:
+            return REFERENCE
+        if self.identical:
+            return IDENTICAL
+        if self.decided:
+            return HIGHER if self.low > 1 else LOWER
+        if self.low >= 1 / (1 + min_effect) and self.high <= 1 + min_effect:
+            return NO_EFFECT
+        return OPEN
 
     def to_json(self) -> dict:
         return EFFECTS.stamped(asdict(self))
@@ -141,10 +165,13 @@ def fit_effects(obs: list[Observation], order: dict[str, list[str]], figure: str
     Observations with a value that is not a positive number are left out. The reference level of each axis
     is listed too, with ratio 1 and a zero-width interval."""
     obs = [o for o in obs if o.value is not None and math.isfinite(o.value) and o.value > 0]
-    order = {a: list(levels) for a, levels in order.items() if len(levels) > 1}
+    order = observed_order(obs, order)
     if not obs or not order:
         return []
     y = np.log([o.value for o in obs])
+    if float(np.ptp(y)) <= IDENTICAL_SPREAD:  # the same figure in every visit: x1 exactly, never decided
+        return [Effect(figure, a, lv, levels[0], 1.0, 1.0, 1.0, len(obs)) for a, levels in order.items()
+                for lv in levels]
     x, columns = _design(obs, order, [])
     coef, se, df = _fit(x, y)
     if df <= 0:
@@ -160,6 +187,14 @@ def fit_effects(obs: list[Observation], order: dict[str, list[str]], figure: str
     if interactions:
         out += fit_interactions(obs, order, figure, confidence)
     return out
+
+
+def observed_order(obs: list[Observation], order: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The axes' levels that have an observation, in the matrix's order (axes left with one level dropped):
+    a reference level with no measured visit gives way to the first measured level of its axis."""
+    seen = {(a, o.levels.get(a)) for o in obs for a in order}
+    kept = {a: [lv for lv in levels if (a, lv) in seen] for a, levels in order.items()}
+    return {a: levels for a, levels in kept.items() if len(levels) > 1}
 
 
 def fit_interactions(obs: list[Observation], order: dict[str, list[str]], figure: str,
@@ -201,13 +236,41 @@ def level_order(results: list[CellResult], cell_ids: list[str] | None = None) ->
 
 def observations(results: list[CellResult], attribute: str) -> list[Observation]:
     """One observation per measured visit that has the figure (a Figures attribute), its pass the block.
-    A visit disturbed by outside load (figures.other_cpu_pct above OUTSIDE_LOAD_PCT) is left out when its
-    cell has an undisturbed visit (the budget re-visits disturbed cells for this); a cell with disturbed
-    visits only keeps them, so that every cell of the design stays in the fit."""
-    usable = [r for r in results if r.measured and getattr(r.figures, attribute) is not None]
-    calm = {r.cell for r in usable if not disturbed(r)}
-    return [Observation(dict(r.strategies), getattr(r.figures, attribute), r.repeat)
-            for r in usable if not (disturbed(r) and r.cell in calm)]
+    A visit disturbed by outside load (figures.other_cpu_pct above OUTSIDE_LOAD_PCT) is replaced by its
+    redo: the cell's next calm visit in a pass that did not visit every cell (the budget's redo pass) takes
+    the disturbed visit's place and pass in the fit, so the design stays balanced and the redo is not absorbed
+    by a pass term of its own. A disturbed visit without a redo is left out when its cell has another calm
+    visit, and kept when it has none, so that every cell of the design stays in the fit."""
+    usable = sorted((r for r in results if r.measured and getattr(r.figures, attribute) is not None),
+                    key=lambda r: r.repeat)
+    cells_per_pass: dict[int, set] = {}
+    for r in usable:
+        cells_per_pass.setdefault(r.repeat, set()).add(r.cell)
+    whole = max((len(c) for c in cells_per_pass.values()), default=0)
+    block = {id(r): r.repeat for r in usable}
+    dropped: set[int] = set()
+    for cell in dict.fromkeys(r.cell for r in usable):
+        visits = [r for r in usable if r.cell == cell]
+        redos = [r for r in visits if not disturbed(r) and len(cells_per_pass[r.repeat]) < whole]
+        for bad in (r for r in visits if disturbed(r)):
+            redo = next((r for r in redos if r.repeat > bad.repeat), None)
+            if redo is not None:
+                redos.remove(redo)
+                block[id(redo)] = bad.repeat
+                dropped.add(id(bad))
+        if any(not disturbed(r) for r in visits):
+            dropped.update(id(r) for r in visits if disturbed(r))
+    return [Observation(dict(r.strategies), getattr(r.figures, attribute), block[id(r)])
+            for r in usable if id(r) not in dropped]
+
+
+def whole_passes(results: list[CellResult]) -> int:
+    """The passes that visited every cell the run visited (a budget's redo pass of a few cells is not one)."""
+    cells_per_pass: dict[int, set] = {}
+    for r in results:
+        cells_per_pass.setdefault(r.repeat, set()).add(r.cell)
+    most = max((len(c) for c in cells_per_pass.values()), default=0)
+    return sum(len(c) == most for c in cells_per_pass.values())
 
 
 def disturbed(result: CellResult) -> bool:

@@ -13,7 +13,15 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.analysis.effects import EFFECTS, Effect, fit_effects, level_order, observations
+from harness.analysis.effects import (
+    EFFECTS,
+    MIN_EFFECT,
+    NO_EFFECT,
+    Effect,
+    fit_effects,
+    level_order,
+    observations,
+)
 from harness.report.tables import Table
 from harness.results import fileformat
 from harness.results.cellresult import CellResult
@@ -50,16 +58,16 @@ def _ratio(e: Effect) -> str:
     return f"x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}]"
 
 
-def verdict_word(e: Effect) -> str:
-    if e.level == e.reference:
-        return "reference"
-    if not e.decided:
-        return "not decided"
-    return "higher" if e.low > 1 else "lower"
+def verdict_word(e: Effect, min_effect: float = MIN_EFFECT) -> str:
+    """The level's decision in words (harness.analysis.effects.Effect.decision)."""
+    word = e.decision(min_effect)
+    return f"no effect larger than {min_effect:.0%}" if word == NO_EFFECT else word
 
 
-def effects_table(effects: list[Effect], emulated: bool) -> Table:
-    """One row per axis level: its effect on each figure, ratio [95% interval] against the reference."""
+def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN_EFFECT,
+                  matrix_order: dict[str, list[str]] | None = None) -> Table:
+    """One row per axis level: its effect on each figure, ratio [95% interval] against the reference, and its
+    decision. `matrix_order`: each axis's levels as the matrix lists them, to name a level no visit measured."""
     mark = "*" if emulated else ""
     figures = [f for f in FIGURES if any(e.figure == f for e in effects)]
     rows, seen = [], []
@@ -72,14 +80,25 @@ def effects_table(effects: list[Effect], emulated: bool) -> Table:
         row = [axis, level, "reference" if level == ref else f"vs {ref}"]
         for f in figures:
             e = by.get((f, axis, level))
-            row.append("-" if e is None else ("1" if level == e.reference else f"{_ratio(e)} {verdict_word(e)}"))
+            row.append("-" if e is None else ("1" if level == e.reference else
+                                              f"{_ratio(e)} {verdict_word(e, min_effect)}"))
         rows.append(row)
     headers = ["axis", "level", "against"] + [
         FIGURES[f][1] + (mark if f in ("throughput", "au", "device_memory") else "") for f in figures]
     notes = ["ratio of the figure against the axis's first level, averaged over the other axes, with a 95% "
              "interval from every cell and visit (least squares on the log figure, a term per level and per "
-             "pass); 'not decided': the interval includes 1"]
-    notes += [f"interaction {e.axis} = {e.level}: {_ratio(e)} beyond the two effects combined ({e.figure})"
+             f"pass); higher / lower: the interval excludes 1; no effect larger than {min_effect:.0%}: it lies "
+             f"inside [1/{1 + min_effect:g}, {1 + min_effect:g}] (--min-effect); open: neither; identical in every "
+             "cell: the figure did not vary, nothing to decide"]
+    fitted_levels = {(e.axis, e.level) for e in effects}
+    for axis, levels in (matrix_order or {}).items():
+        lost = [lv for lv in levels if (axis, lv) not in fitted_levels]
+        ref = next((e.reference for e in effects if e.axis == axis), None)
+        if lost and ref is not None:
+            notes.append(f"{axis}: {', '.join(lost)} had no measured visit; the other levels are against {ref}")
+    notes += [f"interaction {e.axis} = {e.level}: {_ratio(e)} ({e.figure}), the factor by which the cell of "
+              "both levels differs from what the two main effects measured against the reference levels give "
+              "(not a factor on the averaged effects above)"
               for e in effects if e.kind == "interaction" and e.decided]
     return Table("Effect of each choice", headers, rows, notes)
 

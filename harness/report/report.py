@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.analysis.effects import Effect
+from harness.analysis.effects import MIN_EFFECT, Effect, level_order, whole_passes
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report import articles, effects, plots, stagetable, verdict, whatif
@@ -341,14 +341,16 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     cells, cells_1x = merge_repeats(in_matrix_order(results, env)), merge_repeats(results_1x or [])
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
+    m = (env.min_effect if env else None) or MIN_EFFECT
     if cells and fitted is not None:
-        passes = len({r.repeat for r in results})
-        parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None, passes),
-                              fmt) + [""]
+        parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None,
+                                                    whole_passes(results), m), fmt) + [""]
     parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results)
                           + ([target.describe()] if target is not None else []), fmt)
     if fitted:
-        parts += render_tables([effects.effects_table(fitted, any(c.emulated for c in cells))], fmt, level=2)
+        table = effects.effects_table(fitted, any(c.emulated for c in cells), m,
+                                      level_order(results, env.cell_ids if env else None))
+        parts += render_tables([table], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     parts += render_tables(stagetable.tables(results, target), fmt, level=2)
     if cells:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from harness.analysis.effects import Effect
+from harness.analysis.effects import HIGHER, IDENTICAL, LOWER, MIN_EFFECT, NO_EFFECT, OPEN, Effect
 from harness.analysis.intervals import leader_and_tied
 from harness.report.effects import verdict_word
 from harness.report.tables import interval, shown_axes, stack_label
@@ -42,32 +42,43 @@ def fastest_lines(cells: list[CellSummary]) -> list[str]:
     return lines
 
 
-def passes_to_decide(e: Effect, passes: int) -> int | None:
-    """About how many passes in all would shrink the interval enough to exclude x1.00 (the interval narrows as
-    one over the square root of the visits); None when the estimate is itself nil (a ratio of x1.00)."""
+Z_95, Z_POWER = 1.96, 0.8416  # two-sided 95% and one-sided 80% (the power of the projection) normal quantiles
+
+
+def passes_to_decide(e: Effect, passes: int, min_effect: float = MIN_EFFECT) -> int | None:
+    """About how many whole passes in all would decide the effect with 80% power, assuming the true effect is
+    today's estimate and the interval narrows as one over the square root of the passes: towards higher /
+    lower when the estimate is at least half the minimum effect away from x1, else towards "no effect larger
+    than m". None when there is nothing to project (a zero-width interval, or no pass yet)."""
     half = (math.log(e.high) - math.log(e.low)) / 2
-    distance = abs(math.log(e.ratio))
-    if distance < 1e-3 or half <= 0:
+    if half <= 0 or passes < 1:
         return None
-    return max(passes + 1, math.ceil(passes * (half / distance) ** 2))
+    se = half / Z_95
+    distance, margin = abs(math.log(e.ratio)), math.log(1 + min_effect)
+    room = distance if distance >= margin / 2 else margin - distance
+    return max(passes + 1, math.ceil(passes * ((Z_95 + Z_POWER) * se / room) ** 2))
 
 
-def effect_lines(effects: list[Effect], passes: int = 1) -> list[str]:
+def effect_lines(effects: list[Effect], passes: int = 1, min_effect: float = MIN_EFFECT) -> list[str]:
+    """The effects on samples/s and their decisions; `passes`: the whole passes over the cells so far."""
     shown = [e for e in effects if e.figure == "throughput" and e.kind == "main" and e.level != e.reference]
     if not shown:
         return ["EFFECTS: too few visits to fit the effect of each choice (run with --repeats 3 or more)"]
     lines = ["EFFECTS on samples/s (ratio against the axis's first level, 95% interval, all cells and visits):"]
     for e in shown:
         more = ""
-        if not e.decided:
-            need = passes_to_decide(e, passes)
-            more = (f" (about {need} passes in all would decide it, if the effect is real; {passes} so far)"
-                    if need is not None and need <= 100 * passes else " (no effect visible)")
+        if e.decision(min_effect) == OPEN:
+            need = passes_to_decide(e, passes, min_effect)
+            more = (f" (about {need} whole passes in all would decide it with 80% power if the true effect is "
+                    f"x{e.ratio:.2f}; {passes} so far)" if need is not None else "")
         lines.append(f"  {e.axis}={e.level} vs {e.reference}: x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}] "
-                     f"{verdict_word(e)}{more}")
-    decided = sum(e.decided for e in shown)
-    lines.append(f"  decided: {decided} of {len(shown)} (the rest: the interval includes x1.00; more visits "
-                 f"narrow it)")
+                     f"{verdict_word(e, min_effect)}{more}")
+    words = [e.decision(min_effect) for e in shown]
+    decided = sum(w in (HIGHER, LOWER, NO_EFFECT) for w in words)
+    same = sum(w == IDENTICAL for w in words)
+    lines.append(f"  decided: {decided} of {len(shown) - same} (higher, lower, or no effect larger than "
+                 f"{min_effect:.0%}; open: more visits narrow it)"
+                 + (f"; {same} identical in every cell" if same else ""))
     return lines
 
 
@@ -90,5 +101,5 @@ def binds_line(cells: list[CellSummary], cpu_count: int | None) -> str:
 
 
 def verdict_lines(cells: list[CellSummary], effects: list[Effect], cpu_count: int | None,
-                  passes: int = 1) -> list[str]:
-    return fastest_lines(cells) + effect_lines(effects, passes) + [binds_line(cells, cpu_count)]
+                  passes: int = 1, min_effect: float = MIN_EFFECT) -> list[str]:
+    return fastest_lines(cells) + effect_lines(effects, passes, min_effect) + [binds_line(cells, cpu_count)]

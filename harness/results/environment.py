@@ -121,6 +121,7 @@ class Environment:
     dataset_gb: float | None = None
     imported: dict | None = None  # JSON "import": an imported source's scan (config.runsetup.import_env)
     resumed: list[str] | None = None  # UTC times of each --resume
+    min_effect: float | None = None  # --min-effect: the smallest effect that matters, for the run's decisions
     extra: dict = field(default_factory=dict)  # keys this harness does not know, kept as they were
 
     @classmethod
