@@ -89,6 +89,10 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
                 if rank == 0 else None]
         dist.broadcast_object_list(todo, src=0)  # rank 0 decides; every rank runs the same pass
         if not todo[0]:
+            if rank == 0:
+                left = config.budget_s - (time.time() - began)
+                print(f"budget: the run ends after {repeat} pass(es): nothing is open, or no further pass fits in "
+                      f"the {max(left, 0):.0f} s left (the report's EFFECTS say which)", file=sys.stderr, flush=True)
             break
         order = visit_order(len(todo[0]), repeat, config.order, config.order_seed)
         for k, j in enumerate(order):
