@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from harness.measure.hostload import HostLoad, HostTicks, host_ticks, outside_load, tree_ticks
 
@@ -12,7 +16,8 @@ STAT = "cpu  100 0 50 800 10 5 5 30 0 0\ncpu0 50 0 25 400 5 2 3 15 0 0\n"
 
 
 def test_proc_stat_fields_and_the_pure_arithmetic():
-    t = host_ticks(STAT)
+    assert host_ticks(STAT, cpus={0}) == HostTicks(busy=80, steal=15, total=500)  # cpu0's line
+    t = host_ticks(STAT, cpus={7})  # no line of the run's CPUs: the aggregate line
     assert t == HostTicks(busy=160, steal=30, total=1000)
     later = HostTicks(busy=160 + 300, steal=30 + 20, total=1000 + 1000)
     other, steal = outside_load(t, later, run0=0, run1=100)  # 300 busy, 100 of them the run's
@@ -47,3 +52,72 @@ def test_a_busy_process_outside_the_tree_is_outside_load():
     cores = os.cpu_count() or 1
     assert other >= 0.5 * 100 / cores  # one core busy for most of the window
     assert steal >= 0
+
+
+def test_a_live_descendants_cpu_is_the_runs():
+    """The walk over descendants: a child busy while the parent sleeps counts in the parent's tree (without
+    the walk only the root's own ticks, about nothing here, would count)."""
+    code = ("import time\nprint('up', flush=True)\nend = time.process_time() + 0.8\n"
+            "while time.process_time() < end: pass\nprint('burnt', flush=True)\ntime.sleep(30)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "up"
+        before = tree_ticks(os.getpid())
+        assert child.stdout.readline().strip() == "burnt"  # 0.8 s of CPU, and alive (not yet in our cutime)
+        gained = tree_ticks(os.getpid()) - before
+    finally:
+        child.kill()
+        child.wait()
+    assert gained >= 0.5 * os.sysconf("SC_CLK_TCK"), gained
+
+
+def test_the_busy_cpu_is_the_runs_own_cpus_only():
+    stat = ("cpu  300 0 0 700 0 0 0 0 0 0\ncpu0 200 0 0 300 0 0 0 0 0 0\ncpu1 100 0 0 400 0 0 0 0 0 0\n")
+    assert host_ticks(stat, cpus={1}) == HostTicks(busy=100, steal=0, total=500)  # cpu0's load is not ours
+    assert host_ticks(stat, cpus={0, 1}) == HostTicks(busy=300, steal=0, total=1000)
+    assert host_ticks("cpu  300 0 0 700 0 0 0 0 0 0\n", cpus={0}) == HostTicks(300, 0, 1000)  # no per-CPU lines
+
+
+def allowance_in(*prefix: str) -> float:
+    code = "from harness.measure.hostload import cpu_allowance; print(cpu_allowance())"
+    out = subprocess.run([*prefix, sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parent.parent)
+    return float(out.stdout)
+
+
+def test_the_allowance_is_the_affinity_under_taskset():
+    if shutil.which("taskset") is None:
+        pytest.skip("taskset (util-linux) is not installed")
+    assert allowance_in("taskset", "-c", "0") == 1.0
+    assert allowance_in() == float(len(os.sched_getaffinity(0)))
+
+
+def test_the_allowance_is_capped_by_a_cgroup_cpu_quota():
+    """A real cgroup (v1 cpu controller, or v2 cpu.max) with a quota of half a CPU: the process in it is told
+    0.5, whatever the host's count."""
+    group = None
+    for base, files in ((Path("/sys/fs/cgroup/cpu"), {"cpu.cfs_quota_us": "50000"}),
+                        (Path("/sys/fs/cgroup"), {"cpu.max": "50000 100000"})):
+        try:
+            candidate = base / f"dlbench-test-{os.getpid()}"
+            candidate.mkdir()
+        except OSError:
+            continue
+        try:
+            for name, value in files.items():
+                (candidate / name).write_text(value)
+            group = candidate
+            break
+        except OSError:
+            candidate.rmdir()
+    if group is None:
+        pytest.skip("no writable cgroup with a cpu controller here (needs root)")
+    try:
+        assert allowance_in("sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$0" "$@"') == 0.5
+    finally:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)

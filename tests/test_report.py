@@ -109,7 +109,7 @@ def test_overrun_verdict_with_figures_replaces_the_old_warning():
     lines = tables.overrun_lines(cells, Environment(cpu_count=2))
     assert lines == ["VERDICT: host work outlasted the modelled V100-16GB step in up to 40% of steps (median "
                      "21% over 2 cells; 1 cell(s) above 5%); that time is counted as host overhead, not device "
-                     "time; feeding the device needs 2.0 cores per rank* (median over cells) and this host has 2 cores "
+                     "time; feeding the device needs 2.0 cores per rank* (median over cells) and this run has 2 cores "
                      "for 4 ranks"]
     assert tables.overrun_lines(merge_repeats([new_cell(overrun=5.0)]), Environment()) == []  # at most 5%: no verdict
     text = report.render(cells, env=Environment(cpu_count=2))

@@ -1,10 +1,13 @@
-"""Outside load: the CPU that processes outside the run used on this host during a visit, and steal time.
+"""Outside load: the CPU that processes outside the run used on the run's own CPUs during a visit, and steal
+time; and the run's CPU allowance (its affinity and its cgroup's quota), the cores it really has.
 
-The host's busy CPU comes from /proc/stat (user, nice, system, irq, softirq; guest time is inside user), the
-run's own from /proc/<pid>/stat of every process descending from the run's root process (the launcher: its
-ranks and their DataLoader workers), utime + stime + cutime + cstime, so a worker that exited and was reaped
-inside the tree still counts. Outside load = host busy - the run's CPU, as a percentage of the host's CPU
-capacity over the visit (all cores); steal = time the hypervisor gave this machine's vCPUs to another guest.
+The busy CPU comes from /proc/stat's per-CPU lines of the CPUs the run may use (sched_getaffinity: under a
+Slurm cpuset or `taskset`, other jobs on other cores are not the run's concern; user, nice, system, irq,
+softirq; guest time is inside user), the run's own from /proc/<pid>/stat of every process descending from the
+run's root process (the launcher: its ranks and their DataLoader workers), utime + stime + cutime + cstime,
+so a worker that exited and was reaped inside the tree still counts. Outside load = busy - the run's CPU, as a
+percentage of those CPUs' capacity over the visit; steal = time the hypervisor gave these vCPUs to another
+guest.
 
 A visit whose outside load passes OUTSIDE_LOAD_PCT is flagged: its figures may be another process's effect.
 """
@@ -27,19 +30,84 @@ class HostTicks:
     total: int  # every field but guest (counted in user already): the host's capacity over the same time
 
 
-def host_ticks(stat: str | None = None) -> HostTicks | None:
-    """The aggregate "cpu" line of /proc/stat; None where there is none (not Linux)."""
+def host_ticks(stat: str | None = None, cpus: set[int] | None = None) -> HostTicks | None:
+    """The "cpuN" lines of /proc/stat summed over `cpus` (default: the CPUs this process may run on); the
+    aggregate "cpu" line where no per-CPU line matches. None where there is no /proc/stat (not Linux)."""
     try:
         text = stat if stat is not None else (PROC / "stat").read_text()
     except OSError:
         return None
+    if cpus is None and hasattr(os, "sched_getaffinity"):
+        cpus = set(os.sched_getaffinity(0))
+    total, per_cpu = None, []
     for line in text.splitlines():
-        if line.startswith("cpu "):
-            v = [int(x) for x in line.split()[1:]] + [0] * 10
-            user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
-            return HostTicks(user + nice + system + irq + softirq, steal,
-                             user + nice + system + idle + iowait + irq + softirq + steal)
-    return None
+        name = line.split(" ", 1)[0]
+        if name == "cpu":
+            total = _ticks(line)
+        elif name.startswith("cpu") and name[3:].isdigit() and (cpus is None or int(name[3:]) in cpus):
+            per_cpu.append(_ticks(line))
+    if not per_cpu:
+        return total
+    return HostTicks(*(sum(getattr(t, f) for t in per_cpu) for f in ("busy", "steal", "total")))
+
+
+def _ticks(line: str) -> HostTicks:
+    v = [int(x) for x in line.split()[1:]] + [0] * 10
+    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+    return HostTicks(user + nice + system + irq + softirq, steal,
+                     user + nice + system + idle + iowait + irq + softirq + steal)
+
+
+def cpu_allowance(pid: int | str = "self", cgroup_root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPUs a process may use: its affinity, capped by its cgroup's CPU quota (cgroup v2 cpu.max, or v1
+    cpu.cfs_quota_us / cpu.cfs_period_us), e.g. 8 on a 128-core host whose container has a quota of 8 CPUs."""
+    try:
+        cores = float(len(os.sched_getaffinity(0 if pid == "self" else int(pid))))
+    except (AttributeError, OSError):
+        cores = float(os.cpu_count() or 0) or None
+    quota = cgroup_quota(pid, cgroup_root)
+    if quota is None:
+        return cores
+    return quota if cores is None else min(cores, quota)
+
+
+def cgroup_quota(pid: int | str = "self", cgroup_root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPUs' worth of quota of the process's cgroup and its ancestors (the tightest), None without one."""
+    try:
+        lines = (PROC / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    quotas = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: cpu.max = "QUOTA PERIOD" or "max PERIOD"
+            base, names = cgroup_root / ("unified" if (cgroup_root / "unified").is_dir() else ""), ("cpu.max",)
+        elif "cpu" in controllers.split(","):
+            base, names = cgroup_root / ("cpu,cpuacct" if (cgroup_root / "cpu,cpuacct").is_dir() else "cpu"), \
+                ("cpu.cfs_quota_us", "cpu.cfs_period_us")
+        else:
+            continue
+        here = base / path.lstrip("/")
+        while True:
+            quotas.append(_quota(here, names))
+            if here == base or base not in here.parents:
+                break
+            here = here.parent
+    known = [q for q in quotas if q is not None]
+    return min(known) if known else None
+
+
+def _quota(directory: Path, names: tuple[str, ...]) -> float | None:
+    try:
+        if len(names) == 1:
+            quota, period = (directory / names[0]).read_text().split()
+        else:
+            quota, period = ((directory / n).read_text().strip() for n in names)
+    except (OSError, ValueError):
+        return None
+    if quota in ("max", "-1") or int(period) <= 0:
+        return None
+    return int(quota) / int(period)
 
 
 def _stat_fields(pid: int) -> tuple[int, int] | None:

@@ -76,7 +76,8 @@ def header_lines(cells: list[CellSummary], env: Environment | None = None, probe
     if notes:
         lines.append("Parameters: " + "; ".join(notes))
     if env and env.time_utc:
-        lines.append(f"Host: {env.cpu_count} CPUs ({env.cpu_model}), "
+        allowed = f", the run's allowance {env.run_cpus:g}" if env.run_cpus and env.run_cpus != env.cpu_count else ""
+        lines.append(f"Host: {env.cpu_count} CPUs ({env.cpu_model}){allowed}, "
                      f"{env.memory_gb or 0:.0f} GB RAM, torch {env.torch_version}")
     return lines
 
@@ -343,7 +344,7 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
     m = (env.min_effect if env else None) or MIN_EFFECT
     if cells and fitted is not None:
-        parts += render_lines(verdict.verdict_lines(cells, fitted, env.cpu_count if env else None,
+        parts += render_lines(verdict.verdict_lines(cells, fitted, env.run_cpus if env else None,
                                                     whole_passes(results), m), fmt) + [""]
     parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results)
                           + ([target.describe()] if target is not None else []), fmt)

@@ -154,15 +154,15 @@ def overrun_lines(results: list[CellResult], env: Environment | None = None) -> 
             f"{cells_over} cell(s) above {OVERRUN_VERDICT_PCT}%); that time is counted as host overhead, not "
             f"device time")
     cores = [r.figures.cores_to_feed for r in measured if r.figures.cores_to_feed is not None]
-    host_cores = env.cpu_count if env else None
+    host_cores = env.run_cpus if env else None  # the run's allowance (affinity, cgroup quota)
     ranks = measured[0].world_size or measured[0].figures.ranks
     if cores:
         line += (f"; feeding the device needs {float(np.median(cores)):.1f} cores per rank{EMULATED_MARK} "
                  f"(median over cells)")
         if host_cores and ranks:
-            line += f" and this host has {host_cores} cores for {ranks} ranks"
+            line += f" and this run has {host_cores:g} cores for {ranks} ranks"
     elif host_cores and ranks:
-        line += f"; this host has {host_cores} cores for {ranks} ranks"
+        line += f"; this run has {host_cores:g} cores for {ranks} ranks"
     return [line]
 
 

@@ -82,7 +82,8 @@ def effect_lines(effects: list[Effect], passes: int = 1, min_effect: float = MIN
     return lines
 
 
-def binds_line(cells: list[CellSummary], cpu_count: int | None) -> str:
+def binds_line(cells: list[CellSummary], cpu_count: float | None) -> str:
+    """What limits the run; `cpu_count`: the CPUs the run had (its allowance: affinity and cgroup quota)."""
     measured = [c for c in cells if c.measured]
     if not measured:
         return "BINDS: nothing measured"
@@ -95,7 +96,7 @@ def binds_line(cells: list[CellSummary], cpu_count: int | None) -> str:
     if feed and cpu_count and statistics.median(feed) * ranks > cpu_count:
         need = statistics.median(feed)
         return (f"BINDS: the host's CPU: feeding the device needs {need:.1f} cores per rank (median over cells), "
-                f"{need * ranks:.0f} for {ranks} ranks, and this host has {cpu_count} (median AU {au:.0f}%, "
+                f"{need * ranks:.0f} for {ranks} ranks, and this run has {cpu_count:g} (median AU {au:.0f}%, "
                 f"stall {stall:.0f}%)")
     return f"BINDS: the data path (median stall {stall:.0f}% with cores to spare; AU {au:.0f}%)"
 

@@ -20,7 +20,7 @@ from importlib import metadata
 from pathlib import Path
 
 from harness.data.pagecache import block_device
-from harness.measure import gpuinfo
+from harness.measure import gpuinfo, hostload
 from harness.results.fileformat import VERSION_KEY, FileFormat, read_json, write_json
 
 # env.json's format version (written under "schema"), and what each version is:
@@ -100,6 +100,7 @@ class Environment:
     cpu_model: str = ""
     cpu_count: int | None = None
     cpu_affinity: int | None = None
+    cpu_allowance: float | None = None  # the CPUs the run may use: affinity capped by its cgroup's quota
     memory_gb: float | None = None
     gpus: list[str] = field(default_factory=list)
     gpu: dict = field(default_factory=dict)  # gpuinfo.environment(): names, memory, driver, CUDA, cuDNN
@@ -124,6 +125,15 @@ class Environment:
     min_effect: float | None = None  # --min-effect: the smallest effect that matters, for the run's decisions
     extra: dict = field(default_factory=dict)  # keys this harness does not know, kept as they were
 
+    @property
+    def run_cpus(self) -> float | None:
+        """The CPUs the run had: its allowance (affinity and cgroup quota), else its affinity, else the host's
+        count (env.json files written before the allowance was recorded)."""
+        for value in (self.cpu_allowance, self.cpu_affinity, self.cpu_count):
+            if value:
+                return value
+        return None
+
     @classmethod
     def capture(cls, argv: list[str], device: dict, data_dir: Path | None = None) -> Environment:
         """The machine now; ``data_dir`` (default: --data-dir in ``argv``, else the repository's data/)
@@ -136,6 +146,7 @@ class Environment:
                    platform=platform.platform(), hostname=platform.node(), cpu_model=_cpu_model(),
                    cpu_count=os.cpu_count(),
                    cpu_affinity=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                   cpu_allowance=hostload.cpu_allowance(),
                    memory_gb=_memory_gb(), gpus=[g["name"] for g in gpu["gpus"]], gpu=gpu, device=device,
                    git=_git_commit(), data_dir=str(data), data_device=name, read_ahead_kb=read_ahead)
 
