@@ -123,7 +123,16 @@ def test_a_mapped_arrays_rows_are_located_in_its_file(tmp_path):
     array = load_mapped(path, "random", maps, "a")
     ranges, offset, row_bytes = maps.ranges["a"]
     assert offset == path.stat().st_size - array.nbytes and row_bytes == 4096
-    ranges.rows(offset, row_bytes, np.array([0, 5, 6]), "random")  # asks the kernel; raises on a bad range
+    ranges.rows(offset, row_bytes, np.array([0, 5, 6]), "random")  # asks the kernel for rows inside the file
+    ranges.rows(offset, row_bytes, np.array([7]), "random")  # the last row ends at the file's end
+    with pytest.raises(ValueError, match="outside the file"):
+        ranges.rows(offset, row_bytes, np.array([8]), "random")  # one row past the end
+    with pytest.raises(ValueError, match="outside the file"):
+        ranges.rows(offset + 2**40, row_bytes, np.array([0]), "random")  # 1 TB past the end
+    with pytest.raises(ValueError, match="outside the file"):
+        ranges.rows(-row_bytes, row_bytes, np.array([0]), "random")  # a negative offset
+    with pytest.raises(ValueError, match="outside the file"):
+        ranges.slices(np.array([0, 10, 2**41]), np.array([1]), offset, "random")
     assert isinstance(advice.mapping_of(array), mmap.mmap)
     maps.close()
     assert ranges.fd is None

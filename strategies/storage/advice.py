@@ -174,18 +174,26 @@ class FileRanges:
 
     def __init__(self, path):
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        self.path, self.size = str(path), os.fstat(self.fd).st_size
 
     def rows(self, offset: int, row_bytes: int, sorted_idx: np.ndarray, hint: str) -> None:
-        """Rows ``sorted_idx`` of fixed-size rows starting at file offset ``offset`` (not under "normal")."""
+        """Rows ``sorted_idx`` of fixed-size rows starting at file offset ``offset`` (not under "normal"); a
+        ValueError for a range outside the file (a reader's arithmetic gone wrong, never a silent no-op)."""
         if hint != "normal" and len(sorted_idx):
-            fd_will_need(self.fd, merged([(offset + i * row_bytes, offset + (i + 1) * row_bytes)
-                                          for i in sorted_idx.tolist()], MERGE_GAP[hint]))
+            self._ask([(offset + i * row_bytes, offset + (i + 1) * row_bytes) for i in sorted_idx.tolist()], hint)
 
     def slices(self, offsets: np.ndarray, sorted_idx: np.ndarray, base: int, hint: str) -> None:
-        """The slices ``base + offsets[i] : base + offsets[i + 1]`` (not under "normal")."""
+        """The slices ``base + offsets[i] : base + offsets[i + 1]`` (not under "normal"); ranges as rows."""
         if hint != "normal" and len(sorted_idx):
             starts, ends = offsets[sorted_idx].tolist(), offsets[sorted_idx + 1].tolist()
-            fd_will_need(self.fd, merged([(base + a, base + b) for a, b in zip(starts, ends)], MERGE_GAP[hint]))
+            self._ask([(base + a, base + b) for a, b in zip(starts, ends)], hint)
+
+    def _ask(self, ranges: list[tuple[int, int]], hint: str) -> None:
+        """The exact ranges checked against the file, then asked for widened to pages and merged."""
+        for start, end in ranges:
+            if start < 0 or end < start or end > self.size:
+                raise ValueError(f"{self.path}: bytes [{start}, {end}) lie outside the file's {self.size} bytes")
+        fd_will_need(self.fd, merged(ranges, MERGE_GAP[hint]))
 
     def close(self) -> None:
         if self.fd is not None:
