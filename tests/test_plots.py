@@ -124,3 +124,25 @@ def test_repeats_and_errored_cells(cells_4x, tmp_path):
     assert "(1 of 3 failed)" in texts[0] and "failed" not in texts[1]
 
 
+
+
+def test_the_effects_picture_reads_at_a_glance():
+    """Ratio ticks (x0.95, x1.0, ...: never "9 x 10^-1"), each row's decision beside it, nothing cut off."""
+    from harness.analysis.effects import Effect
+    from harness.report.effects import effects_figure
+
+    shown = [Effect("throughput", "cache", "lru(capacity_mb=64,level=stored,scope=worker)", "none", 1.01, 0.99,
+                    1.03, 24),
+             Effect("throughput", "batching", "dynamic(max_batch=64)", "fixed", 1.19, 1.17, 1.21, 24),
+             Effect("throughput", "sampler", "balanced", "default", 0.98, 0.95, 1.06, 24)]
+    fig = effects_figure(shown)
+    ax = fig.axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks and all(t.startswith("x") for t in ticks) and "x1.0" in ticks, ticks
+    assert [t.get_text() for t in ax.texts] == ["no effect larger than 5%", "higher", "open"]
+    fig.canvas.draw()
+    renderer, box = fig.canvas.get_renderer(), fig.bbox
+    texts = [ax.xaxis.label, ax.title, *ax.get_yticklabels(), *ax.get_xticklabels(), *ax.texts]
+    for t in texts:
+        b = t.get_window_extent(renderer)
+        assert box.x0 <= b.x0 and b.x1 <= box.x1 + 1 and box.y0 <= b.y0 and b.y1 <= box.y1 + 1, t.get_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib.ticker
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -103,23 +104,56 @@ def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN
     return Table("Effect of each choice", headers, rows, notes)
 
 
-def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput") -> Path | None:
-    """A forest plot of one figure's effects: a point and a 95% bar per level, log scale, 1 marked."""
+def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput",
+                 min_effect: float = MIN_EFFECT) -> Path | None:
+    """plots/effects.png (effects_figure), or None with no level to show."""
+    fig = effects_figure(effects, figure, min_effect)
+    if fig is None:
+        return None
+    fig.savefig(path)
+    return path
+
+
+def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect: float = MIN_EFFECT):
+    """A forest plot of one figure's effects: a point and a 95% bar per level on a log axis ticked x0.9, x1.0,
+    x1.1 ..., the band of no effect larger than m shaded, and each row's decision written beside it."""
     shown = [e for e in effects if e.figure == figure and e.kind == "main" and e.level != e.reference]
     if not shown:
         return None
-    fig = Figure(figsize=(8.0, 1.4 + 0.35 * len(shown)), dpi=110)
+    labels = [f"{e.axis}={e.level}\nvs {e.reference}" for e in shown]
+    fig = Figure(figsize=(9.0, 1.6 + 0.55 * len(shown)), dpi=110)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     y = np.arange(len(shown))[::-1]
     ratio = np.array([e.ratio for e in shown])
     err = np.array([[e.ratio - e.low for e in shown], [e.high - e.ratio for e in shown]])
+    ax.axvspan(1 / (1 + min_effect), 1 + min_effect, color="#dddddd", zorder=0)
     ax.errorbar(ratio, y, xerr=err, fmt="o", color="#1f77b4", capsize=3)
     ax.axvline(1.0, color="#7f7f7f", linestyle="--", linewidth=1)
     ax.set_xscale("log")
-    ax.set_yticks(y, [f"{e.axis}={e.level} vs {e.reference}" for e in shown])
-    ax.set_xlabel(f"{FIGURES[figure][1]}: ratio against the axis's first level (95% interval)")
+    low = min(min(e.low for e in shown), 1 / (1 + min_effect)) / 1.02
+    high = max(max(e.high for e in shown), 1 + min_effect) * 1.02
+    ax.set_xlim(low, high)
+    ticks = _ratio_ticks(low, high)
+    ax.set_xticks(ticks, [f"x{t:.1f}" if abs(t * 10 - round(t * 10)) < 1e-9 else f"x{t:.2f}" for t in ticks])
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.set_yticks(y, labels, fontsize=8)
+    for yi, e in zip(y, shown):
+        ax.annotate(verdict_word(e, min_effect), (1.0, yi), xycoords=("axes fraction", "data"),
+                    xytext=(6, 0), textcoords="offset points", va="center", fontsize=8)
+    ax.set_xlabel(f"{FIGURES[figure][1]}: ratio against the axis's first level, 95% interval "
+                  f"(grey: within {min_effect:.0%})")
     ax.set_title("Effect of each choice")
     fig.tight_layout()
-    fig.savefig(path)
-    return path
+    fig.subplots_adjust(right=0.78)  # room for the decisions
+    return fig
+
+
+def _ratio_ticks(low: float, high: float) -> list[float]:
+    """Ratios to tick between low and high: steps of 0.05, 0.1, 0.25 or 0.5 (at most about 8 ticks), 1 among them."""
+    for step in (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0):
+        ticks = [round(k * step, 2) for k in range(max(1, int(low / step)), int(high / step) + 1)
+                 if low <= k * step <= high]
+        if len(ticks) <= 8:
+            return ticks
+    return [1.0]

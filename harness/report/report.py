@@ -391,6 +391,7 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
     (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted,
                                               target))
     plots.write_plots(results, run_dir / "plots")
-    effects.effects_plot(fitted, run_dir / "plots" / "effects.png")
+    effects.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=env.min_effect if env and
+                         env.min_effect else MIN_EFFECT)
     stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
     return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target)
