@@ -104,8 +104,10 @@ def test_the_same_code_passes(tmp_path, capsys):
     assert gate(tmp_path, runner) == 0
     assert runner.calls == ab_gate.interleaved(6)
     out, err = capsys.readouterr()
-    assert "0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%" in out
-    assert "passed" in err.splitlines()[-1] and "against its parent abc123, 6 single-repeat runs each" in err
+    assert "0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%, alpha 0.0166667)" \
+        in out
+    assert "passed" in err.splitlines()[-1] and "against its parent abc123, 6 against 6 single-repeat runs" in err
+    assert "alpha 0.05 over 3 cells, 0.017 each" in err
     assert (tmp_path / "out" / "comparison.md").read_text().startswith("**0 slower")
 
 
@@ -193,8 +195,8 @@ def script_repo(tmp_path: Path, parent_run_bench: str | None) -> Path:
     return repo
 
 
-def run_script(repo: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path))  # no baseline there: exit 3, then A/B
+def run_script(repo: Path, tmp_path: Path, pythonpath: Path = REPO) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(pythonpath), TMPDIR=str(tmp_path))  # no baseline there: exit 3, A/B
     return subprocess.run(["bash", str(repo / "scripts" / "ci_gate.sh")], capture_output=True, text=True,
                           env=env, timeout=120)
 
@@ -214,3 +216,24 @@ def test_the_script_with_a_parent_that_cannot_run_exits_0_and_removes_its_worktr
     assert "does not exist" in proc.stderr  # the baseline gate's exit 3, in one line, came first
     assert len(git(repo, "worktree", "list").splitlines()) == 1  # the parent's worktree is gone
     assert not list(tmp_path.glob("ci-gate.*"))  # and its temp dir
+
+
+def test_a_python_error_in_the_gate_is_exit_2_never_1(tmp_path):
+    """A harness that cannot even import (a bug in this commit): one line, exit 2 (a run error), not 1."""
+    broken = tmp_path / "broken"
+    (broken / "harness").mkdir(parents=True)
+    (broken / "harness" / "__init__.py").write_text("raise ImportError('planted')\n")
+    proc = run_script(script_repo(tmp_path, None), tmp_path, pythonpath=broken)
+    assert proc.returncode == 2, proc.stderr
+    assert "ci gate: error: ImportError: planted" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_each_cell_is_tested_at_alpha_over_the_cells(tmp_path, capsys):
+    """Bonferroni: a rise that 6 against 6 runs call significant at 0.05 but not at 0.05 / 3 is no failure.
+    One cell of the current side 30% dearer in 4 of its 6 runs: Mann-Whitney p = 0.025 (not < 0.0167)."""
+    parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(6)]
+    current = [write_run(tmp_path / f"c{i}", {CELLS[1]: 1.3 if i < 4 else 1.0}, seq=i) for i in range(6)]
+    assert ab_gate.judge(parent, current, tmp_path / "out") == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(CELLS[1]))
+    assert "unchanged" in row and " 0.0246 " in row
+    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.15) == 1  # 0.05 per cell: slower

@@ -3,10 +3,10 @@ to it when the baseline gate exits 3): this commit's tree and its parent's, meas
 single-repeat runs of the scenario interleaved parent, current, current, parent, parent, current, ... (a
 balanced order: a drift of the machine during the job falls on both sides alike), each side's runs merged into
 one Baseline (results.baseline.merge) and compared by ratio as the gate compares (report.compare: Mann-Whitney
-and a minimum effect, on the gate metric). Exit 1 only on a significant regression of this commit against its
-parent (or when this commit's own run fails as a gate run would: a crashed rank, a broken sampler contract);
-a parent that cannot run the scenario, or runs it with other settings, gives exit 0 with the gate marked as
-NOT RUN in one line: never a false failure.
+and a minimum effect, on the gate metric), each cell at alpha / cells (Bonferroni, judge). Exit 1 only on a
+significant regression of this commit against its parent (or when this commit's own run fails as a gate run
+would: a crashed rank, a broken sampler contract); a parent that cannot run the scenario, or runs it with other
+settings, gives exit 0 with the gate marked as NOT RUN in one line: never a false failure.
 
 `precheck` is the machine half of the baseline gate's check (report.compare.check_machine without the probe),
 made before anything runs, so that a machine of another CPU model does not spend a whole gate run on a
@@ -111,33 +111,45 @@ def main(parent_root: Path, current_root: Path, data_dir: Path, out_dir: Path, r
          scenario: str = "ci", min_effect: float = 0.15, alpha: float = 0.05, metric: str = "cpu",
          parent_label: str = "HEAD^", runner: Runner | None = None) -> int:
     """This commit (`current_root`) against its parent (`parent_root`): `runs` single-repeat runs each,
-    interleaved, compared on `metric`; the table goes to stdout and OUT_DIR/comparison.md. Exit 0, or 1 on a
-    significant regression, 2 when this commit's runs cannot be read; 0 marked NOT RUN when the parent cannot run
-    the scenario or runs it with other settings."""
+    interleaved, then judged (judge). Exit 0, or 1 on a significant regression (or a failed run of this commit),
+    2 when this commit's runs cannot be read; 0 marked NOT RUN when the parent cannot run the scenario or runs it
+    with other settings."""
     start = time.monotonic()
     runner = runner or bench_runner(scenario, Path(data_dir))
     dirs = measure(parent_root, current_root, out_dir, runs, parent_label, runner)
     if isinstance(dirs, int):
         return dirs
+    return judge(dirs[PARENT], dirs[CURRENT], out_dir, min_effect, alpha, metric, parent_label,
+                 time.monotonic() - start)
+
+
+def judge(parent_dirs: list[Path], current_dirs: list[Path], out_dir: Path, min_effect: float = 0.15,
+          alpha: float = 0.05, metric: str = "cpu", parent_label: str = "HEAD^", wall_s: float = 0.0) -> int:
+    """Each side's run directories merged into one baseline and compared on `metric`, each cell at
+    alpha / (cells compared) (Bonferroni: with unchanged code, the chance that any cell is called slower stays
+    under `alpha`; one same-code A/B on the loaded 2-core machine called 1 of 6 cells slower at p = 0.041
+    against a per-cell 0.05). The table goes to stdout and OUT_DIR/comparison.md."""
     try:
-        parent = _merged(dirs[PARENT], "the parent")
+        parent = _merged(parent_dirs, "the parent")
     except BaselineError as err:
         return _not_run(f"the parent commit {parent_label}'s runs cannot be compared ({err})")
     try:
-        current = _merged(dirs[CURRENT], "this commit")
+        current = _merged(current_dirs, "this commit")
     except BaselineError as err:
         print(f"{PREFIX}: error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    cells = max(1, len(set(parent.cells) & set(current.cells)))
     try:  # one job on one machine: the probe is the code under test here, not the machine's
-        comparison = compare.compare(current, parent, min_effect=min_effect, alpha=alpha, metric=metric,
+        comparison = compare.compare(current, parent, min_effect=min_effect, alpha=alpha / cells, metric=metric,
                                      same_machine=True)
     except BaselineError as err:
         return _not_run(f"the parent commit {parent_label} runs the scenario with other settings ({err})")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     code = show_comparison(comparison, Path(out_dir) / "comparison.md")
     verdict = "FAILED (a significant regression against the parent)" if code else "passed"
-    print(f"{PREFIX} (A/B: this commit against its parent {parent_label}, {runs} single-repeat runs each, "
-          f"interleaved on this machine, {time.monotonic() - start:.0f} s): {verdict}: "
-          f"{comparison.summary_line()}", file=sys.stderr)
+    print(f"{PREFIX} (A/B: this commit against its parent {parent_label}, {len(current_dirs)} against "
+          f"{len(parent_dirs)} single-repeat runs, interleaved on this machine, {wall_s:.0f} s; alpha {alpha:g} "
+          f"over {cells} cells, {alpha / cells:.2g} each): {verdict}: {comparison.summary_line()}", file=sys.stderr)
     return code
 
 

@@ -16,9 +16,9 @@ Verdicts per cell (union of the baseline's and the run's cell ids):
 
 A baseline from another machine is not comparable at all, for every metric (BaselineError, exit 3;
 check_machine): the CPU model, the CPU count or the cores the run was allowed differ, or a figure of the machine
-probe differs beyond its noise. The probe's noise is the furthest any repeat's figure lies from its own side's
-median, on either side, but at least PROBE_FLOOR (10%); "beyond" is a ratio of the two medians outside
-[1 / (1 + noise), 1 + noise]. The hostname and the memory size are not checked: CI machines of one kind have
+probe differs beyond its noise. The probe's noise is the largest factor between any repeat's figure and its own
+side's median, on either side, but at least 1 + PROBE_FLOOR (x1.10); "beyond" is a ratio of the two medians
+outside [1 / noise, noise]. The hostname and the memory size are not checked: CI machines of one kind have
 fresh hostnames, and memory does not change the code's CPU cost per sample. A and B of one job on one
 machine (harness.commands.ab_gate) skip the check: there the probe is code under test too.
 
@@ -43,8 +43,8 @@ LOWER_IS_BETTER = {"cpu_s_per_sample"}  # a rise of these is the regression
 VERDICTS = ("slower", "error", "faster", "unchanged", "inconclusive", "not comparable", "new", "missing")
 MACHINE_NAMES = {"cpu_model": "CPU model", "cpu_count": "CPU count", "cpu_affinity": "cores allowed"}
 PROBE_NAMES = {"ideal_samples_per_s": ("ideal-loader probe", "samples/s"), "memcpy_gb_s": ("memory-copy probe", "GB/s")}
-# the least noise a probe figure is granted: a side of 1 or 2 repeats shows no scatter of its own; a machine
-# 10% slower moves the CPU per sample by less than the gate's 15% minimum effect (docs/ci-gate.md)
+# the least noise a probe figure is granted (x1.10): a side of 1 or 2 repeats shows no scatter of its own, and a
+# machine 10% slower moves the CPU per sample by less than the gate's 15% minimum effect (docs/ci-gate.md)
 PROBE_FLOOR = 0.10
 MACHINE_REMEDY = ("the CPU cost and the throughput of two machines are not comparable: regenerate the baseline on "
                   "this machine with --save-baseline, or gate this commit against its parent on this machine "
@@ -118,22 +118,23 @@ def check_comparable(scenario: str, comparable: dict, baseline: Baseline) -> lis
     return warnings
 
 
-def probe_noise(values: list[float]) -> float:
-    """How far one side's probe figure strays: the largest |x / median - 1| over its repeats (0 for one)."""
+def probe_scatter(values: list[float]) -> float:
+    """How far one side's probe figure strays: the largest factor between a repeat and the side's median (1.0
+    for one repeat; values are positive)."""
     med = stats.median(values)
-    return max(abs(x / med - 1) for x in values) if med > 0 else float("inf")
+    return max(max(x / med, med / x) for x in values)
 
 
 def _probe_differs(key: str, cur: list[float], base: list[float]) -> str | None:
     if not cur or not base or min(cur + base) <= 0:
         return None
     ratio = stats.median(cur) / stats.median(base)
-    noise = max(PROBE_FLOOR, probe_noise(cur), probe_noise(base))
-    if 1 / (1 + noise) <= ratio <= 1 + noise:
+    noise = max(1 + PROBE_FLOOR, probe_scatter(cur), probe_scatter(base))
+    if 1 / noise <= ratio <= noise:
         return None
     name, unit = PROBE_NAMES[key]
-    return (f"{name} {stats.median(base):.4g} {unit} there, {stats.median(cur):.4g} here (x{ratio:.2f}, beyond "
-            f"its noise of {noise:.0%})")
+    return (f"{name} {stats.median(base):.4g} {unit} there, {stats.median(cur):.4g} here (x{ratio:.2f}; beyond "
+            f"its noise, x{noise:.2f} between a repeat and its median)")
 
 
 def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) -> list[str]:
@@ -141,7 +142,8 @@ def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) 
     machine: a MACHINE_KEYS value differs, or (with `probe`) a probe figure differs beyond its noise. Return
     warnings for what one side does not record (an older baseline): that is not checked."""
     base = baseline.machine
-    shared = [k for k in MACHINE_KEYS if machine.get(k) is not None and base.get(k) is not None]
+    known = [k for k in MACHINE_KEYS if machine.get(k) not in (None, "")]  # "": an env.json without the key
+    shared = [k for k in known if base.get(k) not in (None, "")]
     diffs = [f"{MACHINE_NAMES[k]} {_show(base[k])} there, {_show(machine[k])} here"
              for k in shared if machine[k] != base[k]]
     probes = [d for k in PROBE_NAMES if probe is not None
@@ -150,7 +152,7 @@ def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) 
         who = "another machine" if diffs else "another machine (or this one under heavy load)"
         raise BaselineError(f"the baseline is from {who}: {'; '.join(diffs + probes)}; {MACHINE_REMEDY}")
     # recorded on one side only (an older side): not checked; recorded on neither: nothing to say
-    unchecked = [MACHINE_NAMES[k] for k in MACHINE_KEYS if (machine.get(k) is None) != (base.get(k) is None)]
+    unchecked = [MACHINE_NAMES[k] for k in MACHINE_KEYS if (k in known) != (base.get(k) not in (None, ""))]
     if probe is not None and bool(probe.ideal_samples_per_s) != bool(baseline.probe.ideal_samples_per_s):
         unchecked.append("machine probe")
     if unchecked:
