@@ -70,7 +70,7 @@ def cases(base: CheckCase, other_size: int, other_decoder: str | None = None) ->
 
 @dataclass(frozen=True)
 class Bench:
-    """What the command measured beside the cells (harness.commands.checkbench)."""
+    """What the check measured beside the cells (harness.measure.sidebench, composed by harness.run.calibration)."""
 
     read_s: dict[str, float]  # storage -> read stage CPU s/sample (warm)
     decode_s: dict[tuple[int, str], float]  # (image size, decoder) -> decode CPU s/image
