@@ -110,6 +110,17 @@ def test_device_preprocessing_when_decode_binds_the_cores():
     assert r.preprocess == "device" and r.samples_per_s > r.now_samples_per_s
 
 
+def test_the_devices_decode_is_costed_and_the_caveat_printed():
+    c = costs(loader_s=0.01, stages={"read": 0.001, "decode": 0.008, "transform": 0.001},
+              padded_pixels_per_sample=160 * 160.0)
+    free = recommend(costs(loader_s=0.01, stages=c.stages), target(cores_per_node=2.0, workers_per_rank=1), V100)
+    bound = recommend(c, target(cores_per_node=2.0, workers_per_rank=1), V100)
+    told = recommend(c, target(cores_per_node=2.0, workers_per_rank=1), V100, source_pixels_per_sample=4e6)
+    assert bound.preprocess == "device" and "decoded size, a lower bound" in bound.text()
+    assert "no pixel count" in free.text()  # nothing to cost it with: said so, never silently free
+    assert told.samples_per_s < bound.samples_per_s and not told.notes  # larger sources cost the device more
+
+
 def test_a_case_scales_what_it_changes_by_the_measured_ratios():
     base = checkcases.CheckCase("calibration")
     bench = checkcases.Bench(read_s={"raw": 2e-5, "mmap": 1e-5}, decode_s={(160, "pil"): 4e-4, (224, "pil"): 6e-4},

@@ -42,8 +42,9 @@ class Recommendation:
         parts = [f"workers {self.workers}", f"prefetch {self.prefetch}", f"preprocess {self.preprocess}"]
         if self.decoder != "keep":
             parts.append(self.decoder)
+        notes = f" ({'; '.join(self.notes)})" if self.notes else ""
         return (f"{', '.join(parts)}: {self.samples_per_s:.0f} samples/s (x{gain:.2f}), AU {self.au_pct:.0f}%, "
-                f"then {self.next_limit} binds")
+                f"then {self.next_limit} binds{notes}")
 
 
 def _best_workers(costs: Costs, target: Target, accelerator: Accelerator) -> int:
@@ -66,9 +67,11 @@ def _prefetch(costs: Costs, target: Target, accelerator: Accelerator) -> int:
 
 def on_device(costs: Costs, accelerator: Accelerator, source_pixels_per_sample: float = 0.0) -> Costs:
     """The costs with the decode and the transforms moved to the accelerator (the rank's device time per
-    sample grows by the modelled decode)."""
+    sample grows by the modelled decode of `source_pixels_per_sample`; without it, of the decoded pixels, a
+    lower bound: a source image is at least as large as what is decoded from it)."""
     stages = {k: (0.0 if k in ("decode", "transform") else v) for k, v in costs.stages.items()}
-    extra = accelerator.decode_seconds(int(source_pixels_per_sample)) if source_pixels_per_sample else 0.0
+    pixels = source_pixels_per_sample or costs.padded_pixels_per_sample or 0.0
+    extra = accelerator.decode_seconds(int(pixels)) if pixels else 0.0
     return replace(costs, loader_s=sum(stages.values()), stages=stages,
                    device_extra_s=costs.device_extra_s + extra)
 
@@ -98,6 +101,8 @@ def recommend(costs: Costs, target: Target, accelerator: Accelerator, decode_rat
         if q.samples_per_s > p.samples_per_s:
             chosen, preprocess, decoder, p = trial, "device", "keep", q
             if not source_pixels_per_sample:
-                notes.append("device decode time not modelled (source pixels unknown)")
+                notes.append("the device's decode costed at the decoded size, a lower bound: the source "
+                             "images' size is unknown here" if costs.padded_pixels_per_sample else
+                             "the device's decode not costed: no pixel count")
     return Recommendation(workers, best.prefetch, decoder, preprocess, p.samples_per_s, p.au_pct,
                           now.samples_per_s, p.binds, tuple(notes))
