@@ -27,22 +27,8 @@ data_dir=${CI_GATE_DATA_DIR:-$repo/data}
 start=$(date +%s)
 took() { echo "$(( $(date +%s) - start )) s"; }
 
-# A Python error in the gate itself is exit 2 (a run error), never 1 (a regression): each entry is wrapped.
-wrapped='
-import sys
-def run(call):
-    try:
-        code = call()
-    except Exception as err:  # a bug, or a tree that cannot import: say so in one line
-        print(f"ci gate: error: {type(err).__name__}: {err}", file=sys.stderr)
-        code = 2
-    sys.exit(code)
-'
-python -c "$wrapped"'
-def pre():
-    from harness.commands.ab_gate import precheck
-    return precheck(sys.argv[1])
-run(pre)' "$baseline"
+# A Python error in the gate itself is exit 2 (the command line's one line for a bug), never 1 (a regression).
+python run_bench.py gate-precheck "$baseline"
 rc=$?
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
     echo "ci gate: the machine precheck failed (exit $rc)" >&2
@@ -77,13 +63,8 @@ if ! git worktree add --detach -q "$tmp/parent" "$parent" >/dev/null 2>&1; then
     exit 0
 fi
 out="$repo/results/ci-gate-ab-$(date -u +%Y%m%dT%H%M%SZ)"
-python -c "$wrapped"'
-from pathlib import Path
-parent, current, data, out, runs, label = sys.argv[1:]
-def ab():
-    from harness.commands.ab_gate import main
-    return main(Path(parent), Path(current), Path(data), Path(out), runs=int(runs), parent_label=label)
-run(ab)' "$tmp/parent" "$repo" "$data_dir" "$out" "$runs" "${parent:0:12}"
+python run_bench.py ab-gate --parent "$tmp/parent" --current "$repo" --data-dir "$data_dir" --out "$out" \
+    --runs "$runs" --parent-label "${parent:0:12}"
 rc=$?
 echo "ci gate (A/B against ${parent:0:12}, results in $out): exit $rc in $(took)" >&2
 exit "$rc"

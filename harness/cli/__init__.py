@@ -11,6 +11,8 @@ command's own `Request`), settled once, and this module dispatches the request t
     run_bench.py check-capacity --scenario NAME      how many accelerators this host keeps at AU >= 90%
     run_bench.py target-report RUN_DIR               the stage and target tables of any run directory
     run_bench.py oomcheck [--real]                   an OOM on one rank neither hangs nor crashes the other
+    run_bench.py ab-gate --parent DIR                this commit against its parent, interleaved (CI's gate)
+    run_bench.py gate-precheck BASELINE              may the baseline be of this machine (0) or not (3)
 
 Every command also takes --debug: an error then prints its full traceback instead of one line; the exit
 code stays the same (2 or 3), so --debug in CI never turns an error into "1, a regression".
@@ -38,6 +40,7 @@ from harness.cli import parsers
 from harness.cli.parsers import build_parser
 from harness.cli.requests import bench_request, check_predictions_request_of, check_what_if, request_of, resume_argv
 from harness.commands import (
+    ab_gate,
     bench,
     check_capacity,
     check_predictions,
@@ -69,10 +72,13 @@ def cmd_report(argv: list[str]) -> int:
 
 
 def cmd_compare(argv: list[str]) -> int:
-    return compare_runs.main(parsers.compare_parser().parse_args(argv))
+    return compare_runs.main(request_of(compare_runs.CompareRequest, parsers.compare_parser().parse_args(argv)))
 
 
 SUBCOMMANDS = {  # name: (command module, one line of help)
+    "ab-gate": (ab_gate, "this commit's tree against its parent's, single-repeat runs interleaved on this "
+                "machine, compared on the gate metric; exit 1 only on a significant regression"),
+    "gate-precheck": (ab_gate, "0 when a baseline may be of this machine (CPU model, count, cores allowed), else 3"),
     "check-predictions": (check_predictions, "the target model calibrated on one configuration of a scenario, 8 "
                           "that each change one thing predicted and measured here; writes predictions.jsonl"),
     "check-capacity": (check_capacity, "how many accelerators this host keeps at AU >= 90%: a 1-rank calibration "
@@ -85,10 +91,16 @@ SUBCOMMANDS = {  # name: (command module, one line of help)
 
 
 
+REQUESTS = {"ab-gate": ab_gate.AbGateRequest, "gate-precheck": ab_gate.GatePrecheckRequest}
+
+
 def cmd_subcommand(name: str, argv: list[str]) -> int:
     """`run_bench.py NAME ...`: parsed by its own parser into the command's Request, then its main."""
     module, text = SUBCOMMANDS[name]
-    return module.main(request_of(module.Request, parsers.subcommand_parser(name, text).parse_args(argv)))
+    ns = parsers.subcommand_parser(name, text).parse_args(argv)
+    if name in REQUESTS:
+        return ab_gate.run_request(request_of(REQUESTS[name], ns))
+    return module.main(request_of(module.Request, ns))
 
 
 def load_plugins(modules) -> None:

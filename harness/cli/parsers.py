@@ -231,7 +231,25 @@ def define_oomcheck(p: argparse.ArgumentParser) -> None:
                    help="seconds a case may take before it is a hang")
 
 
-DEFINE = {"check-predictions": define_check_predictions, "check-capacity": define_check_capacity,
+def define_ab_gate(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parent", type=Path, required=True, help="the parent commit's tree (a git worktree)")
+    p.add_argument("--current", type=Path, default=Path("."), help="this commit's tree (.)")
+    p.add_argument("--runs", type=int, default=6, help="single-repeat runs per side, interleaved (6)")
+    p.add_argument("--scenario", default="ci", help="the scenario both trees run (ci)")
+    p.add_argument("--data-dir", type=Path, default=REPO / "data", help="one data directory for both trees")
+    p.add_argument("--out", type=Path, default=REPO / "results" / "ci-gate-ab", help="where the runs go")
+    p.add_argument("--parent-label", default="HEAD^", help="the parent's name in the lines printed")
+    p.add_argument("--min-effect", type=min_effect, default=0.15, help="smallest rise that counts (0.15)")
+    p.add_argument("--alpha", type=alpha, default=0.05, help="significance level over all cells (0.05)")
+    p.add_argument("--gate-metric", choices=("throughput", "cpu"), default="cpu", help="what is compared (cpu)")
+
+
+def define_gate_precheck(p: argparse.ArgumentParser) -> None:
+    p.add_argument("baseline", type=Path, help="a baseline file (--save-baseline)")
+
+
+DEFINE = {"ab-gate": define_ab_gate, "gate-precheck": define_gate_precheck,
+          "check-predictions": define_check_predictions, "check-capacity": define_check_capacity,
           "target-report": define_target_report, "oomcheck": define_oomcheck}
 
 

@@ -12,7 +12,8 @@ settings, gives exit 0 with the gate marked as NOT RUN in one line: never a fals
 made before anything runs, so that a machine of another CPU model does not spend a whole gate run on a
 baseline that will be refused.
 
-Called from scripts/ci_gate.sh with `python -c` for now (no CLI entry yet): main(...) and precheck(...).
+scripts/ci_gate.sh calls them through the command line: `run_bench.py gate-precheck BASELINE` and
+`run_bench.py ab-gate --parent DIR ...` (harness/cli/ builds the Request).
 """
 from __future__ import annotations
 
@@ -30,6 +31,36 @@ from harness.results.baseline import Baseline, BaselineError, machine_of, merge
 from harness.results.environment import Environment
 
 PARENT, CURRENT = "parent", "current"
+
+
+@dataclass(frozen=True)
+class AbGateRequest:
+    """`run_bench.py ab-gate`: this commit's tree against its parent's, interleaved on this machine."""
+    parent: Path
+    current: Path = Path(".")
+    data_dir: Path = Path("data")
+    out: Path = Path("results/ci-gate-ab")
+    runs: int = 6
+    scenario: str = "ci"
+    min_effect: float = 0.15
+    alpha: float = 0.05
+    gate_metric: str = "cpu"
+    parent_label: str = "HEAD^"
+
+
+@dataclass(frozen=True)
+class GatePrecheckRequest:
+    """`run_bench.py gate-precheck BASELINE`: may the baseline be of this machine?"""
+    baseline: Path
+
+
+def run_request(request: AbGateRequest | GatePrecheckRequest) -> int:
+    """The command line's entry (harness/cli/): the A/B gate, or the machine precheck."""
+    if isinstance(request, GatePrecheckRequest):
+        return precheck(request.baseline)
+    r = request
+    return main(r.parent, r.current, r.data_dir, r.out, runs=r.runs, scenario=r.scenario, min_effect=r.min_effect,
+                alpha=r.alpha, metric=r.gate_metric, parent_label=r.parent_label)
 EXIT_OK, EXIT_REGRESSION, EXIT_ERROR, EXIT_BASELINE = 0, 1, 2, 3
 PREFIX = "ci gate"
 

@@ -20,7 +20,7 @@ from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
 from harness.report import compare, report
 from harness.results import rundir
-from harness.results.baseline import Baseline
+from harness.results.baseline import Baseline, machine_of
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.run import launch, stopguard, supervisor
@@ -123,8 +123,9 @@ def main(request: BenchRequest) -> int:
         check_data_space(sc, cells, r.data_dir, r.regenerate)
     comparable = comparable_of(sc, device, r.cache_state)
     baseline = Baseline.load(r.gate.baseline) if r.gate.baseline else None
-    if baseline is not None:  # fail fast, before anything runs
+    if baseline is not None:  # fail fast, before anything runs: the settings, and the machine (the probe later)
         compare.check_comparable(sc.name, comparable, baseline)
+        compare.check_machine(machine_of(Environment.capture([], {})), None, baseline)
     settings = resume.settings_of(r, sc, cells, device, comparable)
     run_dir, env = (r.out, None) if r.rank != 0 else resume.open_run_dir(r, sc, device, comparable, len(cells),
                                                                          settings)

@@ -3,6 +3,7 @@ a baseline."""
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.report import compare
@@ -43,12 +44,25 @@ def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) 
     return comparison.exit_code
 
 
-def main(args) -> int:
-    baseline = run_as_baseline(args.run_a, "run A (the baseline)")
-    current = run_as_baseline(args.run_b, "run B")
-    comparison = compare.compare(current, baseline, args.raw, args.min_effect, args.alpha, args.strict,
-                                 args.gate_metric)
-    if args.markdown:
+@dataclass(frozen=True)
+class CompareRequest:
+    """`run_bench.py compare RUN_A RUN_B`: B against A, on the gate's terms."""
+    run_a: Path
+    run_b: Path
+    markdown: bool = False
+    gate_metric: str = "throughput"
+    raw: bool = False
+    min_effect: float = 0.05
+    alpha: float = 0.05
+    strict: bool = False
+
+
+def main(request: CompareRequest) -> int:
+    r = request
+    baseline = run_as_baseline(r.run_a, "run A (the baseline)")
+    current = run_as_baseline(r.run_b, "run B")
+    comparison = compare.compare(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
+    if r.markdown:
         print(compare.render(comparison, "markdown"))
         return comparison.exit_code
     return show_comparison(comparison, None)

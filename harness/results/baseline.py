@@ -1,9 +1,11 @@
 """A baseline: a run's throughput per cell and repeat, saved to compare later runs with (the CI gate).
 
 File format "dlbench-baseline/1" (JSON; keys are stable, new optional keys may be added without bumping the
-version, any change of meaning bumps it):
+version, any change of meaning bumps it), versioned through harness.results.fileformat like every file a run
+writes (BASELINE: its version, BASELINE_HISTORY; the "schema" key beside the "format" string, which older
+harnesses read):
 
-    {"format": "dlbench-baseline/1", "created": "<UTC ISO time>", "scenario": "ci",
+    {"format": "dlbench-baseline/1", "schema": 1, "created": "<UTC ISO time>", "scenario": "ci",
      "comparable": {"dataset_key": "<hash>", "world_size": 2, "workload": "pixels", "batch_size": 8,
                     "accelerator": "V100-16GB", "emulated": true,
                     "device": "V100-16GB (emulated)", "image_size": 64, "steps": 12, "epochs": 0,
@@ -46,9 +48,16 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.results.cellresult import CellResult, relative_to_probe
 from harness.results.environment import Environment
+from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 from harness.results.probeline import ProbeSeries
 
 FORMAT = "dlbench-baseline/1"
+BASELINE_VERSION = 1
+BASELINE_HISTORY = {
+    1: "every baseline so far: format 'dlbench-baseline/1'; added within version 1, all optional: cells' params "
+       "and cpu_s_per_sample, machine.cpu_affinity, the schema key (a file without it is version 1)",
+}
+BASELINE = FileFormat("baseline", BASELINE_VERSION, BASELINE_HISTORY)
 REQUIRED = ("scenario", "comparable", "cells")
 REMEDY = "regenerate it with --save-baseline"
 SAMPLES = ("throughput", "normalised", "step_p50_ms", "cpu_s_per_sample")
@@ -121,8 +130,16 @@ class Baseline:
     def from_json(cls, obj, where: str = "the baseline") -> Baseline:
         if not isinstance(obj, dict) or "format" not in obj:
             raise BaselineError(f"{where} is not a dlbench baseline (no \"format\" key); {REMEDY}")
-        if obj["format"] != FORMAT:
+        named = str(obj["format"]).removeprefix("dlbench-baseline/")
+        if not named.isdigit():
             raise BaselineError(f"{where} has format {obj['format']!r}, this harness reads {FORMAT!r}; {REMEDY}")
+        try:  # the version (the format string's, or the schema key's), upgraded on read
+            return BASELINE.load({VERSION_KEY: int(named), **obj}, where, lambda o: cls._read(o, where))
+        except ResultsError as err:
+            raise BaselineError(f"{err}; or {REMEDY}" if REMEDY not in str(err) else str(err)) from None
+
+    @classmethod
+    def _read(cls, obj: dict, where: str) -> Baseline:
         missing = [k for k in REQUIRED if not isinstance(obj.get(k), (dict, str))]
         if missing:
             raise BaselineError(f"{where} lacks {', '.join(missing)}; {REMEDY}")
@@ -133,7 +150,7 @@ class Baseline:
                    probe=ProbeSeries.from_json(obj.get("probe")))
 
     def to_json(self) -> dict:
-        return {"format": FORMAT, "created": self.created, "scenario": self.scenario,
+        return {"format": FORMAT, VERSION_KEY: BASELINE_VERSION, "created": self.created, "scenario": self.scenario,
                 "comparable": dict(self.comparable), "machine": dict(self.machine),
                 "versions": dict(self.versions), "git": dict(self.git), "probe": self.probe.to_json(),
                 "cells": {cid: c.to_json() for cid, c in self.cells.items()}}
