@@ -14,7 +14,7 @@
 #
 # Stages, in order; each has its own timeout (coreutils timeout), writes OUT/<stage>.log, and a failed stage
 # does not stop the next ones, except the preflight: when it fails every other stage is SKIP.
-#   preflight  torch, torchvision, the harness's libraries, CUDA, NVML, bf16 native, NVML UUIDs = torch's
+#   preflight  torch, torchvision, the libraries the stages import, CUDA, NVML, NVML UUIDs = torch's
 #   events     CUDA-event time around launched work excludes a host sleep (scripts/gpu/events.py)
 #   streams    a side-stream host-to-device copy overlaps a matrix product (scripts/gpu/streams.py)
 #   decode     decode_jpeg on the GPU = the CPU decode: baseline, progressive, grayscale, odd sizes
@@ -24,14 +24,18 @@
 #              two ranks on one GPU, so every multi-rank check on a one-GPU machine uses gloo on GPU 0)
 #   matrix     the gpu scenario on storage mmap over precision x preprocess (6 cells)
 #   extras     the same with batching fixed/dynamic x loader workers+side_stream/threads (4 cells)
-#   profile    one cell with --profile: profiler kernel time vs event AU within 10 points, AU vs NVML
+#   profile    one cell with --profile: the profiler's kernel AU beside event AU (the gap reported, not
+#              asserted; traces without memory profiling, exported after the window), AU vs NVML
 #   torchrun   torchrun --standalone --nproc-per-node 1 on one cell (the harness joins torchrun's group)
 # Each run stage then checks its run directory (scripts/gpu/check_run.py): no error, a real GPU, peaks in
-# (0, capacity], AU against NVML where the window is long enough (and the profiler's kernel time).
+# (0, capacity], AU against NVML where the window is long enough (and the profiler's kernel time); its result
+# is OUT/json/check_<stage>.json.
 #
-# Missing libraries (the GPU image may lack webdataset, lmdb, simplejpeg): set DLBENCH_WHEELS to a folder of
-# their wheels, or put them in .gpu-wheels/ (scripts/gpu/fetch_wheels.sh makes it where there is network);
-# the preflight installs only what does not import, into a temporary folder put on PYTHONPATH.
+# Optional libraries (the GPU image lacks webdataset, lmdb, braceexpand, simplejpeg): no stage needs them (the
+# run stages use storage mmap, and the decoder falls back to pil without simplejpeg); the preflight notes them.
+# Wheels are used when carried, never required: set DLBENCH_WHEELS to a folder of their wheels, or carry
+# .gpu-wheels/ (git-ignored: a plain copy of the tree has none; scripts/gpu/fetch_wheels.sh makes it where
+# there is network); the preflight installs what does not import into a temporary folder put on PYTHONPATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -87,8 +91,8 @@ install_missing() {  # module=distribution pairs that do not import are installe
   [ ${#missing[@]} -eq 0 ] && return 0
   [[ " ${missing[*]} " == *" webdataset "* ]] && missing+=(braceexpand)
   if [ -z "$WHEELS" ]; then
-    echo "not importable: ${missing[*]} (no DLBENCH_WHEELS or .gpu-wheels/ to install them from)"
-    return 0  # the preflight names what is missing
+    echo "not importable: ${missing[*]} (optional: no stage needs them; no DLBENCH_WHEELS or .gpu-wheels/)"
+    return 0  # the preflight notes them
   fi
   local dist
   for dist in "${missing[@]}"; do  # one at a time: a wheel the folder lacks leaves the others installed
@@ -135,7 +139,7 @@ bench() {  # stage, scenario, run_bench arguments...: a run into OUT/runs/<stage
   echo "+ ${launcher[*]} run_bench.py ${args[*]} --device cuda"
   "${launcher[@]}" run_bench.py "${args[@]}" --device cuda
   local rc=$?
-  local check=(--cells "${CELLS[$stage]}" --ranks 1 --out "$OUT/json")
+  local check=(--cells "${CELLS[$stage]}" --ranks 1 --out "$OUT/json" --name "check_$stage")
   [ "$stage" = profile ] && check+=(--profile --warmup-steps "$WARMUP" --require-nvml)
   "$PY" scripts/gpu/check_run.py "$OUT/runs/$stage" "${check[@]}" && [ "$rc" -eq 0 ] && return 0
   [ "$rc" -ne 0 ] && echo "FAIL $stage: run_bench.py exited $rc"

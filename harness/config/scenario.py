@@ -5,6 +5,7 @@ and the remedy.
 """
 from __future__ import annotations
 
+import sys
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 from harness.config.accelerators import Accelerator, get_accelerator
 from harness.config.matrixload import StrategyChoice, parse_matrix
+from harness.data import decoders
 from harness.data.decoders import DECODERS, DEFAULT_DECODER
 from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
@@ -156,6 +158,8 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
                          f"import a dataset)")
     _check_values(path, values, where)
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
+    if tr["workload"] == "pixels" and "decoder" not in raw.get("training", {}):
+        _note_decoder_fallback()
     try:
         accelerator = get_accelerator(hw["accelerator"], _extra_tables(path, raw)["accelerators_extra"])
     except UsageError as err:
@@ -173,6 +177,18 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         matrix=parse_matrix(path, raw.get("matrix", {}), _settings(hw, ds, tr), _settings_origin(origin)),
         **_extra_tables(path, raw),
     )
+
+
+_noted_fallback = False
+
+
+def _note_decoder_fallback() -> None:
+    """Once per process, on stderr: the default decoder fell back to PIL (harness.data.decoders)."""
+    global _noted_fallback
+    note = decoders.fallback_note()
+    if note and not _noted_fallback:
+        _noted_fallback = True
+        print(note, file=sys.stderr)
 
 
 def _settings(hw: dict[str, Any], ds: dict[str, Any], tr: dict[str, Any]) -> dict[str, Any]:
@@ -311,6 +327,10 @@ def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
     if tr["decoder"] not in DECODERS:
         raise UsageError(f"{where('training', 'decoder')} = {tr['decoder']!r}; "
                          f"choose one of: {', '.join(DECODERS)}")
+    if not decoders.installed(tr["decoder"]):  # named in the file: the default is always installed
+        raise UsageError(f"{where('training', 'decoder')} = {tr['decoder']!r} needs the {tr['decoder']} "
+                         f"package, which is not installed: pip install {tr['decoder']}, or set "
+                         f"decoder = \"pil\"")
     if ds["profile"] not in PROFILES:
         raise UsageError(f"{where('dataset', 'profile')} = {ds['profile']!r}; "
                          f"choose one of: {', '.join(PROFILES)}")

@@ -13,7 +13,11 @@ Their outputs differ by a little rounding and by the scale picked; ``mean_abs_di
 generated cc3m data (200 images at image_scale 0.5 and 1.0; longest side 96, 160, 224) the mean absolute
 difference is 0.43-1.31 pixel levels of 255 on average over the images and 3.3-5.8 for the worst image;
 tests/test_decoders.py holds the tolerance (2 on average, 8 for any image). simplejpeg is the faster
-(7-30% less time an image, by source size), so it is the pixels workload's default.
+(7-30% less time an image, by source size), so it is the pixels workload's default where it is installed;
+where it is not (the GPU image has no simplejpeg), a scenario that names no decoder gets ``"pil"``
+(``DEFAULT_DECODER``, resolved once at import), and the run says so in one line (``fallback_note``). The
+decoder a run used is the scenario's, so the comparable settings (env.json) record what really ran. A
+scenario that names ``"simplejpeg"`` where it is not installed is refused at load time (exit 2).
 
 Non-JPEG images (webp and PNG sources, harness.data.importer): libjpeg has nothing to do with them. ``"pil"``
 decodes them whole (no draft mode for these formats) and resizes; ``"simplejpeg"`` decides per image by its
@@ -24,15 +28,39 @@ non-JPEG image's whole area when told which images are JPEGs.
 """
 from __future__ import annotations
 
+import importlib
 import io
 
 import numpy as np
 from PIL import Image
 
 DECODERS = ("pil", "simplejpeg")
-# The pixels workload's default ([training] decoder): the faster one, because its output stays within the
-# tolerance of PIL's that tests/test_decoders.py checks (see the module docstring).
-DEFAULT_DECODER = "simplejpeg"
+# The pixels workload's preferred default ([training] decoder): the faster one, because its output stays
+# within the tolerance of PIL's that tests/test_decoders.py checks (see the module docstring).
+PREFERRED_DECODER = "simplejpeg"
+
+
+def installed(decoder: str) -> bool:
+    """Whether the package `decoder` needs is importable here (PIL always is: the harness requires it)."""
+    if decoder == "pil":
+        return True
+    try:
+        importlib.import_module(decoder)
+    except ImportError:
+        return False
+    return True
+
+
+# The default a scenario without [training] decoder gets: the preferred one where it is installed, else PIL.
+DEFAULT_DECODER = PREFERRED_DECODER if installed(PREFERRED_DECODER) else "pil"
+
+
+def fallback_note() -> str | None:
+    """One line when the default fell back to PIL because simplejpeg is not installed; else None."""
+    if DEFAULT_DECODER == PREFERRED_DECODER:
+        return None
+    return (f"note: {PREFERRED_DECODER} is not installed, so the decoder is pil (the default prefers "
+            f"{PREFERRED_DECODER}: pip install {PREFERRED_DECODER}; the run's settings in env.json say pil)")
 JPEG_MAGIC = b"\xff\xd8\xff"
 _fallbacks = 0  # non-JPEG images the simplejpeg decoder handed to PIL in this process
 
@@ -91,11 +119,9 @@ def check_decoder(decoder: str) -> str:
     """``decoder`` if it is known and importable; ValueError naming the choices or the missing package."""
     if decoder not in _IMPL:
         raise ValueError(f"decoder must be one of {', '.join(DECODERS)}; got {decoder!r}")
-    if decoder == "simplejpeg":
-        try:
-            import simplejpeg  # noqa: F401
-        except ImportError:
-            raise ValueError("decoder 'simplejpeg' needs the simplejpeg package: pip install simplejpeg") from None
+    if not installed(decoder):
+        raise ValueError(f"decoder {decoder!r} needs the {decoder} package, which is not installed: "
+                         f"pip install {decoder}, or set decoder = \"pil\"")
     return decoder
 
 

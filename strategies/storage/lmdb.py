@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.registry import register
+from strategies.registry import Unavailable, register
 from strategies.sample import FIELDS, Sample
 from strategies.storage.advice import Advised, checked
 from strategies.storage.base import (
@@ -165,6 +165,18 @@ class LmdbReader(StoredBytesSidecar, Advised, PicklesUnmapped):
         self._stored = None
 
 
+INSTALL = "the lmdb storage needs the lmdb package: pip install lmdb"
+
+
+def _require_lmdb() -> None:
+    """Unavailable (one line, at scenario load) when lmdb does not import; lmdb itself is imported only where
+    the storage writes or reads: the registry imports every storage module at start-up."""
+    try:
+        import lmdb  # noqa: F401
+    except ImportError:
+        raise Unavailable(INSTALL) from None
+
+
 @register("storage", "lmdb")
 class LmdbStorage(TrackedStorage):
     """``advice``: the access hint its readers give the kernel (strategies.storage.advice)."""
@@ -172,6 +184,7 @@ class LmdbStorage(TrackedStorage):
     name = "lmdb"
 
     def __init__(self, advice: str = "auto"):
+        _require_lmdb()
         self.advice = checked(advice)
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:

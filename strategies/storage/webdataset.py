@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from strategies.params import integer
-from strategies.registry import register
+from strategies.registry import Unavailable, register
 from strategies.sample import FIELDS, IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 from strategies.storage.advice import (
     MERGE_GAP,
@@ -227,6 +227,19 @@ def fixed_shards(count: int, shard_size: int) -> list[range]:
     return [range(a, min(a + shard_size, count)) for a in range(0, count, shard_size)]
 
 
+INSTALL = "the webdataset storage needs the webdataset package (and its braceexpand): pip install webdataset"
+
+
+def _require_webdataset() -> None:
+    """Unavailable (one line, at scenario load) when webdataset does not import. Imported only here and in
+    write, when the storage is selected: the registry imports every storage module at start-up, and the GPU
+    image has no webdataset."""
+    try:
+        import webdataset  # noqa: F401
+    except ImportError:
+        raise Unavailable(INSTALL) from None
+
+
 @register("storage", "webdataset")
 class WebDatasetStorage(TrackedStorage):
     """``shard_size``: samples per tar shard. Real datasets use 1k-10k (100 MB-1 GB shards); the default
@@ -235,6 +248,7 @@ class WebDatasetStorage(TrackedStorage):
     name = "webdataset"
 
     def __init__(self, shard_size: int = 64, advice: str = "auto"):
+        _require_webdataset()
         self.shard_size = integer("shard_size", shard_size, 1)
         self.advice = checked(advice)  # the readers' access hint (strategies.storage.advice)
 
