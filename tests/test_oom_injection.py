@@ -1,6 +1,6 @@
 """An OOM injected on rank 1 of a 2-rank DDP run (gloo, CPU) in forward, backward (part-way through the
 bucketed allreduce) or the optimizer step, on a model with and without BatchNorm buffers: no hang, no crash,
-the same steps on every rank; with splitting on a forward or backward OOM is absorbed (one OOM event,
+the same steps on every rank; with splitting on a forward or backward OOM is absorbed (one step raised,
 replicas identical), every other case stops every rank at the same step (harness.train.trainstep). The
 injection is harness.run.oominject; harness.commands.oomcheck prints its verdicts."""
 from __future__ import annotations
@@ -39,7 +39,9 @@ def test_each_case_ends_as_the_policy_says(outcomes, case):
     assert r0["steps"] == r1["steps"]
     if case.goes_on:
         assert r0["steps"] == oominject.WARMUP + oominject.WINDOW
-        assert (r0["oom_events"], r1["oom_events"]) == (0, 1)
+        assert (r0["raised"], r1["raised"]) == (0, 1)  # one step raised, on rank 1
+        # the device remembers the OOM (as CUDA's does): later steps split ahead, counted as OOM events too
+        assert r0["oom_events"] == 0 and r1["oom_events"] == 1 + oominject.WINDOW + oominject.WARMUP - oominject.AT_STEP
         assert r0["error"] is None and r1["error"] is None
         assert r0["digest"] == r1["digest"]  # DDP's reducer stayed in step: the replicas are identical
     else:
@@ -49,8 +51,20 @@ def test_each_case_ends_as_the_policy_says(outcomes, case):
     assert oominject.holds(case, ranks)
 
 
+def test_each_case_gets_a_device_that_remembers_ooms_as_cuda_does():
+    """The injected run's device has CudaDevice's memory of OOMs, and each case a fresh one: one device for
+    all 12 cases (as before) made 10 of them fail once note_oom remembers (a case after the first OOM split
+    every batch ahead, or stopped at step 1 on a foreseen OOM; BatchNorm cases split down to one sample)."""
+    device = oominject.case_device(real=False)
+    assert device.fits(8, 0)
+    device.note_oom(8, 0)
+    assert device.raised_ooms == 1 and not device.fits(8, 0) and device.fits(4, 0)
+    fresh = oominject.case_device(real=False)
+    assert fresh.fits(8, 0) and fresh.raised_ooms == 0
+
+
 def test_the_check_fails_a_case_that_did_not_stop():
-    ranks = [{"steps": 7, "oom_events": 0, "error": None, "digest": "a"},
-             {"steps": 7, "oom_events": 0, "error": None, "digest": "a"}]
+    ranks = [{"steps": 7, "oom_events": 0, "raised": 0, "error": None, "digest": "a"},
+             {"steps": 7, "oom_events": 0, "raised": 0, "error": None, "digest": "a"}]
     assert not oominject.holds(Case("batchnorm", "backward", False), ranks)
     assert not oominject.holds(Case("batchnorm", "backward", True), ranks)  # no OOM event counted

@@ -1,6 +1,8 @@
 """`run_bench.py oomcheck [--real]`: an OOM on one rank of a 2-rank DDP run must neither hang nor crash the
 other. Each case (model x phase x splitting on/off) is run by harness.run.oominject, whose docstring says what
-must hold; this prints one line per case and the verdict. Exit 0 when every case holds, 1 when one does not.
+must hold; this prints one line per case and the verdict. Exit 0 when every case holds, 1 when one does not. Each case
+runs on a device of its own (harness.run.oominject.case_device): "steps that raised" are the OOMs the step
+policy handled, "OOM events" also count the steps split ahead after one (the harness's figure).
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ def main(request: Request) -> int:
         good = ranks is not None and holds(case, ranks)
         ok &= good
         detail = "did not finish (a hang or a crash)" if ranks is None else (
-            f"steps {[r['steps'] for r in ranks]}, OOM events {[r['oom_events'] for r in ranks]}, "
+            f"steps {[r['steps'] for r in ranks]}, steps that raised {[r['raised'] for r in ranks]}, "
+            f"OOM events {[r['oom_events'] for r in ranks]}, "
             f"errors {[r['error'] for r in ranks]}")
         print(f"{case.label}: expected {'goes on' if case.goes_on else 'every rank stops'}; {detail}: "
               f"{'OK' if good else 'FAILED'}", flush=True)

@@ -8,11 +8,20 @@ allocation larger than the free memory, both ranks on GPU 0 over gloo: NCCL refu
 Two models: the features two-tower, and the same with BatchNorm layers (buffers, as ResNet-50's 53).
 
 What must hold (harness.train.trainstep's policy), with splitting on (dynamic batching's safety net) and off:
-- forward, split on: every rank takes every step, rank 1 counts one OOM event, the replicas stay identical;
+- forward, split on: every rank takes every step, only rank 1 had a step that raised (one), the replicas stay
+  identical;
 - backward, split on: the same (rank 1 lost that batch's gradient, the reduction was finished with zeros);
 - every other case: every rank stops at the same step with an error naming the phase.
 The ranks run the harness's own MeasuredLoop on batches held in memory (`holds` says whether a case's
 outcome is the policy's). In the run wing: the ranks are spawned on a free port (harness.run.launch).
+
+Each case gets a device of its own (`case_device`), as each case is a cell of its own: a CUDA device remembers
+the smallest batch that ran out (CudaDevice.note_oom) and splits every later batch that large ahead, so one
+device shared by the 12 cases made every case after the first real OOM split ahead, or stop at its first
+step on a foreseen OOM. The injected run's device has that same memory (`CudaLikeDevice`: CudaDevice's own
+note_oom and fits on the emulated device), so the CPU run checks the logic the real run meets. Within a case
+the batches after the OOM are split ahead too, and the harness counts each such step as an OOM event
+(`oom_events`); the check counts the steps that raised (`raised`: the OOMs the step policy handled).
 """
 from __future__ import annotations
 
@@ -144,9 +153,48 @@ def _batches(n: int = 4) -> list[dict]:
              "text_emb": torch.randn(BATCH, 768, generator=g)} for i in range(n)]
 
 
-def _rank(rank: int, world: int, port: int, cases: list[Case], real: bool, out: str) -> None:
+def _cuda_like_device():
     from harness.config.accelerators import get_accelerator
     from harness.device.devices import CudaDevice, EmulatedDevice
+
+    class CudaLikeDevice(EmulatedDevice):
+        """The emulated device that remembers OOMs as the CUDA device does: CudaDevice's own note_oom, fits
+        (within the emulated memory too) and clear_memory_model."""
+
+        memory_model = None
+        oom_units = None
+        note_oom = CudaDevice.note_oom
+        predicted_bytes = CudaDevice.predicted_bytes
+        clear_memory_model = CudaDevice.clear_memory_model
+
+        def fits(self, samples: int, padded_pixels: int) -> bool:
+            return CudaDevice.fits(self, samples, padded_pixels) and EmulatedDevice.fits(self, samples,
+                                                                                          padded_pixels)
+
+    return CudaLikeDevice(get_accelerator("V100-16GB"), "features")
+
+
+def case_device(real: bool):
+    """A fresh device for one case, whose note_oom also counts the OOMs raised in it (`raised_ooms`)."""
+    if real:
+        from harness.device.devices import CudaDevice
+
+        torch.cuda.empty_cache()  # the previous case's model and optimizer state are gone
+        device = CudaDevice(0)
+    else:
+        device = _cuda_like_device()
+    device.raised_ooms = 0
+    remember = device.note_oom
+
+    def note_oom(samples: int, padded_pixels: int) -> None:
+        device.raised_ooms += 1
+        remember(samples, padded_pixels)
+
+    device.note_oom = note_oom
+    return device
+
+
+def _rank(rank: int, world: int, port: int, cases: list[Case], real: bool, out: str) -> None:
     from harness.measure.telemetry import MemorySampler, NvmlSampler
     from harness.train.agreement import param_digest
     from harness.train.batches import InMemoryBatches
@@ -156,8 +204,8 @@ def _rank(rank: int, world: int, port: int, cases: list[Case], real: bool, out: 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    device = CudaDevice(0) if real else EmulatedDevice(get_accelerator("V100-16GB"), "features")
     for i, case in enumerate(cases):  # one after the other in the same process group, as a run's cells
+        device = case_device(real)  # its own, as each cell's memory plan is its own (module docstring)
         torch.manual_seed(0)
         trigger = Trigger(rank, real)
         model = InjectOOM(build_model(case.model), trigger, case.phase).to(device.torch_device)
@@ -167,8 +215,8 @@ def _rank(rank: int, world: int, port: int, cases: list[Case], real: bool, out: 
                             WINDOW)
         with MemorySampler() as memory, NvmlSampler(None) as nvml:
             loop.run(memory, nvml)
-        result = {"rank": rank, "steps": loop.step, "oom_events": loop.oom_events, "error": loop.error,
-                  "digest": param_digest(model)}
+        result = {"rank": rank, "steps": loop.step, "oom_events": loop.oom_events, "raised": device.raised_ooms,
+                  "error": loop.error, "digest": param_digest(model)}
         Path(out, f"case{i}-rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
@@ -203,8 +251,9 @@ def holds(case: Case, ranks: list[dict]) -> bool:
     r0, r1 = ranks
     if r0["steps"] != r1["steps"]:
         return False
-    if case.goes_on:
-        return (r0["steps"] == WARMUP + WINDOW and (r0["oom_events"], r1["oom_events"]) == (0, 1)
+    if case.goes_on:  # one step raised, on rank 1; the steps split ahead after it count as OOM events too
+        return (r0["steps"] == WARMUP + WINDOW and (r0["raised"], r1["raised"]) == (0, 1)
+                and r0["oom_events"] == 0 and r1["oom_events"] >= 1
                 and not r0["error"] and not r1["error"] and r0["digest"] == r1["digest"])
     return r0["steps"] < WARMUP + WINDOW and (r1["error"] or "").startswith(f"OOM in the {case.phase}") \
         and (r0["error"] or "").startswith("stopped with another rank")
