@@ -234,15 +234,27 @@ def test_kernel_time_is_the_union_of_kernels_inside_the_profiled_window_steps():
 
 @pytest.mark.parametrize("kernel_ms, ok", [(5.5, True), (2.0, False)])
 def test_check_run_profile_compares_kernel_and_event_au(tmp_path, kernel_ms, ok):
+    """The gap is reported, and a failure only where --kernel-points is given (the profile stage gives none)."""
     run = write_run(tmp_path)  # device 6 ms of 10 ms steps: event AU 60%
     folder = run / "traces" / "storage=mmap,cache=none,batching=fixed,sampler=default"
     folder.mkdir(parents=True)
     steps = {n: (n * 10_000, (n + 1) * 10_000) for n in (5, 6, 7)}
     kernels = [(a, a + kernel_ms * 1000) for a, _ in steps.values()]
     (folder / "rank0.123.pt.trace.json").write_text(json.dumps(trace(steps, kernels)))
-    done = check(run, "--profile", "--warmup-steps", "3")
+    reported = check(run, "--profile", "--warmup-steps", "3")
+    assert reported.returncode == 0, reported.stdout
+    assert f"kernel AU {kernel_ms * 10:.1f}% vs event AU 60.0%" in reported.stdout
+    done = check(run, "--profile", "--warmup-steps", "3", "--kernel-points", "10")
     assert (done.returncode == 0) == ok, done.stdout
-    assert f"kernel AU {kernel_ms * 10:.1f}% vs event AU 60.0%" in done.stdout
+    assert "--kernel-points" not in re.search(r"^ *profile\).*$", SCRIPT.read_text(), re.M).group(0)
+
+
+def test_each_run_stage_writes_its_own_check_json(tmp_path):
+    write_run(tmp_path)
+    done = check(tmp_path, "--out", str(tmp_path / "json"), "--name", "check_matrix")
+    assert done.returncode == 0 and "PASS check_matrix" in done.stdout
+    assert json.loads((tmp_path / "json" / "check_matrix.json").read_text())["ok"] is True
+    assert '--name "check_$stage"' in SCRIPT.read_text()
 
 
 # --- the script itself ----------------------------------------------------------------------------------

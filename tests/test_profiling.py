@@ -121,6 +121,36 @@ def test_fix_is_idempotent_and_keeps_everything_else(traces, tmp_path):
     assert all({**b, "cat": "cpu_op"} == a for b, a in changed)
 
 
+def test_the_trace_is_exported_after_the_loop_not_inside_a_step(tmp_path, monkeypatch):
+    """Inside prof.step() the export took 1-3 s of the measured window (counted as the next step's wait): the
+    trace is written at the profiler's exit; the profiler's first start is paid in __enter__ (a throwaway
+    session, before the window), and memory profiling is off unless asked for."""
+    from harness.measure import profiling
+
+    monkeypatch.setattr(profiling, "_warmed", set())
+    exported_inside_steps = []
+    prof = CellProfiler(tmp_path / "cell", rank=0)
+    assert prof._prof.profile_memory is False
+    with prof:
+        assert profiling._warmed  # the throwaway start happened on entering, before any step
+        for _ in range(STEPS):  # wait 1, warmup 1, active 3: the trace is ready after the 5th step
+            torch.ones(64, 64).matmul(torch.ones(64, 64))
+            prof.step()
+            exported_inside_steps.append(bool(list((tmp_path / "cell").glob("*.json*"))))
+        assert prof.trace_ready and prof.trace_paths == []
+    assert exported_inside_steps == [False] * STEPS
+    assert len(prof.trace_paths) == 1 and prof.trace_paths[0].is_file()
+    steps = [e["name"] for e in events(prof.trace_paths[0]) if e.get("name", "").startswith("ProfilerStep#")]
+    assert sorted(steps) == ["ProfilerStep#2", "ProfilerStep#3", "ProfilerStep#4"]
+
+
+def test_a_loop_that_ends_inside_the_active_steps_still_writes_them(tmp_path):
+    with CellProfiler(tmp_path / "cell", rank=0) as prof:
+        for _ in range(3):  # wait, warmup, one active step
+            prof.step()
+    assert len(prof.trace_paths) == 1
+
+
 def test_profiler_without_out_dir_is_a_no_op(tmp_path):
     with CellProfiler(None, rank=0) as prof:
         for _ in range(10):

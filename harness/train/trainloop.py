@@ -301,8 +301,9 @@ class Trainer:
                             self.tr.warmup_steps, window_steps(self.tr, len(pipe.batch_sampler)),
                             progress=self.ctx.progress, shared_stats=pipe.shared_cache_stats(),
                             costs=pipe.costs, precision=self.precision, devprep=pipe.devprep)
-        with MemorySampler() as memory, NvmlSampler(self.device.nvml_index) as nvml, \
-                (profiler or nullcontext()) as prof:
+        # the profiler outermost: its trace is exported at its exit, after the samplers' windows have ended
+        with (profiler or nullcontext()) as prof, MemorySampler() as memory, \
+                NvmlSampler(self.device.nvml_index) as nvml:
             started = time.perf_counter()
             loop.run(memory, nvml, prof)
         warmup_s = (loop.window_start or time.perf_counter()) - started

@@ -11,7 +11,11 @@ With --profile, per cell with traces (traces/<cell>/rank0.*.pt.trace.json): the 
 against CUDA-event device time on the same steps. The profiled steps are the trace's ProfilerStep#N ranges
 (N counts every step, warm-up included, so window step N - warmup); kernel AU = the union of the kernels'
 intervals inside those ranges / their length; event AU = sum(device) / sum(step) of rank 0's record over the
-same window steps. Holds when they differ by at most --kernel-points.
+same window steps. Their gap is reported; it fails the cell only when --kernel-points is given and exceeded
+(event time also holds launch gaps, GradScaler's sync and the Python hooks, which kernel time does not: the gap
+is a figure to read, not a tolerance known in advance). The traces are recorded without memory profiling
+(harness.measure.profiling), which slowed the profiled steps.
+The result goes to <--out>/<--name>.json (one file per stage of scripts/gpu_check.sh).
 Exit 0 when everything holds, 1 otherwise, 2 when the directory has no cells.jsonl."""
 from __future__ import annotations
 
@@ -126,7 +130,7 @@ def check_profile(run: Path, result, args, notes: list[str]) -> list[str]:
     gap = abs(got["kernel_au_pct"] - got["event_au_pct"])
     notes.append(f"steps {got['steps']}: kernel AU {got['kernel_au_pct']}% vs event AU "
                  f"{got['event_au_pct']}%: {gap:.1f} points (the whole window's AU: {result.figures.au_pct}%)")
-    return [] if gap <= args.kernel_points else [
+    return [] if args.kernel_points is None or gap <= args.kernel_points else [
         f"profiler kernel AU {got['kernel_au_pct']}% and event AU {got['event_au_pct']}% differ by {gap:.1f} "
         f"points (> {args.kernel_points}) on steps {got['steps']}"]
 
@@ -138,7 +142,9 @@ def parse(argv: list[str] | None):
     p.add_argument("--ranks", type=int, default=0, help="the ranks each cell must report (0: any)")
     p.add_argument("--profile", action="store_true", help="also check the profiler traces")
     p.add_argument("--warmup-steps", type=int, default=0, help="the run's warm-up steps (for --profile)")
-    p.add_argument("--kernel-points", type=float, default=10.0, help="most AU points kernel vs event time")
+    p.add_argument("--kernel-points", type=float, default=None,
+                   help="most AU points kernel vs event time (default: reported, never a failure)")
+    p.add_argument("--name", default="check_run", help="the result's name: <--out>/<name>.json and its verdict")
     p.add_argument("--nvml-points", type=float, default=15.0, help="most AU points between AU and NVML")
     p.add_argument("--nvml-min-window", type=float, default=2.0, help="shortest window compared with NVML (s)")
     p.add_argument("--require-nvml", action="store_true", help="fail when no cell was compared with NVML")
@@ -151,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run = run_dir_of(args.run)
     if run is None:
-        print(f"FAIL check_run: no cells.jsonl in {args.run} or its subfolders (the run wrote no cell)")
+        print(f"FAIL {args.name}: no cells.jsonl in {args.run} or its subfolders (the run wrote no cell)")
         return 2
     results = read_results(run)
     failures, compared = {}, 0
@@ -171,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         failures["(run)"] = run_bad
     why = f"{len(results) - len([c for c in failures if c != '(run)'])}/{len(results)} cells hold in {run}" + (
         "".join(f"; {b}" for b in run_bad))
-    return gpucommon.finish("check_run", not failures, {"run": str(run), "failures": failures}, args.out, why)
+    return gpucommon.finish(args.name, not failures, {"run": str(run), "failures": failures}, args.out, why)
 
 
 if __name__ == "__main__":
