@@ -1,4 +1,4 @@
-"""harness.results.baseline and harness.report.compare: baselines on disk, verdicts and exit codes on planted
+"""harness.results.baseline and harness.analysis.compare: baselines on disk, verdicts and exit codes on planted
 changes, rendering."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from harness.report import compare as cmp
+from harness.analysis import compare as cmp
+from harness.report.comparison import render as render_comparison
 from harness.results.baseline import Baseline, BaselineError
 from harness.results.cellresult import CellResult, Figures
 from harness.results.environment import Environment
@@ -341,16 +342,16 @@ def test_same_machine_skips_the_machine_check():
 
 def test_render_markdown_and_text():
     c = cmp.compare(run({CELLS[1]: 0.8, CELLS[2]: 1.2}, seed=2), run(seed=1))
-    md = cmp.render(c, "markdown")
+    md = render_comparison(c, "markdown")
     first = md.splitlines()[0]
     assert first == ("**1 slower, 1 faster, 1 unchanged (metric: normalised throughput, min effect 5%, "
                      "alpha 0.05)**")
     assert "| cell" in md and "|---" in md.replace(" ", "") and "**slower**" in md
     assert all(cell in md for cell in CELLS) and re.search(r"\| -(19|20)\.\d% ", md)
-    text = cmp.render(c)
+    text = render_comparison(c)
     assert text.splitlines()[0].startswith("1 slower, 1 faster, 1 unchanged") and "|" not in text
     with pytest.raises(ValueError):
-        cmp.render(c, "html")
+        render_comparison(c, "html")
 
 
 def cpu_run(factor=1.0, cell_factor=None, seed=0, repeats=5, env=ENV):
@@ -371,7 +372,7 @@ def test_the_cpu_metric_calls_more_cpu_per_sample_slower():
     c = cmp.compare(cpu_run(1.3, CELLS[1], seed=2), cpu_run(seed=1), metric="cpu")
     assert verdicts(c) == {CELLS[0]: "unchanged", CELLS[1]: "slower", CELLS[2]: "unchanged"}
     assert c.exit_code == 1 and c.rows[1].ratio == pytest.approx(1.3, rel=0.03)
-    assert "loader + rank CPU s/sample" in c.summary_line() and "CPU s/sample" in cmp.render(c)
+    assert "loader + rank CPU s/sample" in c.summary_line() and "CPU s/sample" in render_comparison(c)
     cheaper = cmp.compare(cpu_run(0.7, CELLS[0], seed=2), cpu_run(seed=1), metric="cpu")
     assert verdicts(cheaper)[CELLS[0]] == "faster" and cheaper.exit_code == 0
     old = Baseline.from_json({k: v for k, v in cpu_run(seed=1).to_json().items()})

@@ -10,10 +10,10 @@ import numpy as np
 import torch
 from PIL import Image
 
+from harness.analysis.compare import _params_differ
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
 from harness.measure.rankrecord import RankRecord
-from harness.report.compare import _params_differ
 from harness.results import metrics
 from harness.results.baseline import BaselineCell
 from harness.train.devprep import DevicePrep

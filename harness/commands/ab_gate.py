@@ -8,7 +8,7 @@ significant regression of this commit against its parent (or when this commit's 
 would: a crashed rank, a broken sampler contract); a parent that cannot run the scenario, or runs it with other
 settings, gives exit 0 with the gate marked as NOT RUN in one line: never a false failure.
 
-`precheck` is the machine half of the baseline gate's check (report.compare.check_machine without the probe),
+`precheck` is the machine half of the baseline gate's check (analysis.compare.check_machine without the probe),
 made before anything runs, so that a machine of another CPU model does not spend a whole gate run on a
 baseline that will be refused.
 
@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.analysis import compare
 from harness.commands.compare_runs import run_as_baseline, show_comparison
-from harness.report import compare
 from harness.results.baseline import Baseline, BaselineError, machine_of, merge
 from harness.results.environment import Environment
 

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from harness.analysis import compare
 from harness.commands import resume
 from harness.commands.compare_runs import run_as_baseline, show_comparison
 from harness.config import runsetup, scenario, target
@@ -18,7 +19,7 @@ from harness.config.runsetup import CC3M_SAMPLES, full_scale, with_source
 from harness.device.devices import run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
-from harness.report import compare, report
+from harness.report import report
 from harness.results import rundir
 from harness.results.baseline import Baseline, machine_of
 from harness.results.cellresult import CellResult
@@ -28,7 +29,7 @@ from harness.run import launch, stopguard, supervisor
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
                   name: str | None = None) -> dict:
-    """What a baseline and a run must share to be compared (harness.report.compare). `name`: the device's name
+    """What a baseline and a run must share to be compared (harness.analysis.compare). `name`: the device's name
     (default: `run_device_name`)."""
     t = sc.training
     return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,

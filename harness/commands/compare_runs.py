@@ -6,7 +6,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.report import compare
+from harness.analysis import compare
+from harness.report.comparison import render as render_comparison
 from harness.results import rundir
 from harness.results.baseline import Baseline, BaselineError
 
@@ -36,11 +37,11 @@ def run_as_baseline(run_dir: Path, role: str = "run") -> Baseline:
 
 
 def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:
-    print("\n" + compare.render(comparison, "text"))
+    print("\n" + render_comparison(comparison, "text"))
     for warning in comparison.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     if markdown_path is not None:
-        markdown_path.write_text(compare.render(comparison, "markdown") + "\n")
+        markdown_path.write_text(render_comparison(comparison, "markdown") + "\n")
     return comparison.exit_code
 
 
@@ -63,6 +64,6 @@ def main(request: CompareRequest) -> int:
     current = run_as_baseline(r.run_b, "run B")
     comparison = compare.compare(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
     if r.markdown:
-        print(compare.render(comparison, "markdown"))
+        print(render_comparison(comparison, "markdown"))
         return comparison.exit_code
     return show_comparison(comparison, None)

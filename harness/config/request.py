@@ -61,7 +61,7 @@ class DataOptions:
 
 @dataclass(frozen=True)
 class GateOptions:
-    """--baseline, --save-baseline and how a comparison decides (harness.report.compare)."""
+    """--baseline, --save-baseline and how a comparison decides (harness.analysis.compare)."""
     baseline: Path | None = None
     save_baseline: Path | None = None
     metric: str = "throughput"

@@ -21,7 +21,7 @@ harnesses read):
   `device` is the real device: on CUDA the GPU's name, on an emulated run "<accelerator> (emulated)".
   Baselines written before `device`, `image_size`, `steps`, `epochs`, `warmup_steps`, `workers`,
   `prefetch_factor` and `cache_state` were added lack them: they are compared on the keys both sides have,
-  with one warning naming the keys that could not be checked (report.compare).
+  with one warning naming the keys that could not be checked (analysis.compare).
 - `params` (optional, added later in version 1): a cell whose strategies' parameters differ between the
   baseline and the run is not compared; without `params` on either side, cells are matched by id alone.
 - `normalised[i]` is the cell's `vs_probe` figure in repeat i (results.cellresult.relative_to_probe):
@@ -29,7 +29,7 @@ harnesses read):
 - `cpu_s_per_sample[i]` (optional, added later in version 1): the loader's and the rank's CPU seconds per
   sample in repeat i, the second gate metric (`--gate-metric cpu`): it moves with the code's cost, not with
   how much of a shared runner's CPU the run got.
-- `machine` and `probe` decide whether a baseline was made on this kind of machine (report.compare): the CPU
+- `machine` and `probe` decide whether a baseline was made on this kind of machine (analysis.compare): the CPU
   model, its CPU count and the cores the run was allowed (`cpu_affinity`, added later in version 1) must be
   equal, and the probe's figures must not differ beyond their noise; `hostname` and `memory_gb` are recorded
   only.
@@ -61,7 +61,7 @@ BASELINE = FileFormat("baseline", BASELINE_VERSION, BASELINE_HISTORY)
 REQUIRED = ("scenario", "comparable", "cells")
 REMEDY = "regenerate it with --save-baseline"
 SAMPLES = ("throughput", "normalised", "step_p50_ms", "cpu_s_per_sample")
-# what must be equal for a baseline to be of this machine (report.compare); hostname and memory_gb are not
+# what must be equal for a baseline to be of this machine (analysis.compare); hostname and memory_gb are not
 MACHINE_KEYS = ("cpu_model", "cpu_count", "cpu_affinity")
 
 

@@ -113,7 +113,7 @@ class Environment:
     read_ahead_kb: int | None = None
     # the run's settings
     scenario: str | None = None
-    comparable: dict | None = None  # what a baseline must share with the run (report.compare)
+    comparable: dict | None = None  # what a baseline must share with the run (analysis.compare)
     dataset: dict | None = None
     cache_state: str | None = None
     repeats: int | None = None

@@ -7,9 +7,9 @@ selects (OPTIONAL: its runs use storage mmap and the default decoder, PIL where 
 notes, never failures; CUDA visible; NVML present (the nvidia-ml-py package and the driver's library); bf16
 native on every visible GPU (compute capability 8.0 or later: torch.cuda.is_bf16_supported() also says True on
 a V100, where bf16 is emulated); below 8.0 a note: the harness records the bf16 cells as unsupported there, the
-check's bf16 cell included; every torch device's UUID found among NVML's devices (the index NVML gives each one is printed: it
-differs from torch's under CUDA_VISIBLE_DEVICES); the gloo and NCCL backends; the free space of /dev/shm
-(reported only)."""
+check's bf16 cell included; every torch device's UUID found among NVML's devices (the index NVML gives each
+one is printed: it differs from torch's under CUDA_VISIBLE_DEVICES); the gloo and NCCL backends; the free
+space of /dev/shm (reported only)."""
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
-"""The CI regression gate: compare this run's cells with a saved baseline, cell by cell.
+"""The CI regression gate's judgement: compare this run's cells with a saved baseline, cell by cell (the
+comparison's table: harness.report.comparison).
 
 The baseline and its file format: harness.results.baseline.
 
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.report.tables import Table, render_tables
 from harness.results import stats
 from harness.results.baseline import MACHINE_KEYS, REMEDY, Baseline, BaselineCell, BaselineError
 from harness.results.probeline import ProbeSeries
@@ -49,7 +49,7 @@ PROBE_FLOOR = 0.10
 MACHINE_REMEDY = ("the CPU cost and the throughput of two machines are not comparable: regenerate the baseline on "
                   "this machine with --save-baseline, or gate this commit against its parent on this machine "
                   "(bash scripts/ci_gate.sh)")
-__all__ = ["BaselineError", "Comparison", "Row", "check_comparable", "check_machine", "compare", "render"]
+__all__ = ["BaselineError", "Comparison", "Row", "check_comparable", "check_machine", "compare"]
 
 
 @dataclass
@@ -266,30 +266,3 @@ def inconclusive_warning(rows: list[Row], current: Baseline, baseline: Baseline,
     outcome = "fails under --strict" if strict else "passes (use --strict to fail)"
     return (f"{len(rows)} cell(s) inconclusive: {n_base} vs {n_cur} repeats cannot reach p<{alpha:g}; "
             f"{remedy}{change}; the gate {outcome}")
-
-
-def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
-
-
-def render(comparison: Comparison, fmt: str = "text") -> str:
-    """A one-line verdict summary, then the table: "text" for a terminal, "markdown" for a PR comment."""
-    if fmt not in ("text", "markdown"):
-        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
-    md = fmt == "markdown"
-    unit = {"normalised": "normalised", "throughput": "samples/s"}.get(comparison.metric, "CPU s/sample")
-    rows = []
-    for r in comparison.rows:
-        change = "-" if r.ratio is None else f"{(r.ratio - 1) * 100:+.1f}%"
-        verdict = f"**{r.verdict}**" if md and r.regression else r.verdict
-        note = r.note if len(r.note) <= 80 else r.note[:77] + "..."
-        cells = [r.cell, _num(r.baseline), _num(r.current), change,
-                 "-" if r.p is None else f"{r.p:.3g}", verdict, note]
-        rows.append([c.replace("|", "\\|") for c in cells] if md else cells)
-    headers = ["cell", f"baseline ({unit})", f"current ({unit})", "change", "p", "verdict", "note"]
-    summary = comparison.summary_line()
-    table = render_tables([Table(summary, headers, rows)], fmt)[-1] if rows else ""  # the one renderer
-    lines = [f"**{summary}**" if md else summary, "", table]
-    for w in comparison.warnings:
-        lines += ["", f"> WARNING: {w}" if md else f"WARNING: {w}"]
-    return "\n".join(lines)

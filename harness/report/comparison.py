@@ -1,0 +1,33 @@
+"""A comparison of a run with a baseline (harness.analysis.compare) as text or markdown: the one-line verdict
+summary, then the table (a pull-request comment in markdown)."""
+from __future__ import annotations
+
+from harness.analysis.compare import Comparison
+from harness.report.tables import Table, render_tables
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def render(comparison: Comparison, fmt: str = "text") -> str:
+    """A one-line verdict summary, then the table: "text" for a terminal, "markdown" for a PR comment."""
+    if fmt not in ("text", "markdown"):
+        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
+    md = fmt == "markdown"
+    unit = {"normalised": "normalised", "throughput": "samples/s"}.get(comparison.metric, "CPU s/sample")
+    rows = []
+    for r in comparison.rows:
+        change = "-" if r.ratio is None else f"{(r.ratio - 1) * 100:+.1f}%"
+        verdict = f"**{r.verdict}**" if md and r.regression else r.verdict
+        note = r.note if len(r.note) <= 80 else r.note[:77] + "..."
+        cells = [r.cell, _num(r.baseline), _num(r.current), change,
+                 "-" if r.p is None else f"{r.p:.3g}", verdict, note]
+        rows.append([c.replace("|", "\\|") for c in cells] if md else cells)
+    headers = ["cell", f"baseline ({unit})", f"current ({unit})", "change", "p", "verdict", "note"]
+    summary = comparison.summary_line()
+    table = render_tables([Table(summary, headers, rows)], fmt)[-1] if rows else ""  # the one renderer
+    lines = [f"**{summary}**" if md else summary, "", table]
+    for w in comparison.warnings:
+        lines += ["", f"> WARNING: {w}" if md else f"WARNING: {w}"]
+    return "\n".join(lines)
