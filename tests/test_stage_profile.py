@@ -75,13 +75,22 @@ def record(rank: int, decode: float, loader_cpu: float, samples: int = 100, work
 
 
 def test_the_cell_profile_pools_its_ranks_and_checks_against_proc():
-    prof = stages.profile([record(0, 0.9, 1.0), record(1, 0.9, 1.0)])
+    # /proc saw 1.25 s of loader CPU per rank, the timed stages 1.0 s (read 0.1, decode 0.9): 0.25 s untimed
+    prof = stages.profile([record(0, 0.9, 1.25), record(1, 0.9, 1.25)])
     assert prof.per_sample["decode"] == pytest.approx(0.009) and prof.per_sample["h2d"] == pytest.approx(0.0002)
     assert prof.loader_s == pytest.approx(0.010)  # decode + read; receive runs in the rank
-    assert prof.coverage == pytest.approx(1.0) and sum(prof.shares().values()) == pytest.approx(100)
+    assert prof.proc_loader_s == pytest.approx(0.0125) and prof.untimed_s == pytest.approx(0.0025)
+    assert prof.coverage == pytest.approx(0.8)  # the timed stages over /proc: below 1 by the untimed share
+    assert prof.per_sample["queue"] == 0.0 and "untimed" not in prof.per_sample  # no stage absorbs it
+    assert sum(prof.shares().values()) == pytest.approx(100)
+    exact = stages.profile([record(0, 0.9, 1.0)])  # /proc equal to the stages: nothing untimed
+    assert exact.coverage == pytest.approx(1.0) and exact.untimed_s == pytest.approx(0.0)
+    mixed = stages.profile([record(0, 0.9, 1.0), record(1, 0.4, 2.0)])  # pooled: samples, then the ratio
+    assert mixed.loader_s == pytest.approx(0.0075) and mixed.proc_loader_s == pytest.approx(0.015)
+    assert mixed.coverage == pytest.approx(0.5) and mixed.untimed_s == pytest.approx(0.0075)
     assert stages.profile([RankRecord(samples=10)]) is None  # an older line: no stages
     inline = stages.profile([record(0, 0.9, 0.0, workers=0)])
-    assert inline.proc_loader_s is None and inline.coverage is None
+    assert inline.proc_loader_s is None and inline.coverage is None and inline.untimed_s is None
 
 
 def test_the_costs_of_a_cell_for_the_model():
@@ -89,15 +98,23 @@ def test_the_costs_of_a_cell_for_the_model():
     assert c.loader_s == pytest.approx(0.010) and c.rank_s == 0.002 and c.step_imbalance == 1.1
     assert c.bytes_per_sample == 1000 and c.padded_pixels_per_sample == 50
     assert c.stages["decode"] == pytest.approx(0.009)
+    # the loader's whole /proc CPU is the model's: the timed stages and the untimed share beside them
+    u = stages.costs([record(0, 0.9, 1.25)], {"rank_cpu_s_per_sample": 0.002}, "pixels")
+    assert u.loader_s == pytest.approx(0.0125) and u.stages["untimed"] == pytest.approx(0.0025)
+    assert sum(u.stages.values()) == pytest.approx(u.loader_s) and u.stages["queue"] == 0.0
+    inline = stages.costs([record(0, 0.9, 0.0, workers=0)], {"rank_cpu_s_per_sample": 0.002}, "pixels")
+    assert inline.loader_s == pytest.approx(0.010) and "untimed" not in inline.stages  # no /proc figure
 
 
 def test_the_table_and_the_plot(tmp_path):
     cell = CellResult(cell="storage=raw", names={"storage": "raw"}, strategies={"storage": "raw"},
                       figures={"throughput": 10.0, "rank_cpu_s_per_sample": 0.002}, workload="pixels",
-                      ranks=[record(0, 0.9, 1.0)], emulated=True, device="V100-16GB (emulated)")
+                      ranks=[record(0, 0.9, 1.25)], emulated=True, device="V100-16GB (emulated)")
     cell = CellResult.from_json(cell.to_json())
     table = stagetable.stage_table([cell])
-    assert table.rows and table.rows[0][STAGES.index("decode") + 1] == "9.000" and table.rows[0][-1] == "100"
+    row = dict(zip(table.headers, table.rows[0]))
+    assert row["decode"] == "9.000" and row["queue"] == "0.000" and row["untimed"] == "2.500"
+    assert row["timed"] == "10.000" and row["/proc"] == "12.500" and row["of /proc %"] == "80"
     assert stagetable.stage_plot([cell], tmp_path / "stages.png").stat().st_size > 0
     t = target_mod.Target(gpus_per_node=4, cores_per_node=32.0, accelerator="V100-16GB")
     rows = stagetable.target_table([cell], t).rows

@@ -5,8 +5,10 @@ harness.measure.rankrecord.window_stages), and the measured costs the target mod
 A profile is CPU seconds per sample of each stage (harness.measure.rankrecord.STAGES), all ranks pooled:
 the stages' seconds summed over the ranks' window batches over those batches' samples. `h2d` (the
 host-to-device copy) is the rank's wall time in that part (harness.measure.rankrecord.PARTS), per sample.
-`coverage` checks the profile against the loader CPU /proc measured over the same window: the loader's
-stages (all but `receive`, which runs in the rank) per sample over the /proc figure per sample.
+Every stage is timed where it runs (harness.train.stagetimer); none is a remainder. What no timer covers is
+`untimed`: the loader's CPU per sample measured from /proc over the same window, less the loader's timed
+stages (all but `receive`, which runs in the rank). `coverage` is the timed stages over the /proc figure:
+below 1 by the untimed share (and off 1 by the window's edges and /proc's clock tick either way).
 """
 from __future__ import annotations
 
@@ -24,12 +26,20 @@ LOADER_STAGES = tuple(s for s in STAGES if s not in RANK_STAGES)
 class StageProfile:
     per_sample: dict[str, float]  # stage -> CPU seconds per sample (and "h2d": wall seconds per sample)
     samples: int  # samples of the timed batches, all ranks
-    loader_s: float  # the loader's stages per sample (all but receive)
+    loader_s: float  # the loader's timed stages per sample (all but receive)
     proc_loader_s: float | None  # the loader's CPU per sample measured from /proc (None: not measured)
 
     @property
+    def untimed_s(self) -> float | None:
+        """The loader's CPU per sample that no stage's timer covers: the /proc figure less the timed stages
+        (None without a /proc figure; below 0 where the window's edges and /proc's tick outweigh it)."""
+        if not self.proc_loader_s:
+            return None
+        return self.proc_loader_s - self.loader_s
+
+    @property
     def coverage(self) -> float | None:
-        """The loader's stages over the /proc figure (1.0: they account for all of it)."""
+        """The loader's timed stages over the /proc figure (1.0: the timers cover all of it)."""
         if not self.proc_loader_s:
             return None
         return self.loader_s / self.proc_loader_s
@@ -67,7 +77,8 @@ def costs(records: list[RankRecord], figures, workload: str, contention: float =
           busy_share: float = 0.0, rate: str = "amp", requests_per_sample: float = 1.0,
           cold_read_extra_s: float = 0.0, measured_device: bool = False) -> Costs | None:
     """The target model's costs from a cell's records and figures (harness.results.cellresult.Figures):
-    the loader's stages when measured (else the /proc figure), the rank's CPU per sample, what a sample
+    the loader's stages when measured, with `untimed` (the /proc figure less them) where /proc measured the
+    loader, so that they sum to its whole CPU (else the /proc figure alone), the rank's CPU per sample, what a sample
     weighs on the device and the storage, the step imbalance. `measured_device`: a real GPU's device time
     per sample is used as measured (else the catalogue's model, from the padded pixels)."""
     samples = sum(r.samples for r in records)
@@ -76,6 +87,9 @@ def costs(records: list[RankRecord], figures, workload: str, contention: float =
     prof = profile(records)
     loader = prof.loader_s if prof is not None else float(figures.get("loader_cpu_s_per_sample") or 0.0)
     stages = {k: v for k, v in prof.per_sample.items() if k in LOADER_STAGES} if prof else {}
+    if prof is not None and prof.untimed_s is not None:  # the loader's whole CPU: its stages and the rest
+        stages["untimed"] = prof.untimed_s
+        loader = prof.proc_loader_s
     rank = float(figures.get("rank_cpu_s_per_sample"))
     device_rate = figures.get("device_samples_per_s")
     # with DataLoader workers a thread receives the batches beside the rank's main thread (harness.train.batches

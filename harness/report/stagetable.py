@@ -19,7 +19,8 @@ from harness.report.tables import Table, fmt, shown_axes, stack_label
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats
 
 STAGE_COLOURS = {"read": "#8c564b", "cache": "#e377c2", "decode": "#1f77b4", "transform": "#17becf",
-                 "collate": "#2ca02c", "send": "#ff7f0e", "queue": "#bcbd22", "receive": "#d62728"}
+                 "collate": "#2ca02c", "send": "#ff7f0e", "queue": "#bcbd22", "receive": "#d62728",
+                 "untimed": "#c7c7c7"}
 
 
 def _shown(results: list[CellResult]) -> tuple[list[CellSummary], list[str]]:
@@ -28,9 +29,13 @@ def _shown(results: list[CellResult]) -> tuple[list[CellSummary], list[str]]:
     return cells, [stack_label(cells, c, axes) for c in cells]
 
 
+def _ms(seconds: float | None) -> str:
+    return fmt(None if seconds is None else seconds * 1e3, ".3f")
+
+
 def stage_table(results: list[CellResult]) -> Table:
-    """ms of CPU per sample of each stage, h2d (wall ms per sample), and how much of the loader's /proc CPU
-    the loader's stages account for."""
+    """ms of CPU per sample of each timed stage, the loader's CPU no timer covers (untimed), h2d (wall ms per
+    sample), the timed loader stages' sum, the loader's /proc CPU and how much of it the timed stages cover."""
     cells, labels = _shown(results)
     rows = []
     for cell, label in zip(cells, labels):
@@ -38,17 +43,20 @@ def stage_table(results: list[CellResult]) -> Table:
         if prof is None:
             continue
         ms = prof.per_sample
-        rows.append([label, *(fmt(ms[s] * 1e3, ".3f") for s in STAGES), fmt(ms["h2d"] * 1e3, ".3f"),
-                     fmt(prof.loader_s * 1e3, ".3f"), fmt(None if prof.coverage is None else 100 * prof.coverage,
-                                                          ".0f")])
+        rows.append([label, *(_ms(ms[s]) for s in STAGES), _ms(prof.untimed_s), _ms(ms["h2d"]),
+                     _ms(prof.loader_s), _ms(prof.proc_loader_s),
+                     fmt(None if prof.coverage is None else 100 * prof.coverage, ".0f")])
     return Table("Loader stages (ms of CPU per sample, where each runs; docs/stage-profile.md)",
-                 ["cell", *STAGES, "h2d", "loader", "of /proc %"], rows,
-                 ["loader: every stage but receive (which runs in the rank); of /proc %: that sum over the "
-                  "loader's CPU per sample read from /proc over the same window; h2d: wall ms per sample"])
+                 ["cell", *STAGES, "untimed", "h2d", "timed", "/proc", "of /proc %"], rows,
+                 ["each stage timed where it runs; timed: the loader's stages (all but receive, which runs in "
+                  "the rank); /proc: the loader's CPU per sample read from /proc over the same window; "
+                  "untimed: /proc less timed (no timer covers it); of /proc %: timed over /proc; h2d: wall ms "
+                  "per sample"])
 
 
 def stage_plot(results: list[CellResult], path: Path) -> Path | None:
-    """plots/stages.png: one stacked bar per cell, its stages in ms of CPU per sample."""
+    """plots/stages.png: one stacked bar per cell, its stages in ms of CPU per sample, then its untimed share
+    (the loader's /proc CPU less its timed stages, where positive)."""
     from harness.report.plots import _save, new_figure
 
     cells, labels = _shown(results)
@@ -67,7 +75,11 @@ def stage_plot(results: list[CellResult], path: Path) -> Path | None:
         widths = np.array([p.per_sample[stage] * 1e3 for _, p in profiles])
         ax.barh(range(len(profiles)), widths, left=left, height=0.7, color=STAGE_COLOURS[stage], label=stage)
         left += widths
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=4,
+    untimed = np.array([max(0.0, p.untimed_s or 0.0) * 1e3 for _, p in profiles])
+    if untimed.any():  # the loader's /proc CPU that no stage's timer covers, hatched beside the stages
+        ax.barh(range(len(profiles)), untimed, left=left, height=0.7, color=STAGE_COLOURS["untimed"],
+                hatch="//", edgecolor="#7f7f7f", linewidth=0, label="untimed (/proc less timed)")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.6 / fig.get_figheight()), ncol=5,
               frameon=False)
     return _save(fig, Path(path))
 

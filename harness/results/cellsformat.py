@@ -20,7 +20,12 @@ CELLS_HISTORY = {
        "within version 2 (absent in older lines, filled in on read where they can be): `advice`; the figures "
        "`rank_cpu_s_per_sample`, `read_amplification`, `setup_s`, `window_share_pct`, `other_cpu_pct`, "
        "`steal_pct`; the ranks' `loader`, `loader_thread_cpu_s`, `model`, `precision`, `preprocess`, "
-       "`stages`, `setup_s`",
+       "`stages`, `setup_s`. Within version 2, a rank's `stages` (same keys) became timed stage by stage: "
+       "in earlier lines its `queue` is a DataLoader worker's process CPU less its timed stages (the "
+       "stages then sum to the /proc loader CPU by construction, and the `untimed` share a reader derives, "
+       "/proc less the stages, is about 0 for them); later, `queue` is the worker loop's own CPU timed on "
+       "its threads and `cache` and `transform` are timed around their calls, so what no timer covers "
+       "shows as `untimed` (derived on read, no key added; docs/stage-profile.md)",
 }
 NO_HINT = "normal"  # the advice of a line written before the readers gave access hints
 

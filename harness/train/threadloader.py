@@ -3,7 +3,8 @@ Dataset's __getitems__ and the collate), at most threads x prefetch batches in f
 batch sampler's order. It keeps the sampler contract: every batch of the batch sampler, once, in order.
 
 Its CPU time is measured per thread (time.thread_time around each batch) and reported as the loader's; the
-rank process's own CPU figure excludes it (harness.results.metrics)."""
+rank process's own CPU figure excludes it (harness.results.metrics). With pin (a GPU), the pinning of the
+batch's tensors is its `send` stage (harness.train.stagetimer)."""
 from __future__ import annotations
 
 import threading
@@ -12,6 +13,8 @@ from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+from harness.train.stagetimer import STAGE_KEY
 
 
 class BatchThreadPool:
@@ -28,8 +31,12 @@ class BatchThreadPool:
     def _load(self, indices: list[int]) -> dict:
         start = time.thread_time()
         batch = self.collate_fn(self.dataset.__getitems__(indices))
-        if self.pin:
+        if self.pin:  # the hand-over on the loader's side: timed as the batch's `send` stage
+            pinning = time.thread_time()
             batch = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            account = batch.get(STAGE_KEY)
+            if account is not None:
+                account["send"] = account.get("send", 0.0) + time.thread_time() - pinning
         spent = time.thread_time() - start
         with self._lock:
             self.cpu_s += spent

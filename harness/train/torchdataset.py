@@ -22,7 +22,7 @@ from torch.utils.data import Dataset, get_worker_info
 from harness.data.decoders import decode_resize
 from harness.data.fields import MAX_TOKENS, normalise, tokenize
 from harness.train import stagetimer
-from harness.train.stagetimer import STAGE_KEY, TimedRead
+from harness.train.stagetimer import STAGE_KEY, TimedRead, Wrapped
 from strategies.sample import Sample
 
 
@@ -86,13 +86,14 @@ class SampleDataset(Dataset):
         self.scope = None if cache is None else cache.scope
         self.decoded = cache is not None and cache.level == "decoded"
         read = TimedRead(reader.read_batch)  # the read stage, timed in whichever process runs it
+        # a cache strategy's call is timed as `cache`, less its calls to what it wraps (Wrapped times them)
         if cache is None:
             self._fetch = read
         elif self.decoded:
             self._read = read
-            self._fetch = cache.wrap(self._read_prepared, item_nbytes)
+            self._fetch = cache.wrap(Wrapped(self._read_prepared), item_nbytes)
         else:
-            self._fetch = cache.wrap(read, sample_nbytes)
+            self._fetch = cache.wrap(Wrapped(read), sample_nbytes)
 
     def __len__(self) -> int:
         return len(self.reader)
@@ -118,20 +119,19 @@ class SampleDataset(Dataset):
         return self._prepare_all(self._read(indices))
 
     def _prepare_all(self, samples) -> list[dict]:
-        """Items from samples; the decode is timed per sample, the rest of the preparing is `transform`."""
-        account = stagetimer.current() or {}
-        start, before = time.thread_time(), account.get("decode", 0.0)
-        items = [self._prepare(s) for s in samples]
-        decode = account.get("decode", 0.0) - before
-        stagetimer.add("transform", time.thread_time() - start - decode)
+        """Items from samples; each one's decode and transform calls timed where they run (_prepare)."""
+        spent = [0.0, 0.0]  # decode, transform
+        items = [self._prepare(s, spent) for s in samples]
+        stagetimer.add("decode", spent[0])
+        stagetimer.add("transform", spent[1])
         return items
 
     def __getitems__(self, indices: Sequence[int]) -> ItemBatch:
         account = stagetimer.begin()
-        start = time.thread_time()
-        fetched = self._fetch(list(indices))
-        if self.scope is not None:  # the cache's own work: the fetch less the stages timed inside it
-            stagetimer.add("cache", max(0.0, time.thread_time() - start - stagetimer.timed_total(account)))
+        if self.scope is None:
+            fetched = self._fetch(list(indices))
+        else:  # the cache strategy's own work (harness.train.stagetimer.timed_cache)
+            fetched = stagetimer.timed_cache(self._fetch, list(indices), account)
         batch = ItemBatch(fetched if self.decoded else self._prepare_all(fetched))
         if self.flip and self.workload == "pixels":  # after the cache: a decoded cache keeps unflipped items
             start = time.thread_time()
@@ -144,20 +144,27 @@ class SampleDataset(Dataset):
                 batch.cache_stats = dict(stats, key=f"pid{os.getpid()}")
         return batch
 
-    def _prepare(self, s: Sample) -> dict:
+    def _prepare(self, s: Sample, spent: list[float]) -> dict:
+        """One item; the seconds of its decode and of its transform calls added to spent[0] and spent[1]."""
         item = {"index": s.index, "nbytes": s.nbytes}
         if self.workload == "pixels" and self.on_device:
+            start = time.thread_time()
             item["jpeg"] = torch.frombuffer(bytearray(s.jpeg), dtype=torch.uint8)
             item["tokens"] = tokenize(s.caption)
+            spent[1] += time.thread_time() - start
         elif self.workload == "pixels":
             start = time.thread_time()
             pixels = decode_resize(s.jpeg, self.image_size, self.decoder)
-            stagetimer.add("decode", time.thread_time() - start)
+            decoded = time.thread_time()
             item["image"] = torch.from_numpy(pixels)
             item["tokens"] = tokenize(s.caption)
+            spent[0] += decoded - start
+            spent[1] += time.thread_time() - decoded
         else:
+            start = time.thread_time()
             item["image_emb"] = torch.from_numpy(s.image_emb)
             item["text_emb"] = torch.from_numpy(s.text_emb)
+            spent[1] += time.thread_time() - start
         return item
 
 
@@ -182,34 +189,34 @@ class Collate:
 
     def __call__(self, items: list[dict]) -> dict:
         account = getattr(items, "stage_s", None)
-        start = time.thread_time()
-        batch, normalise_s = self._collate(items)
+        batch, collate_s, normalise_s = self._collate(items)
         if account is not None:  # the stages of this batch, carried to the rank (harness.train.stagetimer)
-            collate_s = time.thread_time() - start - normalise_s
             account["collate"] = account.get("collate", 0.0) + collate_s
             account["transform"] = account.get("transform", 0.0) + normalise_s
             if get_worker_info() is not None:
                 stagetimer.resume(account)
                 stagetimer.share_tensors(batch)
-                stagetimer.worker_queue(account)
+                stagetimer.worker_end(account)
             batch[STAGE_KEY] = account
         return batch
 
-    def _collate(self, items: list[dict]) -> tuple[dict, float]:
-        """The collated batch and the seconds its host normalisation took (a transform, not the collate)."""
+    def _collate(self, items: list[dict]) -> tuple[dict, float, float]:
+        """The collated batch, the seconds of its collate, and of its host normalisation (a transform), each
+        timed around its call."""
+        start = time.thread_time()
         if "jpeg" in items[0]:
-            return {"index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
-                    "nbytes": sum(it["nbytes"] for it in items),
-                    "cache_stats": getattr(items, "cache_stats", None),
-                    "jpegs": [it["jpeg"] for it in items], "tokens": _tokens(items),
-                    "padded_pixels": 0, "real_pixels": 0}, 0.0
+            batch = {"index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
+                     "nbytes": sum(it["nbytes"] for it in items),
+                     "cache_stats": getattr(items, "cache_stats", None),
+                     "jpegs": [it["jpeg"] for it in items], "tokens": _tokens(items),
+                     "padded_pixels": 0, "real_pixels": 0}
+            return batch, time.thread_time() - start, 0.0
         batch = collate(items)
-        normalise_s = 0.0
-        if self.normalise and "images" in batch:
-            start = time.thread_time()
-            batch["images"] = normalise(batch["images"])
-            normalise_s = time.thread_time() - start
-        return batch, normalise_s
+        collated = time.thread_time()
+        if not (self.normalise and "images" in batch):
+            return batch, collated - start, 0.0
+        batch["images"] = normalise(batch["images"])
+        return batch, collated - start, time.thread_time() - collated
 
 
 def collate(items: list[dict]) -> dict:
