@@ -4,9 +4,9 @@ batch, in a DataLoader worker, a thread of the thread loader, or the rank itself
 Every stage has its own clock reads, at the start and the end of the code that is that stage
 (harness.measure.rankrecord.STAGES, in the order a sample passes them):
 
-    read      around the storage strategy's read_batch (TimedRead): open, read, unpickle, HDF5 chunks
+    read      around the storage strategy's read_batch (timed_read): open, read, unpickle, HDF5 chunks
     cache     around the cache strategy's call (harness.train.torchdataset.SampleDataset.__getitems__), less
-              the calls it makes to what it wraps, each timed around that call (Wrapped): the lookup, the
+              the calls it makes to what it wraps, each timed around that call (timed_inside): the lookup, the
               insert, the eviction, a shared cache's round trip, and nothing of the read or the preparing
     decode    around each decode_resize call (JPEG decode + resize)
     transform around each transform call: tokenising the caption and wrapping arrays as tensors (per
@@ -81,38 +81,34 @@ def timed_total(account: dict | None) -> float:
     return 0.0 if not account else sum(v for k, v in account.items() if k in STAGES)
 
 
-class TimedRead:
-    """A reader's read_batch timed as the `read` stage (picklable: it holds the bound method)."""
+class TimedCall:
+    """A call timed into one key of the account (picklable: it holds the bound method and the key)."""
 
-    def __init__(self, read_batch):
-        self.read_batch = read_batch
+    def __init__(self, call, key: str):
+        self.call, self.key = call, key
 
     def __call__(self, indices):
         start = time.thread_time()
         try:
-            return self.read_batch(indices)
+            return self.call(indices)
         finally:
-            add("read", time.thread_time() - start)
+            add(self.key, time.thread_time() - start)
 
 
-class Wrapped:
+def timed_read(read_batch) -> TimedCall:
+    """A reader's read_batch timed as the `read` stage."""
+    return TimedCall(read_batch, "read")
+
+
+def timed_inside(fetch) -> TimedCall:
     """What a cache strategy wraps (the read, or the read and the preparing), its calls timed into the
-    account's INSIDE_KEY: the cache's own time is its call's less these (picklable)."""
-
-    def __init__(self, fetch):
-        self.fetch = fetch
-
-    def __call__(self, indices):
-        start = time.thread_time()
-        try:
-            return self.fetch(indices)
-        finally:
-            add(INSIDE_KEY, time.thread_time() - start)
+    account's INSIDE_KEY: the cache's own time is its call's less these."""
+    return TimedCall(fetch, INSIDE_KEY)
 
 
 def timed_cache(fetch, indices: list, account: dict):
-    """`fetch` (a cache strategy's call around Wrapped) timed as the `cache` stage: its CPU less what it
-    spent in the calls it made to what it wraps (timed by Wrapped)."""
+    """`fetch` (a cache strategy's call around timed_inside) timed as the `cache` stage: its CPU less what it
+    spent in the calls it made to what it wraps (timed by timed_inside)."""
     account.pop(INSIDE_KEY, None)
     start = time.thread_time()
     fetched = fetch(indices)

@@ -22,7 +22,7 @@ from torch.utils.data import Dataset, get_worker_info
 from harness.data.decoders import decode_resize
 from harness.data.fields import MAX_TOKENS, normalise, tokenize
 from harness.train import stagetimer
-from harness.train.stagetimer import STAGE_KEY, TimedRead, Wrapped
+from harness.train.stagetimer import STAGE_KEY, timed_inside, timed_read
 from strategies.sample import Sample
 
 
@@ -85,15 +85,15 @@ class SampleDataset(Dataset):
         self.flip = preprocess is not None and preprocess.flip and not self.on_device
         self.scope = None if cache is None else cache.scope
         self.decoded = cache is not None and cache.level == "decoded"
-        read = TimedRead(reader.read_batch)  # the read stage, timed in whichever process runs it
-        # a cache strategy's call is timed as `cache`, less its calls to what it wraps (Wrapped times them)
+        read = timed_read(reader.read_batch)  # the read stage, timed in whichever process runs it
+        # a cache strategy's call is timed as `cache`, less its calls to what it wraps (timed_inside times them)
         if cache is None:
             self._fetch = read
         elif self.decoded:
             self._read = read
-            self._fetch = cache.wrap(Wrapped(self._read_prepared), item_nbytes)
+            self._fetch = cache.wrap(timed_inside(self._read_prepared), item_nbytes)
         else:
-            self._fetch = cache.wrap(Wrapped(read), sample_nbytes)
+            self._fetch = cache.wrap(timed_inside(read), sample_nbytes)
 
     def __len__(self) -> int:
         return len(self.reader)
