@@ -70,3 +70,20 @@ def test_a_visit_disturbed_by_outside_load_is_owed_a_new_visit():
                            noise=0.002)[-2:-1]  # one undisturbed visit of mmap afterwards
     redone[-1].repeat = 4
     assert next_pass(redone, IDS, seconds_left=100.0) == []
+
+
+def test_one_pass_decides_nothing_and_the_budget_spends_its_first_pass_on_a_second():
+    """One visit per cell: the interval rests on one run's residuals and misses what changes from run to run
+    (two same-code runs of 4xV100 once decided mmap against raw in opposite directions), so a clear effect
+    waits for a second pass, and a budget's first pass is that second pass, over every cell."""
+    from harness.report.verdict import effect_lines
+
+    drift = lines({"storage=raw": 1.0, "storage=mmap": 1.5, "storage=hdf5": 2.0}, passes=2, noise=0.002)
+    one = [CellResult.from_json({**r.to_json(), "repeat": 0}) for r in drift]  # the same visits as one pass
+    assert sorted(open_questions(one, IDS).effects) == ["storage=hdf5", "storage=mmap"]
+    assert next_pass(one, IDS, seconds_left=100.0) == [0, 1, 2]
+    assert open_questions(drift, IDS).effects == []  # two passes: decided
+    mmap = Effect("throughput", "storage", "mmap", "raw", 1.5, 1.45, 1.55, 3)
+    (line,) = [x for x in effect_lines([mmap], passes=1) if "storage=mmap" in x]
+    assert "open (decided higher on 1 pass" in line and "waits for a second pass" in line
+    assert "higher" in [x for x in effect_lines([mmap], passes=2) if "storage=mmap" in x][0]

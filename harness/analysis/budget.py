@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis.effects import MIN_EFFECT, OPEN, disturbed, fit_effects, level_order, observations
+from harness.analysis.effects import (
+    MIN_EFFECT,
+    OPEN,
+    disturbed,
+    fit_effects,
+    level_order,
+    observations,
+    whole_passes,
+)
 from harness.analysis.intervals import leader_and_tied, settled
 from harness.results.cellresult import CellResult, merge_repeats
 
@@ -38,7 +46,8 @@ def open_questions(results: list[CellResult], cell_ids: list[str],
     order = level_order(measured, cell_ids)
     fitted = fit_effects(observations(measured, "throughput"), order, interactions=False)
     fitted_levels = {(e.axis, e.level) for e in fitted}
-    open_effects = [f"{e.axis}={e.level}" for e in fitted if e.decision(min_effect) == OPEN]
+    passes = whole_passes(measured)
+    open_effects = [f"{e.axis}={e.level}" for e in fitted if e.decision(min_effect, passes) == OPEN]
     open_effects += [f"{a}={lv}" for a, levels in order.items() for lv in levels[1:]
                      if (a, lv) not in fitted_levels]  # not estimable yet: too few visits
     leader, tied = leader_and_tied(merge_repeats(measured))

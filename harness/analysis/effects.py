@@ -40,6 +40,7 @@ EFFECTS_HISTORY = {
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
 MIN_EFFECT = 0.05  # the smallest effect that matters, when a run records none (--min-effect sets it)
+MIN_PASSES = 2  # whole passes before a level is decided: one pass's interval misses what changes between runs
 IDENTICAL_SPREAD = 1e-9  # log figures spread less than this over every visit: identical in every cell
 # the decisions a level's effect gets (Effect.decision):
 REFERENCE, IDENTICAL, HIGHER, LOWER, NO_EFFECT, OPEN = (
@@ -77,14 +78,19 @@ class Effect:
         """The figure was the same in every visit (fit_effects then gives exactly x1 [1, 1]): nothing to decide."""
         return self.level != self.reference and self.ratio == self.low == self.high == 1.0
 
-    def decision(self, min_effect: float = MIN_EFFECT) -> str:
+    def decision(self, min_effect: float = MIN_EFFECT, passes: int | None = None) -> str:
         """Both ways: HIGHER / LOWER when the interval excludes 1; NO_EFFECT (no effect larger than
         `min_effect`) when the interval lies inside [1 / (1 + m), 1 + m], an equivalence test at the same
-        confidence; OPEN otherwise. A figure identical in every cell is IDENTICAL, never decided."""
+        confidence; OPEN otherwise. A figure identical in every cell is IDENTICAL, never decided. With
+        `passes` (the run's whole passes) below MIN_PASSES, nothing is decided yet: with one visit per cell the
+        interval rests on one run's residuals and misses what changes from run to run (two same-code runs
+        decided mmap against raw in opposite directions)."""
         if self.level == self.reference:
             return REFERENCE
         if self.identical:
             return IDENTICAL
+        if passes is not None and passes < MIN_PASSES:
+            return OPEN
         if self.decided:
             return HIGHER if self.low > 1 else LOWER
         if self.low >= 1 / (1 + min_effect) and self.high <= 1 + min_effect:

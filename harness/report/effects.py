@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from harness.analysis.effects import (
     EFFECTS,
     MIN_EFFECT,
+    MIN_PASSES,
     NO_EFFECT,
     Effect,
     fit_effects,
@@ -59,14 +60,14 @@ def _ratio(e: Effect) -> str:
     return f"x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}]"
 
 
-def verdict_word(e: Effect, min_effect: float = MIN_EFFECT) -> str:
+def verdict_word(e: Effect, min_effect: float = MIN_EFFECT, passes: int | None = None) -> str:
     """The level's decision in words (harness.analysis.effects.Effect.decision)."""
-    word = e.decision(min_effect)
+    word = e.decision(min_effect, passes)
     return f"no effect larger than {min_effect:.0%}" if word == NO_EFFECT else word
 
 
 def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN_EFFECT,
-                  matrix_order: dict[str, list[str]] | None = None) -> Table:
+                  matrix_order: dict[str, list[str]] | None = None, passes: int | None = None) -> Table:
     """One row per axis level: its effect on each figure, ratio [95% interval] against the reference, and its
     decision. `matrix_order`: each axis's levels as the matrix lists them, to name a level no visit measured."""
     mark = "*" if emulated else ""
@@ -82,7 +83,7 @@ def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN
         for f in figures:
             e = by.get((f, axis, level))
             row.append("-" if e is None else ("1" if level == e.reference else
-                                              f"{_ratio(e)} {verdict_word(e, min_effect)}"))
+                                              f"{_ratio(e)} {verdict_word(e, min_effect, passes)}"))
         rows.append(row)
     headers = ["axis", "level", "against"] + [
         FIGURES[f][1] + (mark if f in ("throughput", "au", "device_memory") else "") for f in figures]
@@ -91,6 +92,9 @@ def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN
              f"pass); higher / lower: the interval excludes 1; no effect larger than {min_effect:.0%}: it lies "
              f"inside [1/{1 + min_effect:g}, {1 + min_effect:g}] (--min-effect); open: neither; identical in every "
              "cell: the figure did not vary, nothing to decide"]
+    if passes is not None and passes < MIN_PASSES:
+        notes.append(f"{passes} whole pass so far: nothing is decided before {MIN_PASSES} (one pass's interval "
+                     "misses what changes from run to run; --repeats 2, or --budget)")
     fitted_levels = {(e.axis, e.level) for e in effects}
     for axis, levels in (matrix_order or {}).items():
         lost = [lv for lv in levels if (axis, lv) not in fitted_levels]
@@ -105,16 +109,17 @@ def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN
 
 
 def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput",
-                 min_effect: float = MIN_EFFECT) -> Path | None:
+                 min_effect: float = MIN_EFFECT, passes: int | None = None) -> Path | None:
     """plots/effects.png (effects_figure), or None with no level to show."""
-    fig = effects_figure(effects, figure, min_effect)
+    fig = effects_figure(effects, figure, min_effect, passes)
     if fig is None:
         return None
     fig.savefig(path)
     return path
 
 
-def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect: float = MIN_EFFECT):
+def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect: float = MIN_EFFECT,
+                   passes: int | None = None):
     """A forest plot of one figure's effects: a point and a 95% bar per level on a log axis ticked x0.9, x1.0,
     x1.1 ..., the band of no effect larger than m shaded, and each row's decision written beside it."""
     shown = [e for e in effects if e.figure == figure and e.kind == "main" and e.level != e.reference]
@@ -139,7 +144,7 @@ def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_yticks(y, labels, fontsize=8)
     for yi, e in zip(y, shown):
-        ax.annotate(verdict_word(e, min_effect), (1.0, yi), xycoords=("axes fraction", "data"),
+        ax.annotate(verdict_word(e, min_effect, passes), (1.0, yi), xycoords=("axes fraction", "data"),
                     xytext=(6, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_xlabel(f"{FIGURES[figure][1]}: ratio against the axis's first level, 95% interval "
                   f"(grey: within {min_effect:.0%})")

@@ -350,7 +350,7 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
                           + ([target.describe()] if target is not None else []), fmt)
     if fitted:
         table = effects.effects_table(fitted, any(c.emulated for c in cells), m,
-                                      level_order(results, env.cell_ids if env else None))
+                                      level_order(results, env.cell_ids if env else None), whole_passes(results))
         parts += render_tables([table], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     parts += render_tables(stagetable.tables(results, target), fmt, level=2)
@@ -392,6 +392,6 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
                                               target))
     plots.write_plots(results, run_dir / "plots")
     effects.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=env.min_effect if env and
-                         env.min_effect else MIN_EFFECT)
+                         env.min_effect else MIN_EFFECT, passes=whole_passes(results))
     stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
     return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target)
