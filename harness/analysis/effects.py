@@ -249,15 +249,13 @@ def observations(results: list[CellResult], attribute: str) -> list[Observation]
     visit, and kept when it has none, so that every cell of the design stays in the fit."""
     usable = sorted((r for r in results if r.measured and getattr(r.figures, attribute) is not None),
                     key=lambda r: r.repeat)
-    cells_per_pass: dict[int, set] = {}
-    for r in usable:
-        cells_per_pass.setdefault(r.repeat, set()).add(r.cell)
-    whole = max((len(c) for c in cells_per_pass.values()), default=0)
+    sizes = pass_sizes(usable)
+    whole = max(sizes.values(), default=0)
     block = {id(r): r.repeat for r in usable}
     dropped: set[int] = set()
     for cell in dict.fromkeys(r.cell for r in usable):
         visits = [r for r in usable if r.cell == cell]
-        redos = [r for r in visits if not disturbed(r) and len(cells_per_pass[r.repeat]) < whole]
+        redos = [r for r in visits if not disturbed(r) and sizes[r.repeat] < whole]
         for bad in (r for r in visits if disturbed(r)):
             redo = next((r for r in redos if r.repeat > bad.repeat), None)
             if redo is not None:
@@ -270,13 +268,19 @@ def observations(results: list[CellResult], attribute: str) -> list[Observation]
             for r in usable if id(r) not in dropped]
 
 
+def pass_sizes(results: list[CellResult]) -> dict[int, int]:
+    """pass (repeat) -> how many cells it visited."""
+    cells: dict[int, set] = {}
+    for r in results:
+        cells.setdefault(r.repeat, set()).add(r.cell)
+    return {p: len(c) for p, c in cells.items()}
+
+
 def whole_passes(results: list[CellResult]) -> int:
     """The passes that visited every cell the run visited (a budget's redo pass of a few cells is not one)."""
-    cells_per_pass: dict[int, set] = {}
-    for r in results:
-        cells_per_pass.setdefault(r.repeat, set()).add(r.cell)
-    most = max((len(c) for c in cells_per_pass.values()), default=0)
-    return sum(len(c) == most for c in cells_per_pass.values())
+    sizes = pass_sizes(results)
+    most = max(sizes.values(), default=0)
+    return sum(n == most for n in sizes.values())
 
 
 def disturbed(result: CellResult) -> bool:
