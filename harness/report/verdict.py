@@ -65,18 +65,18 @@ def effect_lines(effects: list[Effect], passes: int = 1, min_effect: float = MIN
     if not shown:
         return ["EFFECTS: too few visits to fit the effect of each choice (run with --repeats 3 or more)"]
     lines = ["EFFECTS on samples/s (ratio against the axis's first level, 95% interval, all cells and visits):"]
-    for e in shown:
+    words = [e.decision(min_effect, passes) for e in shown]
+    for e, word in zip(shown, words):
         more = ""
-        if e.decision(min_effect, passes) == OPEN and e.decision(min_effect) != OPEN:
+        if word == OPEN and e.decision(min_effect) != OPEN:  # decided, were it not one pass
             more = (f" (decided {verdict_word(e, min_effect)} on {passes} pass, but one pass's interval misses "
                     f"what changes from run to run: a decision waits for a second pass, --repeats 2 or --budget)")
-        elif e.decision(min_effect, passes) == OPEN:
+        elif word == OPEN:
             need = passes_to_decide(e, passes, min_effect)
             more = (f" (about {need} whole passes in all would decide it with 80% power if the true effect is "
                     f"x{e.ratio:.2f}; {passes} so far)" if need is not None else "")
         lines.append(f"  {e.axis}={e.level} vs {e.reference}: x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}] "
                      f"{verdict_word(e, min_effect, passes)}{more}")
-    words = [e.decision(min_effect, passes) for e in shown]
     decided = sum(w in (HIGHER, LOWER, NO_EFFECT) for w in words)
     same = sum(w == IDENTICAL for w in words)
     lines.append(f"  decided: {decided} of {len(shown) - same} (higher, lower, or no effect larger than "
