@@ -75,32 +75,30 @@ def cmd_compare(argv: list[str]) -> int:
     return compare_runs.main(request_of(compare_runs.CompareRequest, parsers.compare_parser().parse_args(argv)))
 
 
-SUBCOMMANDS = {  # name: (command module, one line of help)
-    "ab-gate": (ab_gate, "this commit's tree against its parent's, single-repeat runs interleaved on this "
-                "machine, compared on the gate metric; exit 1 only on a significant regression"),
-    "gate-precheck": (ab_gate, "0 when a baseline may be of this machine (CPU model, count, cores allowed), else 3"),
-    "check-predictions": (check_predictions, "the target model calibrated on one configuration of a scenario, 8 "
-                          "that each change one thing predicted and measured here; writes predictions.jsonl"),
-    "check-capacity": (check_capacity, "how many accelerators this host keeps at AU >= 90%: a 1-rank calibration "
-                       "and runs at 2 and 4 ranks per workload against the model; writes capacity.jsonl"),
-    "target-report": (target_report, "the per-stage table, plots/stages.png and, with a target, each cell's "
-                      "prediction there and the configuration to use, from a run directory alone"),
-    "oomcheck": (oomcheck, "an OOM on one rank of a 2-rank DDP run must neither hang nor crash the other"),
+SUBCOMMANDS = {  # name: (its Request class, its main, one line of help)
+    "ab-gate": (ab_gate.AbGateRequest, ab_gate.ab_gate_request,
+                "this commit's tree against its parent's, single-repeat runs interleaved on this machine, compared "
+                "on the gate metric; exit 1 only on a significant regression"),
+    "gate-precheck": (ab_gate.GatePrecheckRequest, ab_gate.precheck_request,
+                      "0 when a baseline may be of this machine (CPU model, count, cores allowed), else 3"),
+    "check-predictions": (check_predictions.Request, check_predictions.main,
+                          "the target model calibrated on one configuration of a scenario, 8 that each change one "
+                          "thing predicted and measured here; writes predictions.jsonl"),
+    "check-capacity": (check_capacity.Request, check_capacity.main,
+                       "how many accelerators this host keeps at AU >= 90%: a 1-rank calibration and runs at 2 and "
+                       "4 ranks per workload against the model; writes capacity.jsonl"),
+    "target-report": (target_report.Request, target_report.main,
+                      "the per-stage table, plots/stages.png and, with a target, each cell's prediction there and "
+                      "the configuration to use, from a run directory alone"),
+    "oomcheck": (oomcheck.Request, oomcheck.main,
+                 "an OOM on one rank of a 2-rank DDP run must neither hang nor crash the other"),
 }
-
-
-
-
-REQUESTS = {"ab-gate": ab_gate.AbGateRequest, "gate-precheck": ab_gate.GatePrecheckRequest}
 
 
 def cmd_subcommand(name: str, argv: list[str]) -> int:
     """`run_bench.py NAME ...`: parsed by its own parser into the command's Request, then its main."""
-    module, text = SUBCOMMANDS[name]
-    ns = parsers.subcommand_parser(name, text).parse_args(argv)
-    if name in REQUESTS:
-        return ab_gate.run_request(request_of(REQUESTS[name], ns))
-    return module.main(request_of(module.Request, ns))
+    request_class, command, text = SUBCOMMANDS[name]
+    return command(request_of(request_class, parsers.subcommand_parser(name, text).parse_args(argv)))
 
 
 def load_plugins(modules) -> None:

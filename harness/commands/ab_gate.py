@@ -54,10 +54,13 @@ class GatePrecheckRequest:
     baseline: Path
 
 
-def run_request(request: AbGateRequest | GatePrecheckRequest) -> int:
-    """The command line's entry (harness/cli/): the A/B gate, or the machine precheck."""
-    if isinstance(request, GatePrecheckRequest):
-        return precheck(request.baseline)
+def precheck_request(request: GatePrecheckRequest) -> int:
+    """`run_bench.py gate-precheck` (harness/cli/)."""
+    return precheck(request.baseline)
+
+
+def ab_gate_request(request: AbGateRequest) -> int:
+    """`run_bench.py ab-gate` (harness/cli/)."""
     r = request
     return main(r.parent, r.current, r.data_dir, r.out, runs=r.runs, scenario=r.scenario, min_effect=r.min_effect,
                 alpha=r.alpha, metric=r.gate_metric, parent_label=r.parent_label)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 
@@ -46,8 +46,7 @@ class Overrides:
 
     def given(self) -> dict:
         """{setting: value} as scenario.load takes them, None for the scenario's own."""
-        return {k: getattr(self, k) for k in ("samples", "steps", "epochs", "batch_size", "workers", "world_size",
-                                               "workload", "warmup_steps")}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(frozen=True)
