@@ -39,6 +39,7 @@ _BUILTINS = (
     "strategies.storage.lmdb",
     "strategies.storage.litdata",  # litdata itself is imported only when the storage is selected
     "strategies.sampler.shards",  # streams the shards of the three storages above
+    "strategies.storage.s3",  # webdataset, parquet and raw in an S3-compatible bucket (obstore, imported lazily)
     "strategies.cache.none",
     "strategies.cache.lru",
     "strategies.batching.fixed",

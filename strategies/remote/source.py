@@ -1,0 +1,45 @@
+"""What a remote reader reads through: a RangeStore (byte ranges and whole objects, ``in_flight`` at a time)
+behind an optional DiskTier. A range or object found in the tier costs no request; the misses of one call are
+fetched together (in parallel up to ``in_flight``) and kept. ``stats()`` merges both counters for the figures.
+Picklable; every part opens lazily in the process that reads."""
+from __future__ import annotations
+
+from strategies.cache.disk import DiskTier
+from strategies.remote.s3client import RangeStore
+
+
+class RemoteSource:
+    def __init__(self, url: str, in_flight: int = 1, disk_cache_mb: float = 0, cache_dir: str = "",
+                 endpoint_url: str = ""):
+        self.store = RangeStore(url, in_flight, endpoint_url)
+        self.tier = DiskTier(cache_dir, int(disk_cache_mb * 1024 * 1024)) if disk_cache_mb else None
+
+    def _through_tier(self, keys: list[str], fetch_missing) -> list[bytes]:
+        if self.tier is None:
+            return fetch_missing(list(range(len(keys))))
+        got = [self.tier.get(k) for k in keys]
+        missing = [i for i, g in enumerate(got) if g is None]
+        if missing:
+            for i, data in zip(missing, fetch_missing(missing)):
+                got[i] = data
+                self.tier.put(keys[i], data)
+        return got
+
+    def ranges(self, requests: list[tuple[str, int, int]]) -> list[bytes]:
+        """The bytes of each (object, start, end)."""
+        keys = [f"{self.store.url}/{n}:{a}-{b}" for n, a, b in requests]
+        return self._through_tier(keys, lambda idx: self.store.get_ranges([requests[i] for i in idx]))
+
+    def objects(self, names: list[str]) -> list[bytes]:
+        """Whole objects (one GET each, ``in_flight`` at a time)."""
+        keys = [f"{self.store.url}/{n}" for n in names]
+        return self._through_tier(keys, lambda idx: self.store.get_many([names[i] for i in idx]))
+
+    def stats(self) -> dict:
+        out = self.store.stats()
+        if self.tier is not None:
+            out.update(self.tier.stats())
+        return out
+
+    def close(self) -> None:
+        self.store.close()

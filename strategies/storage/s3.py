@@ -1,0 +1,146 @@
+"""S3 storage: a shard storage (webdataset tars, parquet row groups, raw objects one per sample and field)
+written to an S3-compatible bucket and read from it by byte ranges (strategies.remote).
+
+``storage = { name = "s3", format = "webdataset", url = "s3://dlbench/data", in_flight = 4,
+disk_cache_mb = 256 }``. The endpoint, region and credentials are found the standard way (AWS environment
+variables, ~/.aws/config, a profile's endpoint_url; ``endpoint_url`` overrides): strategies.remote.s3client.
+
+Writing: the format's own storage writes the samples into ``path`` (the local materialisation, with its
+manifest), then every data file (tar shards, data.parquet, the raw objects) is uploaded under
+``url/<format><variant>-<digest>/`` (digest: of the materialisation's meta.json and stored_bytes.npy, so the
+same data always lands on the same prefix and other data never on it), and ``remote.json`` records the prefix
+and each object's size. The small sidecars (meta.json, the tar member index, row_groups.json,
+stored_bytes.npy) stay local, as webdataset's indexed readers keep their index; readers never read the local
+data files. ``open`` lists the prefix once (one LIST call, counted) and uploads what the bucket lacks or holds
+at another size: an object store that forgot its data (the project's own is in memory) is filled again.
+
+Reading: ``in_flight`` range requests at once per process (a DataLoader worker); ``disk_cache_mb`` > 0 puts a
+size-bounded LRU disk cache tier (strategies.cache.disk) under the reader, in ``cache_dir``: whole shards for
+webdataset, the row-group ranges for parquet, whole objects for raw. ``reader.remote_stats()`` gives the
+process's figures: requests, bytes, LIST calls, latencies, retries, the seconds it waited, the tier's hits.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from strategies.params import choice, integer, number
+from strategies.registry import register
+from strategies.remote.s3client import RangeStore, parse_url
+from strategies.remote.s3parquet import S3ParquetReader
+from strategies.remote.s3raw import S3RawReader
+from strategies.remote.s3webdataset import S3WebDatasetReader
+from strategies.remote.source import RemoteSource
+from strategies.sample import FIELDS, Sample
+from strategies.storage.base import TrackedStorage
+from strategies.storage.parquet import ParquetStorage
+from strategies.storage.raw import RawStorage
+from strategies.storage.webdataset import WebDatasetStorage, _read_shards_json
+
+FORMATS = ("webdataset", "parquet", "raw")
+REMOTE = "remote.json"
+SIDECARS = {"webdataset": {"meta.json", "shards.json", "index.npy", "stored_bytes.npy"},
+            "parquet": {"meta.json", "row_groups.json", "stored_bytes.npy"},
+            "raw": {"meta.json", "stored_bytes.npy"}}
+
+
+def _inner(fmt: str, shard_size: int):
+    if fmt == "webdataset":
+        return WebDatasetStorage(shard_size=shard_size)
+    if fmt == "parquet":
+        return ParquetStorage(row_group_size=shard_size)
+    return RawStorage()
+
+
+def read_remote(path: Path) -> dict:
+    with open(Path(path) / REMOTE) as f:
+        return json.load(f)
+
+
+@register("storage", "s3")
+class S3Storage(TrackedStorage):
+    """``format``: webdataset, parquet or raw; ``url``: s3://BUCKET/PREFIX; ``shard_size``: samples per tar
+    shard or parquet row group; ``in_flight``: range requests at once per worker; ``disk_cache_mb``: the disk
+    cache tier's size (0: none) in ``cache_dir`` (default: a folder of the system's temp directory named by
+    the storage's variant and size); ``endpoint_url``: overrides the standard resolution."""
+
+    name = "s3"
+
+    def __init__(self, format: str = "webdataset", url: str = "s3://dlbench/data", shard_size: int = 64,
+                 in_flight: int = 4, disk_cache_mb: float = 0, cache_dir: str = "", endpoint_url: str = ""):
+        self.format = choice("format", format, FORMATS)
+        try:
+            parse_url(url)
+        except ValueError as err:
+            raise ValueError(str(err)) from None
+        self.url = url.rstrip("/")
+        self.shard_size = integer("shard_size", shard_size, 1)
+        self.in_flight = integer("in_flight", in_flight, 1)
+        self.disk_cache_mb = number("disk_cache_mb", disk_cache_mb, 0)
+        self.endpoint_url = str(endpoint_url)
+        self.inner = _inner(self.format, self.shard_size)
+        self.cache_dir = str(cache_dir) or str(Path(tempfile.gettempdir()) /
+                                                f"dlbench-tier{self.variant}-{self.disk_cache_mb:g}mb")
+
+    @property
+    def variant(self) -> str:
+        """The format, its own variant and the bucket's url (the local folder records where the data went)."""
+        where = hashlib.sha1(self.url.encode()).hexdigest()[:6]
+        return f"-{self.format}{self.inner.variant}-{where}"
+
+    def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:
+        path = Path(path)
+        self.inner.write(samples, path, count)
+        digest = hashlib.sha256()
+        for name in ("meta.json", "stored_bytes.npy"):
+            digest.update((path / name).read_bytes())
+        prefix = f"{self.format}{self.inner.variant}-{digest.hexdigest()[:16]}"
+        objects = {n: (path / n).stat().st_size for n in self._data_names(path)}
+        with open(path / REMOTE, "w") as f:
+            json.dump({"url": f"{self.url}/{prefix}", "format": self.format, "objects": objects}, f)
+        self.upload(path)
+
+    def _data_names(self, path: Path) -> list[str]:
+        return [n for n in self.inner.file_names(path) if n not in SIDECARS[self.format] and n != REMOTE]
+
+    def upload(self, path: Path, only_missing: bool = False) -> int:
+        """Put the data files the bucket lacks or holds at another size (one LIST), or every one unless
+        ``only_missing``; the number put."""
+        remote = read_remote(path)
+        store = RangeStore(remote["url"], endpoint_url=self.endpoint_url)
+        have = store.names() if only_missing else {}
+        put = 0
+        for name, size in remote["objects"].items():
+            if have.get(name) != size:
+                store.put(name, (Path(path) / name).read_bytes())
+                put += 1
+        return put
+
+    def open(self, path: Path, fields: Sequence[str] = FIELDS):
+        path = Path(path)
+        remote = read_remote(path)
+        put = self.upload(path, only_missing=True)
+        source = RemoteSource(remote["url"], self.in_flight, self.disk_cache_mb, self.cache_dir, self.endpoint_url)
+        if self.format == "webdataset":
+            reader = S3WebDatasetReader(path, source, _read_shards_json(path)["shards"], fields)
+        elif self.format == "parquet":
+            reader = S3ParquetReader(path, source, remote["objects"]["data.parquet"], fields,
+                                     self.inner.cached_groups)
+        else:
+            reader = S3RawReader(path, source, fields)
+        reader.remote_setup = {"lists": 1, "puts": put}  # this open's, in the rank (the workers count their own)
+        return self.track(reader, path)
+
+    def clear_disk_cache(self) -> None:
+        """Empty the disk cache tier (a cold tier for the next visit)."""
+        shutil.rmtree(self.cache_dir, ignore_errors=True)
+
+    def shard_ranges(self, path: Path) -> list[range] | None:
+        return self.inner.shard_ranges(path)
+
+    def file_names(self, path: Path) -> list[str]:
+        return [n for n in self.inner.file_names(path) if n != REMOTE] + [REMOTE]
