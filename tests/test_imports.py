@@ -12,7 +12,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "strategies")
 # lowest first: a module of a wing may import its own wing and the wings before it, never one after it
-WINGS = ("measure", "data", "config", "device", "train", "results", "analysis", "run", "report", "commands")
+WINGS = ("measure", "data", "config", "device", "train", "results", "analysis", "run", "report", "history",
+         "commands")
 BASE = {"harness.errors", "harness.progress"}  # imported by any wing; they import no other harness module
 TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.requests"}  # the door: may import every wing
 PARSER = "harness.cli.parsers"  # the one module that imports argparse

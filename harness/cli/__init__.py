@@ -13,6 +13,7 @@ command's own `Request`), settled once, and this module dispatches the request t
     run_bench.py oomcheck [--real]                   an OOM on one rank neither hangs nor crashes the other
     run_bench.py ab-gate --parent DIR                this commit against its parent, interleaved (CI's gate)
     run_bench.py gate-precheck BASELINE              may the baseline be of this machine (0) or not (3)
+    run_bench.py history ACTION ...                  the history store: add, list, show, compare, gate, steps, html
 
 Every command also takes --debug: an error then prints its full traceback instead of one line; the exit
 code stays the same (2 or 3), so --debug in CI never turns an error into "1, a regression".
@@ -45,6 +46,7 @@ from harness.commands import (
     check_capacity,
     check_predictions,
     compare_runs,
+    history,
     list_scenarios,
     oomcheck,
     rebuild_report,
@@ -76,6 +78,9 @@ def cmd_compare(argv: list[str]) -> int:
 
 
 SUBCOMMANDS = {  # name: (its Request class, its main, one line of help)
+    "history": (history.HistoryRequest, history.main,
+                "the history store: every run per commit and machine, its queries, a gate against the last "
+                "comparable runs, change points, a static HTML dashboard (docs/history.md)"),
     "ab-gate": (ab_gate.AbGateRequest, ab_gate.ab_gate_request,
                 "this commit's tree against its parent's, single-repeat runs interleaved on this machine, compared "
                 "on the gate metric; exit 1 only on a significant regression"),
@@ -128,7 +133,10 @@ def cmd_bench(argv: list[str]) -> int:
     load_plugins(request.plugins)
     if ns.check_predictions:
         return check_predictions.main(check_predictions_request_of(request))
+    before = _prepare(ns.history, request.out) if ns.history else set()
     code = bench.main(request)
+    if ns.history and request.rank == 0 and not (request.dry_run or request.loader_only):
+        code = _record(ns.history, request, before, code)
     if request.torchrun is not None:
         # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
         # background threads sometimes abort ("terminate called without an active exception")
@@ -136,6 +144,28 @@ def cmd_bench(argv: list[str]) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _run_dirs(out: Path) -> set[Path]:
+    return set(out.iterdir()) if out.is_dir() else set()
+
+
+def _prepare(store: Path, out: Path) -> set[Path]:
+    """Before anything is measured: the store opens (a newer or damaged one is one line, exit 2); the run
+    directories already under --out."""
+    history.store.open_store(store).close()
+    return _run_dirs(out)
+
+
+def _record(store: Path, request, before: set[Path], code: int) -> int:
+    """--history FILE (or DLBENCH_HISTORY): the run just written adds itself; a failure to add is exit 2 at
+    worst, never 1, and the run directory stays."""
+    made = sorted(d for d in _run_dirs(request.out) - before if (d / "cells.jsonl").is_file())
+    run_dir = request.resume or (made[-1] if made else None)
+    if run_dir is None:
+        return code
+    added = history.record(store, run_dir)
+    return code if added == EXIT_OK or code != EXIT_OK else added
 
 
 COMMANDS = {"report": cmd_report, "compare": cmd_compare, "list": lambda argv: cmd_bench(["--list", *argv]),

@@ -3,9 +3,10 @@ parse becomes a typed request in harness.cli.requests; nothing below the CLI see
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
-from harness.commands import check_capacity, check_predictions, oomcheck
+from harness.commands import check_capacity, check_predictions, history, oomcheck
 from harness.config import scenario
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS
@@ -96,6 +97,8 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     gate.add_argument("--save-baseline", type=Path, metavar="FILE", help="write this run as a baseline")
     gate.add_argument("--baseline", type=Path, metavar="FILE",
                       help="compare with a baseline; exit 1 on a significant regression, 3 if not comparable")
+    gate.add_argument("--history", type=Path, metavar="FILE", default=history_default(),
+                      help="add the run to this history store at its end (default: $DLBENCH_HISTORY, if set)")
     add_compare_options(gate)
     add_what_if_option(p)
     add_target_option(p)
@@ -248,7 +251,28 @@ def define_gate_precheck(p: argparse.ArgumentParser) -> None:
     p.add_argument("baseline", type=Path, help="a baseline file (--save-baseline)")
 
 
-DEFINE = {"ab-gate": define_ab_gate, "gate-precheck": define_gate_precheck,
+def history_default(fallback: Path | None = None) -> Path | None:
+    """The history store when --history is not given: $DLBENCH_HISTORY, else `fallback`."""
+    return Path(os.environ["DLBENCH_HISTORY"]) if os.environ.get("DLBENCH_HISTORY") else fallback
+
+
+def define_history(p: argparse.ArgumentParser) -> None:
+    d = history.HistoryRequest
+    p.add_argument("action", choices=history.ACTIONS, help="add RUN_DIR... | list | show CELL|AXIS | compare "
+                   "COMMIT_A COMMIT_B | gate RUN_DIR | steps | html OUT_DIR")
+    p.add_argument("args", nargs="*", help="the action's arguments")
+    p.add_argument("--history", dest="store", type=Path, default=history_default(REPO / "results" / "history.sqlite"),
+                   metavar="FILE", help="the store ($DLBENCH_HISTORY, else results/history.sqlite)")
+    p.add_argument("--branch", default=d.branch, help="add: the runs' branch; gate: compare with this branch's runs")
+    p.add_argument("--scenario", help="only this scenario (show, compare, steps)")
+    p.add_argument("--figure", choices=("cpu", "throughput", "au"), default=d.figure,
+                   help="cpu: loader + rank CPU s/sample (default), throughput, au (show, compare, steps, gate)")
+    p.add_argument("--last", type=int, default=d.last, help=f"gate: the last K comparable runs ({d.last})")
+    p.add_argument("--min-effect", type=min_effect, default=d.min_effect, help=f"gate: ({d.min_effect})")
+    p.add_argument("--alpha", type=alpha, default=d.alpha, help=f"gate: over all cells ({d.alpha})")
+
+
+DEFINE = {"history": define_history, "ab-gate": define_ab_gate, "gate-precheck": define_gate_precheck,
           "check-predictions": define_check_predictions, "check-capacity": define_check_capacity,
           "target-report": define_target_report, "oomcheck": define_oomcheck}
 

@@ -1,0 +1,122 @@
+"""The history gate: a run's cells against the same cells in the last K comparable runs of the store (same
+scenario, machine fingerprint and settings hash, earlier in time), each cell by the lookback test
+(harness.history.lookback) at alpha / cells (Bonferroni, as the A/B gate: with unchanged code the chance that
+any cell is called slower stays under alpha), on the loader + rank CPU per sample ("cpu") or throughput.
+
+A cell's value in a run is the median of its measured visits there. Exit 1 when a cell is "slower" or errored
+now where every history run measured it; fewer than MIN_RUNS comparable runs is NOT RUN, exit 0 (a fresh
+clone has no history: never a false failure). The run gated is never part of its own history.
+"""
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from harness.history import store
+from harness.history.lookback import MIN_RUNS, LookbackResult, lookback
+from harness.results import stats
+
+METRICS = {"cpu": ("cpu_per_sample", True, "loader + rank CPU s/sample"),
+           "throughput": ("throughput", False, "throughput, samples/s")}  # column, lower is better, name
+
+
+@dataclass
+class GateRow:
+    cell: str
+    value: float | None
+    result: LookbackResult | None
+    verdict: str
+    regression: bool = False
+
+
+@dataclass
+class HistoryGate:
+    rows: list[GateRow]
+    history: list[sqlite3.Row]  # the comparable runs used, oldest first
+    metric: str
+    alpha: float
+    min_effect: float
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ran(self) -> bool:
+        return len(self.history) >= MIN_RUNS
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.ran and any(r.regression for r in self.rows) else 0
+
+
+def cell_values(visits, column: str) -> dict[str, float]:
+    """cell -> the median of its measured visits' `column` (cells without a value are left out)."""
+    by_cell: dict[str, list[float]] = {}
+    for v in visits:
+        value = v[column]
+        if not v["error"] and value is not None and value > 0:
+            by_cell.setdefault(v["cell"], []).append(value)
+    return {c: stats.median(xs) for c, xs in by_cell.items()}
+
+
+def comparable_runs(db: sqlite3.Connection, run: dict, last: int, branch: str | None = None) -> list[sqlite3.Row]:
+    """The last `last` runs before `run` of its scenario, machine fingerprint and settings (and `branch`)."""
+    sql = ("SELECT * FROM runs WHERE scenario = ? AND machine_fp = ? AND settings_hash = ? AND run_key != ? "
+           "AND time_utc < ?" + (" AND branch = ?" if branch else "") + " ORDER BY time_utc DESC, id DESC LIMIT ?")
+    args = [run["scenario"], run["machine_fp"], run["settings_hash"], run["run_key"], run["time_utc"]]
+    rows = db.execute(sql, args + ([branch] if branch else []) + [last]).fetchall()
+    return rows[::-1]
+
+
+def _row(cell: str, value, errored: bool, series: list[float], alpha: float, min_effect: float,
+         lower: bool) -> GateRow:
+    if errored:
+        return GateRow(cell, None, None, "error", regression=len(series) >= MIN_RUNS)
+    if value is None:
+        return GateRow(cell, None, None, "missing")
+    if not series:
+        return GateRow(cell, value, None, "new")
+    result = lookback(series, value, alpha, min_effect, lower)
+    return GateRow(cell, value, result, result.verdict, regression=result.verdict == "slower")
+
+
+def gate(db: sqlite3.Connection, run: dict, visits: list, metric: str = "cpu", last: int = 10,
+         min_effect: float = 0.15, alpha: float = 0.05, branch: str | None = None) -> HistoryGate:
+    """`run` (a runs row, stored or not) and its visits against its comparable history."""
+    column, lower, _ = METRICS[metric]
+    history = comparable_runs(db, run, last, branch)
+    past = [cell_values(store.visits_of(db, h["id"]), column) for h in history]
+    now = cell_values(visits, column)
+    errored = {v["cell"] for v in visits if v["error"]} - set(now)
+    cells = list(dict.fromkeys([*now, *sorted(errored), *sorted({c for p in past for c in p})]))
+    each = alpha / max(1, len(now))
+    rows = [_row(c, now.get(c), c in errored, [p[c] for p in past if c in p], each, min_effect, lower)
+            for c in cells]
+    warnings = []
+    if len(history) < MIN_RUNS:
+        warnings.append(f"NOT RUN: {len(history)} comparable run(s) in the history (scenario {run['scenario']}, "
+                        f"this machine, these settings); the history gate needs {MIN_RUNS}: exit 0, no verdict")
+    return HistoryGate(rows, history, metric, alpha, min_effect, warnings)
+
+
+def render(result: HistoryGate) -> str:
+    """The gate's table and its summary line, as text."""
+    _, _, name = METRICS[result.metric]
+    lines = [f"{'cell':60s} {'now':>10s} {'history':>10s} {'ratio':>8s} {'t':>6s} {'band':>15s}  verdict"]
+    for r in result.rows:
+        res = r.result
+        geo = r.value / res.ratio if res and res.ratio else None
+        band = f"[{res.band[0]:.2f}, {res.band[1]:.2f}]" if res and res.band else ""
+        lines.append(f"{r.cell[:60]:60s} {_num(r.value):>10s} {_num(geo):>10s} "
+                     f"{(f'x{res.ratio:.3f}' if res and res.ratio else ''):>8s} "
+                     f"{(f'{res.t:+.2f}' if res and res.t is not None else ''):>6s} {band:>15s}  {r.verdict}")
+    counts = {v: sum(r.verdict == v for r in result.rows) for v in ("slower", "faster", "unchanged", "inconclusive",
+                                                                    "error", "new", "missing")}
+    shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n or v in ("slower", "faster", "unchanged"))
+    each = result.alpha / max(1, sum(r.value is not None for r in result.rows))
+    lines.append(f"history gate: {shown} (metric: {name}, against the last {len(result.history)} comparable "
+                 f"runs, min effect {result.min_effect:.0%}, alpha {result.alpha:g} over the cells, {each:.2g} "
+                 f"each): {'FAILED' if result.exit_code else 'passed'}")
+    return "\n".join(lines + result.warnings)
+
+
+def _num(v) -> str:
+    return "" if v is None else f"{v:.4g}"

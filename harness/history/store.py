@@ -1,0 +1,142 @@
+"""The history store: one SQLite file (the standard library's sqlite3), one row per run, per cell visit and per
+effect, versioned like every file the harness writes (harness.results.fileformat's conventions).
+
+Tables (version 1):
+
+    meta(key, value)      "schema" -> the store's version (VERSION_KEY; a store without it is version 1)
+    runs                  one row per run: run_key (unique: a run added twice is skipped), run_dir, commit_id,
+                          dirty, branch, time_utc, scenario, settings_hash and settings (env.json's
+                          `comparable`, what a baseline must share), machine_fp and machine (the machine the
+                          baseline gate checks, harness.history.runrows.fingerprint), repeats, verdict (the
+                          report's verdict lines), gate (comparison.md's summary line, when the run was gated)
+    visits                one row per cell visit: run_id, cell, repeat, error, throughput and its interval
+                          (throughput_low/high), au_pct, loader_cpu and rank_cpu (s/sample), cpu_per_sample
+                          (their sum), step_p50_ms, disturbed (outside load above the threshold)
+    effects               one row per effect of effects.jsonl: run_id, figure, axis, level, reference, kind,
+                          ratio, low, high, n
+
+Opening (`open_store`): a missing file is created at the current version; an older version is upgraded in
+place by the format's chain of steps (STORE.upgrades[v]: a connection at version v to one at v + 1, in one
+transaction); a newer version, a version that is no number, or a file that is not a SQLite database is a
+ResultsError (one line naming the file and the remedy).
+"""
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
+
+STORE_VERSION = 1
+STORE_HISTORY = {
+    1: "the first history store: runs (commit, branch, time, scenario, settings hash, machine fingerprint, verdict, "
+       "gate), visits (one per cell visit: throughput and interval, AU, loader and rank CPU per sample), effects",
+}
+STORE = FileFormat("history store", STORE_VERSION, STORE_HISTORY)
+REMEDY = "pass another --history file, or move this one aside and add the run directories again (history add)"
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY, run_key TEXT NOT NULL UNIQUE, run_dir TEXT NOT NULL, commit_id TEXT NOT NULL,
+    dirty INTEGER NOT NULL, branch TEXT NOT NULL, time_utc TEXT NOT NULL, scenario TEXT NOT NULL,
+    settings_hash TEXT NOT NULL, settings TEXT NOT NULL, machine_fp TEXT NOT NULL, machine TEXT NOT NULL,
+    repeats INTEGER NOT NULL, verdict TEXT NOT NULL, gate TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS runs_by_scenario ON runs (scenario, machine_fp, settings_hash, time_utc);
+CREATE TABLE IF NOT EXISTS visits (
+    run_id INTEGER NOT NULL REFERENCES runs(id), cell TEXT NOT NULL, repeat INTEGER NOT NULL, error TEXT,
+    throughput REAL, throughput_low REAL, throughput_high REAL, au_pct REAL, loader_cpu REAL, rank_cpu REAL,
+    cpu_per_sample REAL, step_p50_ms REAL, disturbed INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS visits_by_run ON visits (run_id, cell);
+CREATE TABLE IF NOT EXISTS effects (
+    run_id INTEGER NOT NULL REFERENCES runs(id), figure TEXT NOT NULL, axis TEXT NOT NULL, level TEXT NOT NULL,
+    reference TEXT NOT NULL, kind TEXT NOT NULL, ratio REAL, low REAL, high REAL, n INTEGER);
+"""
+RUN_COLUMNS = ("run_key", "run_dir", "commit_id", "dirty", "branch", "time_utc", "scenario", "settings_hash",
+               "settings", "machine_fp", "machine", "repeats", "verdict", "gate")
+VISIT_COLUMNS = ("cell", "repeat", "error", "throughput", "throughput_low", "throughput_high", "au_pct",
+                 "loader_cpu", "rank_cpu", "cpu_per_sample", "step_p50_ms", "disturbed")
+EFFECT_COLUMNS = ("figure", "axis", "level", "reference", "kind", "ratio", "low", "high", "n")
+
+
+def _version(db: sqlite3.Connection, where: str) -> int | None:
+    """The store's version (None: an empty file, nothing in it yet)."""
+    names = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not names:
+        return None
+    if "meta" not in names:
+        raise ResultsError(f"{where} is a SQLite database but not a dlbench history store (no meta table); {REMEDY}")
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()
+    found = row[0] if row is not None else None
+    obj = {} if found is None else {VERSION_KEY: int(found) if str(found).isdigit() else found}
+    return STORE.version_of(obj, where)
+
+
+def open_store(path: str | Path, fmt: FileFormat = STORE, create: bool = True) -> sqlite3.Connection:
+    """The store at `path`, at `fmt`'s version: created when missing (with `create`), an older one upgraded in
+    place. A ResultsError (one line) for a newer store, a damaged file or a path that cannot be opened."""
+    path = Path(path)
+    if path.is_dir():
+        raise ResultsError(f"history store {path} is a directory; pass a file path (e.g. {path / 'history.sqlite'})")
+    if not path.exists() and not create:
+        raise ResultsError(f"history store {path} does not exist; add runs to it first "
+                           f"(run_bench.py history add RUN_DIR... --history {path})")
+    try:
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(path, timeout=30)
+        found = _version(db, f"history store {path}")
+    except sqlite3.DatabaseError as err:
+        raise ResultsError(f"history store {path} cannot be read as SQLite ({err}); {REMEDY}") from None
+    except OSError as err:
+        raise ResultsError(f"history store {path} cannot be opened ({err.strerror or err}); pass a writable "
+                           f"path") from None
+    db.row_factory = sqlite3.Row
+    with db:
+        if found is None:
+            db.executescript(TABLES)
+            db.execute("INSERT INTO meta VALUES (?, ?)", (VERSION_KEY, str(fmt.version)))
+        elif found < fmt.version:
+            fmt.upgrade(db, found)  # each step a connection at version v to one at v + 1
+            db.execute("UPDATE meta SET value = ? WHERE key = ?", (str(fmt.version), VERSION_KEY))
+    return db
+
+
+def has_run(db: sqlite3.Connection, run_key: str) -> bool:
+    return db.execute("SELECT 1 FROM runs WHERE run_key = ?", (run_key,)).fetchone() is not None
+
+
+def insert_run(db: sqlite3.Connection, run: dict, visits: list[dict], effects: list[dict]) -> int | None:
+    """One run with its visits and effects, in one transaction; None when the run is in the store already."""
+    if has_run(db, run["run_key"]):
+        return None
+    with db:
+        cur = db.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
+                         [run[c] for c in RUN_COLUMNS])
+        run_id = cur.lastrowid
+        db.executemany(f"INSERT INTO visits (run_id, {', '.join(VISIT_COLUMNS)}) VALUES "
+                       f"({', '.join('?' * (len(VISIT_COLUMNS) + 1))})",
+                       [[run_id, *[v[c] for c in VISIT_COLUMNS]] for v in visits])
+        db.executemany(f"INSERT INTO effects (run_id, {', '.join(EFFECT_COLUMNS)}) VALUES "
+                       f"({', '.join('?' * (len(EFFECT_COLUMNS) + 1))})",
+                       [[run_id, *[e[c] for c in EFFECT_COLUMNS]] for e in effects])
+    return run_id
+
+
+def runs(db: sqlite3.Connection, scenario: str | None = None, machine_fp: str | None = None) -> list[sqlite3.Row]:
+    """The runs, oldest first, of one scenario and machine where given."""
+    where, args = [], []
+    for column, value in (("scenario", scenario), ("machine_fp", machine_fp)):
+        if value is not None:
+            where.append(f"{column} = ?")
+            args.append(value)
+    sql = "SELECT * FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY time_utc, id"
+    return db.execute(sql, args).fetchall()
+
+
+def visits_of(db: sqlite3.Connection, run_id: int) -> list[sqlite3.Row]:
+    return db.execute("SELECT * FROM visits WHERE run_id = ? ORDER BY cell, repeat", (run_id,)).fetchall()
+
+
+def effects_of(db: sqlite3.Connection, run_id: int) -> list[sqlite3.Row]:
+    return db.execute("SELECT * FROM effects WHERE run_id = ?", (run_id,)).fetchall()
