@@ -133,18 +133,37 @@ def test_a_case_scales_what_it_changes_by_the_measured_ratios():
     assert big.loader_s == pytest.approx(1e-4 + 3e-3 + 2e-4 + 2e-4)
 
 
-def test_the_run_cpu_on_a_shared_host_is_fitted_to_the_calibration():
+def test_the_check_predicts_from_the_cores_and_corrects_for_the_outside_load_it_measured():
     base = checkcases.CheckCase("calibration")
     bench = checkcases.Bench(read_s={}, decode_s={}, area={})
     c = costs(device_s=1e-6)
     idle = checkcases.predict_case(c, base, base, bench, V100, 2.0).samples_per_s
-    assert checkcases.run_cores(c, base, bench, V100, 2.0, idle * 1.1) == 2.0  # faster than the model: all
-    got = checkcases.run_cores(c, base, bench, V100, 2.0, idle / 3)
-    again = checkcases.predict_case(c, base, base, bench, V100, 2.0, got).samples_per_s
-    assert got < 2.0 and again == pytest.approx(idle / 3, rel=1e-3)
-    # a second worker on the same CPU: three processes share it; the workers get 2 x 1/3 of it, not 1/2
-    two = checkcases.predict_case(c, base, replace(base, workers=2), bench, V100, 2.0, got).samples_per_s
-    assert two == pytest.approx(again * (2 / 3) / (1 / 2), rel=1e-3)
+    one = checkcases.predict_case(c, base, base, bench, V100, 1.0).samples_per_s
+    assert one < idle  # the absolute model on 1 CPU: the worker and the rank share it
+    half = checkcases.predict_case(c, base, base, bench, V100, 2.0, outside_pct=50.0).samples_per_s
+    assert half == pytest.approx(one, rel=1e-6)  # half of 2 CPUs taken by others: 1 CPU's worth left
+    # a second worker with 1 CPU's worth: the CPU binds, not the workers (the model's loader CPU bound)
+    two = checkcases.predict_case(c, base, replace(base, workers=2), bench, V100, 2.0, 50.0)
+    assert two.samples_per_s == pytest.approx(half, rel=1e-6) and two.binds == "loader CPU"
+    assert checkcases.predict_case(c, base, replace(base, workers=2), bench, V100, 2.0).samples_per_s > idle
+
+
+def test_a_case_its_calibration_predicts_the_same_is_a_copy():
+    assert checkcases.is_copy(1010.0, 1000.0) and not checkcases.is_copy(1030.0, 1000.0)
+    assert not checkcases.is_copy(5.0, 0.0)
+
+
+def test_the_pairings_cross_the_one_cpu_boundary_both_ways():
+    base = checkcases.CheckCase("calibration", workers=1)
+    all_cases = checkcases.cases(base, 224, None, allowance=2)
+    assert all_cases[-1].name == checkcases.ONE_CPU and all_cases[-1].cpus == 1
+    pairs = checkcases.pairings(all_cases, 2)
+    crossing = [(p.source, p.case) for p in pairs
+                if {p.source, p.case} & {checkcases.ONE_CPU} and p.source != p.case]
+    assert ("calibration", checkcases.ONE_CPU) in crossing and (checkcases.ONE_CPU, "calibration") in crossing
+    assert (checkcases.ONE_CPU, "workers 1 -> 2") in crossing and (checkcases.ONE_CPU, "ranks 1 -> 2") in crossing
+    assert pairs[0] == checkcases.Pairing("calibration", "calibration", "calibration")
+    assert checkcases.ONE_CPU not in {c.name for c in checkcases.cases(base, 224, None, allowance=1)}
 
 
 def test_the_error_summary():

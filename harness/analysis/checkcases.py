@@ -1,9 +1,11 @@
-"""Pure: the configurations --check-predictions measures (`CheckCase`), and each one's prediction from the
-calibration's measured costs: the costs a case changes are scaled by what the command measured beside the
-cells (the read stage per storage, the decode stage per decoder and image size, the pixels per image), and
-the case's target is this host as the calibration found it: the CPU the run got there (`run_cores`, fitted
-to the calibration's measured samples/s), each process at most an equal part of it, and the disk's measured
-rate and latency for a cold page cache. docs/prediction.md.
+"""Pure: the configurations --check-predictions measures (`CheckCase`), the predictions it scores
+(`Pairing`: a case predicted from a calibration's measured costs), and each prediction: the costs a case
+changes are scaled by what the command measured beside the cells (the read stage per storage, the decode stage
+per decoder and image size, the pixels per image), and the case's target is this host with the CPUs the case's
+launch may use (its allowance, or the one CPU a confined case runs on) and the disk's measured rate and
+latency for a cold page cache. Nothing is fitted to a measured samples/s: the headline is this absolute
+model. Beside it, labelled, a shared-host correction takes from the allowance the CPU that processes outside
+the run used during the case's own visits (measured, not fitted). docs/prediction.md.
 
 The check writes one row per case to predictions.jsonl, a file of format PREDICTIONS (its version and history
 below; harness.results.fileformat reads and writes it).
@@ -19,14 +21,33 @@ from harness.config.target import Target
 from harness.results.fileformat import FileFormat
 
 # predictions.jsonl's format version (written under "schema" in each line), and what each version is:
-PREDICTIONS_VERSION = 1
+PREDICTIONS_VERSION = 2
 PREDICTIONS_HISTORY = {
-    1: "every predictions.jsonl so far: one row per configuration: `config`, `settings`, `predicted`, "
-       "`measured`, `error_pct`, `binds`, `predicted_idle_host`, `run_cores`, `visits`, `spread_pct`, "
-       "`loader_ms`, `rank_ms`, `note` (the cases after the calibration); the `schema` key added within "
+    1: "one row per configuration: `config`, `settings`, `predicted` (the CPU the run got fitted to the "
+       "calibration's measured samples/s), `measured`, `error_pct`, `binds`, `predicted_idle_host`, "
+       "`run_cores`, `visits`, `spread_pct`, `loader_ms`, `rank_ms`, `note`; the `schema` key added within "
        "version 1 (a line without it is version 1)",
+    2: "one row per prediction scored: `config`, `source` (the calibration it is predicted from), `settings`, "
+       "`predicted` (the absolute model: nothing fitted), `predicted_shared` (less the outside load measured "
+       "in the case's visits), `measured`, `error_pct` and `error_shared_pct`, `flag` (calibration, copy or "
+       "empty) and `scored`, `binds`, `visits`, `spread_pct`, `loader_ms`, `rank_ms`, `note`; "
+       "`predicted_idle_host` is `predicted` now, and version 1's fitted `predicted` reads as "
+       "`predicted_fitted`",
 }
-PREDICTIONS = FileFormat("predictions.jsonl", PREDICTIONS_VERSION, PREDICTIONS_HISTORY)
+
+
+def _v1_to_v2(row: dict) -> dict:
+    """A version 1 row as version 2 reads it: the idle-host prediction is the headline."""
+    out = {k: v for k, v in row.items() if k not in ("predicted_idle_host", "run_cores")}
+    flag = "calibration" if row.get("config") == "calibration" else ""
+    absolute = row.get("predicted_idle_host")
+    return {**out, "source": "calibration", "predicted": absolute, "predicted_fitted": row.get("predicted"),
+            "predicted_shared": None, "error_shared_pct": None, "flag": flag, "scored": not flag,
+            "error_pct": round(error_pct(absolute, row.get("measured")), 1)
+            if absolute is not None and row.get("measured") else None}
+
+
+PREDICTIONS = FileFormat("predictions.jsonl", PREDICTIONS_VERSION, PREDICTIONS_HISTORY, {1: _v1_to_v2})
 PIXEL_STAGES = ("collate", "send")  # stages whose work scales with the pixels of an image
 
 
@@ -40,21 +61,38 @@ class CheckCase:
     storage: str = "raw"
     decoder: str = "pil"
     cache_state: str = "warm"
+    cpus: int = 0  # the CPUs its launch is confined to (0: the run's whole allowance)
 
     @property
     def group(self) -> tuple:
         """Cases that differ only in storage run as cells of one launch."""
-        return (self.world_size, self.workers, self.batch_size, self.image_size, self.decoder, self.cache_state)
+        return (self.world_size, self.workers, self.batch_size, self.image_size, self.decoder, self.cache_state,
+                self.cpus)
 
     def config(self) -> dict:
-        return {"world_size": self.world_size, "workers": self.workers, "batch_size": self.batch_size,
-                "image_size": self.image_size, "storage": self.storage, "decoder": self.decoder,
-                "page_cache": self.cache_state}
+        out = {"world_size": self.world_size, "workers": self.workers, "batch_size": self.batch_size,
+               "image_size": self.image_size, "storage": self.storage, "decoder": self.decoder,
+               "page_cache": self.cache_state}
+        return {**out, "cpus": self.cpus} if self.cpus else out
 
 
-def cases(base: CheckCase, other_size: int, other_decoder: str | None = None) -> list[CheckCase]:
+@dataclass(frozen=True)
+class Pairing:
+    """One scored prediction: the measured case `case` predicted from the costs of the case `source`."""
+
+    name: str
+    source: str
+    case: str
+
+
+ONE_CPU = "calibration on 1 CPU"
+
+
+def cases(base: CheckCase, other_size: int, other_decoder: str | None = None,
+          allowance: int = 1) -> list[CheckCase]:
     """The calibration (first) and the cases, each changing one thing (other_decoder: the decoder the
-    decoder case switches to; None: no decoder case)."""
+    decoder case switches to; None: no decoder case); with an allowance of 2 CPUs or more, the calibration's
+    configuration confined to 1 CPU, the other calibration of the machine-boundary pairings."""
     out = [replace(base, name="calibration"),
            replace(base, name=f"workers {base.workers} -> {base.workers + 1}", workers=base.workers + 1),
            replace(base, name=f"ranks {base.world_size} -> {base.world_size + 1}", world_size=base.world_size + 1),
@@ -65,6 +103,22 @@ def cases(base: CheckCase, other_size: int, other_decoder: str | None = None) ->
            replace(base, name="page cache cold", cache_state="cold")]
     if other_decoder and other_decoder != base.decoder:
         out.insert(7, replace(base, name=f"decoder {base.decoder} -> {other_decoder}", decoder=other_decoder))
+    if allowance >= 2:
+        out.append(replace(base, name=ONE_CPU, cpus=1))
+    return out
+
+
+def pairings(all_cases: list[CheckCase], allowance: int) -> list[Pairing]:
+    """What the check scores: each case from the calibration (the calibration itself first), and across the
+    machine boundary: the 1-CPU launch from the calibration, and from the 1-CPU calibration the calibration's
+    configuration, the workers case and the ranks case on the whole allowance."""
+    names = {c.name for c in all_cases}
+    out = [Pairing(c.name if c.name != ONE_CPU else f"1 CPU (from {allowance})", "calibration", c.name)
+           for c in all_cases]
+    if ONE_CPU in names:
+        out.append(Pairing(f"{allowance} CPUs (from 1)", ONE_CPU, "calibration"))
+        out += [Pairing(f"{c.name} on {allowance} CPUs (from 1)", ONE_CPU, c.name) for c in all_cases
+                if c.name.startswith(("workers ", "ranks "))]
     return out
 
 
@@ -110,39 +164,25 @@ def case_target(case: CheckCase, accelerator: Accelerator, cores: float, bench: 
                   workers_per_rank=case.workers, batch_size=case.batch_size, name="this host")
 
 
-def processes(case: CheckCase) -> int:
-    """The run's busy processes: every rank and its workers."""
-    return case.world_size * (1 + case.workers)
-
-
 def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, accelerator: Accelerator,
-                 cores: float, run_cores: float | None = None) -> Prediction:
-    """The case's prediction on this host when the run gets `run_cores` cores' worth of CPU in all (None:
-    the host to itself), each of its processes at most an equal part of it."""
-    if run_cores is None:
-        got, share = cores, 1.0
-    else:
-        got = min(cores, run_cores)
-        share = min(1.0, got / processes(case))
+                 cores: float, outside_pct: float | None = None) -> Prediction:
+    """The case's prediction on this host with `cores` CPUs (the absolute model: each process may use a
+    whole core); with `outside_pct` (the CPU that processes outside the run used during the case's visits,
+    % of those CPUs: the shared-host correction), the run gets the rest, and none of its processes more
+    than that."""
+    got = cores if outside_pct is None else max(0.05, cores * (1.0 - min(95.0, max(0.0, outside_pct)) / 100.0))
+    share = min(1.0, got)
     return predict(case_costs(calib, base, case, bench), case_target(case, accelerator, got, bench),
                    accelerator, advise=False, share=share)
 
 
-def run_cores(calib: Costs, base: CheckCase, bench: Bench, accelerator: Accelerator, cores: float,
-              measured: float) -> float:
-    """The CPU (in cores) the run got on this shared host during the calibration: the amount at which the
-    model predicts the calibration's measured samples/s (bisection; the host's cores when even they predict
-    less)."""
-    def rate(c: float) -> float:
-        return predict_case(calib, base, base, bench, accelerator, cores, c).samples_per_s
+COPY_PCT = 2.0  # a prediction within this of its calibration's own prediction scores the calibration again
 
-    if rate(cores) <= measured:
-        return float(cores)
-    low, high = 1e-3, float(cores)
-    for _ in range(60):
-        mid = 0.5 * (low + high)
-        low, high = (mid, high) if rate(mid) < measured else (low, mid)
-    return 0.5 * (low + high)
+
+def is_copy(predicted: float, calibration_predicted: float) -> bool:
+    """A case the model predicts as its calibration (no cost it changes moves the binding bound): its error
+    is the calibration's own again, so it is flagged and left out of the median."""
+    return bool(calibration_predicted) and abs(predicted / calibration_predicted - 1.0) * 100.0 < COPY_PCT
 
 
 def error_pct(predicted: float, measured: float) -> float | None:
@@ -150,7 +190,8 @@ def error_pct(predicted: float, measured: float) -> float | None:
 
 
 def summary(errors: list[float]) -> dict:
-    """Median and largest absolute error (%) and the cases within 15%."""
+    """Median and largest absolute error (%) and the cases within 15% (the cases scored: neither a
+    calibration nor a copy of one)."""
     errors = [abs(e) for e in errors if e is not None]
     if not errors:
         return {"median_abs_error_pct": None, "max_abs_error_pct": None, "within_15": 0, "cases": 0}

@@ -30,18 +30,21 @@ from pathlib import Path
 
 from harness.analysis import stages
 from harness.analysis.checkcases import (
+    COPY_PCT,
     PREDICTIONS,
     Bench,
     CheckCase,
     case_costs,
     cases,
     error_pct,
+    is_copy,
+    pairings,
     predict_case,
-    run_cores,
     summary,
 )
 from harness.config import scenario as scenario_mod
 from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
+from harness.measure import hostload
 from harness.results import fileformat, rundir
 from harness.run.calibration import (
     STORAGES,
@@ -106,49 +109,66 @@ def _other_decoder(decoder: str) -> str | None:
     return "simplejpeg"
 
 
-def _calibration(visits: list[Visit], bench: Bench, cores: int, requests: float):
-    """The calibration's costs, its visits pooled (their rank records; the mean of their figures)."""
+def _calibration(visits: list[Visit], bench: Bench, cpus: int, requests: float):
+    """A calibration's costs, its visits pooled (their rank records; the mean of their figures), measured
+    with the share of its CPUs busy that its visits' own CPU and the outside load made (what the contention
+    factor is undone at)."""
     lines = [v.line for v in visits]
     records = [r for v in lines for r in v.ranks]
     figures = {k: statistics.mean(float(v.figures.get(k) or 0.0) for v in lines)
-               for k in ("rank_cpu_s_per_sample", "device_samples_per_s", "throughput")}
+               for k in ("rank_cpu_s_per_sample", "device_samples_per_s", "throughput", "other_cpu_pct")}
     figures["step_imbalance"] = 1.0
     costs = stages.costs(records, figures, lines[0].workload or "pixels", contention=bench.contention,
                          requests_per_sample=requests)
-    return dataclasses.replace(costs, busy_share=1.0)  # a shared host: every core busy (the factor cancels)
+    busy = figures["throughput"] * (costs.loader_s + costs.rank_s) / cpus + figures["other_cpu_pct"] / 100.0
+    return dataclasses.replace(costs, busy_share=min(1.0, busy))
 
 
-def _visit_row(g: float, x, v: Visit) -> dict:
+def _visit_row(g: float, v: Visit) -> dict:
     f = v.line.figures
-    return {"measured": round(g, 1), "predicted": round(x.samples_per_s, 1), "outside_runnable": round(v.outside, 2),
-            "other_cpu_pct": f.get("other_cpu_pct"), "loader_cpu_s_per_sample": f.get("loader_cpu_s_per_sample"),
+    return {"measured": round(g, 1), "outside_runnable": round(v.outside, 2), "other_cpu_pct": f.get("other_cpu_pct"),
+            "loader_cpu_s_per_sample": f.get("loader_cpu_s_per_sample"),
             "rank_cpu_s_per_sample": f.get("rank_cpu_s_per_sample"), "step_imbalance": f.get("step_imbalance")}
 
 
-def _rows(sc, base: CheckCase, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
-          cores: int) -> list[dict]:
-    """One row per case: its prediction on this host as the calibration found it (the CPU the run got,
-    fitted to the calibration visits' mean samples/s, checkcases.run_cores), against the mean of its visits'
-    measured samples/s; and the prediction for this host to itself (predicted_idle_host)."""
-    calib = _calibration(measured["calibration"], bench, cores, requests=RAW_REQUESTS)
-    budget = run_cores(calib, base, bench, sc.accelerator, cores,
-                       statistics.mean(float(v.line.figures.get("throughput") or 0.0) for v in measured["calibration"]))
-    rows = []
-    for case in all_cases:
-        visits = measured[case.name]
-        predicted = [predict_case(calib, base, case, bench, sc.accelerator, cores, budget) for _ in visits]
-        idle = predict_case(calib, base, case, bench, sc.accelerator, float(cores))
-        got = [float(v.line.figures.get("throughput") or 0.0) for v in visits]
-        p, m = statistics.mean(x.samples_per_s for x in predicted), statistics.mean(got)
-        rows.append({"config": case.name, "settings": case.config(), "predicted": round(p, 1),
-                     "measured": round(m, 1), "error_pct": round(error_pct(p, m), 1), "binds": predicted[0].binds,
-                     "predicted_idle_host": round(idle.samples_per_s, 1), "run_cores": round(budget, 3),
-                     "visits": [_visit_row(g, x, v) for g, x, v in zip(got, predicted, visits)],
+def _throughputs(visits: list[Visit]) -> list[float]:
+    return [float(v.line.figures.get("throughput") or 0.0) for v in visits]
+
+
+def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
+          allowance: int) -> list[dict]:
+    """One row per pairing (checkcases.pairings) whose case and calibration were measured: the absolute
+    model's prediction from the calibration's costs on the case's CPUs (nothing fitted), the shared-host
+    correction beside it (less the outside load measured in the case's own visits), against the mean of the
+    case's visits' samples/s; a calibration's own row and a case its calibration predicts the same (a copy)
+    are flagged and not scored."""
+    by_name, calibs, rows = {c.name: c for c in all_cases}, {}, []
+    for pair in pairings(all_cases, allowance):
+        if not measured.get(pair.case) or not measured.get(pair.source):
+            continue
+        source, case, visits = by_name[pair.source], by_name[pair.case], measured[pair.case]
+        src_cpus, cpus = source.cpus or allowance, case.cpus or allowance
+        if pair.source not in calibs:
+            calibs[pair.source] = _calibration(measured[pair.source], bench, src_cpus, requests=RAW_REQUESTS)
+        calib = calibs[pair.source]
+        x = predict_case(calib, source, case, bench, sc.accelerator, cpus)
+        outside = statistics.mean(float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits)
+        shared = predict_case(calib, source, case, bench, sc.accelerator, cpus, outside).samples_per_s
+        own = predict_case(calib, source, source, bench, sc.accelerator, src_cpus).samples_per_s
+        got = _throughputs(visits)
+        m = statistics.mean(got)
+        flag = "calibration" if pair.case == pair.source else "copy" if is_copy(x.samples_per_s, own) else ""
+        rows.append({"config": pair.name, "source": pair.source, "settings": case.config(),
+                     "predicted": round(x.samples_per_s, 1), "predicted_shared": round(shared, 1),
+                     "measured": round(m, 1), "error_pct": round(error_pct(x.samples_per_s, m), 1),
+                     "error_shared_pct": round(error_pct(shared, m), 1), "flag": flag, "scored": not flag,
+                     "null_error_pct": round(error_pct(statistics.mean(_throughputs(measured[pair.source])), m), 1),
+                     "binds": x.binds, "visits": [_visit_row(g, v) for g, v in zip(got, visits)],
                      "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None,
-                     **_costs_seen(case_costs(calib, base, case, bench), visits)})
-    calib_spread = rows[0]["spread_pct"] or 0.0
-    for row in rows[1:]:
-        row["note"] = _note(row, calib_spread)
+                     **_costs_seen(case_costs(calib, source, case, bench), visits)})
+    spreads = {r["source"]: r["spread_pct"] or 0.0 for r in rows if r["flag"] == "calibration"}
+    for row in rows:
+        row["note"] = _note(row, spreads.get(row["source"], 0.0)) if row["scored"] else ""
     return rows
 
 
@@ -177,28 +197,44 @@ def _note(row: dict, calib_spread: float) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """The calibration first (the model reproduces the mean of its visits: that fixed the run's CPU), then the
-    cases, the notes on those that miss, and the summary over the cases."""
-    lines = [f"{'configuration':<26} {'predicted':>9} {'measured':>9} {'error %':>8} {'spread %':>8}  binds"]
+    """Every prediction (the calibrations first among them): the absolute model, then the shared-host
+    correction (labelled); the flags, the notes on the scored cases that miss, and the summaries over the
+    scored cases: the model's, the correction's, and a predictor that answers the calibration's measured
+    samples/s for every case (what the model must beat)."""
+    lines = [f"{'configuration':<34} {'predicted':>9} {'measured':>9} {'error %':>8} {'shared':>9} {'error %':>8} "
+             f"{'spread %':>8}  {'flag':<11} binds"]
     for r in rows:
-        lines.append(f"{r['config']:<26} {r['predicted']:>9.1f} {r['measured']:>9.1f} {r['error_pct']:>+8.1f} "
-                     f"{r['spread_pct'] or 0:>8.1f}  {r['binds']}")
+        lines.append(f"{r['config']:<34} {r['predicted']:>9.1f} {r['measured']:>9.1f} {r['error_pct']:>+8.1f} "
+                     f"{r['predicted_shared']:>9.1f} {r['error_shared_pct']:>+8.1f} {r['spread_pct'] or 0:>8.1f}  "
+                     f"{r['flag'] or '-':<11} {r['binds']}")
     lines += [f"  {r['config']}: {r['note']}" for r in rows if r.get("note")]
-    s = summary([r["error_pct"] for r in rows if r["config"] != "calibration"])
-    lines.append(f"median |error| {s['median_abs_error_pct']:.1f}%, max {s['max_abs_error_pct']:.1f}%, "
-                 f"{s['within_15']} of {s['cases']} within 15% (samples/s, all ranks; spread: max - min of "
-                 "the visits over their mean)")
+    scored = [r for r in rows if r["scored"]]
+    for key, what in (("error_pct", "the model (absolute: the calibration's costs on the case's CPUs, nothing "
+                                    "fitted)"),
+                      ("error_shared_pct", "shared-host correction (less the outside load measured in the "
+                                           "case's visits)"),
+                      ("null_error_pct", "a predictor that answers the calibration's measured samples/s")):
+        s = summary([r[key] for r in scored])
+        if s["cases"]:
+            lines.append(f"{what}: median |error| {s['median_abs_error_pct']:.1f}%, max "
+                         f"{s['max_abs_error_pct']:.1f}%, {s['within_15']} of {s['cases']} within 15%")
+    copies = [r["config"] for r in rows if r["flag"] == "copy"]
+    lines.append(f"scored: {len(scored)} cases; not scored: the calibrations, and {len(copies)} predicted as "
+                 f"their calibration (copy, within {COPY_PCT:g}%){': ' + ', '.join(copies) if copies else ''} "
+                 "(samples/s, all ranks; spread: max - min of the visits over their mean)")
     return "\n".join(lines)
 
 
-def _plan(sc, only: list[str] | None) -> tuple[CheckCase, list[CheckCase]]:
-    """The calibration and the cases (`only`: the names to keep; the calibration always runs)."""
+def _plan(sc, only: list[str] | None, allowance: int) -> tuple[CheckCase, list[CheckCase]]:
+    """The calibration and the cases (`only`: the names to keep; the calibration always runs) on a run
+    allowed `allowance` CPUs (2 or more: the 1-CPU calibration too)."""
     if sc.training.workload != "pixels":
         raise UsageError(f"--check-predictions: scenario {sc.name} has workload {sc.training.workload!r}; the "
                          "check changes decoders and image sizes, so give a pixels scenario (e.g. 4xV100)")
     tr = sc.training
     base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder, "warm")
-    all_cases = cases(base, max(32, int(round(tr.image_size * 1.4 / 16)) * 16), _other_decoder(tr.decoder))
+    all_cases = cases(base, max(32, int(round(tr.image_size * 1.4 / 16)) * 16), _other_decoder(tr.decoder),
+                      allowance)
     if only:
         unknown = set(only) - {c.name for c in all_cases}
         if unknown:
@@ -219,14 +255,19 @@ def _rounds(all_cases: list[CheckCase], rounds: int):
             yield r, i, group
 
 
-def analyse(run_dir: Path, sc, base: CheckCase, all_cases: list[CheckCase], rounds: int) -> list[dict]:
+def allowance_cpus() -> int:
+    """The whole CPUs this run may use (its affinity capped by its cgroup's quota; at least 1)."""
+    return max(1, int(hostload.cpu_allowance() or 1))
+
+
+def analyse(run_dir: Path, sc, all_cases: list[CheckCase], rounds: int, allowance: int) -> list[dict]:
     """The predictions and the measurements of a check's run directory: predictions.jsonl, the table."""
     measured: dict[str, list[Visit]] = {c.name: [] for c in all_cases}
     for r, i, group in _rounds(all_cases, rounds):
         for name, visit in read_visits(run_dir / "runs" / f"r{r}-{i}", group).items():
             measured[name].append(visit)
     bench = bench_of(json.loads((run_dir / "bench.json").read_text()))
-    rows = _rows(sc, base, all_cases, measured, bench, len(os.sched_getaffinity(0)))
+    rows = _rows(sc, all_cases, measured, bench, allowance)
     fileformat.write_lines(run_dir / "predictions.jsonl", rows, PREDICTIONS)  # versioned, replaced atomically
     print(table(rows))
     return rows
@@ -236,15 +277,15 @@ def run(request: Request) -> int:
     """The check; `request.cases`: the names of the cases to run (the calibration always runs)."""
     overrides = request.overrides()
     sc = scenario_mod.load(request.scenario, overrides)
-    base, all_cases = _plan(sc, list(request.cases) or None)
+    cores = allowance_cpus()
+    base, all_cases = _plan(sc, list(request.cases) or None, cores)
     rounds, steps, quiet = request.rounds, request.steps, request.quiet
     if rounds < 1 or steps < 10:
         raise UsageError("--check-predictions: --rounds must be >= 1 and --steps >= 10")
-    cores = len(os.sched_getaffinity(0))
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-check")
     rundir.write_json(run_dir / "check.json", {"scenario": request.scenario, "rounds": rounds, "steps": steps,
                                                "cases": [c.name for c in all_cases], "overrides": overrides,
-                                               "plugins": list(request.plugins)})
+                                               "plugins": list(request.plugins), "allowance": cores})
     say = (lambda text: None) if quiet else (lambda text: print(text, file=sys.stderr, flush=True))
     started = time.perf_counter()
     data_paths = materialise_storages(sc, base, STORAGES, run_dir, request.data_dir, steps, progress=not quiet)
@@ -253,8 +294,7 @@ def run(request: Request) -> int:
     for r, i, group in _rounds(all_cases, rounds):
         say(f"round {r + 1}/{rounds}, launch {i + 1}: {', '.join(c.name for c in group)}")
         launch_group(sc, group, run_dir / "runs" / f"r{r}-{i}", request.data_dir, steps, request.plugins)
-    rows = analyse(run_dir, sc, base, all_cases, rounds)
-    say(f"the run's CPU on this host, fitted to the calibration: {rows[0]['run_cores']:.2f} of {cores} cores")
+    analyse(run_dir, sc, all_cases, rounds, cores)
     say(f"\n{len(all_cases)} configurations x {rounds} rounds in {time.perf_counter() - started:.0f} s; "
         f"results: {run_dir}")
     return EXIT_OK
@@ -266,10 +306,11 @@ def reanalyse(run_dir: Path) -> int:
         else {"scenario": Path(run_dir).name.split("-")[1], "rounds": 2, "cases": None}
     load_plugins(tuple(info.get("plugins") or ()))  # those the check ran with
     sc = scenario_mod.load(info["scenario"], info.get("overrides") or None)
-    base, all_cases = _plan(sc, None)
+    allowance = int(info.get("allowance") or len(os.sched_getaffinity(0)))
+    _, all_cases = _plan(sc, None, allowance)
     if info.get("cases"):
         all_cases = [c for c in all_cases if c.name in info["cases"]]
-    analyse(Path(run_dir), sc, base, all_cases, int(info["rounds"]))
+    analyse(Path(run_dir), sc, all_cases, int(info["rounds"]), allowance)
     return EXIT_OK
 
 

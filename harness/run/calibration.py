@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -66,12 +68,27 @@ def launch_group(sc: Scenario, group: list[CheckCase], run_dir: Path, data_dir: 
     config = LaunchConfig(v, cells, run_dir, data_dir, "emulated", plugins=list(plugins), progress=False,
                           cache_state=group[0].cache_state, repeats=1, started_at=time.time())
     run_dir.mkdir(parents=True, exist_ok=True)
-    with sidebench.OutsideRunnable() as outside:
+    with confined(group[0].cpus), sidebench.OutsideRunnable() as outside:
         _, failures = launch.spawn(config, log=lambda line: None)
     if failures:
         raise UsageError(f"--check-predictions: a cell failed in {run_dir}: {failures[0]}")
     rundir.write_json(run_dir / "visit.json", {"cases": [c.name for c in group], "outside_runnable": outside.mean})
     return read_visits(run_dir, group)
+
+
+@contextmanager
+def confined(cpus: int):
+    """The launch's processes (they inherit this process's affinity) on the first `cpus` of the CPUs this
+    process may use (0: all of them); the affinity restored afterwards."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if not cpus or cpus >= len(allowed):
+        yield
+        return
+    os.sched_setaffinity(0, set(allowed[:cpus]))
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, set(allowed))
 
 
 def read_visits(run_dir: Path, group: list[CheckCase]) -> dict[str, Visit]:
