@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.config.accelerators import Accelerator, get_accelerator
 from harness.config.matrixload import StrategyChoice, parse_matrix
-from harness.data import decoders
+from harness.data import decoders, remote
 from harness.data.decoders import DECODERS, DEFAULT_DECODER
 from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
@@ -39,7 +39,7 @@ SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
 }
 # [accelerators.NAME] (catalogue entries of the scenario's own, keys as in scenarios/accelerators.toml) and
 # [target] are kept as raw tables on the Scenario (accelerators_extra, target); other modules interpret them.
-TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix", "accelerators", "target"}
+TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix", "accelerators", "target", "remote"}
 MAX_INT = 2**63 - 1  # what a 64-bit counter holds; a larger integer in a scenario is a mistake
 
 # command-line flag -> (section, field)
@@ -80,6 +80,7 @@ class Scenario:
     matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
     accelerators_extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # [accelerators.NAME], raw
     target: dict[str, Any] | None = None  # [target], raw
+    remote: remote.RemoteSettings | None = None  # [remote]: the project's own object store (harness.data.remote)
 
 
 def available() -> dict[str, Path]:
@@ -175,6 +176,7 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         dataset=_dataset(path, ds, where),
         training=Training(**tr),
         matrix=parse_matrix(path, raw.get("matrix", {}), _settings(hw, ds, tr), _settings_origin(origin)),
+        remote=remote.settings(path, raw.get("remote")),
         **_extra_tables(path, raw),
     )
 

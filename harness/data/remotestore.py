@@ -33,6 +33,7 @@ from harness.errors import UsageError
 START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
 KEYS = {"AWS_ACCESS_KEY_ID": "dlbench", "AWS_SECRET_ACCESS_KEY": "dlbench-local", "AWS_DEFAULT_REGION": "us-east-1"}
+ENV_KEYS = (*KEYS, "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ALLOW_HTTP", "AWS_EC2_METADATA_DISABLED")
 INSTALL = 'the local object store needs moto\'s server mode: pip install "moto[server]>=5,<6"'
 
 
@@ -63,7 +64,7 @@ class ObjectServer:
         self.bucket, self.host, self.netns = bucket, host, netns
         self.port = port or (free_port(host) if not netns else 9000)  # the namespace is ours: nothing else listens
         self.process: subprocess.Popen | None = None
-        self.log = Path(tempfile.mkstemp(prefix="dlbench-moto-", suffix=".log")[1])
+        self.log = Path(tempfile.gettempdir()) / f"dlbench-moto-{os.getpid()}-{self.port}.log"
 
     @property
     def endpoint(self) -> str:
@@ -192,19 +193,36 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def request_cost(server: ObjectServer, requests: int = 200, size: int = 1024) -> RequestCost:
-    """The server's own cost per small GET, measured now (see the module's docstring)."""
+def _timed_gets(endpoint: str, bucket: str, requests: int, size: int) -> float:
+    """Seconds for ``requests`` sequential small range GETs (after a warm-up) from this process."""
     import boto3
 
-    client = boto3.client("s3", endpoint_url=server.endpoint, region_name=KEYS["AWS_DEFAULT_REGION"],
+    client = boto3.client("s3", endpoint_url=endpoint, region_name=KEYS["AWS_DEFAULT_REGION"],
                           aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"],
                           aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"])
-    client.put_object(Bucket=server.bucket, Key="_probe/small", Body=os.urandom(size))
+    client.put_object(Bucket=bucket, Key="_probe/small", Body=os.urandom(size))
     for _ in range(10):  # connection and server warm-up
-        client.get_object(Bucket=server.bucket, Key="_probe/small")["Body"].read()
-    cpu0, t0 = _cpu_seconds(server.process.pid), time.perf_counter()
+        client.get_object(Bucket=bucket, Key="_probe/small")["Body"].read()
+    t0 = time.perf_counter()
     for _ in range(requests):
-        client.get_object(Bucket=server.bucket, Key="_probe/small", Range="bytes=0-511")["Body"].read()
-    wall, cpu = time.perf_counter() - t0, _cpu_seconds(server.process.pid) - cpu0
-    client.delete_object(Bucket=server.bucket, Key="_probe/small")
-    return RequestCost(requests, 1000 * wall / requests, 1000 * cpu / requests)
+        client.get_object(Bucket=bucket, Key="_probe/small", Range="bytes=0-511")["Body"].read()
+    return time.perf_counter() - t0
+
+
+def request_cost(server: ObjectServer, requests: int = 200, size: int = 1024) -> RequestCost:
+    """The server's own cost per small GET, measured now (see the module's docstring). With the server in a
+    namespace the probe client runs inside it too (its traffic crosses the namespace's loopback, unshaped)."""
+    cpu0 = _cpu_seconds(server.process.pid)
+    if server.netns:
+        code = ("import sys; from harness.data.remotestore import _timed_gets; "
+                f"print(_timed_gets({server.endpoint!r}, {server.bucket!r}, {requests}, {size}))")
+        done = subprocess.run(["ip", "netns", "exec", server.netns, sys.executable, "-c", code],
+                              capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+        if done.returncode != 0:
+            raise UsageError(f"the object server's cost probe failed in namespace {server.netns}: "
+                             f"{done.stderr.strip().splitlines()[-1:]}")
+        wall = float(done.stdout.strip().splitlines()[-1])
+    else:
+        wall = _timed_gets(server.endpoint, server.bucket, requests, size)
+    cpu = _cpu_seconds(server.process.pid) - cpu0
+    return RequestCost(requests, 1000 * wall / requests, 1000 * cpu / (requests + 12))

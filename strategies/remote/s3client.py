@@ -18,6 +18,7 @@ its own); its counters are per process.
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import time
@@ -69,25 +70,37 @@ def resolved(endpoint_url: str = "") -> dict:
     return config
 
 
+# request latencies are counted in log-spaced bins (mergeable across processes, constant size): bin k holds
+# latencies in [LAT_MIN_S * LAT_STEP**k, LAT_MIN_S * LAT_STEP**(k+1)); 5% wide bins from 10 us to ~100 s
+LAT_MIN_S, LAT_STEP, LAT_BINS = 1e-5, 1.05, 330
+
+
+def latency_bin(seconds: float) -> int:
+    if seconds <= LAT_MIN_S:
+        return 0
+    return min(LAT_BINS - 1, int(math.log(seconds / LAT_MIN_S) / math.log(LAT_STEP)))
+
+
 class Tally:
-    """One process's request counters; ``latencies_s`` holds every request's seconds."""
+    """One process's request counters; ``latency_bins`` counts every request's seconds (see latency_bin)."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.requests = self.bytes = self.lists = self.retries = self.puts = 0
+        self.requests = self.bytes = self.lists = self.retries = self.puts = self.samples = 0
         self.wait_s = 0.0
-        self.latencies_s: list[float] = []
+        self.latency_bins = [0] * LAT_BINS
 
     def add(self, nbytes: int, seconds: float) -> None:
         with self.lock:
             self.requests += 1
             self.bytes += nbytes
-            self.latencies_s.append(seconds)
+            self.latency_bins[latency_bin(seconds)] += 1
 
     def as_dict(self) -> dict:
         with self.lock:
-            return {"requests": self.requests, "bytes": self.bytes, "lists": self.lists, "retries": self.retries,
-                    "puts": self.puts, "wait_s": self.wait_s, "latencies_s": list(self.latencies_s)}
+            return {"samples": self.samples, "requests": self.requests, "bytes": self.bytes, "lists": self.lists,
+                    "retries": self.retries, "puts": self.puts, "wait_s": self.wait_s,
+                    "latency_bins": list(self.latency_bins)}
 
 
 class RangeStore:

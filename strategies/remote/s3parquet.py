@@ -71,6 +71,11 @@ class S3ParquetReader(ParquetReader):
     def _open(self) -> _OpenRemoteParquet:
         return _OpenRemoteParquet(self.source, "data.parquet", self.size)
 
+    def read_batch(self, indices):
+        out = super().read_batch(indices)
+        self.source.note(len(out))
+        return out
+
     def remote_stats(self) -> dict:
         return self.source.stats()
 

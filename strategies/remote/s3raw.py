@@ -49,6 +49,7 @@ class S3RawReader:
                 else:
                     setattr(s, field, np.frombuffer(data, dtype=np.float32).copy())
             out.append(s)
+        self.source.note(len(out))
         return out
 
     def advise(self, access: str) -> None:

@@ -54,6 +54,7 @@ class S3WebDatasetReader(WebDatasetReader):
                 start = group[0][0]
                 for offset, length, c in group:
                     _set_field(s, FIELDS[c], data[offset - start:offset - start + length])
+        self.source.note(len(out))
         return out
 
     def remote_stats(self) -> dict:

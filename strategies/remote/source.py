@@ -1,11 +1,20 @@
 """What a remote reader reads through: a RangeStore (byte ranges and whole objects, ``in_flight`` at a time)
 behind an optional DiskTier. A range or object found in the tier costs no request; the misses of one call are
 fetched together (in parallel up to ``in_flight``) and kept. ``stats()`` merges both counters for the figures.
-Picklable; every part opens lazily in the process that reads."""
+Picklable; every part opens lazily in the process that reads.
+
+``note(samples)``, called by a reader after each batch, counts the samples read and, when the environment
+names a folder in ``DLBENCH_REMOTE_STATS``, rewrites ``<folder>/<pid>-<id>.json`` with this source's figures
+in this process (one small file per reading process and reader; harness.data.remotefigures merges them)."""
 from __future__ import annotations
+
+import json
+import os
 
 from strategies.cache.disk import DiskTier
 from strategies.remote.s3client import RangeStore
+
+STATS_ENV = "DLBENCH_REMOTE_STATS"
 
 
 class RemoteSource:
@@ -34,6 +43,16 @@ class RemoteSource:
         """Whole objects (one GET each, ``in_flight`` at a time)."""
         keys = [f"{self.store.url}/{n}" for n in names]
         return self._through_tier(keys, lambda idx: self.store.get_many([names[i] for i in idx]))
+
+    def note(self, samples: int) -> None:
+        with self.store.tally.lock:
+            self.store.tally.samples += samples
+        folder = os.environ.get(STATS_ENV)
+        if folder:
+            path = os.path.join(folder, f"{os.getpid()}-{id(self):x}.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump({"url": self.store.url, **self.stats()}, f)
+            os.replace(path + ".tmp", path)
 
     def stats(self) -> dict:
         out = self.store.stats()
