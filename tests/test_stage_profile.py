@@ -138,6 +138,27 @@ def test_a_target_from_a_file_and_its_mistakes(tmp_path):
         target_mod.load_file(tmp_path / "missing.toml")
 
 
+def test_the_target_table_costs_each_storage_its_requests_and_names_the_defaults_it_uses():
+    """A raw sample is two files (two requests on a cold read), a packed storage's one: on a cold target
+    bound by its IOPS, raw gets half the rate; the table's note names every cost a run does not measure."""
+    from harness.report.stagetable import target_table
+
+    def cell(storage: str) -> CellResult:
+        line = CellResult(cell=f"storage={storage}", names={"storage": storage}, strategies={"storage": storage},
+                          figures={"throughput": 10.0, "rank_cpu_s_per_sample": 1e-5}, workload="pixels",
+                          ranks=[record(0, 0.9, 1.0)], emulated=True, device="V100-16GB (emulated)")
+        return CellResult.from_json(line.to_json())
+
+    target = target_mod.Target(gpus_per_node=1, cores_per_node=64, accelerator="V100-16GB", page_cache="cold",
+                               storage_iops=100.0, workers_per_rank=8, batch_size=32)
+    table = target_table([cell("raw"), cell("mmap")], target)
+    rate = {row[0]: float(row[1]) for row in table.rows}
+    assert rate["raw"] == pytest.approx(50, rel=0.02) and rate["mmap"] == pytest.approx(100, rel=0.02)
+    assert all(row[4] == "storage ops/s" for row in table.rows)
+    note = " ".join(table.notes)
+    assert "contention 1" in note and "cold read" in note and "raw (2)" in note
+
+
 def test_the_target_report_command_from_a_run_directory(tmp_path, capsys):
     """harness.commands.target_report's main, given its Request as harness.cli builds it: the target's line,
     the stage and target tables and plots/stages.png, from cells.jsonl alone (no env.json, no scenario file)."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.analysis.targetmodel import Costs
+from harness.data.fields import FIELDS_FOR
 from harness.measure.rankrecord import RANK_STAGES, STAGES, RankRecord
 
 LOADER_STAGES = tuple(s for s in STAGES if s not in RANK_STAGES)
@@ -71,6 +72,19 @@ def _proc_loader_s(records: list[RankRecord]) -> float | None:
         return None
     samples = sum(r.samples for r in records)
     return sum(float(r.loader_cpu_s) for r in records) / samples if samples else None
+
+
+# what a run does not measure and the target model needs (harness.commands.check_predictions measures the
+# first two on its host, bench.json): the defaults the report's target table uses, each said in its note
+RUN_DEFAULTS = ("contention 1 (a sample's CPU cost taken not to rise when every core is busy)",
+                "no extra kernel CPU for a cold read",
+                "read requests per sample: one file per field for raw (2), one for the packed storages")
+
+
+def requests_per_sample(storage: str, workload: str) -> float:
+    """Read requests of a sample on a cold read: raw keeps one file per field, the packed storages read a
+    sample's fields from one place (a default: not measured per run)."""
+    return float(len(FIELDS_FOR.get(workload, ("",)))) if storage == "raw" else 1.0
 
 
 def costs(records: list[RankRecord], figures, workload: str, contention: float = 1.0,

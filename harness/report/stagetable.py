@@ -86,7 +86,9 @@ def stage_plot(results: list[CellResult], path: Path) -> Path | None:
 
 def _costs(cell: CellSummary, target: Target):
     real_same = not cell.emulated and target.accelerator and target.accelerator in str(cell.device or "")
-    return stages.costs(cell.ranks, cell.figures, cell.workload or "pixels", measured_device=bool(real_same))
+    workload = cell.workload or "pixels"
+    return stages.costs(cell.ranks, cell.figures, workload, measured_device=bool(real_same),
+                        requests_per_sample=stages.requests_per_sample(cell.name("storage"), workload))
 
 
 def target_table(results: list[CellResult], target: Target) -> Table:
@@ -109,7 +111,9 @@ def target_table(results: list[CellResult], target: Target) -> Table:
                  ["modelled from each cell's measured stage costs and the accelerator catalogue "
                   "(docs/prediction.md); workers for device: the fewest workers per rank at which the device "
                   "binds (none: cores, storage or the rank's own host work bind first); at AU>=90%: "
-                  "accelerators per node the node keeps at AU >= 90% (MLPerf Storage's measure)"])
+                  "accelerators per node the node keeps at AU >= 90% (MLPerf Storage's measure)",
+                  "not measured by a run, so defaults: " + "; ".join(stages.RUN_DEFAULTS)
+                  + " (check-predictions measures the first two on its host, docs/prediction.md)"])
 
 
 def tables(results: list[CellResult], target: Target | None) -> list[Table]:
