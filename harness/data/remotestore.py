@@ -72,8 +72,9 @@ class ObjectServer:
 
     def env(self) -> dict[str, str]:
         """The AWS environment that points every standard client at this server."""
-        return {**KEYS, "AWS_ENDPOINT_URL": self.endpoint, "AWS_ENDPOINT_URL_S3": self.endpoint,
-                "AWS_ALLOW_HTTP": "true", "AWS_EC2_METADATA_DISABLED": "true"}
+        # not AWS_ENDPOINT_URL_S3: obstore lets that one override an explicit endpoint_url
+        return {**KEYS, "AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true",
+                "AWS_EC2_METADATA_DISABLED": "true"}
 
     def start(self) -> ObjectServer:
         try:

@@ -10,8 +10,9 @@ request is what a DataLoader worker spends instead of decoding, so it decided.
 Where the store is: ``s3://bucket/prefix``; endpoint, region and credentials resolved the standard way by
 botocore's session (AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3, AWS_REGION / AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID /
 AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/config and ~/.aws/credentials, a profile's ``endpoint_url``), or an
-explicit ``endpoint_url``, then handed to obstore. obstore's own retries are off: throttling (503 SlowDown) and
-other 5xx answers are retried here with exponential backoff and counted.
+explicit ``endpoint_url``, then handed to obstore (which lets AWS_ENDPOINT_URL_S3, when set, override even an
+explicit endpoint_url: leave that variable unset to give one). obstore's own retries are off: throttling
+(503 SlowDown) and other 5xx answers are retried here with exponential backoff and counted.
 
 A ``RangeStore`` is picklable and opens its obstore client lazily in each process (after a fork the child opens
 its own); its counters are per process.
@@ -173,6 +174,9 @@ class RangeStore:
         if "error sending request" in text or "Connection refused" in text or "connect" in text.lower():
             return (f"{self.where(name)}: cannot reach the endpoint {self.endpoint} ({first}); start the object "
                     f"store or fix AWS_ENDPOINT_URL / endpoint_url")
+        if "416" in text or "Range Not Satisfiable" in text:
+            return (f"{self.where(name)}: the range asked for lies past the object's end (the object is truncated); "
+                    f"materialise the data to the bucket again (--regenerate)")
         if any(t in text for t in THROTTLED):
             return f"{self.where(name)}: still throttled after {RETRIES} retries ({first}); use fewer workers"
         return f"{self.where(name)}: {first}"
