@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.analysis.budget import next_pass, open_questions
+from harness.analysis.budget import ending, next_pass, open_questions
 from harness.analysis.effects import Effect
 from harness.report.verdict import passes_to_decide
 from harness.results.cellresult import CellResult
@@ -48,6 +48,13 @@ def test_a_tie_within_the_minimum_effect_is_settled_and_a_wider_one_sends_a_whol
 def test_nothing_open_ends_the_budget():
     apart = lines({"storage=raw": 1.0, "storage=mmap": 1.5, "storage=hdf5": 2.0}, passes=4, noise=0.002)
     assert open_questions(apart, IDS).decided and next_pass(apart, IDS, seconds_left=1e6) == []
+    assert ending(apart, IDS, 1e6, 4).endswith("every effect is decided and the fastest set settled")
+
+
+def test_a_budget_that_ends_open_says_what_stays_open_and_why():
+    noisy = lines({"storage=raw": 1.0, "storage=mmap": 1.04, "storage=hdf5": 1.3}, passes=2, noise=0.08)
+    said = ending(noisy, IDS, 5.0, 2)
+    assert "storage=mmap" in said and "stay open" in said and "a pass takes about 6 s and 5 s are left" in said
 
 
 def test_passes_to_decide_comes_from_80_percent_power_in_whole_passes():

@@ -79,3 +79,22 @@ def next_pass(results: list[CellResult], cell_ids: list[str], seconds_left: floa
     visits = [r.elapsed_s for r in results if r.elapsed_s]
     per_visit = sum(visits) / len(visits) if visits else 0.0
     return todo if per_visit * len(todo) <= seconds_left else []
+
+
+def ending(results: list[CellResult], cell_ids: list[str], seconds_left: float, passes: int,
+           min_effect: float = MIN_EFFECT) -> str:
+    """Why a budget's run ends (next_pass said []): decided, or what stays open and the pass that did not fit."""
+    questions = open_questions(results, cell_ids, min_effect)
+    head = f"budget: the run ends after {passes} pass(es): "
+    if questions.decided and not [c for c in owed_visits(results) if c in cell_ids]:
+        return head + "every effect is decided and the fastest set settled"
+    visits = [r.elapsed_s for r in results if r.elapsed_s]
+    needed = (sum(visits) / len(visits) if visits else 0.0) * len(cell_ids)
+    what = []
+    if questions.effects:
+        what.append(f"{len(questions.effects)} effect(s) open ({', '.join(questions.effects)})")
+    if questions.tied:
+        what.append(f"{len(questions.tied) - 1} cell(s) tied with the leader and not within {min_effect:.0%} of it")
+    return (head + ("; ".join(what) or "visits disturbed by outside load are owed a redo")
+            + f" stay open: a pass takes about {needed:.0f} s and {max(seconds_left, 0):.0f} s are left "
+            "(a longer --budget, or a quieter machine, decides more)")

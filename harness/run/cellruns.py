@@ -90,9 +90,9 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
         dist.broadcast_object_list(todo, src=0)  # rank 0 decides; every rank runs the same pass
         if not todo[0]:
             if rank == 0:
-                left = config.budget_s - (time.time() - began)
-                print(f"budget: the run ends after {repeat} pass(es): nothing is open, or no further pass fits in "
-                      f"the {max(left, 0):.0f} s left (the report's EFFECTS say which)", file=sys.stderr, flush=True)
+                print(budget.ending(rundir.read_results(config.run_dir), [c.id for c in config.cells],
+                                    config.budget_s - (time.time() - began), repeat, config.min_effect),
+                      file=sys.stderr, flush=True)
             break
         order = visit_order(len(todo[0]), repeat, config.order, config.order_seed)
         for k, j in enumerate(order):
