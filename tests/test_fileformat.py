@@ -173,3 +173,17 @@ def test_a_damaged_line_is_one_line_with_its_place(tmp_path):
     (tmp_path / "effects.jsonl").write_text('{"figure": "au"}\n{"figure": "au"\n')  # the cut last line is skipped
     with pytest.raises(ResultsError, match="effects.jsonl:1: .*not the shape of effects.jsonl"):
         read_effects(tmp_path)
+
+
+def test_a_predictions_line_of_version_1_reads_with_the_idle_host_model_as_its_headline(tmp_path):
+    """Version 1's `predicted` was fitted to the calibration's measured samples/s; version 2's headline is
+    the absolute model, which version 1 kept as `predicted_idle_host`."""
+    path = tmp_path / "predictions.jsonl"
+    path.write_text(json.dumps({"config": "storage mmap", "predicted": 1100.0, "measured": 1000.0, "error_pct": 10.0,
+                                "predicted_idle_host": 1200.0, "run_cores": 1.5}) + "\n"
+                    + json.dumps({"config": "calibration", "predicted": 900.0, "measured": 900.0, "error_pct": 0.0,
+                                  "predicted_idle_host": 1000.0, "run_cores": 1.5}) + "\n")
+    case, calib = fileformat.read_lines(path, checkcases.PREDICTIONS)
+    assert case["predicted"] == 1200.0 and case["predicted_fitted"] == 1100.0 and case["error_pct"] == 20.0
+    assert case["scored"] and case["source"] == "calibration" and "run_cores" not in case
+    assert calib["flag"] == "calibration" and not calib["scored"]
