@@ -147,3 +147,26 @@ def test_shadow_step_gives_zero_gradients():
     shadow_step(model, torch.optim.SGD(model.parameters(), lr=0.1), device, batch())
     assert device.begun == [0]
     assert all(torch.count_nonzero(p.grad) == 0 for p in model.parameters())
+
+
+class RemembersDevice(SmallDevice):
+    """A real GPU's device that remembers the smallest batch that ran out (CudaDevice.note_oom) and splits
+    later batches that large ahead."""
+
+    memory_model = None
+    oom_units = None
+
+    def fits(self, samples: int, pixels: int) -> bool:
+        return self.oom_units is None or samples < self.oom_units
+
+    def note_oom(self, samples: int, pixels: int) -> None:
+        self.oom_units = samples if self.oom_units is None else min(self.oom_units, samples)
+
+
+def test_only_steps_that_raised_count_as_oom_events():
+    device = RemembersDevice(limit=8, plans=False)
+    model = Model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    counts = [train_step(model, optimizer, device, batch(), SAMPLES, SAMPLES * 100, True) for _ in range(3)]
+    assert device.raised == 1  # the first step raised; the later ones were split ahead from its memory
+    assert counts == [1, 0, 0]

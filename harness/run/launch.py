@@ -21,6 +21,7 @@ from harness.config.runconfig import LaunchConfig
 from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
 from harness.run import cellruns, supervisor
+from harness.train.agreement import end_group
 
 PG_TIMEOUT = timedelta(seconds=300)
 # Host work the ranks wait for (writing the datasets, dropping or warming the page cache, the machine probe)
@@ -134,16 +135,18 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=PG_TIMEOUT,
                             **({"device_id": device.torch_device} if cuda else {}))
     host_group = dist.new_group(backend="gloo", timeout=HOST_WORK_TIMEOUT)
+    failed = True
     try:
         if data_paths is None:
             data_paths = _join_torchrun_run(config, local_rank, host_group)
         cellruns.run_all(rank, local_rank, world, config, device, data_paths, host_group)
+        failed = False
     except BaseException as err:
         if config.supervised:  # before the process group goes down and the peers fail in turn
             supervisor.write_rank_error(config.run_dir, rank, err)
         raise
     finally:
-        dist.destroy_process_group()
+        end_group(failed)  # after an error aborted, not destroyed: destroying waits on in-flight collectives
     return data_paths
 
 

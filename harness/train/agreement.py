@@ -1,5 +1,6 @@
 """What the ranks agree on: per-step flags (one small allreduce), the measured window's length, and
-whether DDP kept every replica's parameters identical."""
+whether DDP kept every replica's parameters identical; and how a rank leaves the group after an error that
+broke the collective sequence (abort_group, GroupAborted), or ends it (end_group)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,6 +18,46 @@ def agree(*values: int) -> list[int]:
     t = torch.tensor(values, dtype=torch.int64, device=on)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.tolist()
+
+
+class GroupAborted(RuntimeError):
+    """This rank aborted its process groups: it can make no further collective call, so it ends. Its peers
+    fail at once where the backend notices a departed rank (gloo: the connection closes when the process
+    exits) and are ended by the launcher's watch, or torchrun's agent, where it does not (NCCL)."""
+
+
+def abort_group(reason: str) -> GroupAborted:
+    """Abort every process group of this rank after an error that leaves the collective sequence broken (a
+    failed shadow step or finish_reduction, a distributed-backend error): under NCCL the communicators are
+    aborted, so nothing in this process waits on their in-flight work (destroying them would). Returns the
+    error to raise, whose text keeps the reason (the launcher reads the cause from it)."""
+    if dist.is_initialized():
+        from torch.distributed.distributed_c10d import _abort_process_group
+
+        try:
+            _abort_process_group()
+        except Exception:  # noqa: BLE001 - a backend without abort: the rank's exit closes its connections
+            pass
+    return GroupAborted(f"{reason} (the process group was aborted)")
+
+
+def end_group(failed: bool) -> None:
+    """A rank's last call: destroy the process groups after a clean run; after an error abort them, since
+    destroying waits for in-flight collectives that a failed peer will never complete."""
+    if not dist.is_initialized():
+        return
+    if failed:
+        abort_group("the rank failed")
+    else:
+        dist.destroy_process_group()
+
+
+def host_barrier(group=None) -> None:
+    """A barrier on the host (gloo) group before a phase's first collective on the training group: a rank
+    that died while the others built a pipeline or warmed the page cache is noticed by gloo at once, where an
+    NCCL collective would wait for its watchdog. Nothing to wait for in a world of one."""
+    if dist.get_world_size() > 1:
+        dist.barrier(group=group)
 
 
 def window_steps(training, batches_per_epoch: int) -> int:

@@ -9,13 +9,20 @@ device time, and the step's bookkeeping. Steps are contiguous, so the parts of a
 
 Ranks never hang: before every step they agree (one allreduce) whether any rank still has a batch and
 whether any rank failed. A rank whose epoch is over while others still have batches takes a shadow step
-(a zero-weight step that joins the gradient allreduce), so every rank takes the same number of steps.
+(a zero-weight step on a tiny batch that joins the gradient allreduce), so every rank takes the same number
+of steps. A failed step is handled outside the `except` block that caught it, so that its graph is freed
+before the shadow step that joins the peers; an error that breaks the collective sequence (a failed shadow
+step or finish_reduction, a distributed-backend error) aborts the process group and ends the rank
+(harness.train.trainstep). Dynamic batching's memory probe is agreed like a step: one rank's failure skips
+the cell on every rank. Each phase starts with a barrier on the host (gloo) group, before its first
+collective on the training group: a rank lost while the others built the pipeline is noticed there at once.
 
 With --decompose a cell runs three phases (see run_cell); each phase is one MeasuredLoop.
 """
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -32,9 +39,9 @@ from harness.measure.rankrecord import Nvml, RankRecord
 from harness.measure.recorder import CacheTally, StepRecorder
 from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.train import pipeline
-from harness.train.agreement import agree, param_digest, window_steps
+from harness.train.agreement import GroupAborted, agree, host_barrier, param_digest, window_steps
 from harness.train.batches import BatchSource, InMemoryBatches, collect_batches, to_device
-from harness.train.trainstep import StepFailed, StepPrecision, is_oom, make_ddp, shadow_step, tiny, train_step
+from harness.train.trainstep import StepFailed, StepPrecision, is_oom, make_ddp, shadow_step, train_step
 
 IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase
 
@@ -158,32 +165,38 @@ class MeasuredLoop:
             shadow_step(self.ddp, self.optimizer, self.device, self.last_tensors, self.precision)
             self.shadow_steps += measured
             return
+        failed = self._train_batch(batch, tensors, samples, measured)
+        if failed is not None:  # out of the except block: the failed step's graph is freed by now
+            self._stop_cell(*failed, tensors)
+
+    def _train_batch(self, batch: dict, tensors: dict, samples: int, measured: bool) -> tuple[str, bool] | None:
+        """The step on this rank's batch; (reason, joined) when it failed (the policy of
+        harness.train.trainstep: this rank ends the cell), else None."""
         if self.devprep is not None:  # decode etc. on the device, in its time
             try:
                 tensors["images"] = self.devprep.images(batch, self.device)
             except Exception as err:  # noqa: BLE001 - nvJPEG, its buffers: nothing collective happened yet
-                failed = StepFailed("device preprocessing", err, oom=is_oom(err), joined=False)
-                self._stop_cell(failed.reason, tensors, joined=False)
-                return
+                return StepFailed("device preprocessing", err, oom=is_oom(err), joined=False).reason, False
         try:
             handled = train_step(self.ddp, self.optimizer, self.device, tensors, samples,
                                  batch["padded_pixels"], self.split_on_oom, self.precision)
-        except StepFailed as err:  # the policy of harness.train.trainstep: this rank ends the cell
-            self._stop_cell(err.reason, tensors, joined=err.joined)
-            return
+        except GroupAborted:
+            raise  # the process group is gone: the rank ends
+        except StepFailed as err:
+            return _released(err, err.reason), err.joined
         except Exception as err:  # noqa: BLE001 - outside the step's phases: ends the cell as before
-            self._stop_cell(StepFailed("step", err, oom=is_oom(err), joined=False).reason, tensors, joined=False)
-            return
+            return _released(err, StepFailed("step", err, oom=is_oom(err), joined=False).reason), False
         self.oom_events += handled if measured else 0
         self.last_tensors = tensors
+        return None
 
-    def _stop_cell(self, reason: str, tensors: dict, joined: bool) -> None:
+    def _stop_cell(self, reason: str, joined: bool, tensors: dict) -> None:
         """Told to every rank at the next agreement; a rank that has not joined this step's gradient
         allreduce joins it first with a zero-weight step on a tiny batch (the others wait there)."""
         self.failed = reason
         if not joined:
             self.device.empty_cache()
-            shadow_step(self.ddp, self.optimizer, self.device, tiny(self.last_tensors or _placeholder(tensors)),
+            shadow_step(self.ddp, self.optimizer, self.device, self.last_tensors or _placeholder(tensors),
                         self.precision)
 
     def record_step(self, batch: dict | None, samples: int, measured: bool, t: StepTimes) -> None:
@@ -252,9 +265,11 @@ class Trainer:
         if cuda and cell.choice("batching").create().splits_on_oom:  # dynamic: plan against this GPU
             from harness.device import memprobe
 
-            self.device.set_memory_model(*memprobe.measure(
+            failed = plan_memory(self.device, lambda: memprobe.measure(
                 self.model, self.tr.workload, self.tr.image_size, self.precision, self.device.torch_device,
                 device_preprocess=cell.choice("preprocess").create().where == "device"))
+            if failed is not None:  # on every rank, before DDP's construction (collectives)
+                raise CellSkipped(failed)
         self.ddp = make_ddp(self.model)
         self.optimizer = torch.optim.SGD(self.ddp.parameters(), lr=self.tr.lr, momentum=0.9)
 
@@ -284,6 +299,7 @@ class Trainer:
         else:
             page_cache = self.prepare_page_cache(state)
             source = BatchSource(pipe, self.device)
+        host_barrier(self.ctx.host_group)  # before the phase's first collective (module docstring)
         t2 = time.perf_counter()
         try:
             record, warmup_s = self._measure(pipe, source, profiler)
@@ -314,6 +330,36 @@ class Trainer:
         return record, warmup_s
 
 
+def _released(err: BaseException, reason: str) -> str:
+    """`reason`, after clearing the finished frames that err's traceback (and its context's) keep alive: a
+    StepFailed raised inside an `except` keeps the original error, whose frames hold the failed step's graph
+    and activations in a reference cycle that only the garbage collector would free."""
+    while err is not None:
+        traceback.clear_frames(err.__traceback__)
+        err = err.__context__
+    return reason
+
+
+class CellSkipped(RuntimeError):
+    """Every rank skips the cell together, before training (its text is the cell's error)."""
+
+
+def plan_memory(device, measure: Callable[[], tuple[float, float, float]]) -> str | None:
+    """Dynamic batching's memory plan (`measure`: harness.device.memprobe.measure), set on the device, and
+    agreed: a probe that fails on one rank (an OOM at its batches) is every rank's reason to skip the cell,
+    never a rank that dies while its peers construct DDP. Returns that reason, or None."""
+    error = None
+    try:
+        device.set_memory_model(*measure())
+    except Exception as err:  # noqa: BLE001 - told to the peers below, outside this block
+        error = f"{'OOM' if is_oom(err) else 'error'} in the memory probe: {type(err).__name__}: {err}"
+    if error is not None:  # the probe's graph is freed by now
+        device.empty_cache()
+    if agree(int(error is not None))[0]:
+        return error or "stopped with another rank, whose memory probe failed (its reason is beside)"
+    return None
+
+
 def _placeholder(tensors: dict) -> dict:
     """A batch whose device preprocessing failed: its tensors with blank 32x32 images for a shadow step."""
     out = dict(tensors)
@@ -333,9 +379,13 @@ def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     """
     started = time.perf_counter()
     unsupported = StepPrecision.unsupported(cell.choice("precision").create(), ctx.device.torch_device)
+    host_barrier(ctx.host_group)  # before the cell's first collective (module docstring)
     if agree(int(unsupported is not None))[0]:  # every rank skips the cell together
         return RankRecord(rank=ctx.rank, error=f"unsupported: {unsupported or 'on another rank'}")
-    trainer = Trainer(ctx, cell)
+    try:
+        trainer = Trainer(ctx, cell)
+    except CellSkipped as err:
+        return RankRecord(rank=ctx.rank, error=str(err))
     model_s = time.perf_counter() - started
     if not ctx.decompose:
         record = trainer.phase(ctx.cache_state, profiler=profiler)

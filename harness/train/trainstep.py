@@ -15,7 +15,15 @@ fails where (a rank that skipped or repeated one would hang its peers in NCCL):
 - optimizer step: the allreduce is done; splitting cannot help; StepFailed("optimizer step") (joined).
 An out-of-memory is torch.OutOfMemoryError or a cuBLAS/cuDNN allocation failure (a plain RuntimeError);
 any other error in a phase is a StepFailed too (not oom), handled the same way, so one rank's failure ends
-the cell on every rank at the next agreement instead of killing that rank mid-step.
+the cell on every rank at the next agreement instead of killing that rank mid-step. A distributed-backend
+error (torch.distributed.DistBackendError, whatever its text: NCCL reports a failed launch as "Cuda failure
+'out of memory'", or a peer's departure) is never an OOM: the communicator is broken, so neither splitting
+nor finish_reduction can help; the rank aborts its process group (harness.train.agreement.abort_group) and
+ends. So does a finish_reduction or a shadow step that fails: the collective sequence cannot be mended.
+
+OOM events (train_step's return): a step in which an OOM was raised, or on the emulated device a step split
+ahead because the modelled GPU would raise at that size. A step a CUDA device splits ahead from its probe's
+plan or from its memory of an earlier OOM (CudaDevice.note_oom) raised nothing: it is not an event.
 
 Precision: a StepPrecision runs forward under autocast (float16 or bfloat16) and, for float16, scales the
 loss with a GradScaler. Only on CUDA: the emulated device's stand-in runs fp32 on the CPU whatever the
@@ -27,7 +35,10 @@ import inspect
 from contextlib import nullcontext
 
 import torch
+import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+from harness.train.agreement import abort_group
 
 
 class StepPrecision:
@@ -78,10 +89,30 @@ OOM_MARKERS = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLO
                "CUDNN_STATUS_NOT_INITIALIZED", "CUFFT_ALLOC_FAILED", "NVJPEG_STATUS_ALLOCATOR_FAILURE")
 
 
+# what gloo and NCCL say when the communicator broke (a peer gone, an aborted communicator)
+BACKEND_MARKERS = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted",
+                   "NCCL error")
+
+
+def is_backend_error(err: BaseException) -> bool:
+    """A distributed-backend error: the process group cannot be trusted for another collective."""
+    return isinstance(err, dist.DistError) or (
+        isinstance(err, RuntimeError) and any(m in str(err) for m in BACKEND_MARKERS))
+
+
 def is_oom(err: BaseException) -> bool:
-    """torch.OutOfMemoryError, or a CUDA library's allocation failure that torch raises as RuntimeError."""
+    """torch.OutOfMemoryError, or a CUDA library's allocation failure that torch raises as RuntimeError;
+    never a distributed-backend error (NCCL's "Cuda failure 'out of memory'" is one)."""
+    if is_backend_error(err):
+        return False
     return isinstance(err, torch.OutOfMemoryError) or (
         isinstance(err, RuntimeError) and any(m in str(err) for m in OOM_MARKERS))
+
+
+def _broken(phase: str, err: BaseException | str) -> Exception:
+    """The error a rank raises after aborting its group: `phase` left the collective sequence broken."""
+    text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+    return abort_group(f"{phase}: {text}")
 
 
 class StepFailed(RuntimeError):
@@ -131,8 +162,12 @@ def finish_reduction(ddp) -> None:
     had not arrived, so that DDP launches their buckets' allreduce in order and the peers' allreduce
     completes (their gradients then average in zeros for this rank's missing part)."""
     pending = arrivals_of(ddp).pending()
-    if pending:
+    if not pending:
+        return
+    try:
         torch.autograd.backward([sum((p * 0).sum() for p in pending)])
+    except Exception as err:  # noqa: BLE001 - the peers wait in an allreduce this rank cannot complete
+        raise _broken("finish_reduction failed", err) from None
 
 
 def _forward(ddp, tensors: dict, precision: StepPrecision | None) -> torch.Tensor:
@@ -178,17 +213,23 @@ def _synced_pass(ddp, device, tensors: dict, samples: int, padded_pixels: int, w
         device.begin_step(samples, padded_pixels)
         loss = _forward(ddp, tensors, precision) * weight
     except Exception as err:  # noqa: BLE001 - classified: an OOM goes to the policy, the rest ends the cell
+        if is_backend_error(err):
+            raise _broken("a distributed-backend error in the forward", err) from None
         if not is_oom(err):
             raise StepFailed("forward", err, oom=False, joined=False) from None
         return "forward", str(err)
     error = oom = None
+    backend = False
     try:
         _backward(loss, precision)
     except Exception as err:  # noqa: BLE001
         error, oom = f"{type(err).__name__}: {err}", is_oom(err)  # a string: the traceback goes with err
+        backend = is_backend_error(err)
     loss = None  # noqa: F841 - released with the exception, before the reduction is finished
     if error is None:
         return None
+    if backend:  # the communicator is broken: finish_reduction would wait on it
+        raise _broken("a distributed-backend error in the backward", error)
     finish_reduction(ddp)
     device.empty_cache()
     if not oom:
@@ -217,6 +258,8 @@ def accumulate(ddp, device, parts: list[dict], samples: int, per_sample_pixels: 
                 device.begin_step(n, n * per_sample_pixels)
                 _backward(_forward(ddp, part, precision) * (n / samples), precision)
         except Exception as err:  # noqa: BLE001 - nothing collective happened under no_sync
+            if is_backend_error(err):
+                raise _broken("a distributed-backend error in a micro-batch", err) from None
             if not is_oom(err):
                 raise StepFailed("forward", err, oom=False, joined=False) from None
             return "forward", str(err)
@@ -225,30 +268,42 @@ def accumulate(ddp, device, parts: list[dict], samples: int, per_sample_pixels: 
 
 
 def _split_step(ddp, optimizer, device, tensors: dict, samples: int, per_sample_pixels: int,
-                parts: int, precision: StepPrecision | None = FP32) -> None:
+                parts: int, precision: StepPrecision | None = FP32) -> bool:
     """Accumulate over `parts` micro-batches, doubling them after each OOM before the allreduce, then step.
-    An OOM in the last micro-batch's backward (the allreduce begun) keeps the finished reduction."""
+    An OOM in the last micro-batch's backward (the allreduce begun) keeps the finished reduction. Returns
+    whether an OOM was raised."""
+    raised = False
     while True:
         if parts > samples:
             raise StepFailed("forward", "a single sample does not fit the device", oom=True, joined=False)
         optimizer.zero_grad(set_to_none=True)
         failed = accumulate(ddp, device, split(tensors, samples, parts), samples, per_sample_pixels, precision)
+        raised |= failed is not None
         if failed is None or failed[0] == "backward":
             break
         device.note_oom(_ceil_div(samples, parts), _ceil_div(samples, parts) * per_sample_pixels)
         parts *= 2
         device.empty_cache()  # only after a real OOM: a planned split needs no emptied cache
     _optimizer_step(optimizer, precision)
+    return raised
+
+
+def split_ahead_is_event(device) -> bool:
+    """Whether a split decided before the step ran stands for a raised OOM: on the emulated device, yes (the
+    modelled GPU raises at that size every time); on a device that plans from a measured memory model or
+    remembers an OOM that already counted (CUDA's, oominject's CudaLikeDevice), no: nothing raised."""
+    return getattr(device, "memory_model", None) is None and getattr(device, "oom_units", None) is None
 
 
 def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixels: int,
                split_on_oom: bool, precision: StepPrecision | None = FP32) -> int:
-    """One step on the batch; returns the OOM events handled (1 if it had to be split or lost its
-    gradient to an OOM in backward, else 0). Raises StepFailed when the policy (module docstring) says
-    the cell ends; `joined` then says whether this rank already completed the step's allreduce."""
+    """One step on the batch; returns its OOM events (module docstring: 1 if an OOM was raised in it, or on
+    the emulated device it was split ahead; else 0). Raises StepFailed when the policy says the cell ends;
+    `joined` then says whether this rank already completed the step's allreduce."""
     optimizer.zero_grad(set_to_none=True)
     per_sample = padded_pixels // max(samples, 1)
     parts = micro_batches_needed(device, samples, per_sample)
+    foreseen = parts > 1 and split_ahead_is_event(device)
     if parts == 1 or not split_on_oom:
         failed = _synced_pass(ddp, device, tensors, samples, padded_pixels, 1.0, precision)
         if failed is None:
@@ -263,10 +318,10 @@ def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixel
             return 1
         if not split_on_oom:
             raise StepFailed("forward", message, oom=True, joined=False)
-        parts = 2
+        parts, foreseen = 2, True  # the whole batch raised
         device.empty_cache()
-    _split_step(ddp, optimizer, device, tensors, samples, per_sample, parts, precision)
-    return 1
+    raised = _split_step(ddp, optimizer, device, tensors, samples, per_sample, parts, precision)
+    return int(foreseen or raised)
 
 
 def make_ddp(model: torch.nn.Module, **options) -> DDP:
@@ -291,9 +346,14 @@ def tiny(tensors: dict, samples: int = 2) -> dict:
 
 
 def shadow_step(ddp, optimizer, device, tensors: dict, precision: StepPrecision | None = FP32) -> None:
-    """A zero-weight step for a rank without data, so the others' gradient allreduce completes."""
-    optimizer.zero_grad(set_to_none=True)
-    arrivals_of(ddp).begin()
-    device.begin_step(0, 0)
-    _backward(_forward(ddp, tensors, precision) * 0.0, precision)
-    _step(optimizer, precision)
+    """A zero-weight step for a rank without data, so the others' gradient allreduce completes: always on a
+    tiny batch (a whole batch that needed splitting after an OOM would run out again). If it fails, the peers
+    wait in an allreduce this rank cannot join: the group is aborted (GroupAborted)."""
+    try:
+        optimizer.zero_grad(set_to_none=True)
+        arrivals_of(ddp).begin()
+        device.begin_step(0, 0)
+        _backward(_forward(ddp, tiny(tensors), precision) * 0.0, precision)
+        _step(optimizer, precision)
+    except Exception as err:  # noqa: BLE001 - nothing can mend the collective sequence now
+        raise _broken("the shadow step failed", err) from None
