@@ -27,12 +27,13 @@ from harness.config.accelerators import Accelerator
 from harness.errors import UsageError
 
 
-def run_device_name(accelerator: str, device: str) -> str:
+def run_device_name(accelerator: str, device: str, sharing: int = 1) -> str:
     """The run's device as cells.jsonl and the baseline name it: on CUDA the GPUs' name (names joined with
-    "+" when they differ), on an emulated run "<accelerator> (emulated)"."""
+    "+" when they differ), with ", N ranks per GPU" when ranks share a GPU (--share-gpu: not the device one
+    rank has to itself); on an emulated run "<accelerator> (emulated)"."""
     if device == "cuda":
         names = dict.fromkeys(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
-        return "+".join(names) or "cuda"
+        return ("+".join(names) or "cuda") + (f", {sharing} ranks per GPU" if sharing > 1 else "")
     return f"{accelerator} (emulated)"
 
 
@@ -149,10 +150,12 @@ class CudaDevice:
 
     emulated = False
 
-    def __init__(self, local_rank: int):
-        index = gpu_index(local_rank)
+    def __init__(self, local_rank: int, local_ranks: int = 1, share: bool = False):
+        """`share` (--share-gpu): the node's `local_ranks` ranks share its GPUs round-robin (over gloo)."""
+        index = gpu_index(local_rank, share)
         torch.cuda.set_device(index)
         self.torch_device = torch.device("cuda", index)
+        self.sharing = ranks_per_gpu(local_ranks, torch.cuda.device_count()) if share else 1
         self.nvml_index = nvml_index_of(index)
         self.overruns = 0
         self.padded_s = 0.0
@@ -210,7 +213,7 @@ class CudaDevice:
 
     @property
     def name(self) -> str:
-        return run_device_name("", "cuda")
+        return run_device_name("", "cuda", self.sharing)
 
     @property
     def last_bytes(self) -> int:
@@ -254,15 +257,24 @@ class CudaDevice:
         torch.cuda.reset_peak_memory_stats(self.torch_device)
 
 
-def gpu_index(local_rank: int) -> int:
+def ranks_per_gpu(local_ranks: int, gpus: int) -> int:
+    """How many of the node's ranks share each GPU under --share-gpu (round-robin; the busiest GPU's)."""
+    return max(1, -(-local_ranks // max(gpus, 1)))
+
+
+def gpu_index(local_rank: int, share: bool = False) -> int:
     """The GPU this rank drives: its local rank when every local rank sees all the node's GPUs, or GPU 0
-    when the launcher bound one GPU per task (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank)."""
+    when the launcher bound one GPU per task (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank); with
+    `share` (--share-gpu) the ranks take the GPUs round-robin."""
     count = torch.cuda.device_count()
+    if share:
+        return local_rank % count
     if count == 1 or local_rank < count:
         return 0 if count == 1 else local_rank
     raise UsageError(f"local rank {local_rank} sees {count} GPUs (CUDA_VISIBLE_DEVICES="
                      f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): bind one GPU per task or all of them "
-                     f"to every task (torchrun --nproc-per-node at most the GPU count)")
+                     f"to every task (torchrun --nproc-per-node at most the GPU count), or pass --share-gpu to "
+                     f"run several ranks on one GPU over gloo")
 
 
 def nvml_index_of(cuda_index: int) -> int | None:

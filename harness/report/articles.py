@@ -64,10 +64,31 @@ def _shown_or_error(result: CellResult | None, key: str, spec: str) -> str:
     return fmt(figure(result, key), spec) if result is None or result.measured else short_error(result)
 
 
+def _devices(results: list[CellResult]) -> str:
+    return " and ".join(sorted({r.device + ("" if "emulated" in r.device or not r.emulated else " (emulated)")
+                                for r in results}))
+
+
+def scaling_mismatch(results_1x: list[CellResult], results_nx: list[CellResult]) -> str | None:
+    """Why the two runs cannot be divided one by the other, or None: efficiency compares a device with itself
+    at more ranks, so both runs must be on the same device, both real or both emulated (a 1-GPU host runs
+    `1xV100` on its GPU and `4xV100` emulated; N ranks sharing one GPU are another device than one rank on it:
+    its name says so)."""
+    kinds = [{(r.device, bool(r.emulated)) for r in rs} for rs in (results_1x, results_nx)]
+    if not kinds[0] or not kinds[1] or kinds[0] == kinds[1]:
+        return None
+    return (f"the smaller run is on {_devices(results_1x)}, the larger on {_devices(results_nx)}: efficiency "
+            f"needs the same device, both real or both emulated; rerun one of them on the other's device")
+
+
 def scaling_table(results_1x: list[CellResult], results_nx: list[CellResult]) -> Table:
-    """Throughput per strategy stack at 1 rank and at N ranks; efficiency = thr_N / (N x thr_1)."""
+    """Throughput per strategy stack at 1 rank and at N ranks; efficiency = thr_N / (N x thr_1). Refused (one
+    row saying why) when the runs' devices or emulation differ (scaling_mismatch)."""
     one, many = merge_repeats(results_1x), merge_repeats(results_nx)
     n1, n = ((rs[0].world_size or 1) if rs else 1 for rs in (one, many))
+    mismatch = scaling_mismatch(one, many)
+    if mismatch is not None:
+        return Table(f"Scaling: {n1} vs {n} ranks: refused", ["why"], [[mismatch]])
     both = one + many
     axes, m = shown_axes(both), mark(both)
     by_one, by_many = ({tuple(sorted(r.strategies.items())): r for r in rs} for rs in (one, many))

@@ -29,23 +29,46 @@ PG_TIMEOUT = timedelta(seconds=300)
 HOST_WORK_TIMEOUT = timedelta(hours=2)
 
 
-def resolve_device(mode: str, world_size: int, torchrun: Torchrun | None = None) -> str:
+def resolve_device(mode: str, world_size: int, torchrun: Torchrun | None = None, share_gpu: bool = False) -> str:
     """auto: real CUDA if there are enough GPUs for every rank, else the emulated accelerator. Under torchrun
     (RANK and WORLD_SIZE set) the question is per node: enough GPUs for the node's ranks, or one bound to
     each task (Slurm --gpus-per-task=1); visible GPUs that cannot serve the ranks are an error, never a
     silent fallback to the emulator. `world_size`: the ranks on this node; `torchrun`: this process's identity
-    under torchrun (harness.config.request), None when spawned."""
+    under torchrun (harness.config.request), None when spawned; `share_gpu` (--share-gpu): the ranks share the
+    visible GPUs over gloo, so one GPU serves any number of them."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return choose_device(mode, world_size, gpus, torchrun.local_world_size if torchrun else None, share_gpu)
+
+
+def choose_device(mode: str, world_size: int, gpus: int, torchrun_local_ranks: int | None = None,
+                  share_gpu: bool = False) -> str:
+    """resolve_device's decision from the number of visible GPUs (`gpus`)."""
     if mode == "emulated":
         return "emulated"
-    if torchrun is not None:
-        return _torchrun_device(mode, gpus, torchrun.local_world_size)
+    if share_gpu:
+        if gpus:
+            return "cuda"
+        if mode == "cuda":
+            raise UsageError("--share-gpu with --device cuda, but no GPU is visible; drop --device cuda to "
+                             "emulate, or run where a GPU is")
+        print(f"note: --share-gpu: no GPU is visible, so the {world_size} ranks are emulated (over gloo, as ranks "
+              "sharing a GPU would be)", file=sys.stderr)
+        return "emulated"
+    if torchrun_local_ranks is not None:
+        return _torchrun_device(mode, gpus, torchrun_local_ranks)
     if mode == "cuda":
         if gpus < world_size:
             raise UsageError(f"--device cuda needs {world_size} GPUs for {world_size} ranks but {gpus} "
-                             f"are visible; lower --world-size or use --device emulated")
+                             f"are visible; lower --world-size, pass --share-gpu to run the ranks over gloo on "
+                             f"the visible GPUs, or use --device emulated")
         return "cuda"
     return "cuda" if gpus >= world_size else "emulated"
+
+
+def training_backend(device: str, share_gpu: bool = False) -> str:
+    """The training group's backend: NCCL on CUDA, gloo on CPU and for ranks sharing a GPU (NCCL refuses
+    two ranks on one GPU)."""
+    return "nccl" if device == "cuda" and not share_gpu else "gloo"
 
 
 def _torchrun_device(mode: str, gpus: int, local_ranks: int) -> str:
@@ -128,12 +151,12 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     # cores the DataLoader workers need (a GPU host launches kernels from one thread too).
     torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
                           if cuda else 1)
+    share = bool(getattr(config, "share_gpu", False))  # --share-gpu (harness.config.runconfig)
     if cuda:
-        device = CudaDevice(local_rank)
+        device = CudaDevice(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)), share)
     else:
         device = EmulatedDevice(config.scenario.accelerator, config.scenario.training.workload)
-    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=world, timeout=PG_TIMEOUT,
-                            **({"device_id": device.torch_device} if cuda else {}))
+    join_group(training_backend(config.device, share), rank, world, device)
     host_group = dist.new_group(backend="gloo", timeout=HOST_WORK_TIMEOUT)
     failed = True
     try:
@@ -148,6 +171,39 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     finally:
         end_group(failed)  # after an error aborted, not destroyed: destroying waits on in-flight collectives
     return data_paths
+
+
+def join_group(backend: str, rank: int, world: int, device) -> None:
+    """The training process group. Under NCCL the ranks first compare their GPUs' UUIDs through the
+    rendezvous store: two ranks on one GPU are one line and exit 2 here, where NCCL's init would fail with
+    its duplicate-GPU traceback."""
+    if backend != "nccl":
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=PG_TIMEOUT)
+        return
+    store, rank, world = next(dist.rendezvous("env://", rank=rank, world_size=world, timeout=PG_TIMEOUT))
+    store.set_timeout(PG_TIMEOUT)
+    index = device.torch_device.index
+    label = f"{torch.cuda.get_device_name(index)} on {socket.gethostname()}"
+    check_distinct_gpus(dist.PrefixStore("dlbench_gpus", store), rank, world,
+                        str(torch.cuda.get_device_properties(index).uuid), label)
+    dist.init_process_group(backend, store=dist.PrefixStore("default_pg", store), rank=rank, world_size=world,
+                            timeout=PG_TIMEOUT, device_id=device.torch_device)  # as init_process_group prefixes
+
+
+def check_distinct_gpus(store, rank: int, world: int, uuid: str, label: str) -> None:
+    """Every rank posts its GPU's UUID and reads all the others' (`store`: the rendezvous store); a GPU
+    that two ranks would drive is a UsageError naming them, on every rank."""
+    store.set(str(rank), f"{uuid}\t{label}")
+    keys = [str(r) for r in range(world)]
+    store.wait(keys)
+    owner: dict[str, int] = {}
+    for r in range(world):
+        gpu, where = store.get(str(r)).decode().split("\t", 1)
+        if gpu in owner:
+            raise UsageError(f"ranks {owner[gpu]} and {r} would drive the same GPU ({where}, {gpu}): NCCL needs "
+                             f"a GPU per rank; start at most as many ranks per node as it has GPUs, or pass "
+                             f"--share-gpu to run the ranks over gloo on the GPUs there are")
+        owner[gpu] = r
 
 
 def _join_torchrun_run(config: LaunchConfig, local_rank: int, host_group) -> dict[str, Path]:
