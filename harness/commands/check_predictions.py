@@ -193,7 +193,11 @@ def _note(row: dict, calib_spread: float) -> str:
             why.append(f"{what} CPU {seen['predicted']:.3f} ms/sample predicted, {seen['measured']:.3f} measured")
     if calib_spread > 15 or (row["spread_pct"] or 0) > 15:
         why.append(f"noise: the calibration's visits spread {calib_spread:.0f}%, this case's {row['spread_pct']:.0f}%")
-    return "; ".join(why) or "the bound model: no cost changed, the host gave the case other CPU"
+    outside = max((v.get("other_cpu_pct") or 0.0) for v in row["visits"]) if row["visits"] else 0.0
+    if outside > hostload.OUTSIDE_LOAD_PCT:
+        why.append(f"other processes used up to {outside:.0f}% of the CPUs during its visits (the shared-host "
+                   f"column, which takes that out, is {row['error_shared_pct']:+.1f}% off)")
+    return "; ".join(why) or "the bound model: no cost it holds changed, and the host was quiet: outside its range"
 
 
 def table(rows: list[dict]) -> str:
