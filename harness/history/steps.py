@@ -7,12 +7,14 @@ of the figure (a change is a factor):
   partitioning by dynamic programming, exact; asv's step detection fits the same kind of model), steps only
   between commits, every segment at least MIN_SEGMENT runs. The penalty is BIC's, 2 sigma^2 log n, with sigma
   estimated from successive differences between runs (their median absolute value, which a few steps hardly
-  move), so that pure noise gives no step. Each step's size is the ratio of the geometric means of the
-  segments on either side, with a 95% Welch interval on the log values.
+  move), so that pure noise gives no step. Each step's size is the ratio of the geometric means of the NEAR
+  runs on either side of it (fewer where a segment is shorter: a drift beside the step then biases it
+  little), with a 95% Welch interval on the log values.
 - **Drift**: within each segment of at least MIN_DRIFT commits, the least-squares slope of the log value on
   the commit's position, its 95% interval, and the change over the segment (exp(slope x commits)); a drift is
-  reported when the interval excludes 0 and the change is at least `min_effect`. A drift steep enough against
-  the noise is cut into steps instead; one too gentle for that still shows here, over its segment.
+  reported when the interval excludes 0 and the change is at least `min_effect`. A drift the fit cut into
+  two or more steps one way is taken back into one segment when a line fits it as well (its squared residuals
+  plus one penalty, against the pieces' plus one penalty per step), and reported as a drift, not as steps.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from harness.results import stats
 
 MIN_SEGMENT = 2  # runs on each side of a step
 MIN_DRIFT = 6  # commits in a segment before its slope is tested
+NEAR = 6  # runs on each side of a step that measure its size (fewer where a segment is shorter)
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,37 @@ def _drift(commits: list[str], logs: list[float], positions: list[int], min_effe
     return Drift(commits[0], commits[-1], len(distinct), change, low, high)
 
 
+def _line_cost(x: list[int], y: list[float]) -> float:
+    """Squared residuals of the least-squares line of y on x."""
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    sxx = sum((a - mx) ** 2 for a in x)
+    slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sxx if sxx else 0.0
+    return sum((b - my - slope * (a - mx)) ** 2 for a, b in zip(x, y))
+
+
+def _ramps(starts: list[int], logs: list[float], positions: list[int], penalty: float) -> list[tuple[int, int]]:
+    """Runs of one or more steps one way that a line fits as well (its squared residuals plus one penalty for
+    the slope, against the pieces' plus one per step): a drift cut into steps. (first, last) segment indices,
+    the longest first, never overlapping."""
+    chosen: list[tuple[int, int]] = []
+    n = len(starts) - 1  # segments
+    means = [sum(logs[a:b]) / (b - a) for a, b in zip(starts, starts[1:])]
+    for length in range(n, 1, -1):
+        for first in range(0, n - length + 1):
+            last = first + length - 1
+            if any(not (last < a or first > b) for a, b in chosen):
+                continue
+            ups = [m2 > m1 for m1, m2 in zip(means[first:last], means[first + 1:last + 1])]
+            if not (all(ups) or not any(ups)):
+                continue
+            a, b = starts[first], starts[last + 1]
+            pieces = sum(sum((v - means[k]) ** 2 for v in logs[starts[k]:starts[k + 1]])
+                         for k in range(first, last + 1))
+            if _line_cost(positions[a:b], logs[a:b]) + penalty <= pieces + penalty * (length - 1):
+                chosen.append((first, last))
+    return chosen
+
+
 def change_points(runs: list[tuple[str, float]], min_effect: float = 0.05) -> tuple[list[Step], list[Drift]]:
     """The steps and drifts of a figure over `runs`, (commit, value) in commit order (positive values)."""
     runs = [(c, v) for c, v in runs if v and v > 0]
@@ -116,12 +150,15 @@ def change_points(runs: list[tuple[str, float]], min_effect: float = 0.05) -> tu
     penalty = 2 * max(sigma, 1e-9) ** 2 * math.log(len(logs))
     cuts = [i for i in range(1, len(runs)) if commits[i] != commits[i - 1]]
     starts = segments(logs, cuts, penalty) + [len(runs)]
-    found, drifts = [], []
-    for a, b, c in zip(starts, starts[1:], starts[2:]):
-        ratio, low, high = _welch(logs[a:b], logs[b:c])
-        found.append(Step(commits[b], commits[b - 1], ratio, low, high))
-    for a, b in zip(starts, starts[1:]):
-        d = _drift(commits[a:b], logs[a:b], positions[a:b], min_effect)
-        if d is not None:
-            drifts.append(d)
+    ramps = _ramps(starts, logs, positions, penalty)
+    inside = {k for first, last in ramps for k in range(first + 1, last + 1)}  # steps a ramp replaces
+    found = []
+    for k, (a, b, c) in enumerate(zip(starts, starts[1:], starts[2:]), 1):
+        if k not in inside:
+            ratio, low, high = _welch(logs[max(a, b - NEAR):b], logs[b:min(c, b + NEAR)])
+            found.append(Step(commits[b], commits[b - 1], ratio, low, high))
+    spans = [(starts[first], starts[last + 1]) for first, last in ramps]
+    spans += [(a, b) for k, (a, b) in enumerate(zip(starts, starts[1:]))
+              if not any(first <= k <= last for first, last in ramps)]
+    drifts = [d for a, b in sorted(spans) if (d := _drift(commits[a:b], logs[a:b], positions[a:b], min_effect))]
     return found, drifts

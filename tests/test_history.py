@@ -1,0 +1,179 @@
+"""The history store (harness.history.store, runrows) and `run_bench.py history` (harness.commands.history):
+real run directories imported, a run that adds itself, the store's version, the gate against the history, and
+bad input as one line, exit 2."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import REPO, run_bench
+
+from harness.history import gate, runrows, store
+from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
+
+CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=fixed"]
+V02 = REPO / "tests" / "fixtures" / "run-v0.2"
+
+
+def write_run(path: Path, commit: str, minute: int, cpu: dict[str, float] | None = None, noise: float = 1.0,
+              scenario: str = "ci", cpu_model: str = "AMD EPYC") -> Path:
+    """A run directory of one repeat: each cell's loader + rank CPU per sample 1 ms x cpu[cell] x noise."""
+    path.mkdir(parents=True)
+    lines = []
+    for cell in CELLS:
+        c = 0.001 * (cpu or {}).get(cell, 1.0) * noise
+        lines.append({"cell": cell, "repeat": 0, "error": None, "params": {"storage": {}},
+                      "figures": {"throughput": 1.0 / c, "step_p50_ms": 16.0, "au_pct": 50.0,
+                                  "throughput_ci": [0.9 / c, 1.1 / c],
+                                  "loader_cpu_s_per_sample": c / 2, "rank_cpu_s_per_sample": c / 2}})
+    (path / "cells.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    env = {"scenario": scenario, "comparable": {"batch_size": 16}, "cpu_model": cpu_model, "cpu_count": 2,
+           "cpu_affinity": 2, "hostname": "h", "memory_gb": 25.2, "versions": {"torch": "2.13"},
+           "git": {"commit": commit, "dirty": False}, "time_utc": f"2026-12-01T10:{minute:02d}:00Z"}
+    (path / "env.json").write_text(json.dumps(env))
+    return path
+
+
+def history(*args: str, timeout: float = 120):
+    return run_bench("history", *args, timeout=timeout)
+
+
+def test_history_add_imports_real_run_directories(smoke_run, tmp_path):
+    """A run this harness just wrote and one v0.2 wrote: one row per cell visit, the machine's fingerprint
+    and the commit from env.json; a second add skips them; `list` names both."""
+    _, run_dir, cells = smoke_run
+    db_path = tmp_path / "h.sqlite"
+    proc = history("add", str(run_dir), str(V02), "--history", str(db_path), "--branch", "main")
+    assert proc.returncode == 0, proc.stderr
+    db = store.open_store(db_path)
+    runs = store.runs(db)
+    assert sorted(r["scenario"] for r in runs) == ["smoke", "smoke"] and {r["branch"] for r in runs} == {"main"}
+    mine = next(r for r in runs if r["run_dir"] == str(run_dir.absolute()))
+    assert len(store.visits_of(db, mine["id"])) == len(cells)
+    assert store.effects_of(db, mine["id"]) or mine["repeats"] == 1
+    env = json.loads((run_dir / "env.json").read_text())
+    assert mine["commit_id"] == env["git"]["commit"] and mine["verdict"].startswith("FASTEST")
+    assert json.loads(mine["machine"])["cpu_model"] == env["cpu_model"]
+    old = next(r for r in runs if r is not mine)
+    assert old["commit_id"].startswith("51a6757") and len(store.visits_of(db, old["id"])) == 3
+    again = history("add", str(run_dir), "--history", str(db_path))
+    assert again.returncode == 0 and "already in the store" in again.stderr
+    assert len(store.runs(store.open_store(db_path))) == 2
+    listed = history("list", "--history", str(db_path))
+    assert "smoke on machine" in listed.stdout and "2 runs of 2 commits" in listed.stdout
+
+
+def test_a_run_adds_itself_with_dlbench_history(tmp_path, data_dir):
+    """DLBENCH_HISTORY=FILE: the run's directory is in the store at its end, under the commit it recorded."""
+    import os
+    import subprocess
+    import sys
+
+    db_path, out = tmp_path / "h.sqlite", tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(REPO / "run_bench.py"), "--scenario", "smoke", "--quiet",
+                           "--data-dir", str(data_dir), "--out", str(out), "--only", "storage=raw"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, DLBENCH_HISTORY=str(db_path)))
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = list(out.iterdir())
+    (run,) = store.runs(store.open_store(db_path))
+    assert run["run_dir"] == str(run_dir.absolute()) and f"history: {db_path}" in proc.stderr
+    assert run["commit_id"] == json.loads((run_dir / "env.json").read_text())["git"]["commit"]
+
+
+def test_a_store_of_a_newer_version_stops_a_run_before_it_measures(tmp_path):
+    db_path, out = tmp_path / "new.sqlite", tmp_path / "out"
+    db = store.open_store(db_path)
+    with db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = ?", (VERSION_KEY,))
+    proc = run_bench("--scenario", "smoke", "--quiet", "--out", str(out), "--history", str(db_path))
+    assert proc.returncode == 2 and not out.exists()
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"run_bench.py: error: history store {db_path}: history store version 99; this harness "
+                           f"reads up to {store.STORE_VERSION}")
+    assert "Traceback" not in proc.stderr
+
+
+def test_an_old_store_is_upgraded_on_open_and_others_are_refused(tmp_path):
+    """A store at version 1 opened by a harness whose format is at version 2: the step runs, the version is
+    written; a file that is not SQLite, or not a history store, is one line."""
+    db_path = tmp_path / "h.sqlite"
+    run, visits, effects = runrows.rows_of(write_run(tmp_path / "r", "aaa", 1))
+    store.insert_run(store.open_store(db_path), run, visits, effects)
+
+    def add_note(db: sqlite3.Connection) -> sqlite3.Connection:
+        db.execute("ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''")
+        return db
+
+    newer = FileFormat("history store", 2, {1: "first", 2: "runs.note"}, {1: add_note})
+    db = store.open_store(db_path, newer)
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == "2"
+    (row,) = db.execute("SELECT note, commit_id FROM runs").fetchall()
+    assert tuple(row) == ("", "aaa")
+    with pytest.raises(ResultsError, match="history store version 2; this harness reads up to 1"):
+        store.open_store(db_path)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database at all, just text\n" * 100)
+    with pytest.raises(ResultsError, match="cannot be read as SQLite"):
+        store.open_store(junk)
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t (x)")
+    with pytest.raises(ResultsError, match="not a dlbench history store"):
+        store.open_store(other)
+
+
+def test_bad_input_is_one_line_exit_2_and_good_runs_are_still_added(tmp_path):
+    db_path = tmp_path / "h.sqlite"
+    good = write_run(tmp_path / "good", "aaa", 1)
+    (tmp_path / "notrun").mkdir()
+    proc = history("add", str(tmp_path / "missing"), str(tmp_path / "notrun"), str(good), "--history", str(db_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("run_bench.py: error:")]
+    assert errors == [f"run_bench.py: error: {tmp_path / 'missing'} does not exist; pass a run directory "
+                      f"(results/<time>-<scenario>)",
+                      f"run_bench.py: error: {tmp_path / 'notrun'} is not a run directory (it lacks env.json and "
+                      f"cells.jsonl); pass a directory a run wrote (results/<time>-<scenario>)"]
+    assert len(store.runs(store.open_store(db_path))) == 1  # the good one
+    for args, says in [(["compare", "aaa"], "history compare takes COMMIT_A COMMIT_B, got 1 (aaa)"),
+                       (["show", "storage=nosuch"], "history show storage=nosuch: no cell or axis of that name"),
+                       (["gate", str(good), "--last", "0"], "--last 0 must be a positive number of runs"),
+                       (["list", "--history", str(tmp_path / "none.sqlite")], "does not exist; add runs to it")]:
+        proc = history(*args, *(["--history", str(db_path)] if "--history" not in args else []))
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
+
+
+def history_of(tmp_path: Path, runs: int, cpu: dict | None = None) -> Path:
+    """A store of `runs` same-code runs of commit aaa (noise +-4%), one a minute."""
+    db_path = tmp_path / "h.sqlite"
+    paths = [write_run(tmp_path / f"r{i}", "aaa", i, cpu, 1 + 0.02 * ((i * 3) % 5 - 2)) for i in range(runs)]
+    assert history("add", *map(str, paths), "--history", str(db_path)).returncode == 0
+    return db_path
+
+
+def test_the_history_gate_fails_a_planted_rise_and_passes_the_same_code(tmp_path):
+    db_path = history_of(tmp_path, 10)
+    same = write_run(tmp_path / "same", "bbb", 30, noise=1.01)
+    proc = history("gate", str(same), "--history", str(db_path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "history gate: 0 slower, 0 faster, 3 unchanged" in proc.stdout and "last 10 comparable runs" in proc.stdout
+    slow = write_run(tmp_path / "slow", "ccc", 31, {CELLS[1]: 1.3})
+    proc = history("gate", str(slow), "--history", str(db_path))
+    assert proc.returncode == 1 and "1 slower" in proc.stdout and "FAILED" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if line.startswith(CELLS[1]))
+    assert row.endswith("slower") and "x1.301" in row  # against the geometric mean of the 10 runs
+    fewer = write_run(tmp_path / "fewer", "ddd", 32, {CELLS[1]: 1.3})
+    proc = history("gate", str(fewer), "--history", str(db_path), "--last", "2")
+    assert proc.returncode == 0 and "NOT RUN: 2 comparable run(s)" in proc.stdout
+
+
+def test_the_gate_compares_only_the_same_machine_and_earlier_runs(tmp_path):
+    db_path = history_of(tmp_path, 5)
+    xeon = write_run(tmp_path / "xeon", "bbb", 30, {CELLS[1]: 1.5}, cpu_model="Intel Xeon")
+    run, visits, _ = runrows.rows_of(xeon)
+    db = store.open_store(db_path)
+    assert gate.comparable_runs(db, run, 10) == []  # another machine has no history here
+    early = write_run(tmp_path / "early", "bbb", 2)
+    run, visits, _ = runrows.rows_of(early)
+    assert [r["time_utc"][-6:-4] for r in gate.comparable_runs(db, run, 10)] == ["00", "01"]
