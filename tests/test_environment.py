@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from harness.results import rundir
+from harness.results import environment, rundir
 from harness.results.environment import LIBRARIES, Environment
 
 
@@ -75,3 +75,17 @@ def test_block_device_follows_the_device_number_to_the_disks_queue(tmp_path):
     assert block_device(data / "not-yet" / "made", sys_root) == ("vdz", 4096)  # the nearest existing parent
     link.unlink()
     assert block_device(data, sys_root) == (None, None)  # no such device (tmpfs, overlay): unknown
+
+
+def test_a_free_threaded_interpreter_is_read_from_its_build_flag_and_its_gil(monkeypatch):
+    """Py_GIL_DISABLED says the build is free-threaded; sys._is_gil_enabled whether the GIL is off now (a
+    free-threaded build runs with it on under PYTHON_GIL=1). This machine's 3.11 has neither."""
+    flags = {"Py_GIL_DISABLED": 0}
+    monkeypatch.setattr(environment.sysconfig, "get_config_var", lambda name: flags.get(name))
+    assert environment.free_threaded() is False
+    flags["Py_GIL_DISABLED"] = 1
+    monkeypatch.setattr(environment.sys, "_is_gil_enabled", lambda: False, raising=False)
+    assert environment.free_threaded() is True
+    monkeypatch.setattr(environment.sys, "_is_gil_enabled", lambda: True, raising=False)
+    assert environment.free_threaded() is False
+    assert environment.Environment.capture([], {}).free_threaded is False  # recorded; this interpreter has the GIL

@@ -77,8 +77,10 @@ def header_lines(cells: list[CellSummary], env: Environment | None = None, probe
         lines.append("Parameters: " + "; ".join(notes))
     if env and env.time_utc:
         allowed = f", the run's allowance {env.run_cpus:g}" if env.run_cpus and env.run_cpus != env.cpu_count else ""
+        threads = ", free-threaded Python (no GIL: the threads loader's threads run in parallel)" \
+            if env.free_threaded else ""
         lines.append(f"Host: {env.cpu_count} CPUs ({env.cpu_model}){allowed}, "
-                     f"{env.memory_gb or 0:.0f} GB RAM, torch {env.torch_version}")
+                     f"{env.memory_gb or 0:.0f} GB RAM, torch {env.torch_version}{threads}")
     return lines
 
 

@@ -14,6 +14,7 @@ import os
 import platform
 import subprocess
 import sys
+import sysconfig
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -28,7 +29,8 @@ ENV_VERSION = 1
 ENV_HISTORY = {
     1: "every env.json so far: the machine, the libraries' versions, git, and the run's settings (None ones "
        "left out). Added within version 1, absent in older files and read as their defaults: `gpu`, "
-       "`data_dir`, `data_device`, `read_ahead_kb`, `import`, `resumed`, libraries beyond the first six; the "
+       "`data_dir`, `data_device`, `read_ahead_kb`, `import`, `resumed`, `free_threaded`, libraries beyond the "
+       "first six; the "
        "`schema` key itself (a file without it is version 1)",
 }
 REPO = Path(__file__).resolve().parents[2]
@@ -82,6 +84,15 @@ def data_dir_of(argv: list[str]) -> Path:
     return REPO / "data"
 
 
+def free_threaded() -> bool:
+    """Whether this interpreter is a free-threaded build (3.13t and later: Py_GIL_DISABLED) running with the
+    GIL off (a free-threaded build may turn it back on: PYTHON_GIL=1, or an extension that needs it)."""
+    if not sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return False
+    gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    return not gil_enabled() if gil_enabled is not None else True
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -102,6 +113,7 @@ class Environment:
     cpu_affinity: int | None = None
     cpu_allowance: float | None = None  # the CPUs the run may use: affinity capped by its cgroup's quota
     memory_gb: float | None = None
+    free_threaded: bool | None = None  # a free-threaded interpreter with the GIL off (None: not recorded)
     gpus: list[str] = field(default_factory=list)
     gpu: dict = field(default_factory=dict)  # gpuinfo.environment(): names, memory, driver, CUDA, cuDNN
     device: dict = field(default_factory=dict)  # mode (emulated / cuda), accelerator, world_size
@@ -146,7 +158,7 @@ class Environment:
                    platform=platform.platform(), hostname=platform.node(), cpu_model=_cpu_model(),
                    cpu_count=os.cpu_count(),
                    cpu_affinity=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-                   cpu_allowance=hostload.cpu_allowance(),
+                   cpu_allowance=hostload.cpu_allowance(), free_threaded=free_threaded(),
                    memory_gb=_memory_gb(), gpus=[g["name"] for g in gpu["gpus"]], gpu=gpu, device=device,
                    git=_git_commit(), data_dir=str(data), data_device=name, read_ahead_kb=read_ahead)
 
