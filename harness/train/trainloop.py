@@ -22,7 +22,6 @@ With --decompose a cell runs three phases (see run_cell); each phase is one Meas
 from __future__ import annotations
 
 import time
-import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -183,9 +182,9 @@ class MeasuredLoop:
         except GroupAborted:
             raise  # the process group is gone: the rank ends
         except StepFailed as err:
-            return _released(err, err.reason), err.joined
+            return err.reason, err.joined
         except Exception as err:  # noqa: BLE001 - outside the step's phases: ends the cell as before
-            return _released(err, StepFailed("step", err, oom=is_oom(err), joined=False).reason), False
+            return StepFailed("step", err, oom=is_oom(err), joined=False).reason, False
         self.oom_events += handled if measured else 0
         self.last_tensors = tensors
         return None
@@ -328,16 +327,6 @@ class Trainer:
         record.loader, record.model, record.precision = pipe.loader_kind, self.model.name, self.precision.label
         record.preprocess = "device" if pipe.devprep is not None else "host"
         return record, warmup_s
-
-
-def _released(err: BaseException, reason: str) -> str:
-    """`reason`, after clearing the finished frames that err's traceback (and its context's) keep alive: a
-    StepFailed raised inside an `except` keeps the original error, whose frames hold the failed step's graph
-    and activations in a reference cycle that only the garbage collector would free."""
-    while err is not None:
-        traceback.clear_frames(err.__traceback__)
-        err = err.__context__
-    return reason
 
 
 class CellSkipped(RuntimeError):
