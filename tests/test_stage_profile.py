@@ -4,6 +4,7 @@ aggregate (harness.analysis.stages), the report's table and plot, and the target
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -106,6 +107,17 @@ def test_the_costs_of_a_cell_for_the_model():
     assert inline.loader_s == pytest.approx(0.010) and "untimed" not in inline.stages  # no /proc figure
 
 
+def test_the_decode_limit_ratio_is_the_loaders_cpu_over_its_decode_alone():
+    """/proc saw 12.5 ms of loader CPU per sample where decode took 9: x1.39 of the decode limit; it reaches
+    cells.jsonl through the cell's figures (the records' device time makes feeding() count them)."""
+    from harness.results import metrics
+
+    recs = [replace(record(0, 0.9, 1.25), device=[0.5]), replace(record(1, 0.9, 1.25), device=[0.5])]
+    assert metrics.cell_figures(recs)["decode_limit_ratio"] == pytest.approx(12.5 / 9)
+    nodecode = replace(record(0, 0.0, 1.25), device=[0.5])  # features: no decode stage, no ratio
+    assert "decode_limit_ratio" not in metrics.cell_figures([nodecode])
+
+
 def test_the_table_and_the_plot(tmp_path):
     cell = CellResult(cell="storage=raw", names={"storage": "raw"}, strategies={"storage": "raw"},
                       figures={"throughput": 10.0, "rank_cpu_s_per_sample": 0.002}, workload="pixels",
@@ -115,6 +127,10 @@ def test_the_table_and_the_plot(tmp_path):
     row = dict(zip(table.headers, table.rows[0]))
     assert row["decode"] == "9.000" and row["queue"] == "0.000" and row["untimed"] == "2.500"
     assert row["timed"] == "10.000" and row["/proc"] == "12.500" and row["of /proc %"] == "80"
+    assert row["x decode"] == "-"  # a line without the figure (written before it existed)
+    line = cell.to_json()
+    shown = CellResult.from_json({**line, "figures": {**line["figures"], "decode_limit_ratio": 1.389}})
+    assert dict(zip(table.headers, stagetable.stage_table([shown]).rows[0]))["x decode"] == "1.39"
     assert stagetable.stage_plot([cell], tmp_path / "stages.png").stat().st_size > 0
     t = target_mod.Target(gpus_per_node=4, cores_per_node=32.0, accelerator="V100-16GB")
     rows = stagetable.target_table([cell], t).rows

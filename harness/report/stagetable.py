@@ -45,13 +45,15 @@ def stage_table(results: list[CellResult]) -> Table:
         ms = prof.per_sample
         rows.append([label, *(_ms(ms[s]) for s in STAGES), _ms(prof.untimed_s), _ms(ms["h2d"]),
                      _ms(prof.loader_s), _ms(prof.proc_loader_s),
-                     fmt(None if prof.coverage is None else 100 * prof.coverage, ".0f")])
+                     fmt(None if prof.coverage is None else 100 * prof.coverage, ".0f"),
+                     fmt(cell.figures.decode_limit_ratio, ".2f")])
     return Table("Loader stages (ms of CPU per sample, where each runs; docs/stage-profile.md)",
-                 ["cell", *STAGES, "untimed", "h2d", "timed", "/proc", "of /proc %"], rows,
+                 ["cell", *STAGES, "untimed", "h2d", "timed", "/proc", "of /proc %", "x decode"], rows,
                  ["each stage timed where it runs; timed: the loader's stages (all but receive, which runs in "
                   "the rank); /proc: the loader's CPU per sample read from /proc over the same window; "
                   "untimed: /proc less timed (no timer covers it); of /proc %: timed over /proc; h2d: wall ms "
-                  "per sample"])
+                  "per sample; x decode: the decode limit ratio, /proc over decode alone (1.00: the loader costs "
+                  "what decoding costs)"])
 
 
 def stage_plot(results: list[CellResult], path: Path) -> Path | None:

@@ -65,6 +65,7 @@ class Figures(JsonRecord):
     rank_cpu_s_per_sample: float | None = None
     device_samples_per_s: float | None = None  # per rank, when never starved (modelled on an emulated device)
     cores_to_feed: float | None = None
+    decode_limit_ratio: float | None = None  # the loader's CPU per sample / its decode stage's (1: decode alone)
     imbalance: float | None = None  # schema 1 only: the window-total figure, now window_imbalance
     host_pss_peak_mb: float | None = None
     host_pss_total_mb: float | None = None

@@ -77,7 +77,17 @@ def feeding(records: list[RankRecord]) -> dict:
     rank = sum(c[1] for c in cpu) / samples
     rate = float(np.mean(rates))
     return {"loader_cpu_s_per_sample": loader, "rank_cpu_s_per_sample": rank, "device_samples_per_s": rate,
-            "cores_to_feed": (loader + rank) * rate}
+            "cores_to_feed": (loader + rank) * rate, **decode_limit(records, loader)}
+
+
+def decode_limit(records: list[RankRecord], loader_s: float) -> dict:
+    """The decode limit ratio: the loader's whole CPU per sample over its decode stage's alone (1.0: the
+    loader costs what decoding costs; the rest is read, cache, transform, collate, send, queue, untimed);
+    {} without a timed decode stage (the features workload decodes nothing)."""
+    timed = [r for r in records if r.stages and r.stages.get("samples")]
+    samples = sum(int(r.stages["samples"]) for r in timed)
+    decode = sum(float(r.stages["s"].get("decode", 0.0)) for r in timed) / samples if samples else 0.0
+    return {"decode_limit_ratio": loader_s / decode} if decode > 0 and loader_s > 0 else {}
 
 
 def throughput_interval(records: list[RankRecord]) -> dict:
