@@ -100,3 +100,7 @@ def test_pure_noise_has_few_change_points():
 
 def test_too_short_a_series_has_no_change_point():
     assert change_points([("a", 1.0), ("b", 2.0), ("c", 2.0)]) == ([], [])
+
+
+def test_a_figure_equal_in_every_run_has_no_change_point():
+    assert change_points([(f"c{i:02d}", 40.0) for i in range(30)]) == ([], [])

@@ -27,6 +27,7 @@ def _cell_section(db, runs, cell: str) -> str:
         points = series.per_commit(db, runs, cell, figure)
         found, drifts = change_points(series.cell_runs(db, runs, figure).get(cell, []))
         markers = [Marker(s.commit, f"step x{s.ratio:.2f}") for s in found]
+        markers += [Marker(d.first, f"drift x{d.change:.2f}", d.last) for d in drifts]
         name = series.FIGURES[figure][1]
         charts.append(chart(name, [ChartPoint(p.commit, p.value, p.low, p.high, p.label) for p in points], markers))
         notes += [f"{name}: step at {s.commit[:10]} x{s.ratio:.3f} [{s.low:.3f}, {s.high:.3f}]" for s in found]
@@ -50,7 +51,8 @@ def _axis_section(db, runs, axis: str) -> str:
 def scenario_page(db: sqlite3.Connection, scenario: str, groups: dict) -> str:
     body = [f"<h1>{escape(scenario)}: figures over commits</h1>",
             '<p>Each point is a commit (the median of its runs; the bar its interval); a red dashed line is a '
-            'change point with the step\'s size. Commits in the order they were first measured.</p>']
+            'change point with the step\'s size, a shaded band a slow drift. Commits in the order they were '
+            'first measured.</p>']
     for (_, fp), runs in groups.items():
         commits = list(dict.fromkeys(r["commit_id"] for r in runs))
         body.append(f'<h2>machine {escape(fp)}</h2><p class="machine">{escape(series.machine_name(runs[-1]))}; '

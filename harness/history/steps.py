@@ -7,13 +7,14 @@ of the figure (a change is a factor):
   partitioning by dynamic programming, exact; asv's step detection fits the same kind of model), steps only
   between commits, every segment at least MIN_SEGMENT runs. The penalty is BIC's, 2 sigma^2 log n, with sigma
   estimated from successive differences between runs (their median absolute value, which a few steps hardly
-  move), so that pure noise gives no step. Each step's size is the ratio of the geometric means of the NEAR
-  runs on either side of it (fewer where a segment is shorter: a drift beside the step then biases it
-  little), with a 95% Welch interval on the log values.
+  move; their mean where most are 0), so that pure noise gives no step; a figure equal in every run has none.
+  Each step's size is the ratio of the geometric means of the NEAR runs on either side of it (fewer where a
+  segment is shorter: a drift beside the step then biases it little), with a 95% Welch interval on the log
+  values.
 - **Drift**: within each segment of at least MIN_DRIFT commits, the least-squares slope of the log value on
   the commit's position, its 95% interval, and the change over the segment (exp(slope x commits)); a drift is
   reported when the interval excludes 0 and the change is at least `min_effect`. A drift the fit cut into
-  two or more steps one way is taken back into one segment when a line fits it as well (its squared residuals
+  one or more steps one way is taken back into one segment when a line fits it as well (its squared residuals
   plus one penalty, against the pieces' plus one penalty per step), and reported as a drift, not as steps.
 """
 from __future__ import annotations
@@ -51,13 +52,14 @@ def _noise(logs: list[float]) -> float:
     diffs = sorted(abs(b - a) for a, b in zip(logs, logs[1:]))
     if not diffs:
         return 0.0
-    return 1.4826 * diffs[len(diffs) // 2] / math.sqrt(2)
+    typical = diffs[len(diffs) // 2] or sum(diffs) / len(diffs)  # the mean where most differences are 0
+    return 1.4826 * typical / math.sqrt(2)
 
 
 def _cost(prefix: list[float], prefix2: list[float], i: int, j: int) -> float:
     n = j - i
     s = prefix[j] - prefix[i]
-    return (prefix2[j] - prefix2[i]) - s * s / n
+    return max(0.0, (prefix2[j] - prefix2[i]) - s * s / n)
 
 
 def segments(logs: list[float], cuts_allowed: list[int], penalty: float) -> list[int]:
@@ -147,7 +149,9 @@ def change_points(runs: list[tuple[str, float]], min_effect: float = 0.05) -> tu
     if len(runs) < 2 * MIN_SEGMENT:
         return [], []
     sigma = _noise(logs)
-    penalty = 2 * max(sigma, 1e-9) ** 2 * math.log(len(logs))
+    if sigma == 0:  # the same value in every run: nothing to decide
+        return [], []
+    penalty = 2 * sigma ** 2 * math.log(len(logs))
     cuts = [i for i in range(1, len(runs)) if commits[i] != commits[i - 1]]
     starts = segments(logs, cuts, penalty) + [len(runs)]
     ramps = _ramps(starts, logs, positions, penalty)

@@ -1,6 +1,7 @@
 """Pure: one small inline SVG chart of a figure over commits: a point per commit with its interval as a
-vertical bar, the points joined, the change points marked (a dashed line and the step's size), a reference
-line where given (1 for an effect's ratio). No script, no external resource: it renders from a file offline."""
+vertical bar, the points joined, the change points marked (a dashed line and the step's size), a drift as a
+shaded band over its commits, a reference line where given (1 for an effect's ratio). No script, no external
+resource: it renders from a file offline."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ class ChartPoint:
 
 @dataclass(frozen=True)
 class Marker:
-    commit: str  # the first commit after the step
+    commit: str  # the first commit after the step (a drift's first commit)
     text: str
+    last: str | None = None  # a drift's last commit: the marker is a band over its commits
 
 
 def _fmt(v: float) -> str:
@@ -60,7 +62,12 @@ def chart(title: str, points: list[ChartPoint], markers: list[Marker] = (), refe
                    f'class="ref"/>')
     index = {p.commit: i for i, p in enumerate(points)}
     for m in markers:
-        if m.commit in index:
+        if m.last is not None and m.commit in index and m.last in index:
+            x0, x1 = x(index[m.commit] - 0.5), x(index[m.last] + 0.5)
+            out.append(f'<g class="drift" data-commit="{escape(m.commit)}"><rect x="{x0:.1f}" y="{TOP}" '
+                       f'width="{x1 - x0:.1f}" height="{inner_h}"/><text x="{x1 - 3:.1f}" y="{TOP + inner_h - 4}" '
+                       f'text-anchor="end">{escape(m.text)}</text></g>')
+        elif m.commit in index:
             xm = x(index[m.commit] - 0.5)
             out.append(f'<g class="step" data-commit="{escape(m.commit)}"><line x1="{xm:.1f}" x2="{xm:.1f}" '
                        f'y1="{TOP}" y2="{TOP + inner_h}"/><text x="{xm + 3:.1f}" y="{TOP + 11}">'
@@ -84,5 +91,6 @@ margin-top:28px}h3{font-size:14px;margin:14px 0 4px}.row{display:flex;flex-wrap:
 svg .t{font-size:12px;font-weight:bold}svg .a{font-size:10px;fill:#555}svg .frame{fill:#fafafa;stroke:#ccc}
 svg .line{fill:none;stroke:#3465a4;stroke-width:1.2}svg .pt line{stroke:#3465a4;stroke-width:2;opacity:.45}
 svg .pt circle{fill:#3465a4}svg .ref{stroke:#888;stroke-dasharray:2 2}svg .step line{stroke:#c00;
-stroke-dasharray:4 3;stroke-width:1.5}svg .step text{font-size:11px;fill:#c00}.machine{color:#555}
+stroke-dasharray:4 3;stroke-width:1.5}svg .step text{font-size:11px;fill:#c00}svg .drift rect{fill:#f5a623;opacity:.15}
+svg .drift text{font-size:11px;fill:#a35f00}.machine{color:#555}
 .steps{color:#c00}table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}"""
