@@ -53,6 +53,7 @@ from harness.commands import (
     target_report,
 )
 from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
+from harness.results import rundir
 from harness.results.baseline import BaselineError
 from harness.results.rundir import ResultsError
 
@@ -160,7 +161,8 @@ def _prepare(store: Path, out: Path) -> set[Path]:
 def _record(store: Path, request, before: set[Path], code: int) -> int:
     """--history FILE (or DLBENCH_HISTORY): the run just written adds itself; a failure to add is exit 2 at
     worst, never 1, and the run directory stays."""
-    made = sorted(d for d in _run_dirs(request.out) - before if (d / "cells.jsonl").is_file())
+    made = sorted(d for d in _run_dirs(request.out) - before if (d / "cells.jsonl").is_file()
+                  and rundir.read_env(d).argv == list(request.argv))  # this run's, not a neighbour's
     run_dir = request.resume or (made[-1] if made else None)
     if run_dir is None:
         return code
