@@ -27,6 +27,8 @@
 #   profile    one cell with --profile: the profiler's kernel AU beside event AU (the gap reported, not
 #              asserted; traces without memory profiling, exported after the window), AU vs NVML
 #   torchrun   torchrun --standalone --nproc-per-node 1 on one cell (the harness joins torchrun's group)
+#   shared     2 ranks sharing GPU 0 over gloo (--share-gpu) on one cell: the multi-rank CUDA path (the
+#              agreement, shadow steps) on a one-GPU machine; SKIP while run_bench.py has no --share-gpu
 # Each run stage then checks its run directory (scripts/gpu/check_run.py): no error, a real GPU, peaks in
 # (0, capacity], AU against NVML where the window is long enough (and the profiler's kernel time); its result
 # is OUT/json/check_<stage>.json.
@@ -41,16 +43,17 @@ cd "$(dirname "$0")/.."
 
 # The stage timeouts (s): the one place they are set. Their sum must stay within BUDGET_S (8 minutes), and
 # tests/test_gpu_check_script.py checks it. A stage that times out gets 1 s more to die (--kill-after).
-STAGES=(preflight events streams decode memcheck nvmlbusy oom matrix extras profile torchrun)
+STAGES=(preflight events streams decode memcheck nvmlbusy oom matrix extras profile torchrun shared)
 declare -A LIMIT=([preflight]=20 [events]=15 [streams]=15 [decode]=20 [memcheck]=35 [nvmlbusy]=15
-                  [oom]=85 [matrix]=95 [extras]=70 [profile]=50 [torchrun]=40)
+                  [oom]=75 [matrix]=90 [extras]=65 [profile]=50 [torchrun]=40 [shared]=40)
 BUDGET_S=480
 # cells each run stage must write (checked in the run directory, and against --dry-run's listing)
-declare -A CELLS=([matrix]=6 [extras]=4 [profile]=1 [torchrun]=1)
+declare -A CELLS=([matrix]=6 [extras]=4 [profile]=1 [torchrun]=1 [shared]=1)
+declare -A RANKS=([shared]=2)  # rank records per cell (1 where not given)
 # few samples and steps: the dataset (pixels, mmap) is made once in DATA and reused by every run stage
 SAMPLES=512
 WARMUP=3
-declare -A STEPS=([matrix]=10 [extras]=10 [profile]=100 [torchrun]=20)
+declare -A STEPS=([matrix]=10 [extras]=10 [profile]=100 [torchrun]=20 [shared]=20)
 
 total_s() { local t=0 s; for s in "${STAGES[@]}"; do t=$((t + LIMIT[$s])); done; echo "$t"; }
 
@@ -121,6 +124,9 @@ TOML
 bench() {  # stage, scenario, run_bench arguments...: a run into OUT/runs/<stage>, then its checks
   local stage=$1 scenario=$2; shift 2
   [ "$MODE" = dry ] && [ "$scenario" = gpu ] && scenario=$OUT/scenarios/gpu.toml
+  if [[ " $* " == *" --share-gpu "* ]] && ! "$PY" run_bench.py --help 2>/dev/null | grep -q -- --share-gpu; then
+    echo "SKIP $stage: run_bench.py has no --share-gpu option yet"; return 77
+  fi
   local args=(--scenario "$scenario" --samples "$SAMPLES" --steps "${STEPS[$stage]}" --warmup-steps "$WARMUP"
               --data-dir "$DATA" --out "$OUT/runs/$stage" --quiet "$@")
   if [ "$MODE" = dry ]; then
@@ -139,7 +145,7 @@ bench() {  # stage, scenario, run_bench arguments...: a run into OUT/runs/<stage
   echo "+ ${launcher[*]} run_bench.py ${args[*]} --device cuda"
   "${launcher[@]}" run_bench.py "${args[@]}" --device cuda
   local rc=$?
-  local check=(--cells "${CELLS[$stage]}" --ranks 1 --out "$OUT/json" --name "check_$stage")
+  local check=(--cells "${CELLS[$stage]}" --ranks "${RANKS[$stage]:-1}" --out "$OUT/json" --name "check_$stage")
   [ "$stage" = profile ] && check+=(--profile --warmup-steps "$WARMUP" --require-nvml)
   "$PY" scripts/gpu/check_run.py "$OUT/runs/$stage" "${check[@]}" && [ "$rc" -eq 0 ] && return 0
   [ "$rc" -ne 0 ] && echo "FAIL $stage: run_bench.py exited $rc"
@@ -156,11 +162,12 @@ stage_command() {  # the command line of one stage, as one bash -c script
     extras) echo "bench extras \"$OUT/scenarios/gpu-extras.toml\"" ;;
     profile) echo "bench profile gpu --only storage=mmap --only precision=amp --only preprocess=host --profile" ;;
     torchrun) echo "bench torchrun gpu --only storage=mmap --only precision=bf16 --only preprocess=device" ;;
+    shared) echo "bench shared gpu --only storage=mmap --only precision=amp --only preprocess=host --share-gpu --world-size 2" ;;
   esac
 }
 
 export -f install_missing bench
-DEFS="$(declare -p STEPS); $(declare -p CELLS)"  # associative arrays cannot be exported: passed as text
+DEFS="$(declare -p STEPS); $(declare -p CELLS); $(declare -p RANKS)"  # associative arrays cannot be exported: passed as text
 
 # --- the stages ---------------------------------------------------------------------------------------
 declare -A RESULT SECS WHY

@@ -10,7 +10,13 @@ preprocessing, the batch's decoded-and-resized buffers (a uint8 and two float32 
 second copy. Not in the plan: nvJPEG's full-resolution decode of the source JPEGs (it depends on each
 source's size); a batch that still runs out is split after the OOM (harness.train.trainstep).
 The budget is what this process may use: the free memory torch.cuda.mem_get_info reports plus what the
-caching allocator already holds."""
+caching allocator already holds; with `sharing` ranks on the GPU (--share-gpu) its share of the free memory.
+
+The bare model is probed, not its DDP wrapper: at several ranks a probe through DDP would put its passes in
+the gradient allreduce, where one rank's OOM breaks the collective sequence (the probe's failure is agreed
+instead: harness.train.trainloop.plan_memory). DDP's gradients are views of its buckets
+(gradient_as_bucket_view), the same bytes as the bare model's .grad during the probe's backward;
+scripts/gpu/memcheck.py measures both probes against real DDP steps."""
 from __future__ import annotations
 
 import torch
@@ -43,7 +49,7 @@ def _peak(model, batch: dict, precision, where: torch.device) -> int:
 
 
 def measure(model, workload: str, image_size: int, precision, where: torch.device,
-            device_preprocess: bool = False) -> tuple[float, float, float]:
+            device_preprocess: bool = False, sharing: int = 1) -> tuple[float, float, float]:
     """(base bytes, bytes per unit, budget bytes) of this model on this GPU."""
     _peak(model, _batch(workload, PROBE_BATCHES[0], image_size, where), precision, where)  # warm-up, discarded
     units, peaks = [], []
@@ -56,6 +62,6 @@ def measure(model, workload: str, image_size: int, precision, where: torch.devic
     momentum = sum(p.numel() * p.element_size() for p in model.parameters())  # SGD's buffers, not probed
     base = peaks[0] - per_unit * units[0] + momentum
     free, _total = torch.cuda.mem_get_info(where)
-    budget = HEADROOM * (free + torch.cuda.memory_reserved(where))
+    budget = HEADROOM * (free / max(sharing, 1) + torch.cuda.memory_reserved(where))
     torch.cuda.reset_peak_memory_stats(where)
     return float(base), float(per_unit), float(budget)

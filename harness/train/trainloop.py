@@ -266,7 +266,8 @@ class Trainer:
 
             failed = plan_memory(self.device, lambda: memprobe.measure(
                 self.model, self.tr.workload, self.tr.image_size, self.precision, self.device.torch_device,
-                device_preprocess=cell.choice("preprocess").create().where == "device"))
+                device_preprocess=cell.choice("preprocess").create().where == "device",
+                sharing=getattr(self.device, "sharing", 1)))
             if failed is not None:  # on every rank, before DDP's construction (collectives)
                 raise CellSkipped(failed)
         self.ddp = make_ddp(self.model)

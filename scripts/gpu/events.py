@@ -1,7 +1,10 @@
 """CUDA-event time is GPU time only when the events are recorded around the launched work.
 
-The same GPU work (2k bf16 matrix products) is timed three ways, each the median of 3 interleaved tries
-(after 64 products that bring the clocks up):
+The same GPU work (2k matrix products: bf16 from compute capability 8.0, fp16 below, where bf16 is
+emulated) is timed three ways, each the median of 3 interleaved tries (after products that bring the clocks
+up). k is sized from the product's measured time so that k products take about a quarter of the sleep on
+this GPU: the gap is then really there whatever the GPU (a fixed k of 8 needed about 440 TFLOP/s of bf16 to
+finish inside the sleep: an H200, not an A100 or a V100):
   gpu_only    one event pair around the 2k products, launched back to back;
   wide        one pair around k products, a host sleep of SLEEP_S, then k more: the GPU idles during the
               sleep and the pair counts that idle time (what a step timer recorded after a synchronize does);
@@ -19,7 +22,10 @@ import time
 
 import gpucommon
 
-SIDE, K, SLEEP_S, TRIES, WARMUP = 8192, 8, 0.1, 3, 64
+SIDE, SLEEP_S, TRIES, WARMUP_S = 8192, 0.1, 3, 0.5
+K_SHARE = 0.25  # of the sleep, taken by k products
+K_MAX = 64
+K = 8  # set by main from the measured rate (sized_k)
 
 
 def _products(a, b, k: int) -> None:
@@ -71,15 +77,35 @@ def timed(torch, a, b, mode: str) -> float:
     return (s1.elapsed_time(e1) + s2.elapsed_time(e2)) / 1e3
 
 
+def sized_k(torch, a, b) -> tuple[int, float]:
+    """k such that k products take about K_SHARE of the sleep, from the median time of one product (after
+    WARMUP_S of products: cuBLAS's handle and heuristics, the clocks up from idle); and that time."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < WARMUP_S:
+        _products(a, b, 1)
+        torch.cuda.synchronize()
+    seen = []
+    for _ in range(5):
+        s, e = _pair(torch)
+        s.record()
+        _products(a, b, 1)
+        e.record()
+        e.synchronize()
+        seen.append(s.elapsed_time(e) / 1e3)
+    one = statistics.median(seen)
+    return max(1, min(K_MAX, int(K_SHARE * SLEEP_S / one))), one
+
+
 def main(argv: list[str] | None = None) -> int:
     args = gpucommon.parser(__doc__).parse_args(argv)
     gpucommon.cuda_or_skip("events")
     import torch
 
-    a = torch.randn(SIDE, SIDE, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(SIDE, SIDE, device="cuda", dtype=torch.bfloat16)
-    _products(a, b, WARMUP)  # cuBLAS's handle and heuristics, and the clocks up from idle
-    torch.cuda.synchronize()
+    global K
+    dtype = torch.bfloat16 if torch.cuda.get_device_capability(0)[0] >= 8 else torch.float16
+    a = torch.randn(SIDE, SIDE, device="cuda", dtype=dtype)
+    b = torch.randn(SIDE, SIDE, device="cuda", dtype=dtype)
+    K, one = sized_k(torch, a, b)
     tries = {m: [] for m in ("gpu_only", "wide", "around", "harness")}
     for _ in range(TRIES):  # interleaved: the three see the same clocks
         for m, seen in tries.items():
@@ -91,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     excludes_gap, harness_ok = close(t["around"]), close(t["harness"])
     gap_seen = t["wide"] - t["gpu_only"] >= 0.8 * SLEEP_S
     figures = {f"{m}_ms": round(v * 1e3, 3) for m, v in t.items()}
-    figures.update(sleep_ms=SLEEP_S * 1e3, products=2 * K, side=SIDE,
+    figures.update(sleep_ms=SLEEP_S * 1e3, products=2 * K, side=SIDE, dtype=str(dtype).removeprefix("torch."),
+                   one_product_ms=round(one * 1e3, 3), k=K,
                    tflops=round(2 * K * 2 * SIDE**3 / t["gpu_only"] / 1e12, 1))
     why = (f"around the launched work {figures['around_ms']} ms vs GPU-only {figures['gpu_only_ms']} ms "
            f"({'host gap excluded' if excludes_gap else 'HOST GAP COUNTED'}); one pair over the sleep "

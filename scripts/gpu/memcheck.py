@@ -7,7 +7,9 @@ momentum, and trained with the harness's own step (trainstep.train_step, timed b
 for a few steps at each batch size of SIZES at the gpu scenario's image size, host preprocessing. The peak
 of the last step at each size (CudaDevice.last_bytes: torch.cuda.max_memory_allocated over the step) is
 compared with base + bytes per padded pixel x its pixels. Holds when every prediction is within 15% of the
-measured peak. On a CPU machine it is skipped (exit 77)."""
+measured peak. The probe is run on the model as the harness runs it (bare, before DDP: memprobe's docstring
+says why) and again on the DDP-wrapped model, whose predictions are reported beside (`ddp_*`: what DDP's
+buckets change), not asserted. On a CPU machine it is skipped (exit 77)."""
 from __future__ import annotations
 
 import os
@@ -53,17 +55,22 @@ def one_precision(torch, name: str) -> dict:
     model = build_model("pixels", True).to(device.torch_device)
     base, per_pixel, budget = memprobe.measure(model, "pixels", IMAGE_SIZE, precision, device.torch_device)
     ddp = make_ddp(model)
+    ddp_base, ddp_per_pixel, _ = memprobe.measure(ddp, "pixels", IMAGE_SIZE, precision, device.torch_device)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     rows = {}
     for n in SIZES:
         real = real_peak(device, ddp, optimizer, precision, batch(torch, n, IMAGE_SIZE), n)
-        predicted = base + per_pixel * n * IMAGE_SIZE * IMAGE_SIZE
+        pixels = n * IMAGE_SIZE * IMAGE_SIZE
+        predicted, ddp_predicted = base + per_pixel * pixels, ddp_base + ddp_per_pixel * pixels
         error = (predicted - real) / real
         rows[str(n)] = {"predicted_gb": round(predicted / 1e9, 3), "real_gb": round(real / 1e9, 3),
-                        "error_pct": round(100 * error, 1), "ok": abs(error) <= TOLERANCE}
+                        "error_pct": round(100 * error, 1), "ok": abs(error) <= TOLERANCE,
+                        "ddp_predicted_gb": round(ddp_predicted / 1e9, 3),
+                        "ddp_error_pct": round(100 * (ddp_predicted - real) / real, 1)}
     del ddp, model, optimizer
     torch.cuda.empty_cache()
     return {"base_gb": round(base / 1e9, 3), "bytes_per_pixel": round(per_pixel, 2),
+            "ddp_base_gb": round(ddp_base / 1e9, 3), "ddp_bytes_per_pixel": round(ddp_per_pixel, 2),
             "budget_gb": round(budget / 1e9, 2), "batches": rows}
 
 
