@@ -14,6 +14,7 @@ import pytest
 
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
+from harness.data import pagecache
 from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
 from strategies import registry
@@ -181,3 +182,64 @@ def test_litdata_takes_the_advice_and_is_told_by_its_shards(tmp_path):
     assert [(s.index, s.caption) for s in reader.read_batch(idx)] == before  # chunk files asked for first
     reader.close()
     assert registry.create("storage", "litdata", advice="normal").open(path).hint == "normal"
+
+
+needs_io = pytest.mark.skipif(advice.read_bytes() is None, reason="the kernel keeps no per-thread I/O count")
+
+
+@needs_io
+def test_a_reader_stops_asking_for_resident_ranges_and_asks_again_after_a_major_fault(tmp_path, monkeypatch):
+    """The real page cache: a file just written is resident, so asking for its rows reads nothing from
+    storage; after WARM_AFTER such asks the rows are no longer asked for (nor built). Its pages dropped
+    (written back, then POSIX_FADV_DONTNEED), reading a row through the map takes a major fault, and the next
+    batch asks again."""
+    from strategies.storage.base import Maps, load_mapped
+
+    path = tmp_path / "a.npy"
+    np.save(path, np.arange(1024 * 64, dtype=np.float32).reshape(-1, 1024))
+    maps = Maps()
+    array = load_mapped(path, "random", maps, "a")
+    ranges, offset, row_bytes = maps.ranges["a"]
+    asked = []
+    real = advice.fd_will_need
+    monkeypatch.setattr(advice, "fd_will_need", lambda fd, spans: (asked.append(list(spans)), real(fd, spans)))
+
+    def batch(rows):
+        ranges.rows(offset, row_bytes, np.array(rows), "random")
+        return float(array[rows].sum())
+
+    for _ in range(advice.WARM_AFTER + 3):
+        batch([1, 2, 3])
+    assert len(asked) == advice.WARM_AFTER  # resident: asked WARM_AFTER times, then not
+    pagecache.drop([path])  # written back, then dropped: the rows never read through the map leave the cache
+    faults = advice.major_faults()
+    batch([40, 50])  # not asked (the reader believes it warm): the map faults the pages in
+    if advice.major_faults() == faults:
+        pytest.skip("the pages stayed resident (DONTNEED did not drop them here)")
+    batch([41])
+    assert len(asked) == advice.WARM_AFTER + 1  # the major fault sent it back to asking
+    maps.close()
+
+
+def test_the_learner_asks_while_its_asks_read_from_storage(monkeypatch):
+    counter = {"bytes": 0, "faults": 0}
+    monkeypatch.setattr(advice, "read_bytes", lambda: counter["bytes"])
+    monkeypatch.setattr(advice, "major_faults", lambda: counter["faults"])
+    monkeypatch.setattr(advice, "fd_will_need", lambda fd, spans: counter.update(bytes=counter["bytes"] + cold[0]))
+    need, cold = advice.WillNeed(), [4096]
+    for _ in range(10):  # cold: every ask reads
+        assert need.asking()
+        need.ask(0, [(0, 4096)])
+    cold[0] = 0
+    for _ in range(advice.WARM_AFTER):
+        assert need.asking()
+        need.ask(0, [(0, 4096)])
+    assert not need.asking() and not need.asking()
+    counter["faults"] += 1
+    assert need.asking()  # a major fault since: ask again
+    assert pickle.loads(pickle.dumps(need)).warm == 0  # a worker learns for itself
+    monkeypatch.setattr(advice, "read_bytes", lambda: None)  # no count kept: always ask
+    blind = advice.WillNeed()
+    for _ in range(10):
+        blind.ask(0, [(0, 4096)])
+        assert blind.asking()
