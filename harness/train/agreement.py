@@ -9,14 +9,17 @@ import torch
 import torch.distributed as dist
 
 
-def agree(*values: int) -> list[int]:
-    """The maximum of each integer over all ranks (one allreduce; on the GPU where NCCL needs it). A world
-    of one rank has nobody to agree with: no collective."""
+def agree(*values: int, group=None) -> list[int]:
+    """The maximum of each integer over all ranks (one allreduce). On `group` (the host's gloo group: the
+    per-step agreement) a CPU tensor, so the host never waits for the GPU's stream there; on the default group
+    under NCCL a GPU tensor, whose .tolist() waits for the stream. A world of one rank has nobody to agree
+    with: no collective."""
     if dist.get_world_size() == 1:
         return list(values)
-    on = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
-    t = torch.tensor(values, dtype=torch.int64, device=on)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    nccl = group is None and dist.get_backend() == "nccl"
+    t = torch.tensor(values, dtype=torch.int64, device=torch.device("cuda", torch.cuda.current_device())
+                     if nccl else None)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
     return t.tolist()
 
 

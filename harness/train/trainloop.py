@@ -7,15 +7,16 @@ device = the accelerator computing forward + backward (with the real DDP allredu
 (modelled on an emulated device, CUDA-event time on a GPU), overhead = the rest: host work that outlasts the
 device time, and the step's bookkeeping. Steps are contiguous, so the parts of all steps sum to the window.
 
-Ranks never hang: before every step they agree (one allreduce) whether any rank still has a batch and
-whether any rank failed. A rank whose epoch is over while others still have batches takes a shadow step
-(a zero-weight step on a tiny batch that joins the gradient allreduce), so every rank takes the same number
-of steps. A failed step is handled outside the `except` block that caught it, so that its graph is freed
-before the shadow step that joins the peers; an error that breaks the collective sequence (a failed shadow
-step or finish_reduction, a distributed-backend error) aborts the process group and ends the rank
-(harness.train.trainstep). Dynamic batching's memory probe is agreed like a step: one rank's failure skips
-the cell on every rank. Each phase starts with a barrier on the host (gloo) group, before its first
-collective on the training group: a rank lost while the others built the pipeline is noticed there at once.
+Ranks never hang: before every step they agree (one allreduce, on the host's gloo group: no wait for the
+GPU there) whether any rank still has a batch and whether any rank failed. A rank whose epoch is over
+while others still have batches takes a shadow step (a zero-weight step on a tiny batch that joins the
+gradient allreduce), so every rank takes the same number of steps. A failed step is handled outside the
+`except` block that caught it, so that its graph is freed before the shadow step that joins the peers; an
+error that breaks the collective sequence (a failed shadow step or finish_reduction, a distributed-backend
+error) aborts the process group and ends the rank (harness.train.trainstep). Dynamic batching's memory
+probe is agreed like a step: one rank's failure skips the cell on every rank. Each phase starts with a
+barrier on the host (gloo) group, before its first collective on the training group: a rank lost while the
+others built the pipeline is noticed there at once.
 
 With --decompose a cell runs three phases (see run_cell); each phase is one MeasuredLoop.
 """
@@ -82,8 +83,9 @@ class MeasuredLoop:
 
     def __init__(self, device, ddp, optimizer, source, batching, warmup_steps: int, window: int,
                  progress: Callable[[int, int], None] | None = None, shared_stats=None, costs=None,
-                 precision: StepPrecision | None = None, devprep=None):
+                 precision: StepPrecision | None = None, devprep=None, host_group=None):
         self.device, self.ddp, self.optimizer = device, ddp, optimizer
+        self.host_group = host_group  # the per-step agreement's group (None: the default group)
         self.precision, self.devprep = precision, devprep
         self.loader_cpu_start = 0.0  # a thread loader's CPU seconds at the window's start
         self.source, self.batching = source, batching
@@ -135,7 +137,7 @@ class MeasuredLoop:
         t_h2d = time.perf_counter()
         samples = len(batch["index"]) if batch is not None else 0
         self._foresee_oom(batch, samples)
-        any_batch, any_failed = agree(int(batch is not None), int(self.failed is not None))
+        any_batch, any_failed = agree(int(batch is not None), int(self.failed is not None), group=self.host_group)
         t_agreed = time.perf_counter()
         if any_failed:  # a batch that cannot fit ends the cell on every rank together
             self.error = self.failed or "stopped with another rank, which failed in this step (its reason is beside)"
@@ -316,7 +318,8 @@ class Trainer:
         loop = MeasuredLoop(self.device, self.ddp, self.optimizer, source, pipe.batching,
                             self.tr.warmup_steps, window_steps(self.tr, len(pipe.batch_sampler)),
                             progress=self.ctx.progress, shared_stats=pipe.shared_cache_stats(),
-                            costs=pipe.costs, precision=self.precision, devprep=pipe.devprep)
+                            costs=pipe.costs, precision=self.precision, devprep=pipe.devprep,
+                            host_group=self.ctx.host_group)
         # the profiler outermost: its trace is exported at its exit, after the samplers' windows have ended
         with (profiler or nullcontext()) as prof, MemorySampler() as memory, \
                 NvmlSampler(self.device.nvml_index) as nvml:
