@@ -26,7 +26,8 @@
 #   extras     the same with batching fixed/dynamic x loader workers+side_stream/threads (4 cells)
 #   profile    one cell with --profile: the profiler's kernel AU beside event AU (the gap reported, not
 #              asserted; traces without memory profiling, exported after the window), AU vs NVML
-#   torchrun   torchrun --standalone --nproc-per-node 1 on one cell (the harness joins torchrun's group)
+#   torchrun   torchrun --standalone --nproc-per-node 1 on one cell (the harness joins torchrun's group);
+#              bf16 where native (compute capability 8.0), amp below (the harness records bf16 as unsupported)
 #   shared     2 ranks sharing GPU 0 over gloo (--share-gpu) on one cell: the multi-rank CUDA path (the
 #              agreement, shadow steps) on a one-GPU machine; SKIP while run_bench.py has no --share-gpu
 # Each run stage then checks its run directory (scripts/gpu/check_run.py): no error, a real GPU, peaks in
@@ -161,12 +162,17 @@ stage_command() {  # the command line of one stage, as one bash -c script
     matrix) echo "bench matrix gpu --only storage=mmap" ;;
     extras) echo "bench extras \"$OUT/scenarios/gpu-extras.toml\"" ;;
     profile) echo "bench profile gpu --only storage=mmap --only precision=amp --only preprocess=host --profile" ;;
-    torchrun) echo "bench torchrun gpu --only storage=mmap --only precision=bf16 --only preprocess=device" ;;
+    torchrun) echo "bench torchrun gpu --only storage=mmap --only precision=\$(bf16_or_amp) --only preprocess=device" ;;
     shared) echo "bench shared gpu --only storage=mmap --only precision=amp --only preprocess=host --share-gpu --world-size 2" ;;
   esac
 }
 
-export -f install_missing bench
+bf16_or_amp() {  # the torchrun stage's precision: bf16 where native (compute capability 8.0), else amp
+  "$PY" -c 'import torch; ok = torch.cuda.is_available() and torch.cuda.get_device_capability(0)[0] >= 8
+print("bf16" if ok else "amp")' 2>/dev/null || echo amp
+}
+
+export -f install_missing bench bf16_or_amp
 DEFS="$(declare -p STEPS); $(declare -p CELLS); $(declare -p RANKS)"  # associative arrays cannot be exported: passed as text
 
 # --- the stages ---------------------------------------------------------------------------------------
