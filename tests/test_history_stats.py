@@ -45,12 +45,12 @@ def test_the_false_alarm_rate_is_alpha_and_the_band_widens_with_few_runs():
     """Same-distribution draws: a one-sided test at alpha = 0.05 with no minimum factor alarms in about 5%
     (the t prediction interval is exact for normal log values); with K = 4 the band is wider than with K = 20."""
     rnd = random.Random(2)
-    for k in (4, 10):
+    for k in (3, 10):  # K = 3: without the sqrt(1 + 1/K) of a new observation the rate is 6.4% (5.9% drawn)
         alarms = 0
-        for _ in range(4000):
+        for _ in range(10000):
             values = [math.exp(rnd.gauss(0, 0.1)) for _ in range(k + 1)]
             alarms += lookback(values[:k], values[k], 0.05, 0.0, True).verdict == "slower"
-        assert 0.035 < alarms / 4000 < 0.065, (k, alarms)
+        assert 0.04 < alarms / 10000 < 0.056, (k, alarms)  # 4.5% and 5.2% here; 5.9% without the sqrt
     narrow = lookback([math.exp(rnd.gauss(0, 0.1)) for _ in range(20)], 1.0, 0.05, 0.0, True).band
     wide = lookback([math.exp(rnd.gauss(0, 0.1)) for _ in range(4)], 1.0, 0.05, 0.0, True).band
     assert wide[1] / wide[0] > narrow[1] / narrow[0]
@@ -100,6 +100,14 @@ def test_pure_noise_has_few_change_points():
 
 def test_too_short_a_series_has_no_change_point():
     assert change_points([("a", 1.0), ("b", 2.0), ("c", 2.0)]) == ([], [])
+
+
+def test_one_run_off_at_the_end_is_no_step():
+    """A step needs MIN_SEGMENT (2) runs on each side: one run far off may be an outlier (a loaded run)."""
+    rnd = random.Random(5)
+    runs = [(f"c{i:02d}", math.exp(rnd.gauss(0, 0.01))) for i in range(20)] + [("c20", 2.0)]
+    assert change_points(runs)[0] == []
+    assert [s.commit for s in change_points(runs + [("c21", 2.0)])[0]] == ["c20"]
 
 
 def test_a_figure_equal_in_every_run_has_no_change_point():

@@ -10,7 +10,7 @@ of the figure (a change is a factor):
   move; their mean where most are 0), so that pure noise gives no step; a figure equal in every run has none.
   Each step's size is the ratio of the geometric means of the NEAR runs on either side of it (fewer where a
   segment is shorter: a drift beside the step then biases it little), with a 95% Welch interval on the log
-  values.
+  values; a step whose interval holds 1 (no change) is not reported.
 - **Drift**: within each segment of at least MIN_DRIFT commits, the least-squares slope of the log value on
   the commit's position, its 95% interval, and the change over the segment (exp(slope x commits)); a drift is
   reported when the interval excludes 0 and the change is at least `min_effect`. A drift the fit cut into
@@ -160,7 +160,8 @@ def change_points(runs: list[tuple[str, float]], min_effect: float = 0.05) -> tu
     for k, (a, b, c) in enumerate(zip(starts, starts[1:], starts[2:]), 1):
         if k not in inside:
             ratio, low, high = _welch(logs[max(a, b - NEAR):b], logs[b:min(c, b + NEAR)])
-            found.append(Step(commits[b], commits[b - 1], ratio, low, high))
+            if not low <= 1 <= high:  # a step is reported when its interval excludes no change
+                found.append(Step(commits[b], commits[b - 1], ratio, low, high))
     spans = [(starts[first], starts[last + 1]) for first, last in ramps]
     spans += [(a, b) for k, (a, b) in enumerate(zip(starts, starts[1:]))
               if not any(first <= k <= last for first, last in ramps)]
