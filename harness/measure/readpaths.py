@@ -127,8 +127,8 @@ class RamGather(ReadSource):
 def write_article_file(path: Path, reader, emb_dims: dict[str, int]) -> Path:
     """The article's HDF5 file at ``path``, written once from ``reader`` (a storage reader of every field:
     ``len`` and ``read_batch``): datasets created empty and resizable (h5py chooses the chunks), grown and
-    written a batch at a time. ``emb_dims``: the embedding fields' widths. Written under a temporary name,
-    then renamed; an existing file is kept."""
+    written a batch at a time (the JPEG field only where the data has one). ``emb_dims``: the embedding
+    fields' widths. Written under a temporary name, then renamed; an existing file is kept."""
     path = Path(path)
     if path.exists():
         return path
@@ -137,7 +137,9 @@ def write_article_file(path: Path, reader, emb_dims: dict[str, int]) -> Path:
         with h5py.File(tmp, "w", libver="latest") as f:
             dsets = {name: f.create_dataset(name, shape=(0, dim), maxshape=(None, dim), dtype=np.float32)
                      for name, dim in emb_dims.items()}
-            dsets["jpeg"] = f.create_dataset("jpeg", shape=(0,), maxshape=(None,), dtype=h5py.vlen_dtype(np.uint8))
+            if len(reader) and reader.read_batch([0])[0].jpeg:  # --scale full writes no JPEG: no dataset
+                dsets["jpeg"] = f.create_dataset("jpeg", shape=(0,), maxshape=(None,),
+                                                 dtype=h5py.vlen_dtype(np.uint8))
             dsets["caption"] = f.create_dataset("caption", shape=(0,), maxshape=(None,),
                                                 dtype=h5py.string_dtype("utf-8"))
             for a in range(0, len(reader), ARTICLE_WRITE_BATCH):
