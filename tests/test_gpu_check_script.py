@@ -218,8 +218,10 @@ def trace(steps: dict[int, tuple[float, float]], kernels: list[tuple[float, floa
 
 
 def test_kernel_time_is_the_union_of_kernels_inside_the_profiled_window_steps():
+    from harness.measure.profiling import kernel_busy, union_within
+
     check_run = module("check_run")
-    assert check_run.union_within([(0, 4), (2, 6), (8, 9), (20, 30)], 1, 10) == 6  # [1, 6) + [8, 9)
+    assert union_within([(0, 4), (2, 6), (8, 9), (20, 30)], 1, 10) == 6  # [1, 6) + [8, 9)
 
     class StubRank:
         device = [0.0, 0.0, 0.006, 0.006, 0.006, 0.0]
@@ -230,6 +232,10 @@ def test_kernel_time_is_the_union_of_kernels_inside_the_profiled_window_steps():
     kernels = [(0, 3_000), (2_000, 6_000), (10_000, 16_000), (20_000, 26_000), (40_000, 50_000)]
     got = check_run.kernel_vs_events(trace(steps, kernels), StubRank, warmup=3)
     assert got == {"steps": [5, 6, 7], "kernel_au_pct": 60.0, "event_au_pct": 60.0}
+    # what each rank writes beside its trace (harness.measure.profiling): busy and span per profiled step
+    assert kernel_busy(trace(steps, kernels)) == {5: (6_000, 10_000), 6: (6_000, 10_000), 7: (6_000, 10_000),
+                                                  9: (10_000, 10_000)}
+    assert kernel_busy(trace(steps, [])) == {}  # no kernels (a CPU run)
 
 
 @pytest.mark.parametrize("kernel_ms, ok", [(5.5, True), (2.0, False)])

@@ -151,6 +151,17 @@ def test_a_loop_that_ends_inside_the_active_steps_still_writes_them(tmp_path):
     assert len(prof.trace_paths) == 1
 
 
+def test_each_rank_writes_its_kernel_busy_time_beside_its_trace(tmp_path):
+    """rank<N>.kernel_busy.json: per profiled step, GPU-kernel busy and span; none on CPU (no kernels), and
+    the plugin still sees one worker (the file is not a *.pt.trace.json)."""
+    with CellProfiler(tmp_path / "cell", rank=1) as prof:
+        for _ in range(5):
+            prof.step()
+    written = json.loads((tmp_path / "cell" / "rank1.kernel_busy.json").read_text())
+    assert written == {} and prof.kernel_busy == {}
+    assert [p.name for p in (tmp_path / "cell").glob("*.pt.trace.json")] == [prof.trace_paths[0].name]
+
+
 def test_profiler_without_out_dir_is_a_no_op(tmp_path):
     with CellProfiler(None, rank=0) as prof:
         for _ in range(10):

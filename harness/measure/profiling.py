@@ -25,6 +25,12 @@ counted as the next step's wait. What stays inside the window is the stop at the
 makes the profiled steps slower than the others (and the stop 0.5 s longer in one of two CPU runs), and the
 harness reads the device memory from the allocator's peak anyway. Run the profiler as the outermost context of
 a phase (harness.train.trainloop) so that the telemetry samplers' windows end before the export.
+
+Kernel-busy time (:func:`kernel_busy`): per profiled step (the trace's ``ProfilerStep#N`` ranges), the union
+of the GPU kernels' intervals inside it and the step's span: the GPU-busy share without the launch gaps,
+host-side syncs and hooks that the event-timed ``device`` part holds. After its export each rank writes it
+beside its trace (``rank<N>.kernel_busy.json``: {N: [busy_us, span_us]}, empty without CUDA kernels), and
+:attr:`CellProfiler.kernel_busy` keeps it for the rank's record; scripts/gpu/check_run.py reads the same.
 """
 from __future__ import annotations
 
@@ -64,6 +70,39 @@ def fix_dataloader_events(path: Path | str) -> int:
     return changed
 
 
+def union_within(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of the union of [a, b) intervals clipped to [lo, hi)."""
+    total, end = 0.0, lo
+    for a, b in sorted(intervals):
+        a, b = max(a, end), min(b, hi)
+        if b > a:
+            total += b - a
+            end = b
+    return total
+
+
+def trace_steps(trace: dict) -> tuple[dict[int, tuple[float, float]], list[tuple[float, float]]]:
+    """({N: (start, end) of ProfilerStep#N on the host}, [(start, end) of every GPU kernel]), microseconds."""
+    steps, kernels = {}, []
+    for e in trace.get("traceEvents", []):
+        if e.get("ph") != "X" or "dur" not in e:
+            continue
+        name, cat = str(e.get("name", "")), e.get("cat")
+        if cat == "kernel":
+            kernels.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+        elif cat in ("user_annotation", "cpu_op") and name.startswith("ProfilerStep#"):
+            steps[int(name.split("#", 1)[1])] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+    return steps, kernels
+
+
+def kernel_busy(trace: dict) -> dict[int, tuple[float, float]]:
+    """{N: (kernel-busy microseconds, span microseconds)} of each profiled step; {} without kernels."""
+    steps, kernels = trace_steps(trace)
+    if not kernels:
+        return {}
+    return {n: (union_within(kernels, a, b), b - a) for n, (a, b) in sorted(steps.items())}
+
+
 class CellProfiler:
     """torch.profiler around one cell on one rank; call :meth:`step` once per training step.
 
@@ -79,6 +118,7 @@ class CellProfiler:
         self.rank = rank
         self.trace_paths: list[Path] = []
         self.trace_ready = False  # the active steps are recorded; exported at __exit__
+        self.kernel_busy: dict[int, tuple[float, float]] = {}  # of the last trace (kernel_busy)
         self._prof = None
         if self.out_dir is None:
             return
@@ -121,8 +161,12 @@ class CellProfiler:
         tmp = path.with_name(path.name + ".raw")
         prof.export_chrome_trace(str(tmp))
         fix_dataloader_events(tmp)
+        with tmp.open() as f:
+            self.kernel_busy = kernel_busy(json.load(f))
         os.replace(tmp, path)
         self.trace_paths.append(path)
+        (self.out_dir / f"rank{self.rank}.kernel_busy.json").write_text(
+            json.dumps({str(n): [round(b, 1), round(s, 1)] for n, (b, s) in self.kernel_busy.items()}))
 
 
 _warmed: set[tuple[str, ...]] = set()  # the activity sets this process has started a profiler with

@@ -74,39 +74,16 @@ def check_nvml(result, args, notes: list[str]) -> list[str]:
                                                 f"{gap:.1f} points (> {args.nvml_points})"]
 
 
-def union_within(intervals: list[tuple[float, float]], lo: float, hi: float) -> float:
-    """Length of the union of [a, b) intervals clipped to [lo, hi)."""
-    total, end = 0.0, lo
-    for a, b in sorted(intervals):
-        a, b = max(a, end), min(b, hi)
-        if b > a:
-            total += b - a
-            end = b
-    return total
-
-
-def trace_steps(trace: dict) -> tuple[dict[int, tuple[float, float]], list[tuple[float, float]]]:
-    """({N: (start, end) of ProfilerStep#N on the host}, [(start, end) of every GPU kernel]), microseconds."""
-    steps, kernels = {}, []
-    for e in trace.get("traceEvents", []):
-        if e.get("ph") != "X" or "dur" not in e:
-            continue
-        name, cat = str(e.get("name", "")), e.get("cat")
-        if cat == "kernel":
-            kernels.append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
-        elif cat in ("user_annotation", "cpu_op") and name.startswith("ProfilerStep#"):
-            steps[int(name.split("#", 1)[1])] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
-    return steps, kernels
-
-
 def kernel_vs_events(trace: dict, rank, warmup: int) -> dict:
     """Kernel AU and event AU (%) over the profiled steps that are in the rank's window."""
-    steps, kernels = trace_steps(trace)
-    window = {n: span for n, span in steps.items() if 0 <= n - warmup < len(rank.device)}
-    if not window or not kernels:
-        return {"error": f"{len(window)} profiled window step(s), {len(kernels)} kernel event(s) in the trace"}
-    span = sum(b - a for a, b in window.values())
-    busy = sum(union_within(kernels, a, b) for a, b in window.values())
+    from harness.measure.profiling import kernel_busy
+
+    steps = kernel_busy(trace)
+    window = {n: got for n, got in steps.items() if 0 <= n - warmup < len(rank.device)}
+    if not window:
+        return {"error": f"{len(window)} profiled window step(s) with kernels in the trace ({len(steps)} in all)"}
+    span = sum(s for _, s in window.values())
+    busy = sum(b for b, _ in window.values())
     idx = [n - warmup for n in sorted(window)]
     device, step = sum(rank.device[i] for i in idx), sum(rank.step[i] for i in idx)
     return {"steps": sorted(window), "kernel_au_pct": round(100 * busy / span, 1),
