@@ -177,3 +177,14 @@ def test_the_gate_compares_only_the_same_machine_and_earlier_runs(tmp_path):
     early = write_run(tmp_path / "early", "bbb", 2)
     run, visits, _ = runrows.rows_of(early)
     assert [r["time_utc"][-6:-4] for r in gate.comparable_runs(db, run, 10)] == ["00", "01"]
+
+
+def test_a_directory_of_run_directories_adds_each_of_them(tmp_path):
+    """`history add results`: the run directories inside, what is not one (results/baselines) left alone."""
+    for i in range(3):
+        write_run(tmp_path / "results" / f"r{i}", f"c{i}", i)
+    (tmp_path / "results" / "baselines").mkdir()
+    db_path = tmp_path / "h.sqlite"
+    proc = history("add", str(tmp_path / "results"), "--history", str(db_path))
+    assert proc.returncode == 0, proc.stderr
+    assert [r["commit_id"] for r in store.runs(store.open_store(db_path))] == ["c0", "c1", "c2"]
