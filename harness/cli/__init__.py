@@ -134,9 +134,10 @@ def cmd_bench(argv: list[str]) -> int:
     load_plugins(request.plugins)
     if ns.check_predictions:
         return check_predictions.main(check_predictions_request_of(request))
-    before = _prepare(ns.history, request.out) if ns.history else set()
+    recorded = ns.history and request.rank == 0 and not (request.dry_run or request.loader_only)
+    before = _prepare(ns.history, request.out) if recorded else set()
     code = bench.main(request)
-    if ns.history and request.rank == 0 and not (request.dry_run or request.loader_only):
+    if recorded:
         code = _record(ns.history, request, before, code)
     if request.torchrun is not None:
         # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
