@@ -2,6 +2,7 @@
 (harness.commands.loaderonly over harness.run.readbench and harness.report.readtables)."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 
@@ -99,3 +100,15 @@ def test_a_loader_only_run_writes_env_json(tmp_path):
     assert env.versions["simplejpeg"] and env.versions["h5py"] and (run / "loader.jsonl").is_file()
     timed = {json.loads(line)["storage"] for line in (run / "loader.jsonl").read_text().splitlines()}
     assert {"mmap", "hdf5"} <= timed and "raw" not in timed  # the storages of the selected cells
+
+
+def test_a_dataset_without_jpegs_reads_through_the_article_reference_too(tmp_path):
+    """--scale full writes embeddings and captions only: the article's HDF5 file is written without a JPEG
+    dataset (an HDF5 column of empty JPEGs failed to write, and --loader-only with it)."""
+    path = tmp_path / "s.toml"
+    path.write_text(TOML)
+    sc = scenario.load(str(path))
+    sc = dataclasses.replace(sc, dataset=dataclasses.replace(sc.dataset, content="features"))  # as --scale full
+    rows = loaderonly.run(sc, tmp_path / "data", tmp_path / "run", ("warm",), workloads=("features",),
+                          seconds=0.01, batches=4, cold_batches=1, out=io.StringIO())
+    assert {r.storage for r in rows} >= {"mmap", REF_ARTICLE}
