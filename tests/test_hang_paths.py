@@ -285,8 +285,37 @@ def case_end_after_error(rank: int) -> dict:
     return {"end_s": time.monotonic() - started}
 
 
+def case_phase_barrier(rank: int) -> dict:
+    """Rank 1 fails while it builds the phase's pipeline (after DDP's construction): rank 0 must learn it at
+    the phase's barrier on the host group, before the loop's first collective on the training group (which,
+    under NCCL, would wait for its watchdog)."""
+    import traceback
+
+    from harness.device.devices import EmulatedDevice
+    from harness.run.fidelity import SYNTHETIC_CELL, _calibrated, _pipeline_for, _scenario
+    from harness.train.trainloop import RankContext, run_cell
+
+    accelerator = _calibrated(0.01)
+    build = _pipeline_for(0.0, 1)
+
+    def pipeline(ctx, cell):
+        if rank == 1:
+            raise RuntimeError("injected failure while building the pipeline")
+        return build(ctx, cell)
+
+    host = dist.new_group(backend="gloo", timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+    ctx = RankContext(rank, 2, _scenario(accelerator, "features", 4, 1, 1, 4, world=2),
+                      EmulatedDevice(accelerator, "features"), {}, build_pipeline=pipeline, host_group=host)
+    try:
+        run_cell(ctx, SYNTHETIC_CELL)
+    except Exception as err:  # noqa: BLE001 - where it was raised is what the test reads
+        return {"frames": [f.name for f in traceback.extract_tb(err.__traceback__)], "text": str(err)[:300]}
+    return {"frames": []}
+
+
 CASES = {f.__name__: f for f in (case_tiny_shadow, case_shadow_fails, case_finish_reduction_fails,
-                                 case_backend_error, case_probe_fails, case_graph_freed, case_end_after_error)}
+                                 case_backend_error, case_probe_fails, case_graph_freed, case_end_after_error,
+                                 case_phase_barrier)}
 
 
 def _rank(rank: int, world: int, port: int, case: str, out: str) -> None:
@@ -387,3 +416,9 @@ def test_a_rank_ending_after_an_error_does_not_wait_for_its_collectives():
     _, r1 = run_case("case_end_after_error")
     assert r1 is not None and "raised" not in r1, r1
     assert r1["end_s"] < PEER_END_S, r1
+
+
+def test_a_rank_lost_while_building_a_phase_is_noticed_at_the_host_barrier():
+    r0, r1 = run_case("case_phase_barrier")
+    assert "injected failure while building the pipeline" in r1["text"], r1
+    assert "host_barrier" in r0["frames"] and "_one_step" not in r0["frames"], r0
