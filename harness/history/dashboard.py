@@ -56,7 +56,8 @@ def scenario_page(db: sqlite3.Connection, scenario: str, groups: dict) -> str:
     for (_, fp), runs in groups.items():
         commits = list(dict.fromkeys(r["commit_id"] for r in runs))
         body.append(f'<h2>machine {escape(fp)}</h2><p class="machine">{escape(series.machine_name(runs[-1]))}; '
-                    f"{len(runs)} runs of {len(commits)} commits, {escape(runs[0]['time_utc'])} .. "
+                    f"{len(runs)} run{'s' * (len(runs) != 1)} of {len(commits)} commit{'s' * (len(commits) != 1)}, "
+                    f"{escape(runs[0]['time_utc'])} .. "
                     f"{escape(runs[-1]['time_utc'])}</p>")
         for cell in series.cell_runs(db, runs, "throughput"):
             body.append(_cell_section(db, runs, cell))
