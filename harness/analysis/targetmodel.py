@@ -15,8 +15,9 @@ rank's CPU seconds per sample, d the device seconds per sample, io a cold read's
     ops bound       IOPS / (all ranks x requests per sample)        cold page cache only, with IOPS given
 
 On a host shared with other busy processes, each of the run's processes gets `share` of a core (1 on a
-dedicated host; harness.analysis.checkcases derives it for this machine): the worker and rank bounds use
-l k / share and r k / share, and `cores` is what the run's processes get together.
+dedicated host; harness.analysis.checkcases' shared-host correction takes it from the measured outside
+load): the worker and rank bounds use l k / share and r k / share, and `cores` is what the run's processes
+get together.
 
 The rate is the smallest bound, divided by the step imbalance (ranks wait for the slowest each step).
 k = 1 + (contention - 1) u, u the share of the node's cores busy at that rate (solved by iteration), where

@@ -1,14 +1,17 @@
 """--check-predictions: the target model (harness.analysis.targetmodel) checked on this machine. It calibrates
 on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache, its decoder, batch and
-image size), predicts configurations that each change one thing (harness.analysis.checkcases.cases), then
-measures them: every configuration is a real run of the harness's cells (harness.run.calibration.launch_group),
-visited in `rounds` interleaved passes (the calibration in each), so drift of this shared machine falls on all
-of them. Beside the cells it measures what the predictions need (harness.run.calibration.side_bench): the
-disk's cold read rate and latency, the CPU-cost factor with every core busy, and the read and decode stages'
-costs in the other configurations.
+image size), and with 2 CPUs or more on the same configuration confined to 1 CPU; it predicts configurations
+that each change one thing, and across the 1-CPU boundary both ways (harness.analysis.checkcases.cases and
+pairings), with the absolute model (nothing fitted to a measured samples/s; beside it, labelled, a shared-host
+correction from the outside load measured in each case's visits), then measures them: every configuration is
+a real run of the harness's cells (harness.run.calibration.launch_group), visited in `rounds` interleaved
+passes, so drift of this shared machine falls on all of them. Beside the cells it measures what the
+predictions need (harness.run.calibration.side_bench): the disk's cold read rate and latency, the CPU-cost
+factor with every core busy, and the read and decode stages' costs in the other configurations.
 
-Writes predictions.jsonl (one line per configuration: config, predicted, measured, error_pct, the visits'
-figures) and bench.json in its run directory, and prints the table. docs/prediction.md has a measured one.
+Writes predictions.jsonl (one line per prediction: config, source, predicted, predicted_shared, measured, the
+errors, flag, the visits' figures) and bench.json in its run directory, and prints the table.
+docs/prediction.md has a measured one.
 
     python run_bench.py --scenario 4xV100 --check-predictions
     python run_bench.py check-predictions --scenario 4xV100 [--rounds 2] [--steps 60]
