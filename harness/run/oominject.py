@@ -20,8 +20,8 @@ the smallest batch that ran out (CudaDevice.note_oom) and splits every later bat
 device shared by the 12 cases made every case after the first real OOM split ahead, or stop at its first
 step on a foreseen OOM. The injected run's device has that same memory (`CudaLikeDevice`: CudaDevice's own
 note_oom and fits on the emulated device), so the CPU run checks the logic the real run meets. Within a case
-the batches after the OOM are split ahead too, and the harness counts each such step as an OOM event
-(`oom_events`); the check counts the steps that raised (`raised`: the OOMs the step policy handled).
+the batches after the OOM are split ahead too; they raised nothing and are no OOM events: `oom_events` and
+the check's `raised` (the OOMs the step policy handled) both read 1 on rank 1.
 """
 from __future__ import annotations
 
