@@ -150,3 +150,13 @@ def test_an_older_line_gets_its_amplification_and_the_untuned_advice_on_read():
     assert r.to_json() == line  # nothing derived is written back
     current = CellResult.from_json(dict(line, advice="random", figures=dict(line["figures"], read_amplification=2.0)))
     assert current.advice == "random" and current.figures.read_amplification == 2.0
+
+
+def test_kernel_au_is_the_profiled_steps_kernel_time_over_their_span_all_ranks_pooled():
+    import dataclasses
+
+    a = dataclasses.replace(record(0, [0.0] * 4, [0.01] * 4), kernel_busy_s=0.3, kernel_span_s=0.5)
+    b = dataclasses.replace(record(1, [0.0] * 4, [0.01] * 4), kernel_busy_s=0.1, kernel_span_s=0.5)
+    assert cell_figures([a, b])["kernel_au_pct"] == pytest.approx(40.0)
+    assert "kernel_au_pct" not in cell_figures([record(0, [0.0] * 4, [0.01] * 4)])  # not profiled: no figure
+    assert "kernel_busy_s" not in record(0, [0.0] * 4, [0.01] * 4).to_json()  # nor keys in its rank record

@@ -105,7 +105,7 @@ class RankRecord(JsonRecord):
     built, unless given."""
 
     LOCAL: ClassVar[tuple[str, ...]] = ("consumed",)
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s")
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"cache": RankCache, "nvml": Nvml}
 
     rank: int = 0
@@ -149,6 +149,10 @@ class RankRecord(JsonRecord):
     phases: dict[str, Phase] | None = None  # with --decompose: compute, warm, cold
     param_digest: str = ""
     setup_s: dict[str, float] = field(default_factory=dict)  # the visit's time outside the window, per phase
+    # --profile on a GPU: over the profiled steps, the time some kernel ran (the union of the kernels) and the
+    # steps' span (harness.measure.profiling.kernel_busy); None where not profiled or no kernel ran
+    kernel_busy_s: float | None = None
+    kernel_span_s: float | None = None
     # the loader's stages over the window: {"s": {stage: CPU seconds}, "samples", "batches", "processes"}
     stages: dict | None = None
     consumed: dict[int, list[int]] = field(default_factory=dict)

@@ -14,8 +14,8 @@
 - `CellSummary`: the repeats of one cell merged (`merge_repeats`): medians of the measured repeats' figures,
   the throughput's confidence interval, and how many repeats failed and why.
 - `CellResult.of_cell` (a result's identity, for every line written, with the hint its readers give, worked
-  out once per cell: harness.config.matrix.Cell.advice), `cell_line` (the line written after each cell, built from the records of all its ranks) and
-  `summary_text`.
+  out once per cell: harness.config.matrix.Cell.advice), `cell_line` (the line written after each cell,
+  built from the records of all its ranks) and `summary_text`.
 
 This module depends on harness.results.metrics, cellparts, stats and cellsformat, on harness.measure.rankrecord
 and records (and on the scenario and matrix types for `cell_line`); every
@@ -66,6 +66,7 @@ class Figures(JsonRecord):
     device_samples_per_s: float | None = None  # per rank, when never starved (modelled on an emulated device)
     cores_to_feed: float | None = None
     decode_limit_ratio: float | None = None  # the loader's CPU per sample / its decode stage's (1: decode alone)
+    kernel_au_pct: float | None = None  # --profile on a GPU: kernels running over the profiled steps' span
     imbalance: float | None = None  # schema 1 only: the window-total figure, now window_imbalance
     host_pss_peak_mb: float | None = None
     host_pss_total_mb: float | None = None

@@ -80,6 +80,14 @@ def feeding(records: list[RankRecord]) -> dict:
             "cores_to_feed": (loader + rank) * rate, **decode_limit(records, loader)}
 
 
+def kernel_au(records: list[RankRecord]) -> dict:
+    """Kernel-busy AU: the share of the profiled steps' span in which some GPU kernel ran, all ranks pooled
+    (beside the event AU, which counts launch gaps and host syncs inside the step as busy); {} unprofiled."""
+    timed = [r for r in records if r.kernel_busy_s is not None and r.kernel_span_s]
+    span = sum(r.kernel_span_s for r in timed)
+    return {"kernel_au_pct": 100.0 * sum(r.kernel_busy_s for r in timed) / span} if span > 0 else {}
+
+
 def decode_limit(records: list[RankRecord], loader_s: float) -> dict:
     """The decode limit ratio: the loader's whole CPU per sample over its decode stage's alone (1.0: the
     loader costs what decoding costs; the rest is read, cache, transform, collate, send, queue, untimed);
@@ -137,6 +145,7 @@ def cell_figures(records: list[RankRecord]) -> dict:
         **accounting(records),
         **balance(records),
         **feeding(records),
+        **kernel_au(records),
         host_pss_peak_mb=max(r.host_pss_peak for r in records) / 1e6,
         host_pss_total_mb=sum(r.host_pss_peak for r in records) / 1e6,
         host_rss_peak_mb=max(r.host_rss_peak for r in records) / 1e6,

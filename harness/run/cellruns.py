@@ -152,11 +152,15 @@ def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, dev
     if config.supervised:
         progress = Heartbeat(config.run_dir, ctx.rank, position, cell.id, progress)
     ctx.progress = progress
+    profiler = _profiler(config, cell, ctx.rank, repeat)
     try:
-        record = run_cell(ctx, cell, profiler=_profiler(config, cell, ctx.rank, repeat))
+        record = run_cell(ctx, cell, profiler=profiler)
     finally:
         if progress is not None:
             progress.close()
+    if profiler is not None and profiler.kernel_busy:  # the profiled steps' kernel-busy time, for kernel AU
+        record.kernel_busy_s = sum(b for b, _ in profiler.kernel_busy.values()) / 1e6
+        record.kernel_span_s = sum(s for _, s in profiler.kernel_busy.values()) / 1e6
     record.setup_s = {"verify": round(checked - started, 4), **record.setup_s}
     gathered = [None] * ctx.world_size if ctx.rank == 0 else None
     t_gather = time.perf_counter()
