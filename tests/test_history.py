@@ -139,6 +139,7 @@ def test_bad_input_is_one_line_exit_2_and_good_runs_are_still_added(tmp_path):
     for args, says in [(["compare", "aaa"], "history compare takes COMMIT_A COMMIT_B, got 1 (aaa)"),
                        (["show", "storage=nosuch"], "history show storage=nosuch: no cell or axis of that name"),
                        (["gate", str(good), "--last", "0"], "--last 0 must be a positive number of runs"),
+                       (["gate", str(good), "--figure", "au"], "the gate compares cpu or throughput; pass --figure"),
                        (["list", "--history", str(tmp_path / "none.sqlite")], "does not exist; add runs to it")]:
         proc = history(*args, *(["--history", str(db_path)] if "--history" not in args else []))
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr

@@ -107,8 +107,11 @@ def record(store_path: Path, run_dir: Path, branch: str | None = None) -> int:
 
 
 def _gate(db, request: HistoryRequest) -> int:
+    if request.figure not in gate.METRICS:
+        raise UsageError(f"history gate --figure {request.figure}: the gate compares {' or '.join(gate.METRICS)}; "
+                         f"pass --figure cpu (the default) or --figure throughput")
     run, visits, _ = runrows.rows_of(Path(request.args[0]), request.branch)
-    result = gate.gate(db, run, visits, "cpu" if request.figure == "cpu" else "throughput", request.last,
+    result = gate.gate(db, run, visits, request.figure, request.last,
                        request.min_effect, request.alpha, request.branch or None)
     print(gate.render(result))
     return result.exit_code
