@@ -5,13 +5,18 @@ one real and one emulated (a 1-GPU host runs 1xV100 on its GPU and 4xV100 emulat
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
+import time
 from dataclasses import astuple, replace
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from harness.device.devices import ranks_per_gpu
 from harness.errors import UsageError
@@ -102,3 +107,40 @@ def test_the_scaling_table_refuses_ranks_sharing_a_gpu_against_one_rank_on_it():
     table = scaling_table(gpu_one, shared_four)
     assert table.title.endswith("refused")
     assert "the larger on NVIDIA H200, 4 ranks per GPU" in table.rows[0][0]
+
+
+def _joining_rank(rank: int, port: int, uuids: list[str], out: str) -> None:
+    """A spawned rank joining as harness.run.launch does under NCCL (gloo standing in): the GPU check on the
+    rendezvous store first, then the group."""
+    from harness.run.launch import join_with_gpus
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    result = {}
+    try:
+        join_with_gpus("gloo", rank, len(uuids), (uuids[rank], "NVIDIA H200 on node1"))
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        result["sum"] = t.item()
+    except UsageError as err:
+        result.update(error=str(err), group_made=dist.is_initialized())
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    os._exit(0)
+
+
+def _join(uuids: list[str]) -> list[dict]:
+    with tempfile.TemporaryDirectory() as out:
+        ctx = mp.start_processes(_joining_rank, args=(free_port(), uuids, out), nprocs=len(uuids), join=False,
+                                 start_method="spawn")
+        deadline = time.monotonic() + 60
+        while not ctx.join(timeout=0.2) and time.monotonic() < deadline:
+            pass
+        return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(len(uuids))]
+
+
+@pytest.mark.slow  # spawns rank processes
+def test_ranks_compare_their_gpus_on_the_rendezvous_store_before_the_group_is_made():
+    same = _join(["GPU-aaaa", "GPU-aaaa"])
+    assert [r.get("group_made") for r in same] == [False, False]  # stopped before init_process_group
+    assert all(r["error"].startswith("ranks 0 and 1 would drive the same GPU (NVIDIA H200 on node1, GPU-aaaa)")
+               for r in same), same
+    assert _join(["GPU-aaaa", "GPU-bbbb"]) == [{"sum": 2.0}, {"sum": 2.0}]

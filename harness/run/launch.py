@@ -178,32 +178,50 @@ def join_group(backend: str, rank: int, world: int, device) -> None:
     rendezvous store: two ranks on one GPU are one line and exit 2 here, where NCCL's init would fail with
     its duplicate-GPU traceback."""
     if backend != "nccl":
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=PG_TIMEOUT)
+        join_with_gpus(backend, rank, world)
+        return
+    index = device.torch_device.index
+    gpu = (str(torch.cuda.get_device_properties(index).uuid),
+           f"{torch.cuda.get_device_name(index)} on {socket.gethostname()}")
+    join_with_gpus(backend, rank, world, gpu, device_id=device.torch_device)
+
+
+def join_with_gpus(backend: str, rank: int, world: int, gpu: tuple[str, str] | None = None,
+                   **options) -> None:
+    """init_process_group from the environment (MASTER_ADDR, MASTER_PORT; torchrun's agent store), with
+    `gpu` = (UUID, label) first checked against every other rank's (check_distinct_gpus) on the rendezvous
+    store, before the group (and NCCL's communicator) is made."""
+    if gpu is None:
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=PG_TIMEOUT, **options)
         return
     store, rank, world = next(dist.rendezvous("env://", rank=rank, world_size=world, timeout=PG_TIMEOUT))
     store.set_timeout(PG_TIMEOUT)
-    index = device.torch_device.index
-    label = f"{torch.cuda.get_device_name(index)} on {socket.gethostname()}"
-    check_distinct_gpus(dist.PrefixStore("dlbench_gpus", store), rank, world,
-                        str(torch.cuda.get_device_properties(index).uuid), label)
+    check_distinct_gpus(dist.PrefixStore("dlbench_gpus", store), rank, world, *gpu)
     dist.init_process_group(backend, store=dist.PrefixStore("default_pg", store), rank=rank, world_size=world,
-                            timeout=PG_TIMEOUT, device_id=device.torch_device)  # as init_process_group prefixes
+                            timeout=PG_TIMEOUT, **options)  # prefixed as init_process_group prefixes its own
 
 
 def check_distinct_gpus(store, rank: int, world: int, uuid: str, label: str) -> None:
     """Every rank posts its GPU's UUID and reads all the others' (`store`: the rendezvous store); a GPU
-    that two ranks would drive is a UsageError naming them, on every rank."""
-    store.set(str(rank), f"{uuid}\t{label}")
-    keys = [str(r) for r in range(world)]
-    store.wait(keys)
+    that two ranks would drive is a UsageError naming them, on every rank. Rank 0 (the store's host when
+    spawned) goes on only once every other rank is done with the store, so none of them loses it mid-read."""
+    store.set(f"gpu/{rank}", f"{uuid}\t{label}")
+    store.wait([f"gpu/{r}" for r in range(world)])
     owner: dict[str, int] = {}
+    error = None
     for r in range(world):
-        gpu, where = store.get(str(r)).decode().split("\t", 1)
-        if gpu in owner:
-            raise UsageError(f"ranks {owner[gpu]} and {r} would drive the same GPU ({where}, {gpu}): NCCL needs "
-                             f"a GPU per rank; start at most as many ranks per node as it has GPUs, or pass "
-                             f"--share-gpu to run the ranks over gloo on the GPUs there are")
-        owner[gpu] = r
+        gpu, where = store.get(f"gpu/{r}").decode().split("\t", 1)
+        if gpu in owner and error is None:
+            error = (f"ranks {owner[gpu]} and {r} would drive the same GPU ({where}, {gpu}): NCCL needs a GPU "
+                     f"per rank; start at most as many ranks per node as it has GPUs, or pass --share-gpu to run "
+                     f"the ranks over gloo on the GPUs there are")
+        owner.setdefault(gpu, r)
+    if rank == 0:
+        store.wait([f"read/{r}" for r in range(1, world)])
+    else:
+        store.set(f"read/{rank}", "1")
+    if error is not None:
+        raise UsageError(error)
 
 
 def _join_torchrun_run(config: LaunchConfig, local_rank: int, host_group) -> dict[str, Path]:
