@@ -160,3 +160,19 @@ def test_kernel_au_is_the_profiled_steps_kernel_time_over_their_span_all_ranks_p
     assert cell_figures([a, b])["kernel_au_pct"] == pytest.approx(40.0)
     assert "kernel_au_pct" not in cell_figures([record(0, [0.0] * 4, [0.01] * 4)])  # not profiled: no figure
     assert "kernel_busy_s" not in record(0, [0.0] * 4, [0.01] * 4).to_json()  # nor keys in its rank record
+
+
+def test_the_host_launch_time_is_the_median_step_of_every_rank_where_recorded():
+    import dataclasses
+
+    from harness.measure.recorder import StepRecorder
+
+    a = dataclasses.replace(record(0, [0.0] * 3, [0.01] * 3), launch=[0.001, 0.002, 0.009])
+    b = dataclasses.replace(record(1, [0.0] * 3, [0.01] * 3), launch=[0.003, 0.004, 0.005])
+    assert cell_figures([a, b])["launch_ms_p50"] == pytest.approx(3.5)
+    assert "launch_ms_p50" not in cell_figures([record(0, [0.0] * 3, [0.01] * 3)])
+    rec = StepRecorder(2)
+    rec.add(wait=0.1, device=0.2)
+    assert "launch" not in rec.as_record()  # not given: not written
+    rec.add(wait=0.1, device=0.2, launch=0.004)
+    assert rec.as_record()["launch"] == [0.0, 0.004]

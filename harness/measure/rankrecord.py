@@ -105,7 +105,7 @@ class RankRecord(JsonRecord):
     built, unless given."""
 
     LOCAL: ClassVar[tuple[str, ...]] = ("consumed",)
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s", "launch")
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"cache": RankCache, "nvml": Nvml}
 
     rank: int = 0
@@ -117,6 +117,9 @@ class RankRecord(JsonRecord):
     padded: list[float] = field(default_factory=list)  # the part of device the emulated device slept through
     step: list[float] = field(default_factory=list)
     cost: list[float] = field(default_factory=list)  # the summed sampler cost of each step's batch
+    # per step, the host's own time from the agreement's end to the step's last launch (on CUDA the harness's
+    # Python, DDP's hooks and the launches beside the event-timed device); None where not recorded
+    launch: list[float] | None = None
     batch_sizes: list[int] = field(default_factory=list)  # 0 on shadow steps
     samples: int = 0
     padded_pixels: int = 0

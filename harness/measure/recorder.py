@@ -17,7 +17,8 @@ class StepRecorder:
     fast rank waits for a slow one), device (the accelerator computing: modelled on an emulated device,
     CUDA-event time on a GPU) and overhead (the rest of the host's time: work beyond the device time and
     the per-step bookkeeping). `padded` is the part of `device` the emulated device slept through; `cost`
-    the summed sampler cost of the batch (what the balanced sampler balances).
+    the summed sampler cost of the batch (what the balanced sampler balances); `launch` (where a step gives
+    it) the host's own time from the agreement's end to the step's last launch.
     """
 
     PARTS = PART_NAMES  # harness.measure.rankrecord.PARTS
@@ -26,7 +27,7 @@ class StepRecorder:
 
     def __init__(self, steps: int):
         self.arrays = {name: np.zeros(steps, dtype=np.float64)
-                       for name in self.TIMES + self.COUNTS + ("cost",)}
+                       for name in self.TIMES + self.COUNTS + ("cost", "launch")}
         self.n = 0
 
     def add(self, **values: float) -> None:
@@ -45,6 +46,8 @@ class StepRecorder:
         rec = {k: np.round(a[k], 6).tolist() for k in self.TIMES}
         rec["step"] = np.round(sum(a[k] for k in self.PARTS), 6).tolist()
         rec["cost"] = np.round(a["cost"], 3).tolist()
+        if a["launch"].any():  # recorded (a step gave `launch`): the harness's own host time per step
+            rec["launch"] = np.round(a["launch"], 6).tolist()
         rec["batch_sizes"] = a["samples"].astype(int).tolist()
         for k in self.COUNTS:
             rec[k] = int(a[k].sum())

@@ -67,6 +67,7 @@ class Figures(JsonRecord):
     cores_to_feed: float | None = None
     decode_limit_ratio: float | None = None  # the loader's CPU per sample / its decode stage's (1: decode alone)
     kernel_au_pct: float | None = None  # --profile on a GPU: kernels running over the profiled steps' span
+    launch_ms_p50: float | None = None  # median host time per step from the agreement to the last launch
     imbalance: float | None = None  # schema 1 only: the window-total figure, now window_imbalance
     host_pss_peak_mb: float | None = None
     host_pss_total_mb: float | None = None

@@ -88,6 +88,13 @@ def kernel_au(records: list[RankRecord]) -> dict:
     return {"kernel_au_pct": 100.0 * sum(r.kernel_busy_s for r in timed) / span} if span > 0 else {}
 
 
+def launch_time(records: list[RankRecord]) -> dict:
+    """The median over every rank's steps of the host's own time from the agreement to the step's last
+    launch (ms); {} where no rank recorded it."""
+    steps = [t for r in records if r.launch for t in r.launch]
+    return {"launch_ms_p50": float(np.median(steps)) * 1e3} if steps else {}
+
+
 def decode_limit(records: list[RankRecord], loader_s: float) -> dict:
     """The decode limit ratio: the loader's whole CPU per sample over its decode stage's alone (1.0: the
     loader costs what decoding costs; the rest is read, cache, transform, collate, send, queue, untimed);
@@ -146,6 +153,7 @@ def cell_figures(records: list[RankRecord]) -> dict:
         **balance(records),
         **feeding(records),
         **kernel_au(records),
+        **launch_time(records),
         host_pss_peak_mb=max(r.host_pss_peak for r in records) / 1e6,
         host_pss_total_mb=sum(r.host_pss_peak for r in records) / 1e6,
         host_rss_peak_mb=max(r.host_rss_peak for r in records) / 1e6,
