@@ -122,3 +122,25 @@ def test_bad_parameters_are_one_line(server):
         registry.validate("storage", "s3", {"url": "http://x"})
     with pytest.raises(registry.InvalidParams, match="format"):
         registry.validate("storage", "s3", {"format": "hdf5"})
+
+
+def _read_in_child(reader, queue) -> None:
+    got = reader.read_batch([3, 30])
+    queue.put((all(s.same_as(generate_sample(SPEC, i)) for s, i in zip(got, [3, 30])), reader.remote_stats()))
+
+
+@pytest.mark.parametrize("fmt", ["webdataset", "raw"])
+def test_a_forked_worker_reads_after_the_rank_opened(server, tmp_path, fmt):
+    """What a DataLoader worker does: the rank opens the storage (a LIST, maybe puts), then forks the worker."""
+    import multiprocessing as mp
+
+    path, storage = _open(tmp_path, fmt, in_flight=4)
+    reader = storage.open(path)
+    ctx = mp.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(reader, queue))
+    child.start()
+    ok, stats = queue.get(timeout=60)
+    child.join(30)
+    assert ok and stats["samples"] == 2 and stats["requests"] >= 2
+    reader.close()

@@ -44,13 +44,21 @@ class RemoteFigures:
         return asdict(self)
 
 
-def merged(folder: Path | str) -> dict:
-    """Every process's counters summed, the latency bins added, and how many files were read."""
+def labels(folder: Path | str) -> list[str]:
+    """The storage labels the folder's files were written by (one per distinct reader setting)."""
+    return sorted({json.loads(p.read_text()).get("label", "") for p in Path(folder).glob("*.json")})
+
+
+def merged(folder: Path | str, label: str | None = None) -> dict:
+    """Every process's counters summed (of one storage label, or all), the latency bins added, and how many
+    files were read."""
     total = dict.fromkeys(COUNTERS, 0)
     total["latency_bins"] = [0] * LAT_BINS
     total["files"] = 0
     for path in sorted(Path(folder).glob("*.json")):
         one = json.loads(path.read_text())
+        if label is not None and one.get("label", "") != label:
+            continue
         for key in COUNTERS:
             total[key] += one.get(key, 0)
         total["latency_bins"] = [a + b for a, b in zip(total["latency_bins"], one["latency_bins"])]
@@ -71,8 +79,8 @@ def percentile_ms(bins: list[int], q: float) -> float:
     return math.nan
 
 
-def figures(folder: Path | str) -> RemoteFigures:
-    t = merged(folder)
+def figures(folder: Path | str, label: str | None = None) -> RemoteFigures:
+    t = merged(folder, label)
     per = max(t["samples"], 1)
     looked = t["disk_hits"] + t["disk_misses"]
     return RemoteFigures(

@@ -87,7 +87,7 @@ class ObjectServer:
             command = ["ip", "netns", "exec", self.netns] + command
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                                            start_new_session=True, preexec_fn=_die_with_parent)
         atexit.register(self.stop)
         try:
             self._wait()
@@ -151,6 +151,14 @@ class ObjectServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _die_with_parent() -> None:
+    """In the server's process before exec: SIGTERM when the process that started it dies, even by SIGKILL
+    (prctl PR_SET_PDEATHSIG; kept across exec), so that no server outlives its run."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -32,6 +32,13 @@ BACKOFF_S = 0.05  # first wait; doubles each retry
 THROTTLED = ("503", "SlowDown", "Service Unavailable", "500 Internal", "502 Bad Gateway", "RequestTimeout")
 
 
+# The pid of the process that started obstore's runtime. That runtime does not survive a fork: a forked child
+# (a DataLoader worker) of a process that used obstore hangs on its first request. Such a child reads through
+# boto3 instead (fork-safe), and its figures say so ("client"); the harness opens the storage with boto3 in
+# the rank, so that the workers it forks use obstore.
+_OBSTORE_PID: int | None = None
+
+
 class RemoteError(OSError):
     """A remote read or write that cannot succeed: one line naming the URL and the remedy."""
 
@@ -91,6 +98,12 @@ class Tally:
         self.wait_s = 0.0
         self.latency_bins = [0] * LAT_BINS
 
+    def __getstate__(self):  # a pickled tally is a fresh one (counters are per process)
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
     def add(self, nbytes: int, seconds: float) -> None:
         with self.lock:
             self.requests += 1
@@ -115,11 +128,13 @@ class RangeStore:
         self.endpoint_url = endpoint_url
         self._pid: int | None = None
         self._store = self._pool = None
+        self.client = ""
         self.tally = Tally()
 
     def __getstate__(self):
         return {"url": self.url, "bucket": self.bucket, "prefix": self.prefix, "in_flight": self.in_flight,
-                "endpoint_url": self.endpoint_url, "_pid": None, "_store": None, "_pool": None, "tally": Tally()}
+                "endpoint_url": self.endpoint_url, "_pid": None, "_store": None, "_pool": None, "tally": Tally(),
+                "client": ""}
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -129,19 +144,39 @@ class RangeStore:
 
     def store(self):
         if self._pid != os.getpid():
-            from obstore.store import S3Store
-
-            retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=30),
-                     "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=2),
-                                 "base": 2}}
-            config = resolved(self.endpoint_url)
-            self.endpoint = config.get("endpoint", "the default AWS endpoint")
-            options = {"allow_http": str(config.get("endpoint", "")).startswith("http://"),
-                       "connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=120)}
-            self._store = S3Store(self.bucket, config=config, client_options=options, retry_config=retry)
             self._pool = ThreadPoolExecutor(self.in_flight) if self.in_flight > 1 else None
             self._pid, self.tally = os.getpid(), Tally()
+            if _OBSTORE_PID not in (None, os.getpid()):
+                self.client = "boto3 (forked from a process that used obstore)"
+                self._store = self._boto3()
+                return self._store
+            self.client = "obstore"
+            self._store = self._obstore()
         return self._store
+
+    def _boto3(self):
+        import boto3
+
+        config = resolved(self.endpoint_url)
+        self.endpoint = config.get("endpoint", "the default AWS endpoint")
+        return boto3.client("s3", endpoint_url=config.get("endpoint"), region_name=config["region"],
+                            aws_access_key_id=config.get("access_key_id"),
+                            aws_secret_access_key=config.get("secret_access_key"),
+                            aws_session_token=config.get("session_token"))
+
+    def _obstore(self):
+        global _OBSTORE_PID
+        from obstore.store import S3Store
+
+        retry = {"max_retries": 0, "retry_timeout": timedelta(seconds=30),
+                 "backoff": {"init_backoff": timedelta(milliseconds=50), "max_backoff": timedelta(seconds=2),
+                             "base": 2}}
+        config = resolved(self.endpoint_url)
+        self.endpoint = config.get("endpoint", "the default AWS endpoint")
+        options = {"allow_http": str(config.get("endpoint", "")).startswith("http://"),
+                   "connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=120)}
+        _OBSTORE_PID = os.getpid()
+        return S3Store(self.bucket, config=config, client_options=options, retry_config=retry)
 
     def _call(self, name: str, what, *args):
         """``what(store, *args)`` with throttling retried; obstore's errors as one RemoteError line."""
@@ -153,8 +188,13 @@ class RangeStore:
             except PermissionError:
                 raise RemoteError(f"{self.where(name)}: access denied; give these credentials read access to "
                                   f"the bucket (AWS_ACCESS_KEY_ID / AWS_PROFILE)") from None
-            except Exception as err:  # noqa: BLE001 - obstore's GenericError and friends
+            except Exception as err:  # noqa: BLE001 - obstore's GenericError and friends, botocore's errors
                 text = str(err)
+                if "NoSuchKey" in text or "NoSuchBucket" in text:
+                    raise RemoteError(self._missing(name, text)) from None
+                if "AccessDenied" in text or "(403)" in text:
+                    raise RemoteError(f"{self.where(name)}: access denied; give these credentials read access to "
+                                      f"the bucket (AWS_ACCESS_KEY_ID / AWS_PROFILE)") from None
                 if attempt < RETRIES and any(t in text for t in THROTTLED):
                     with self.tally.lock:
                         self.tally.retries += 1
@@ -174,7 +214,7 @@ class RangeStore:
         if "error sending request" in text or "Connection refused" in text or "connect" in text.lower():
             return (f"{self.where(name)}: cannot reach the endpoint {self.endpoint} ({first}); start the object "
                     f"store or fix AWS_ENDPOINT_URL / endpoint_url")
-        if "416" in text or "Range Not Satisfiable" in text:
+        if "416" in text or "Range Not Satisfiable" in text or "InvalidRange" in text:
             return (f"{self.where(name)}: the range asked for lies past the object's end (the object is truncated); "
                     f"materialise the data to the bucket again (--regenerate)")
         if any(t in text for t in THROTTLED):
@@ -185,7 +225,11 @@ class RangeStore:
         import obstore
 
         t0 = time.perf_counter()
-        data = bytes(self._call(name, lambda s: obstore.get_range(s, self.key(name), start=start, end=end)))
+        if self.client == "obstore":
+            data = bytes(self._call(name, lambda s: obstore.get_range(s, self.key(name), start=start, end=end)))
+        else:
+            data = self._call(name, lambda c: c.get_object(Bucket=self.bucket, Key=self.key(name),
+                                                           Range=f"bytes={start}-{end - 1}")["Body"].read())
         self.tally.add(len(data), time.perf_counter() - t0)
         if len(data) != end - start:
             raise RemoteError(f"{self.where(name)}: {len(data)} bytes at offset {start}, expected {end - start} "
@@ -208,7 +252,10 @@ class RangeStore:
         import obstore
 
         t0 = time.perf_counter()
-        data = bytes(self._call(name, lambda s: obstore.get(s, self.key(name)).bytes()))
+        if self.client == "obstore":
+            data = bytes(self._call(name, lambda s: obstore.get(s, self.key(name)).bytes()))
+        else:
+            data = self._call(name, lambda c: c.get_object(Bucket=self.bucket, Key=self.key(name))["Body"].read())
         self.tally.add(len(data), time.perf_counter() - t0)
         return data
 
@@ -242,7 +289,7 @@ class RangeStore:
         return out
 
     def stats(self) -> dict:
-        return self.tally.as_dict()
+        return {**self.tally.as_dict(), "client": self.client}
 
     def close(self) -> None:
         if self._pool is not None:

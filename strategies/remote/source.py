@@ -19,7 +19,8 @@ STATS_ENV = "DLBENCH_REMOTE_STATS"
 
 class RemoteSource:
     def __init__(self, url: str, in_flight: int = 1, disk_cache_mb: float = 0, cache_dir: str = "",
-                 endpoint_url: str = ""):
+                 endpoint_url: str = "", label: str = ""):
+        self.label = label  # the storage as the matrix names it, written with the figures
         self.store = RangeStore(url, in_flight, endpoint_url)
         self.tier = DiskTier(cache_dir, int(disk_cache_mb * 1024 * 1024)) if disk_cache_mb else None
 
@@ -51,7 +52,7 @@ class RemoteSource:
         if folder:
             path = os.path.join(folder, f"{os.getpid()}-{id(self):x}.json")
             with open(path + ".tmp", "w") as f:
-                json.dump({"url": self.store.url, **self.stats()}, f)
+                json.dump({"url": self.store.url, "label": self.label, **self.stats()}, f)
             os.replace(path + ".tmp", path)
 
     def stats(self) -> dict:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from strategies.params import choice, integer, number
 from strategies.registry import register
-from strategies.remote.s3client import RangeStore, parse_url
+from strategies.remote.s3client import RemoteError, parse_url
 from strategies.remote.s3parquet import S3ParquetReader
 from strategies.remote.s3raw import S3RawReader
 from strategies.remote.s3webdataset import S3WebDatasetReader
@@ -54,6 +54,14 @@ def _inner(fmt: str, shard_size: int):
     if fmt == "parquet":
         return ParquetStorage(row_group_size=shard_size)
     return RawStorage()
+
+
+def _boto3_client(endpoint_url: str = ""):
+    """A boto3 S3 client, endpoint, region and credentials resolved the standard way (or ``endpoint_url``);
+    the bucket's errors as one RemoteError line."""
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint_url or None)
 
 
 def read_remote(path: Path) -> dict:
@@ -105,18 +113,33 @@ class S3Storage(TrackedStorage):
         self.upload(path)
 
     def _data_names(self, path: Path) -> list[str]:
-        return [n for n in self.inner.file_names(path) if n not in SIDECARS[self.format] and n != REMOTE]
+        return [n for n in self.inner.file_names(path) if n not in SIDECARS[self.format] | {REMOTE, "manifest.json"}]
 
     def upload(self, path: Path, only_missing: bool = False) -> int:
         """Put the data files the bucket lacks or holds at another size (one LIST), or every one unless
-        ``only_missing``; the number put."""
+        ``only_missing``; the number put. Through boto3, not obstore: this runs in the rank before its
+        DataLoader workers fork, and obstore's runtime, once started, hangs in a forked child."""
         remote = read_remote(path)
-        store = RangeStore(remote["url"], endpoint_url=self.endpoint_url)
-        have = store.names() if only_missing else {}
+        try:
+            return self._put_missing(remote, Path(path), only_missing)
+        except Exception as err:  # noqa: BLE001 - botocore's ClientError, EndpointConnectionError, ...
+            if isinstance(err, RemoteError):
+                raise
+            text = " ".join(str(err).split())[:160]
+            raise RemoteError(f"{remote['url']}: writing the data to the bucket failed ({text}); start the "
+                              f"object store, create the bucket or fix AWS_ENDPOINT_URL / the credentials") from None
+
+    def _put_missing(self, remote: dict, path: Path, only_missing: bool) -> int:
+        bucket, prefix = parse_url(remote["url"])
+        client = _boto3_client(self.endpoint_url)
+        have: dict[str, int] = {}
+        if only_missing:
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
+                have.update((o["Key"][len(prefix) + 1:], o["Size"]) for o in page.get("Contents", []))
         put = 0
         for name, size in remote["objects"].items():
             if have.get(name) != size:
-                store.put(name, (Path(path) / name).read_bytes())
+                client.put_object(Bucket=bucket, Key=f"{prefix}/{name}", Body=(Path(path) / name).read_bytes())
                 put += 1
         return put
 
@@ -124,7 +147,8 @@ class S3Storage(TrackedStorage):
         path = Path(path)
         remote = read_remote(path)
         put = self.upload(path, only_missing=True)
-        source = RemoteSource(remote["url"], self.in_flight, self.disk_cache_mb, self.cache_dir, self.endpoint_url)
+        source = RemoteSource(remote["url"], self.in_flight, self.disk_cache_mb, self.cache_dir, self.endpoint_url,
+                              self.label())
         if self.format == "webdataset":
             reader = S3WebDatasetReader(path, source, _read_shards_json(path)["shards"], fields)
         elif self.format == "parquet":
@@ -135,12 +159,26 @@ class S3Storage(TrackedStorage):
         reader.remote_setup = {"lists": 1, "puts": put}  # this open's, in the rank (the workers count their own)
         return self.track(reader, path)
 
+    def label(self) -> str:
+        """The reader settings that tell two cells of this storage apart (with the remote figures)."""
+        return (f"s3(format={self.format},shard_size={self.shard_size},in_flight={self.in_flight},"
+                f"disk_cache_mb={self.disk_cache_mb:g})")
+
     def clear_disk_cache(self) -> None:
         """Empty the disk cache tier (a cold tier for the next visit)."""
         shutil.rmtree(self.cache_dir, ignore_errors=True)
 
+    def _inner_of(self, path: Path):
+        """The format's storage of the materialisation at ``path`` (any s3 instance may be asked about any
+        materialisation: the harness asks the default one for file lists), else this instance's."""
+        try:
+            fmt = read_remote(path)["format"]
+        except (OSError, ValueError, KeyError):
+            return self.inner
+        return self.inner if fmt == self.format else _inner(fmt, self.shard_size)
+
     def shard_ranges(self, path: Path) -> list[range] | None:
-        return self.inner.shard_ranges(path)
+        return self._inner_of(path).shard_ranges(path)
 
     def file_names(self, path: Path) -> list[str]:
-        return [n for n in self.inner.file_names(path) if n != REMOTE] + [REMOTE]
+        return [n for n in self._inner_of(path).file_names(path) if n != REMOTE] + [REMOTE]
