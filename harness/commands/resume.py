@@ -21,7 +21,7 @@ from harness.results import rundir
 from harness.results.environment import Environment, utc_now
 
 # options that may change between the first run and its resumption
-FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate"}
+FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate", "--history"}
 
 
 def settings_of(request: BenchRequest, sc, cells, device: str, comparable: dict) -> dict:
