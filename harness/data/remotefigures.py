@@ -10,6 +10,7 @@ writes into the folder named by DLBENCH_REMOTE_STATS, one per process and reader
 | net wait / sample (ms) | seconds the readers were blocked on the store (a batch's parallel GETs once), over samples |
 | disk hit % | disk cache tier hits / (hits + misses); empty without a tier |
 | retries | throttled (503 SlowDown) or 5xx answers retried with backoff |
+| client | the S3 client the reading processes used (obstore; boto3 in a child forked from a process that used it) |
 
 The open's LIST (one per storage open in a rank, to refill a store that forgot its data) is set-up, not counted
 here; ``remote_setup`` on the reader holds it.
@@ -39,6 +40,7 @@ class RemoteFigures:
     retries: int
     requests: int
     processes: int
+    clients: str = ""  # the S3 clients the processes read through (obstore; boto3 in a child forked after it)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +57,7 @@ def merged(folder: Path | str, label: str | None = None) -> dict:
     total = dict.fromkeys(COUNTERS, 0)
     total["latency_bins"] = [0] * LAT_BINS
     total["files"] = 0
+    total["clients"] = set()
     for path in sorted(Path(folder).glob("*.json")):
         one = json.loads(path.read_text())
         if label is not None and one.get("label", "") != label:
@@ -63,6 +66,8 @@ def merged(folder: Path | str, label: str | None = None) -> dict:
             total[key] += one.get(key, 0)
         total["latency_bins"] = [a + b for a, b in zip(total["latency_bins"], one["latency_bins"])]
         total["files"] += 1
+        if one.get("client"):
+            total["clients"].add(one["client"].split(" ")[0])
     return total
 
 
@@ -88,18 +93,18 @@ def figures(folder: Path | str, label: str | None = None) -> RemoteFigures:
         lists_per_sample=t["lists"] / per, latency_p50_ms=percentile_ms(t["latency_bins"], 50),
         latency_p99_ms=percentile_ms(t["latency_bins"], 99), wait_ms_per_sample=1000 * t["wait_s"] / per,
         disk_hit_pct=100 * t["disk_hits"] / looked if looked else None, retries=t["retries"],
-        requests=t["requests"], processes=t["files"])
+        requests=t["requests"], processes=t["files"], clients="+".join(sorted(t["clients"])))
 
 
 HEADER = ("cell", "req/sample", "MB/sample", "LIST/sample", "lat p50 ms", "lat p99 ms", "net wait ms/sample",
-          "disk hit %", "retries")
+          "disk hit %", "retries", "client")
 
 
 def row(cell: str, f: RemoteFigures) -> list[str]:
     hit = "-" if f.disk_hit_pct is None else f"{f.disk_hit_pct:.0f}"
     return [cell, f"{f.requests_per_sample:.2f}", f"{f.mb_per_sample:.3f}", f"{f.lists_per_sample:.3f}",
             f"{f.latency_p50_ms:.1f}", f"{f.latency_p99_ms:.1f}", f"{f.wait_ms_per_sample:.2f}", hit,
-            str(f.retries)]
+            str(f.retries), f.clients or "-"]
 
 
 def table(rows: list[list[str]]) -> str:
