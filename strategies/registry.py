@@ -54,6 +54,8 @@ _BUILTINS = (
     "strategies.preprocess.device",
     "strategies.loader.workers",
     "strategies.loader.threads",
+    "strategies.loader.nodes",  # torchdata.nodes and spdl are imported only when the loader is selected
+    "strategies.loader.spdl",
 )
 _scanned_path: tuple[str, ...] | None = None  # sys.path at the last entry-point scan
 

@@ -7,6 +7,7 @@ import io
 import time
 
 import numpy as np
+import pytest
 import torch
 from PIL import Image
 
@@ -17,7 +18,7 @@ from harness.measure.rankrecord import RankRecord
 from harness.results import metrics
 from harness.results.baseline import BaselineCell
 from harness.train.devprep import DevicePrep
-from harness.train.threadloader import BatchThreadPool
+from harness.train.pipeline import IN_PROCESS
 from harness.train.torchdataset import Collate, SampleDataset, flip_item
 from strategies import registry
 from strategies.sample import Sample
@@ -29,10 +30,14 @@ class SlowDataset:
         return [{"i": i} for i in indices]
 
 
-def test_thread_loader_yields_every_batch_once_in_order():
+@pytest.mark.parametrize("kind", ["threads", "nodes", "spdl"])
+def test_thread_loader_yields_every_batch_once_in_order(kind):
+    """The in-process loaders (ours, torchdata.nodes', SPDL's) keep the sampler contract: every batch once,
+    in the batch sampler's order, though later batches may finish first; their threads' CPU is counted."""
+    pytest.importorskip({"threads": "torch", "nodes": "torchdata.nodes", "spdl": "spdl.pipeline"}[kind])
     batches = [[i, i + 1] for i in range(0, 40, 2)]
-    loader = BatchThreadPool(SlowDataset(), batches, lambda items: [it["i"] for it in items], threads=3,
-                          prefetch=2)
+    loader = IN_PROCESS[kind](SlowDataset(), batches, lambda items: [it["i"] for it in items], threads=3,
+                              prefetch=2)
     assert list(loader) == batches and len(loader) == 20
     assert loader.cpu_s > 0
     it = iter(loader)

@@ -20,6 +20,8 @@ from harness.data.decoders import decoded_pixels, resized_shapes
 from harness.data.fields import FIELDS_FOR
 from harness.data.generator import image_sides
 from harness.train.devprep import DevicePrep
+from harness.train.nodesloader import NodesPipeline
+from harness.train.spdlloader import SpdlPipeline
 from harness.train.threadloader import BatchThreadPool
 from harness.train.torchdataset import Collate, SampleDataset
 
@@ -86,12 +88,16 @@ def _budget(ctx, accelerator, rate: str) -> tuple[float, tuple | None]:
     return float(accelerator.memory_bytes), None
 
 
+# the loaders that prepare batches in threads of the rank process (their CPU counted by thread clock)
+IN_PROCESS = {"threads": BatchThreadPool, "nodes": NodesPipeline, "spdl": SpdlPipeline}
+
+
 def _loader(ctx, dataset, batch_sampler, collate, strategy):
     tr = ctx.scenario.training
-    if strategy.kind == "threads":
-        return BatchThreadPool(dataset.for_threads(), batch_sampler, collate,
-                               strategy.threads or max(1, tr.workers), strategy.prefetch,
-                               pin=not ctx.device.emulated)
+    if strategy.kind in IN_PROCESS:
+        return IN_PROCESS[strategy.kind](dataset.for_threads(), batch_sampler, collate,
+                                         strategy.threads or max(1, tr.workers), strategy.prefetch,
+                                         pin=not ctx.device.emulated)
     workers = tr.workers
     return DataLoader(
         dataset, batch_sampler=batch_sampler, num_workers=workers, collate_fn=collate,
