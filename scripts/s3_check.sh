@@ -124,7 +124,12 @@ killed_step() {  # the run killed once its server and link are up: nothing may b
         --data-dir "$WORK/data" --quiet >"$WORK/killed.log" 2>&1 &
     pid=$!
     PIDS+=($pid)
-    while [ $((SECONDS - start)) -lt 60 ] && ! grep -q "object store: moto at" "$WORK/killed.log"; do sleep 0.5; done
+    while [ $((SECONDS - start)) -lt 60 ] && ! grep -qs "object store: moto at" "$WORK/killed.log"; do sleep 0.5; done
+    if ! grep -qs "object store: moto at" "$WORK/killed.log"; then
+        kill -TERM "$pid"
+        step FAIL killed "the run did not start its store within 60 s (log: $WORK/killed.log)"
+        return 1
+    fi
     sleep 3
     kill -TERM "$pid"
     wait "$pid" 2>/dev/null
