@@ -4,22 +4,29 @@ broke the collective sequence (abort_group, GroupAborted), or ends it (end_group
 from __future__ import annotations
 
 import hashlib
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+STEP_TIMEOUT = timedelta(seconds=300)  # an agreement's wait on the host group (whose own timeout is hours)
 
-def agree(*values: int, group=None) -> list[int]:
+
+def agree(*values: int, group=None, timeout: timedelta = STEP_TIMEOUT) -> list[int]:
     """The maximum of each integer over all ranks (one allreduce). On `group` (the host's gloo group: the
-    per-step agreement) a CPU tensor, so the host never waits for the GPU's stream there; on the default group
-    under NCCL a GPU tensor, whose .tolist() waits for the stream. A world of one rank has nobody to agree
-    with: no collective."""
+    per-step agreement) a CPU tensor, so the host never waits for the GPU's stream there, waited for at most
+    `timeout` (the host group's own timeout is hours, for host work; a hung peer must not hold a step that
+    long); on the default group under NCCL a GPU tensor, whose .tolist() waits for the stream. A world of
+    one rank has nobody to agree with: no collective."""
     if dist.get_world_size() == 1:
         return list(values)
     nccl = group is None and dist.get_backend() == "nccl"
     t = torch.tensor(values, dtype=torch.int64, device=torch.device("cuda", torch.cuda.current_device())
                      if nccl else None)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    if group is None:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    else:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group, async_op=True).wait(timeout=timeout)
     return t.tolist()
 
 
