@@ -12,8 +12,10 @@ import pytest
 from conftest import run_bench
 
 from harness import cli
+from harness.cli import parsers, requests
 from harness.commands import bench
 from harness.report import report
+from harness.run import launch
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cells_1xV100.jsonl"
 
@@ -127,3 +129,17 @@ def test_strict_and_what_if_options_parse():
     args = cli.build_parser().parse_args(["--scenario", "ci", "--strict", "--what-if-cores", "2.5"])
     assert args.strict and args.what_if_cores == 2.5
     assert cli.build_parser().parse_args(["--scenario", "ci"]).what_if_cores is None
+
+
+def test_share_gpu_without_a_gpu_is_one_line_with_device_cuda_and_a_note_otherwise(tmp_path, capsys):
+    """--share-gpu reaches the launch from the command line: with --device cuda and no GPU, one line and exit 2
+    before anything runs; without --device cuda the ranks are emulated, with a note (--dry-run: nothing runs)."""
+    if launch.resolve_device("auto", 1) == "cuda":
+        pytest.skip("a GPU is visible here")
+    code, out, err = main(capsys, "--scenario", "smoke", "--share-gpu", "--device", "cuda", "--out", tmp_path)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--share-gpu with --device cuda" in err
+    code, out, err = main(capsys, "--scenario", "smoke", "--share-gpu", "--dry-run", "--out", tmp_path)
+    assert code == 0 and "note: --share-gpu: no GPU is visible, so the 2 ranks are emulated" in err
+    assert "(emulated)" in err
+    argv = ["--scenario", "smoke", "--share-gpu"]
+    assert requests.bench_request(parsers.build_parser().parse_args(argv), argv, None).share_gpu

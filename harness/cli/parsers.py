@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     knobs.add_argument("--workload", choices=scenario.WORKLOADS, help="pixels (decode JPEGs) or features")
     p.add_argument("--device", choices=("auto", "cuda", "emulated"), default="auto",
                    help="auto: real GPUs when there are enough for every rank, else emulate (default)")
+    p.add_argument("--share-gpu", action="store_true",
+                   help="run --world-size ranks on the visible GPU(s) over gloo (round-robin): the multi-rank CUDA "
+                        "path on a one-GPU machine; without a GPU the ranks are emulated, with a note")
     p.add_argument("--data-dir", type=Path, default=REPO / "data",
                    help="where generated datasets are kept and reused (default: data/)")
     p.add_argument("--out", type=Path, default=REPO / "results", help="where run directories go")

@@ -16,7 +16,7 @@ from harness.config.matrix import expand, select
 from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
 from harness.config.runsetup import CC3M_SAMPLES, full_scale, with_source
-from harness.device.devices import run_device_name
+from harness.device.devices import ranks_per_gpu, run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
 from harness.report import report
@@ -106,7 +106,7 @@ def main(request: BenchRequest) -> int:
         sc = full_scale(sc)
     run_target = target.of_scenario(sc, r.target)  # a mistake in it stops here, before anything runs
     local_ranks = r.torchrun.local_world_size if r.torchrun else sc.world_size
-    device = launch.resolve_device(r.device, local_ranks, r.torchrun)
+    device = launch.resolve_device(r.device, local_ranks, r.torchrun, share_gpu=r.share_gpu)
     cells = select(expand(sc), list(r.only), list(r.exclude))
     rundir.check_writable_dir(r.out, "--out")  # the output paths, before anything is measured
     if r.gate.save_baseline:
@@ -122,7 +122,8 @@ def main(request: BenchRequest) -> int:
         return run_loader_only(r, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
     if r.local_rank == 0:  # the process that writes the datasets
         check_data_space(sc, cells, r.data_dir, r.regenerate)
-    comparable = comparable_of(sc, device, r.cache_state)
+    sharing = ranks_per_gpu(local_ranks, gpuinfo.gpu_count()) if r.share_gpu and device == "cuda" else 1
+    comparable = comparable_of(sc, device, r.cache_state, run_device_name(sc.accelerator.name, device, sharing))
     baseline = Baseline.load(r.gate.baseline) if r.gate.baseline else None
     if baseline is not None:  # fail fast, before anything runs: the settings, and the machine (the probe later)
         compare.check_comparable(sc.name, comparable, baseline)
@@ -135,7 +136,8 @@ def main(request: BenchRequest) -> int:
                                  decompose=r.decompose, profile=r.profile, repeats=r.repeats,
                                  device_name=comparable["device"], regenerate=r.regenerate,
                                  verify_data=r.verify_data, order=r.order, order_seed=r.order_seed,
-                                 budget_s=r.budget_s, min_effect=r.gate.min_effect, started_at=time.time())
+                                 budget_s=r.budget_s, min_effect=r.gate.min_effect, started_at=time.time(),
+                                 share_gpu=r.share_gpu)
     return run_until_stopped(r, config, env, baseline, run_target)
 
 

@@ -80,6 +80,7 @@ class BenchRequest:
     data: DataOptions = DataOptions()
     gate: GateOptions = GateOptions()
     device: str = "auto"
+    share_gpu: bool = False  # --share-gpu: the ranks share the visible GPU(s) over gloo
     data_dir: Path = Path("data")
     out: Path = Path("results")
     plugins: tuple[str, ...] = ()

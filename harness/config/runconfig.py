@@ -45,6 +45,7 @@ class LaunchConfig:
     cache_state: str = "as-is"
     decompose: bool = False
     profile: bool = False
+    share_gpu: bool = False  # --share-gpu: the ranks share the visible GPU(s), trained over gloo
     repeats: int = 1
     plan: list[tuple[int, int]] | None = None  # (repeat, index into cells) to run, in order; None: all
     order: str = "fixed"  # "random": each repeat visits the cells in its own order, drawn from order_seed

@@ -151,7 +151,7 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     # cores the DataLoader workers need (a GPU host launches kernels from one thread too).
     torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
                           if cuda else 1)
-    share = bool(getattr(config, "share_gpu", False))  # --share-gpu (harness.config.runconfig)
+    share = config.share_gpu  # --share-gpu (harness.config.runconfig)
     if cuda:
         device = CudaDevice(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)), share)
     else:
