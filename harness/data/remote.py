@@ -39,6 +39,7 @@ class RemoteSettings:
     shape: Shape = Shape()
     bucket: str = "dlbench"
     namespace: bool = True
+    source: str = ""  # the scenario file, for messages
 
 
 def settings(path: Path | str, raw: Any) -> RemoteSettings | None:
@@ -71,7 +72,7 @@ def settings(path: Path | str, raw: Any) -> RemoteSettings | None:
     if not values["namespace"] and shape != Shape():
         raise UsageError(f"{path} [remote] namespace = false puts the server on loopback, which is never shaped "
                          f"(the ranks' own traffic crosses it); set namespace = true or the shape to 0")
-    return RemoteSettings(shape, bucket, values["namespace"])
+    return RemoteSettings(shape, bucket, values["namespace"], str(path))
 
 
 @dataclass
@@ -98,7 +99,10 @@ def session(remote: RemoteSettings, measure_cost: bool = True) -> Iterator[Sessi
     """Link, server and environment for the scenario's remote store; all stopped on any exit."""
     saved = {k: os.environ.get(k) for k in ENV_KEYS}
     with stop_on_signals():
-        link = ShapedLink(remote.shape) if remote.namespace else None
+        try:
+            link = ShapedLink(remote.shape) if remote.namespace else None
+        except UsageError as err:
+            raise UsageError(f"{remote.source}: {err}" if remote.source else str(err)) from None
         try:
             if link is not None:
                 link.create()
