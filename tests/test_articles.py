@@ -218,3 +218,19 @@ def test_repeats_are_merged_by_median():
     title, headers, rows, notes = astuple(ranking_table(cells))
     assert headers[-1] == "n" and rows[0][-1] == "3" and rows[1][-1] == "1 of 2 (1 failed)"
     assert rows[0][2] == "100 [90, 130]" and "min-max of 3 repeats, 75% coverage" in headers[2] + rows[0][3]
+
+
+def test_kernel_au_and_host_launch_time_appear_where_measured():
+    """A profiled GPU run's kernel AU beside the event AU, and a real GPU's host launch time; neither column in
+    an emulated, unprofiled run (the launch time of an emulated run is the stand-in's, not a GPU host's)."""
+    def cell(name, emulated, **figures):
+        return CellResult.from_json({"cell": f"storage={name}", "strategies": {"storage": name},
+                                     "emulated": emulated, "figures": {"throughput": 100.0, **figures}})
+
+    plain = ranking_table([cell("raw", True, launch_ms_p50=0.4), cell("mmap", True)])
+    assert "kernel AU %" not in plain.headers and "host launch ms" not in plain.headers
+    gpu = ranking_table([cell("raw", False, au_pct=90.0, kernel_au_pct=71.0, launch_ms_p50=2.345),
+                         cell("mmap", False, au_pct=88.0)])
+    assert {r[gpu.headers.index("kernel AU %")] for r in gpu.rows} == {"71", "-"}
+    assert {r[gpu.headers.index("host launch ms")] for r in gpu.rows} == {"2.35", "-"}
+    assert any("kernel AU %" in n for n in gpu.notes)

@@ -83,13 +83,15 @@ def test_lines_have_every_key_of_the_format_and_round_trip(smoke_run):
         line = json.loads(text)
         assert CellResult.from_json(line).to_json() == line
         # the reference predates the visit figures: where a visit's time went and the host's outside load
-        # and the access hint with its read amplification, and each rank's loader stages
-        visit = {"setup_s", "window_share_pct", "other_cpu_pct", "steal_pct", "read_amplification"}
+        # and the access hint with its read amplification, and each rank's loader stages; the decode limit
+        # ratio and the host's own launch time per step (each rank's `launch` list)
+        visit = {"setup_s", "window_share_pct", "other_cpu_pct", "steal_pct", "read_amplification",
+                 "decode_limit_ratio", "launch_ms_p50"}
         assert set(line) == set(reference) | {"advice"}
         assert set(line["figures"]) == set(reference["figures"]) | visit
         assert set(line["coverage"]) == set(reference["coverage"]) and line["page_cache"] == {"state": "as-is"}
         for rank in line["ranks"]:
-            assert set(rank) == set(reference["ranks"][0]) | {"setup_s", "stages"}
+            assert set(rank) == set(reference["ranks"][0]) | {"setup_s", "stages", "launch"}
             assert set(rank["setup_s"]) >= {"verify", "model", "pipeline", "page_cache", "warmup", "close"}
         assert 0 < line["figures"]["window_share_pct"] <= 100 and line["figures"]["other_cpu_pct"] >= 0
 

@@ -134,6 +134,12 @@ def _visit_row(g: float, v: Visit) -> dict:
             "rank_cpu_s_per_sample": f.get("rank_cpu_s_per_sample"), "step_imbalance": f.get("step_imbalance")}
 
 
+def _spread(got: list[float]) -> float:
+    """(largest - smallest) / mean of the visits' samples/s, %."""
+    mean = statistics.mean(got) if got else 0.0
+    return 100.0 * (max(got) - min(got)) / mean if mean else 0.0
+
+
 def _throughputs(visits: list[Visit]) -> list[float]:
     return [float(v.line.figures.get("throughput") or 0.0) for v in visits]
 
@@ -167,11 +173,10 @@ def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], benc
                      "error_shared_pct": round(error_pct(shared, m), 1), "flag": flag, "scored": not flag,
                      "null_error_pct": round(error_pct(statistics.mean(_throughputs(measured[pair.source])), m), 1),
                      "binds": x.binds, "visits": [_visit_row(g, v) for g, v in zip(got, visits)],
-                     "spread_pct": round(100.0 * (max(got) - min(got)) / m, 1) if m else None,
+                     "spread_pct": round(_spread(got), 1) if m else None,
                      **_costs_seen(case_costs(calib, source, case, bench), visits)})
-    spreads = {r["source"]: r["spread_pct"] or 0.0 for r in rows if r["flag"] == "calibration"}
     for row in rows:
-        row["note"] = _note(row, spreads.get(row["source"], 0.0)) if row["scored"] else ""
+        row["note"] = _note(row, _spread(_throughputs(measured[row["source"]]))) if row["scored"] else ""
     return rows
 
 

@@ -245,8 +245,11 @@ def ranking_table(results: list[CellResult]) -> Table:
     words, per_row = interval_header(ok)
     ranks = tie_ranks(ok)
     ok.sort(key=lambda c: (ranks[c.cell][0] or len(ok) + 1, -c.figures.throughput))  # by rank, then point value
+    kernel = any(c.figures.kernel_au_pct is not None for c in ok)  # --profile on a GPU
+    launch = any(not c.emulated and c.figures.launch_ms_p50 is not None for c in ok)  # a real GPU's host time
     headers = ["#", "/".join(axes), f"samples/s{m}{words}", *(["interval"] if per_row else []),
-               f"speed-up vs {against}{m}", f"AU %{m}", "stall % mean", f"device peak GB{m}"] + (
+               f"speed-up vs {against}{m}", f"AU %{m}", *(["kernel AU %"] if kernel else []),
+               *(["host launch ms"] if launch else []), "stall % mean", f"device peak GB{m}"] + (
         ["n"] if repeats else [])
     rows = []
     for c in ok:
@@ -258,6 +261,8 @@ def ranking_table(results: list[CellResult]) -> Table:
         shown_rank = "-" if rank is None else f"={rank}" if tied else str(rank)
         rows.append([shown_rank, stack_label(cells, c, axes), fmt_throughput(c),
                      *([interval_label_of(c)] if per_row else []), speed, fmt(f.au_pct, ".0f"),
+                     *([fmt(f.kernel_au_pct, ".0f")] if kernel else []),
+                     *([fmt(f.launch_ms_p50, ".2f")] if launch else []),
                      fmt(f.stall_mean_pct, ".0f"), fmt(f.device_peak_gb, ".2f")]
                     + ([repeats_text(c)] if repeats else []))
     for c in cells:
@@ -270,6 +275,11 @@ def ranking_table(results: list[CellResult]) -> Table:
                      "it is listed by its point value")
     if any(c.failed_repeats for c in cells):
         notes.append("n: measured repeats of those run; figures are over the measured repeats only")
+    if kernel:
+        notes.append("kernel AU %: the share of the profiled steps' span in which some GPU kernel ran (AU % counts "
+                     "the CUDA events' span, launch gaps and host syncs inside it included)")
+    if launch:
+        notes.append("host launch ms: median per step of the host's own time from the agreement to the last launch")
     return Table(f"All cells by throughput (speed-up over the {against} cell)", headers, rows, notes)
 
 

@@ -69,13 +69,14 @@ class RankContext:
 @dataclass
 class StepTimes:
     """perf_counter stamps of one step: previous step's end, batch ready, on the device, agreement done,
-    step end."""
+    step end; and the last launch (the host's own work of the step done, before the wait for the device)."""
 
     start: float
     ready: float
     h2d: float
     agreed: float
     end: float
+    launched: float | None = None
 
 
 class MeasuredLoop:
@@ -149,9 +150,10 @@ class MeasuredLoop:
         measured = self.step >= self.warmup_steps
         self._train(batch, tensors, samples, measured)
         self.device.stop_timer()  # after the last launch, before the wait: host time after it is not device
+        t_launched = time.perf_counter()
         self.device.synchronize()
         self.record_step(batch, samples, measured,
-                         StepTimes(self.t_prev, t_ready, t_h2d, t_agreed, time.perf_counter()))
+                         StepTimes(self.t_prev, t_ready, t_h2d, t_agreed, time.perf_counter(), t_launched))
         self.step += 1
         return "step"
 
@@ -214,7 +216,8 @@ class MeasuredLoop:
                               samples=samples, cost=self._cost(batch),
                               padded_pixels=batch["padded_pixels"] if batch else 0,
                               real_pixels=batch["real_pixels"] if batch else 0,
-                              nbytes=batch["nbytes"] if batch else 0)
+                              nbytes=batch["nbytes"] if batch else 0,
+                              launch=(t.launched - t.agreed) if t.launched is not None else 0.0)
         self.t_prev = time.perf_counter()
         if measured:
             self.recorder.add_to_last("overhead", self.t_prev - t.end)
