@@ -71,14 +71,15 @@ def read_remote(path: Path) -> dict:
 
 @register("storage", "s3")
 class S3Storage(TrackedStorage):
-    """``format``: webdataset, parquet or raw; ``url``: s3://BUCKET/PREFIX; ``shard_size``: samples per tar
+    """``format``: webdataset, parquet (the default: pyarrow is always installed, and the default instance is
+    built for every s3 materialisation's variant) or raw; ``url``: s3://BUCKET/PREFIX; ``shard_size``: samples per tar
     shard or parquet row group; ``in_flight``: range requests at once per worker; ``disk_cache_mb``: the disk
     cache tier's size (0: none) in ``cache_dir`` (default: a folder of the system's temp directory named by
     the storage's variant and size); ``endpoint_url``: overrides the standard resolution."""
 
     name = "s3"
 
-    def __init__(self, format: str = "webdataset", url: str = "s3://dlbench/data", shard_size: int = 64,
+    def __init__(self, format: str = "parquet", url: str = "s3://dlbench/data", shard_size: int = 64,
                  in_flight: int = 4, disk_cache_mb: float = 0, cache_dir: str = "", endpoint_url: str = ""):
         self.format = choice("format", format, FORMATS)
         try:
