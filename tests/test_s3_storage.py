@@ -144,3 +144,63 @@ def test_a_forked_worker_reads_after_the_rank_opened(server, tmp_path, fmt):
     child.join(30)
     assert ok and stats["samples"] == 2 and stats["requests"] >= 2
     reader.close()
+
+
+class _SlowDownProxy:
+    """A real HTTP front of the store that answers the first ``throttle`` requests 503 SlowDown (what S3 sends
+    past about 5,500 GET/s per prefix) and forwards the rest to the server: moto itself never throttles."""
+
+    def __init__(self, upstream: str, throttle: int):
+        import http.server
+        import threading
+        import urllib.request
+
+        proxy = self
+        self.throttle, self.seen = throttle, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                proxy.seen += 1
+                if proxy.seen <= proxy.throttle:
+                    body = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    self.send_response(503, "Slow Down")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                request = urllib.request.Request(upstream + self.path, headers=dict(self.headers))
+                with urllib.request.urlopen(request) as answer:
+                    data = answer.read()
+                    self.send_response(answer.status)
+                    for key, value in answer.headers.items():
+                        if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                            self.send_header(key, value)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+def test_throttling_is_retried_with_backoff_and_counted(server, tmp_path):
+    path, storage = _open(tmp_path, "webdataset")
+    url = read_remote(path)["url"]
+    proxy = _SlowDownProxy(server.endpoint, throttle=2)
+    try:
+        store = RangeStore(url, endpoint_url=proxy.endpoint)
+        data = store.get_ranges([("shard-00000.tar", 0, 512)])[0]
+        assert data == (path / "shard-00000.tar").read_bytes()[:512]
+        assert store.stats()["retries"] == 2
+        proxy.seen, proxy.throttle = 0, 100  # throttled past every retry: one line, the remedy
+        with pytest.raises(RemoteError, match=r"shard-00000.tar: still throttled after 5 retries .*fewer workers"):
+            store.get_ranges([("shard-00000.tar", 0, 512)])
+    finally:
+        proxy.close()
