@@ -103,7 +103,7 @@ preflight() {
 
 run_step() {
     local start=$SECONDS rc left run
-    timeout "$RUN_TIMEOUT" "$PYTHON" scripts/s3/run_remote.py --scenario "$SCENARIO" --out "$WORK/results" \
+    timeout "$RUN_TIMEOUT" "$PYTHON" run_bench.py --scenario "$SCENARIO" --out "$WORK/results" \
         --data-dir "$WORK/data" --quiet >"$WORK/run.log" 2>&1 &
     PIDS+=($!)
     wait "${PIDS[-1]}"
@@ -120,7 +120,7 @@ run_step() {
 
 killed_step() {  # the run killed once its server and link are up: nothing may be left
     local start=$SECONDS left pid
-    "$PYTHON" scripts/s3/run_remote.py --scenario "$SCENARIO" --out "$WORK/results-killed" \
+    "$PYTHON" run_bench.py --scenario "$SCENARIO" --out "$WORK/results-killed" \
         --data-dir "$WORK/data" --quiet >"$WORK/killed.log" 2>&1 &
     pid=$!
     PIDS+=($pid)

@@ -3,8 +3,10 @@ report, and save or compare a baseline (the CI gate)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from harness.config.matrix import expand, select
 from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
 from harness.config.runsetup import CC3M_SAMPLES, full_scale, with_source
+from harness.data import remote, remotefigures
 from harness.device.devices import ranks_per_gpu, run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
@@ -25,6 +28,7 @@ from harness.results.baseline import Baseline, machine_of
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.run import launch, stopguard, supervisor
+from strategies.remote.source import STATS_ENV
 
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
@@ -138,7 +142,39 @@ def main(request: BenchRequest) -> int:
                                  verify_data=r.verify_data, order=r.order, order_seed=r.order_seed,
                                  budget_s=r.budget_s, min_effect=r.gate.min_effect, started_at=time.time(),
                                  share_gpu=r.share_gpu)
-    return run_until_stopped(r, config, env, baseline, run_target)
+    return with_remote(sc, r, run_dir, lambda: run_until_stopped(r, config, env, baseline, run_target))
+
+
+def with_remote(sc: scenario.Scenario, r: BenchRequest, run_dir: Path, run) -> int:
+    """`run()` inside the scenario's remote session where it has a [remote] table (harness.data.remote: the
+    project's own object store behind its shaped link, stopped on any exit; its disk cache tiers emptied
+    first), then the remote figures of each storage setting printed and written beside the report
+    (remote.md); without one, `run()` as it is."""
+    if sc.remote is None:
+        return run()
+    if r.torchrun:
+        raise UsageError(f"{sc.path}: [remote] starts the project's own object store, which one process must own; "
+                         "under torchrun it is not supported yet: run without torchrun (the bench spawns the ranks)")
+    storages = [c.create() for c in sc.matrix.get("storage", []) if c.name == "s3"]
+    for storage in storages:
+        storage.clear_disk_cache()
+    with tempfile.TemporaryDirectory(prefix="dlbench-remote-stats-") as stats, remote.session(sc.remote) as live:
+        header = live.header()
+        for line in header:
+            print(f"remote: {line}", file=sys.stderr)
+        os.environ[STATS_ENV] = stats
+        try:
+            code = run()
+        finally:
+            os.environ.pop(STATS_ENV, None)
+        rows = [remotefigures.row(s.label(), remotefigures.figures(stats, s.label())) for s in storages
+                if s.label() in remotefigures.labels(stats)]
+    table = remotefigures.table(rows)
+    print(f"remote figures (every reading process of every visit, merged per storage setting):\n{table}")
+    if Path(run_dir).is_dir():
+        (Path(run_dir) / "remote.md").write_text("# Remote figures\n\n" + "\n".join(f"- {h}" for h in header)
+                                                 + "\n\n" + table + "\n")
+    return code
 
 
 def run_until_stopped(request: BenchRequest, config: launch.LaunchConfig, env: Environment | None,
