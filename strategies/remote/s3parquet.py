@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from strategies.remote.source import RemoteSource
+from strategies.remote.source import RemoteSource, ServedBy
 from strategies.sample import FIELDS
 from strategies.storage.parquet import ParquetReader
 
@@ -62,7 +62,7 @@ class _OpenRemoteParquet:
         self.remote.close()
 
 
-class S3ParquetReader(ParquetReader):
+class S3ParquetReader(ServedBy, ParquetReader):
     def __init__(self, path: Path, source: RemoteSource, size: int, fields: Sequence[str] = FIELDS,
                  cached_groups: int = 4):
         super().__init__(path, fields, cached_groups, advice="normal")
@@ -75,10 +75,3 @@ class S3ParquetReader(ParquetReader):
         out = super().read_batch(indices)
         self.source.note(len(out))
         return out
-
-    def remote_stats(self) -> dict:
-        return self.source.stats()
-
-    def close(self) -> None:
-        super().close()
-        self.source.close()

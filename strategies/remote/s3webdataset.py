@@ -12,22 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.remote.source import RemoteSource
+from strategies.remote.source import RemoteSource, ServedBy
 from strategies.sample import FIELDS, Sample
 from strategies.storage.base import checked_indices
-from strategies.storage.webdataset import WebDatasetReader
+from strategies.storage.webdataset import WebDatasetReader, set_field
 
 
-def _set_field(s: Sample, field: str, piece: bytes) -> None:
-    if field == "jpeg":
-        s.jpeg = piece
-    elif field == "caption":
-        s.caption = piece.decode("utf-8")
-    else:
-        setattr(s, field, np.frombuffer(piece, dtype="<f4").astype(np.float32))
-
-
-class S3WebDatasetReader(WebDatasetReader):
+class S3WebDatasetReader(ServedBy, WebDatasetReader):
     def __init__(self, path: Path, source: RemoteSource, shard_names: list[str], fields: Sequence[str] = FIELDS):
         super().__init__(path, fields, advice="normal")
         self.source = source
@@ -53,13 +44,6 @@ class S3WebDatasetReader(WebDatasetReader):
             for group, data in zip(groups, datas):
                 start = group[0][0]
                 for offset, length, c in group:
-                    _set_field(s, FIELDS[c], data[offset - start:offset - start + length])
+                    set_field(s, FIELDS[c], data[offset - start:offset - start + length])
         self.source.note(len(out))
         return out
-
-    def remote_stats(self) -> dict:
-        return self.source.stats()
-
-    def close(self) -> None:
-        super().close()
-        self.source.close()

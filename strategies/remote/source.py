@@ -63,3 +63,17 @@ class RemoteSource:
 
     def close(self) -> None:
         self.store.close()
+
+
+class ServedBy:
+    """What a reader over a RemoteSource (``self.source``) shares: its counters, and its source closed after
+    the reader it extends (the formats' readers put it first among their bases)."""
+
+    source: RemoteSource
+
+    def remote_stats(self) -> dict:
+        return self.source.stats()
+
+    def close(self) -> None:
+        super().close()
+        self.source.close()

@@ -203,14 +203,7 @@ class WebDatasetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
                 if len(data) != end - start:
                     raise OSError(f"{self.path / fds.names[shard]}: short read at offset {start}")
                 for offset, length, c in group:
-                    piece = data[offset - start:offset - start + length]
-                    field = FIELDS[c]
-                    if field == "jpeg":
-                        s.jpeg = piece
-                    elif field == "caption":
-                        s.caption = piece.decode("utf-8")
-                    else:
-                        setattr(s, field, np.frombuffer(piece, dtype="<f4").astype(np.float32))
+                    set_field(s, FIELDS[c], data[offset - start:offset - start + length])
         return out
 
     def shards(self) -> list[range]:
@@ -225,6 +218,16 @@ class WebDatasetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
 def fixed_shards(count: int, shard_size: int) -> list[range]:
     """Contiguous index ranges of ``shard_size`` (the last one may be shorter) covering 0..count-1."""
     return [range(a, min(a + shard_size, count)) for a in range(0, count, shard_size)]
+
+
+def set_field(s: Sample, field: str, piece: bytes) -> None:
+    """One member's bytes into its sample's field (a JPEG as bytes, a caption as text, an embedding as float32)."""
+    if field == "jpeg":
+        s.jpeg = piece
+    elif field == "caption":
+        s.caption = piece.decode("utf-8")
+    else:
+        setattr(s, field, np.frombuffer(piece, dtype="<f4").astype(np.float32))
 
 
 INSTALL = "the webdataset storage needs the webdataset package (and its braceexpand): pip install webdataset"
