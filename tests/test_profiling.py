@@ -29,6 +29,7 @@ STEPS = 6  # wait 1 + warmup 1 + active 3, and one more
 PLUGIN = "/data/plugin/pytorch_profiler"
 CELL_A = "storage=raw,cache=none"  # named like a harness cell id; written by two ranks
 CELL_B = "workers=1"
+CELL_RECEIVE = "receive-ahead"  # the emulated rank's way: its batches received in a thread (ReceiveAhead)
 
 
 class SlowBatches(Dataset):
@@ -63,6 +64,27 @@ def profile_cell(out_dir: Path, workers: int, rank: int = 0) -> Path:
     return prof.trace_paths[0]
 
 
+def profile_receive(out_dir: Path) -> Path:
+    """The harness's emulated rank: the DataLoader iterated in a receiving thread one batch ahead
+    (harness.train.batches.ReceiveAhead), the rank's main thread waiting in take()."""
+    from harness.train.batches import ReceiveAhead
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    it = iter(DataLoader(SlowBatches(), batch_size=None, num_workers=0))
+    ahead = ReceiveAhead(lambda: next(it, None))
+    with CellProfiler(out_dir, rank=0) as prof:
+        for _ in range(STEPS):
+            batch = ahead.take()
+            optimizer.zero_grad()
+            model(batch).sum().backward()
+            optimizer.step()
+            prof.step()
+    ahead.stop()
+    return prof.trace_paths[0]
+
+
 def profile_raw(out_dir: Path) -> Path:
     """The same loop under plain torch.profiler, exported without the fix (the plugin's file name rule)."""
     out_dir.mkdir(parents=True)
@@ -87,6 +109,7 @@ def traces(tmp_path_factory) -> dict[str, Path]:
         CELL_A + "/rank1": profile_cell(root / CELL_A, workers=0, rank=1),
         CELL_B: profile_cell(root / CELL_B, workers=1),
         "raw": profile_raw(root / "raw"),
+        CELL_RECEIVE: profile_receive(root / CELL_RECEIVE),
     }
 
 
@@ -198,7 +221,7 @@ def tensorboard(traces):
             assert proc.poll() is None, (logdir.parent / "tensorboard.log").read_text()[-3000:]
             try:
                 runs = get_json(base, "runs")
-                if {CELL_A, CELL_B, "raw"} <= set(runs["runs"]) and not runs["loading"]:
+                if {CELL_A, CELL_B, "raw", CELL_RECEIVE} <= set(runs["runs"]) and not runs["loading"]:
                     break
             except (urllib.error.URLError, ConnectionError, json.JSONDecodeError):
                 pass
@@ -232,7 +255,8 @@ def test_tensorboard_has_one_run_per_cell_and_one_worker_per_rank(tensorboard):
 
 
 @pytest.mark.slow  # the traces fixture runs a DataLoader worker process
-@pytest.mark.parametrize("run, worker", [(CELL_A, "rank0"), (CELL_A, "rank1"), (CELL_B, "rank0")])
+@pytest.mark.parametrize("run, worker", [(CELL_A, "rank0"), (CELL_A, "rank1"), (CELL_B, "rank0"),
+                                         (CELL_RECEIVE, "rank0")])
 def test_tensorboard_overview_shows_dataloader_time(tensorboard, run, worker):
     average, per_step = dataloader_us(tensorboard, run, worker)
     assert len(per_step) == 3

@@ -15,6 +15,8 @@ import queue
 import threading
 import time
 
+import torch
+
 from harness.train.pipeline import Pipeline
 from harness.train.stagetimer import STAGE_KEY, timed_total
 
@@ -93,9 +95,16 @@ class BatchSource:
         self._it = None
 
 
+# the rank's wait for its next batch under --profile, named as a DataLoader iteration: torch-tb-profiler's step
+# breakdown counts such events as the step's DataLoader time (with ReceiveAhead the DataLoader's own __next__
+# runs in the receiving thread, where the plugin does not look)
+WAIT_EVENT = "enumerate(DataLoader)#ReceiveAhead.__next__"
+
+
 class ReceiveAhead:
     """`fetch` called in a thread, one batch ahead of take(); None (the epoch's end) ends the thread until
-    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared."""
+    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared.
+    Under the profiler the rank's wait in take() is an event the plugin counts as DataLoader time."""
 
     def __init__(self, fetch):
         self.fetch = fetch
@@ -119,7 +128,11 @@ class ReceiveAhead:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="receive-ahead", daemon=True)
             self._thread.start()
-        item = self._queue.get()
+        if torch.autograd._profiler_enabled():  # --profile: the wait, named as TensorBoard's plugin counts it
+            with torch.profiler.record_function(WAIT_EVENT):
+                item = self._queue.get()
+        else:
+            item = self._queue.get()
         if isinstance(item, BaseException):
             self._thread = None
             raise item
