@@ -164,6 +164,9 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
             data_paths = _join_torchrun_run(config, local_rank, host_group)
         cellruns.run_all(rank, local_rank, world, config, device, data_paths, host_group)
         failed = False
+    except KeyboardInterrupt:  # the launcher stopping every rank (Ctrl-C, SIGTERM): no peer is left behind, and
+        failed = False  # destroying the group as a clean end lets the rank's queues unlink their semaphores
+        raise
     except BaseException as err:
         if config.supervised:  # before the process group goes down and the peers fail in turn
             supervisor.write_rank_error(config.run_dir, rank, err)
