@@ -176,6 +176,13 @@ def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, a
                    accelerator, advise=False, share=share)
 
 
+def measured_at(costs: Costs, samples_per_s: float, cpus: float, outside_pct: float) -> Costs:
+    """The costs as measured: with the share of the run's CPUs busy that its own CPU (samples/s x the CPU
+    per sample) and the outside load made, the load the contention factor is undone at."""
+    busy = samples_per_s * (costs.loader_s + costs.rank_s) / cpus + outside_pct / 100.0
+    return replace(costs, busy_share=min(1.0, busy))
+
+
 COPY_PCT = 2.0  # a prediction within this of its calibration's own prediction scores the calibration again
 
 

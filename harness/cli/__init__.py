@@ -88,11 +88,12 @@ SUBCOMMANDS = {  # name: (its Request class, its main, one line of help)
     "gate-precheck": (ab_gate.GatePrecheckRequest, ab_gate.precheck_request,
                       "0 when a baseline may be of this machine (CPU model, count, cores allowed), else 3"),
     "check-predictions": (check_predictions.Request, check_predictions.main,
-                          "the target model calibrated on one configuration of a scenario, 8 that each change one "
-                          "thing predicted and measured here; writes predictions.jsonl"),
+                          "the target model (nothing fitted) calibrated on one configuration of a scenario, the "
+                          "configurations that each change one thing and the 1-CPU pairings predicted and measured "
+                          "here; writes predictions.jsonl"),
     "check-capacity": (check_capacity.Request, check_capacity.main,
-                       "how many accelerators this host keeps at AU >= 90%: a 1-rank calibration and runs at 2 and "
-                       "4 ranks per workload against the model; writes capacity.jsonl"),
+                       "how many accelerators this host keeps at AU >= 90%: runs at 1, 2 and 4 ranks per workload "
+                       "against the model from the 1-rank run; exit 1 where they differ; writes capacity.jsonl"),
     "target-report": (target_report.Request, target_report.main,
                       "the per-stage table, plots/stages.png and, with a target, each cell's prediction there and "
                       "the configuration to use, from a run directory alone"),

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis import stages
-from harness.analysis.checkcases import Bench, CheckCase, predict_case
+from harness.analysis.checkcases import Bench, CheckCase, measured_at, predict_case
 from harness.analysis.targetmodel import AU_TARGET_PCT, capacity
+from harness.commands.check_predictions import allowance_cpus
 from harness.config import scenario as scenario_mod
 from harness.config.target import Target
 from harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
-from harness.measure import hostload
 from harness.results import rundir
 from harness.run.calibration import launch_group, materialise_storages
 
@@ -50,10 +50,8 @@ Request = CheckCapacityRequest  # what harness.cli builds
 def _calibration(visit, workload: str, cores: int):
     """The 1-rank launch's costs, with the share of the CPUs its own CPU and the outside load kept busy."""
     f = visit.line.figures
-    costs = stages.costs(visit.line.ranks, f, workload)
-    busy = float(f.get("throughput") or 0) * (costs.loader_s + costs.rank_s) / cores \
-        + float(f.get("other_cpu_pct") or 0) / 100.0
-    return dataclasses.replace(costs, busy_share=min(1.0, busy))
+    return measured_at(stages.costs(visit.line.ranks, f, workload), float(f.get("throughput") or 0), cores,
+                       float(f.get("other_cpu_pct") or 0))
 
 
 def _row(workload: str, case: CheckCase, visit, calib, base: CheckCase, sc, cores: int) -> dict:
@@ -99,7 +97,7 @@ def main(request: Request) -> int:
     where the predicted capacity among the sizes is not the measured one."""
     data_dir, steps = request.data_dir, request.steps
     sc = scenario_mod.load(request.scenario)
-    cores = max(1, int(hostload.cpu_allowance() or 1))
+    cores = allowance_cpus()
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-capacity")
     tr = sc.training
     rows, lines, disagree = [], [], False

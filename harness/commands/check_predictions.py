@@ -21,7 +21,6 @@ harness.cli builds the Request from either command line; `main(request)` runs it
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
@@ -41,6 +40,7 @@ from harness.analysis.checkcases import (
     cases,
     error_pct,
     is_copy,
+    measured_at,
     pairings,
     predict_case,
     summary,
@@ -60,7 +60,6 @@ from harness.run.calibration import (
 )
 from strategies import registry
 
-RAW_REQUESTS = 2.0  # the raw storage reads a file per field of a sample: the pixels workload's JPEG and caption
 # the scenario settings the check takes from the command line (scenario.load's overrides); --steps is the
 # check's own (steps per launch), and the check picks its own world sizes and measures steps, not epochs
 SCENARIO_SETTINGS = ("samples", "batch_size", "workers", "warmup_steps", "workload")
@@ -112,7 +111,7 @@ def _other_decoder(decoder: str) -> str | None:
     return "simplejpeg"
 
 
-def _calibration(visits: list[Visit], bench: Bench, cpus: int, requests: float):
+def _calibration(visits: list[Visit], bench: Bench, cpus: int):
     """A calibration's costs, its visits pooled (their rank records; the mean of their figures), measured
     with the share of its CPUs busy that its visits' own CPU and the outside load made (what the contention
     factor is undone at)."""
@@ -121,10 +120,10 @@ def _calibration(visits: list[Visit], bench: Bench, cpus: int, requests: float):
     figures = {k: statistics.mean(float(v.figures.get(k) or 0.0) for v in lines)
                for k in ("rank_cpu_s_per_sample", "device_samples_per_s", "throughput", "other_cpu_pct")}
     figures["step_imbalance"] = 1.0
-    costs = stages.costs(records, figures, lines[0].workload or "pixels", contention=bench.contention,
-                         requests_per_sample=requests)
-    busy = figures["throughput"] * (costs.loader_s + costs.rank_s) / cpus + figures["other_cpu_pct"] / 100.0
-    return dataclasses.replace(costs, busy_share=min(1.0, busy))
+    workload = lines[0].workload or "pixels"
+    costs = stages.costs(records, figures, workload, contention=bench.contention,
+                         requests_per_sample=stages.requests_per_sample("raw", workload))
+    return measured_at(costs, figures["throughput"], cpus, figures["other_cpu_pct"])
 
 
 def _visit_row(g: float, v: Visit) -> dict:
@@ -158,7 +157,7 @@ def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], benc
         source, case, visits = by_name[pair.source], by_name[pair.case], measured[pair.case]
         src_cpus, cpus = source.cpus or allowance, case.cpus or allowance
         if pair.source not in calibs:
-            calibs[pair.source] = _calibration(measured[pair.source], bench, src_cpus, requests=RAW_REQUESTS)
+            calibs[pair.source] = _calibration(measured[pair.source], bench, src_cpus)
         calib = calibs[pair.source]
         x = predict_case(calib, source, case, bench, sc.accelerator, cpus)
         outside = statistics.mean(float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits)
