@@ -62,9 +62,9 @@ def test_figures_merge_every_process(tmp_path):
         bins[latency_bin(seconds)] += 1
     for pid, (samples, requests) in enumerate([(60, 70), (40, 30)]):
         half = [b // 2 if pid == 0 else b - b // 2 for b in bins]
-        (tmp_path / f"{pid}.json").write_text(json.dumps({
+        (tmp_path / f"{pid}.jsonl").write_text(json.dumps({
             "samples": samples, "requests": requests, "bytes": 5_000_000, "lists": 1, "retries": pid,
-            "puts": 0, "wait_s": 0.5, "latency_bins": half, "disk_hits": 3, "disk_misses": 1}))
+            "puts": 0, "wait_s": 0.5, "latency_bins": half, "disk_hits": 3, "disk_misses": 1, "t": 1.0}) + "\n")
     f = remotefigures.figures(tmp_path)
     assert (f.samples, f.requests, f.processes, f.retries) == (100, 100, 2, 1)
     assert f.requests_per_sample == 1.0 and f.mb_per_sample == pytest.approx(0.1)
@@ -72,6 +72,29 @@ def test_figures_merge_every_process(tmp_path):
     assert f.latency_p50_ms == pytest.approx(10, rel=0.05) and f.latency_p99_ms == pytest.approx(200, rel=0.05)
     assert f.disk_hit_pct == pytest.approx(75)
     assert "| req/sample |" in remotefigures.table([remotefigures.row("c", f)])
+
+
+def _line(t: float, samples: int, requests: int, slow: int = 0, label: str = "s3(a)") -> str:
+    bins = {str(latency_bin(0.010)): requests - slow, **({str(latency_bin(0.5)): slow} if slow else {})}
+    return json.dumps({"label": label, "client": "obstore", "t": t, "samples": samples, "requests": requests,
+                       "bytes": 1000 * requests, "wait_s": samples / 100, "latency_bins": bins}) + "\n"
+
+
+def test_figures_over_a_window_count_what_happened_inside_it(tmp_path):
+    """A process's cumulative lines: warm-up (t 1-2), the window (2.5-4), after it (5): only the window's
+    difference counts, and a process that wrote nothing inside the window adds nothing."""
+    (tmp_path / "w.jsonl").write_text(_line(1, 16, 16, slow=16) + _line(2, 32, 32, slow=32) + _line(3, 48, 40, 32)
+                                      + _line(4, 64, 48, 32) + _line(5, 80, 400, 32))
+    (tmp_path / "old.jsonl").write_text(_line(0.5, 500, 900, slow=900))  # a previous visit's worker
+    (tmp_path / "x.jsonl").write_text(_line(3, 8, 8, label="s3(b)"))
+    f = remotefigures.figures(tmp_path, "s3(a)", window=(2.5, 4.5))
+    assert (f.samples, f.requests, f.processes) == (32, 16, 1)
+    assert f.requests_per_sample == 0.5 and f.mb_per_sample == pytest.approx(16_000 / 1e6 / 32)
+    assert f.latency_p99_ms == pytest.approx(10, rel=0.05)  # the warm-up's slow requests are not in it
+    assert f.wait_ms_per_sample == pytest.approx(10)
+    whole = remotefigures.figures(tmp_path, "s3(a)")
+    assert (whole.samples, whole.requests) == (80 + 500, 400 + 900)
+    assert remotefigures.labels(tmp_path) == ["s3(a)", "s3(b)"]
 
 
 def test_remote_table_is_read_and_checked(tmp_path):

@@ -1,5 +1,7 @@
 """The remote figures of a cell, from its reading processes' counters (the files strategies.remote.source
-writes into the folder named by DLBENCH_REMOTE_STATS, one per process and reader), merged:
+writes into the folder named by DLBENCH_REMOTE_STATS, one per process and reader, a line of cumulative
+counters after each batch, stamped with perf_counter), merged over a whole run (each file's last line) or over
+a window [t0, t1] (per file, its last line at or before t1 less its last line at or before t0):
 
 | figure | meaning |
 | --- | --- |
@@ -10,7 +12,10 @@ writes into the folder named by DLBENCH_REMOTE_STATS, one per process and reader
 | net wait / sample (ms) | seconds the readers were blocked on the store (a batch's parallel GETs once), over samples |
 | disk hit % | disk cache tier hits / (hits + misses); empty without a tier |
 | retries | throttled (503 SlowDown) or 5xx answers retried with backoff |
-| client | the S3 client the reading processes used (obstore; boto3 in a child forked from a process that used it) |
+| client | the S3 client the reading processes used (obstore; boto3 in a child forked after it; litdata's own) |
+
+A reader that cannot count its requests (litdata's own) writes samples and wait only: where no process of the
+merge counted requests, the request figures are None ("-").
 
 The open's LIST (one per storage open in a rank, to refill a store that forgot its data) is set-up, not counted
 here; ``remote_setup`` on the reader holds it.
@@ -25,14 +30,15 @@ from pathlib import Path
 from strategies.remote.s3client import LAT_BINS, LAT_MIN_S, LAT_STEP
 
 COUNTERS = ("samples", "requests", "bytes", "lists", "retries", "puts", "wait_s", "disk_hits", "disk_misses")
+UNCOUNTED = ("litdata",)  # clients whose requests the harness does not see
 
 
 @dataclass(frozen=True)
 class RemoteFigures:
     samples: int
-    requests_per_sample: float
-    mb_per_sample: float
-    lists_per_sample: float
+    requests_per_sample: float | None
+    mb_per_sample: float | None
+    lists_per_sample: float | None
     latency_p50_ms: float
     latency_p99_ms: float
     wait_ms_per_sample: float
@@ -45,29 +51,79 @@ class RemoteFigures:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def cell_figures(self) -> dict:
+        """The figures a cells.jsonl line carries (harness.results.cellresult.Figures: remote_*, disk_hit_pct),
+        rounded; the ones not measured left out."""
+        out = {"remote_requests_per_sample": self.requests_per_sample, "remote_mb_per_sample": self.mb_per_sample,
+               "remote_lists_per_sample": self.lists_per_sample, "remote_latency_p50_ms": self.latency_p50_ms,
+               "remote_latency_p99_ms": self.latency_p99_ms, "remote_wait_ms_per_sample": self.wait_ms_per_sample,
+               "disk_hit_pct": self.disk_hit_pct, "remote_retries": self.retries}
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()
+                if v is not None and not (isinstance(v, float) and math.isnan(v))}
+
+
+def _lines(path: Path) -> list[dict]:
+    """A counters file's lines (a line cut short by a process that died while writing it is skipped)."""
+    out = []
+    for text in path.read_text().splitlines():
+        try:
+            out.append(json.loads(text))
+        except ValueError:
+            continue
+    return out
+
+
+def _bins(one: dict) -> list[int]:
+    bins = one.get("latency_bins") or {}
+    if isinstance(bins, list):
+        return list(bins)
+    out = [0] * LAT_BINS
+    for k, n in bins.items():
+        out[int(k)] = n
+    return out
+
+
+def _last_at(lines: list[dict], t: float | None) -> dict | None:
+    """The last line stamped at or before t (the last line when t is None)."""
+    if t is None:
+        return lines[-1] if lines else None
+    before = [line for line in lines if line.get("t", 0.0) <= t]
+    return before[-1] if before else None
+
 
 def labels(folder: Path | str) -> list[str]:
     """The storage labels the folder's files were written by (one per distinct reader setting)."""
-    return sorted({json.loads(p.read_text()).get("label", "") for p in Path(folder).glob("*.json")})
+    return sorted({line.get("label", "") for p in Path(folder).glob("*.jsonl") for line in _lines(p)[:1]})
 
 
-def merged(folder: Path | str, label: str | None = None) -> dict:
+def merged(folder: Path | str, label: str | None = None, window: tuple[float, float] | None = None) -> dict:
     """Every process's counters summed (of one storage label, or all), the latency bins added, and how many
-    files were read."""
+    files counted; over ``window`` (t0, t1: perf_counter seconds) only what each process counted between its
+    last line at or before t0 and its last line at or before t1."""
     total = dict.fromkeys(COUNTERS, 0)
     total["latency_bins"] = [0] * LAT_BINS
     total["files"] = 0
     total["clients"] = set()
-    for path in sorted(Path(folder).glob("*.json")):
-        one = json.loads(path.read_text())
-        if label is not None and one.get("label", "") != label:
+    total["counted"] = False
+    for path in sorted(Path(folder).glob("*.jsonl")):
+        lines = _lines(path)
+        if not lines or (label is not None and lines[0].get("label", "") != label):
             continue
+        end = _last_at(lines, window[1] if window else None)
+        if end is None:
+            continue
+        start = _last_at(lines, window[0]) if window else None
+        start = start or {}
+        if window and end is start:
+            continue  # nothing counted in the window
         for key in COUNTERS:
-            total[key] += one.get(key, 0)
-        total["latency_bins"] = [a + b for a, b in zip(total["latency_bins"], one["latency_bins"])]
+            total[key] += end.get(key, 0) - start.get(key, 0)
+        total["latency_bins"] = [a + b - c for a, b, c in zip(total["latency_bins"], _bins(end), _bins(start))]
         total["files"] += 1
-        if one.get("client"):
-            total["clients"].add(one["client"].split(" ")[0])
+        client = str(end.get("client") or "").split(" ")[0]
+        if client:
+            total["clients"].add(client)
+        total["counted"] = total["counted"] or client not in UNCOUNTED
     return total
 
 
@@ -84,13 +140,16 @@ def percentile_ms(bins: list[int], q: float) -> float:
     return math.nan
 
 
-def figures(folder: Path | str, label: str | None = None) -> RemoteFigures:
-    t = merged(folder, label)
+def figures(folder: Path | str, label: str | None = None,
+            window: tuple[float, float] | None = None) -> RemoteFigures:
+    t = merged(folder, label, window)
     per = max(t["samples"], 1)
     looked = t["disk_hits"] + t["disk_misses"]
+    counted = t["counted"]
     return RemoteFigures(
-        samples=t["samples"], requests_per_sample=t["requests"] / per, mb_per_sample=t["bytes"] / 1e6 / per,
-        lists_per_sample=t["lists"] / per, latency_p50_ms=percentile_ms(t["latency_bins"], 50),
+        samples=t["samples"], requests_per_sample=t["requests"] / per if counted else None,
+        mb_per_sample=t["bytes"] / 1e6 / per if counted else None,
+        lists_per_sample=t["lists"] / per if counted else None, latency_p50_ms=percentile_ms(t["latency_bins"], 50),
         latency_p99_ms=percentile_ms(t["latency_bins"], 99), wait_ms_per_sample=1000 * t["wait_s"] / per,
         disk_hit_pct=100 * t["disk_hits"] / looked if looked else None, retries=t["retries"],
         requests=t["requests"], processes=t["files"], clients="+".join(sorted(t["clients"])))
@@ -100,11 +159,14 @@ HEADER = ("cell", "req/sample", "MB/sample", "LIST/sample", "lat p50 ms", "lat p
           "disk hit %", "retries", "client")
 
 
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
+
+
 def row(cell: str, f: RemoteFigures) -> list[str]:
-    hit = "-" if f.disk_hit_pct is None else f"{f.disk_hit_pct:.0f}"
-    return [cell, f"{f.requests_per_sample:.2f}", f"{f.mb_per_sample:.3f}", f"{f.lists_per_sample:.3f}",
-            f"{f.latency_p50_ms:.1f}", f"{f.latency_p99_ms:.1f}", f"{f.wait_ms_per_sample:.2f}", hit,
-            str(f.retries), f.clients or "-"]
+    return [cell, _fmt(f.requests_per_sample, ".2f"), _fmt(f.mb_per_sample, ".3f"), _fmt(f.lists_per_sample, ".3f"),
+            _fmt(f.latency_p50_ms, ".1f"), _fmt(f.latency_p99_ms, ".1f"), _fmt(f.wait_ms_per_sample, ".2f"),
+            _fmt(f.disk_hit_pct, ".0f"), str(f.retries), f.clients or "-"]
 
 
 def table(rows: list[list[str]]) -> str:

@@ -4,17 +4,34 @@ fetched together (in parallel up to ``in_flight``) and kept. ``stats()`` merges 
 Picklable; every part opens lazily in the process that reads.
 
 ``note(samples)``, called by a reader after each batch, counts the samples read and, when the environment
-names a folder in ``DLBENCH_REMOTE_STATS``, rewrites ``<folder>/<pid>-<id>.json`` with this source's figures
-in this process (one small file per reading process and reader; harness.data.remotefigures merges them)."""
+names a folder in ``DLBENCH_REMOTE_STATS``, appends a line to ``<folder>/<pid>-<id>.jsonl`` (``write_counters``):
+this source's counters in this process so far, stamped with ``time.perf_counter()`` (CLOCK_MONOTONIC, one
+clock for every process of the machine), the latency bins sparse ({bin: count}). One file per reading process
+and reader; harness.data.remotefigures merges them, over a whole run (each file's last line) or over a
+measured window (the difference of the lines before its two ends)."""
 from __future__ import annotations
 
 import json
 import os
+import time
 
 from strategies.cache.disk import DiskTier
 from strategies.remote.s3client import RangeStore
 
 STATS_ENV = "DLBENCH_REMOTE_STATS"
+
+
+def write_counters(owner, counters: dict) -> None:
+    """Append ``counters`` (cumulative, this process's), stamped now, to the owner's file in the folder
+    DLBENCH_REMOTE_STATS names (nothing without one)."""
+    folder = os.environ.get(STATS_ENV)
+    if not folder:
+        return
+    line = dict(counters, t=time.perf_counter())
+    if isinstance(line.get("latency_bins"), list):
+        line["latency_bins"] = {str(k): n for k, n in enumerate(line["latency_bins"]) if n}
+    with open(os.path.join(folder, f"{os.getpid()}-{id(owner):x}.jsonl"), "a") as f:
+        f.write(json.dumps(line) + "\n")
 
 
 class RemoteSource:
@@ -48,12 +65,7 @@ class RemoteSource:
     def note(self, samples: int) -> None:
         with self.store.tally.lock:
             self.store.tally.samples += samples
-        folder = os.environ.get(STATS_ENV)
-        if folder:
-            path = os.path.join(folder, f"{os.getpid()}-{id(self):x}.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump({"url": self.store.url, "label": self.label, **self.stats()}, f)
-            os.replace(path + ".tmp", path)
+        write_counters(self, {"url": self.store.url, "label": self.label, **self.stats()})
 
     def stats(self) -> dict:
         out = self.store.stats()
