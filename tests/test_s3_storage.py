@@ -204,3 +204,49 @@ def test_throttling_is_retried_with_backoff_and_counted(server, tmp_path):
             store.get_ranges([("shard-00000.tar", 0, 512)])
     finally:
         proxy.close()
+
+
+def test_access_denied_is_one_line_naming_the_url(tmp_path, monkeypatch):
+    """moto enforces IAM once INITIAL_NO_AUTH_ACTION_COUNT actions have passed: a user without a policy is
+    denied the read, and the line names the URL and the credentials to fix."""
+    import boto3
+    import botocore
+
+    monkeypatch.setenv("INITIAL_NO_AUTH_ACTION_COUNT", "8")  # the server's start, the set-up below, then auth
+    with ObjectServer("dlbench") as s:
+        for key, value in s.env().items():
+            monkeypatch.setenv(key, value)
+        iam = boto3.client("iam")
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        s3 = boto3.client("s3")
+        s3.put_object(Bucket="dlbench", Key="p/x", Body=b"0123456789")
+        for _ in range(8):  # spend what is left of the unauthenticated actions
+            try:
+                s3.head_bucket(Bucket="dlbench")
+            except botocore.exceptions.ClientError:
+                break
+        else:
+            pytest.fail("the server never started to authenticate")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+        with pytest.raises(RemoteError, match=r"^s3://dlbench/p/x: access denied; give these credentials read "
+                                              r"access") as err:
+            RangeStore("s3://dlbench/p").get_ranges([("x", 0, 4)])
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text, line", [
+    ("Error performing GET http://h/b/k in 1.416ms - Server returned non-2xx status code: 503 Service Unavailable: "
+     "<Error><Code>SlowDown</Code></Error>", "still throttled after 5 retries"),
+    ("Error performing GET http://h/b/k in 2.1ms - Server returned non-2xx status code: 416 Range Not Satisfiable",
+     "lies past the object's end"),
+    ("An error occurred (500) when calling the GetObject operation (reached max retries: 0): connect error",
+     "still throttled"),
+    ("error sending request for url (http://127.0.0.1:9/b/k): client error (Connect) 4161 ms", "cannot reach"),
+])
+def test_an_error_is_named_by_its_status_not_by_digits_elsewhere(text, line):
+    """A timing or request id holding "416" or "503" is not a status: the line follows the status code."""
+    store = RangeStore("s3://b/p")
+    store.endpoint = "http://h"
+    assert line in store._failed("k", text)

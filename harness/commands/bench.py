@@ -28,6 +28,7 @@ from harness.results.baseline import Baseline, machine_of
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.run import launch, stopguard, supervisor
+from strategies.remote.s3client import RemoteError
 from strategies.remote.source import STATS_ENV
 
 
@@ -165,6 +166,8 @@ def with_remote(sc: scenario.Scenario, r: BenchRequest, run_dir: Path, run) -> i
         os.environ[STATS_ENV] = stats
         try:
             code = run()
+        except RemoteError as err:  # writing the data to the bucket (materialise): the URL and the remedy
+            raise UsageError(str(err)) from None
         finally:
             os.environ.pop(STATS_ENV, None)
         rows = [remotefigures.row(s.label(), remotefigures.figures(stats, s.label())) for s in storages

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -29,7 +30,6 @@ from datetime import timedelta
 
 RETRIES = 5  # attempts after the first on a 5xx / SlowDown answer
 BACKOFF_S = 0.05  # first wait; doubles each retry
-THROTTLED = ("503", "SlowDown", "Service Unavailable", "500 Internal", "502 Bad Gateway", "RequestTimeout")
 
 
 # The pid of the process that started obstore's runtime. That runtime does not survive a fork: a forked child
@@ -41,6 +41,19 @@ _OBSTORE_PID: int | None = None
 
 class RemoteError(OSError):
     """A remote read or write that cannot succeed: one line naming the URL and the remedy."""
+
+
+def _status(text: str) -> int | None:
+    """The HTTP status an error's text names (obstore: "status code: 503", "status: 503"; botocore: "(503)"),
+    else None: digits elsewhere in the text (a timing, a request id) are never read as one."""
+    found = re.search(r"status(?: code)?: (\d{3})\b|\((\d{3})\)", text)
+    return int(found.group(1) or found.group(2)) if found else None
+
+
+def _throttled(text: str) -> bool:
+    """A 503 SlowDown or another 5xx answer (worth a retry with backoff)."""
+    status = _status(text)
+    return (status is not None and 500 <= status < 600) or "SlowDown" in text or "RequestTimeout" in text
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -192,10 +205,10 @@ class RangeStore:
                 text = str(err)
                 if "NoSuchKey" in text or "NoSuchBucket" in text:
                     raise RemoteError(self._missing(name, text)) from None
-                if "AccessDenied" in text or "(403)" in text:
+                if "AccessDenied" in text or _status(text) == 403:
                     raise RemoteError(f"{self.where(name)}: access denied; give these credentials read access to "
                                       f"the bucket (AWS_ACCESS_KEY_ID / AWS_PROFILE)") from None
-                if attempt < RETRIES and any(t in text for t in THROTTLED):
+                if attempt < RETRIES and _throttled(text):
                     with self.tally.lock:
                         self.tally.retries += 1
                     time.sleep(BACKOFF_S * 2 ** attempt)
@@ -211,14 +224,15 @@ class RangeStore:
 
     def _failed(self, name: str, text: str) -> str:
         first = " ".join(text.split())[:160]
-        if "error sending request" in text or "Connection refused" in text or "connect" in text.lower():
-            return (f"{self.where(name)}: cannot reach the endpoint {self.endpoint} ({first}); start the object "
-                    f"store or fix AWS_ENDPOINT_URL / endpoint_url")
-        if "416" in text or "Range Not Satisfiable" in text or "InvalidRange" in text:
+        if _throttled(text):
+            return f"{self.where(name)}: still throttled after {RETRIES} retries ({first}); use fewer workers"
+        if _status(text) == 416 or "Range Not Satisfiable" in text or "InvalidRange" in text:
             return (f"{self.where(name)}: the range asked for lies past the object's end (the object is truncated); "
                     f"materialise the data to the bucket again (--regenerate)")
-        if any(t in text for t in THROTTLED):
-            return f"{self.where(name)}: still throttled after {RETRIES} retries ({first}); use fewer workers"
+        if _status(text) is None and ("error sending request" in text or "Connection refused" in text
+                                      or "connect" in text.lower()):
+            return (f"{self.where(name)}: cannot reach the endpoint {self.endpoint} ({first}); start the object "
+                    f"store or fix AWS_ENDPOINT_URL / endpoint_url")
         return f"{self.where(name)}: {first}"
 
     def _get_range(self, name: str, start: int, end: int) -> bytes:
