@@ -10,11 +10,14 @@ Every stage has its own clock reads, at the start and the end of the code that i
               insert, the eviction, a shared cache's round trip, and nothing of the read or the preparing
     decode    around each decode_resize call (JPEG decode + resize)
     transform around each transform call: tokenising the caption and wrapping arrays as tensors (per
-              sample), the flip (per batch), the host normalisation (in the collate)
-    collate   around the stacking of the batch (padding the images)
-    send      around handing the batch over, worker side: its tensors moved into shared memory (share_tensors;
-              what the DataLoader's queue would do on the worker's feeder thread, done here, timed); the
-              thread loader's pin_memory
+              sample), drawing the flips (per batch; the mirroring is the collate's copy), the host
+              normalisation (in the collate)
+    collate   around the stacking of the batch: each image written into its slot of the padded batch (and
+              mirrored in that copy when its flip was drawn), the tokens
+    send      around handing the batch over, worker side (harness.train.torchdataset.hand_over): the batch's
+              shared memory allocated, its small tensors wrapped to cross in the pickle, any other tensor
+              moved into shared memory (what the DataLoader's queue would do on the worker's feeder thread,
+              done here, timed); the thread loader's pin_memory
     queue     in a DataLoader worker, the worker loop's own CPU (worker_end, begin): the worker's main
               thread from one batch's end (after `send`) to the next batch's start (putting the batch on the
               data queue, taking the next indices from the index queue), plus the CPU of the queue's helper
@@ -171,19 +174,3 @@ def worker_end(account: dict) -> None:
             helpers += now - last if now >= last else now  # below its last reading: a new thread, same id
         account["queue"] = account.get("queue", 0.0) + helpers
     _LAST.update(pid=pid, tid=tid, threads=threads, end_s=time.thread_time())
-
-
-def share_tensors(batch: dict) -> None:
-    """In a DataLoader worker: the batch's tensors moved into shared memory, timed as `send` (the DataLoader's
-    queue reuses a tensor already in shared memory, so the copy is made once, here)."""
-    import torch
-
-    start = time.thread_time()
-    for value in batch.values():
-        if isinstance(value, torch.Tensor):
-            value.share_memory_()
-        elif isinstance(value, list):
-            for item in value:
-                if isinstance(item, torch.Tensor):
-                    item.share_memory_()
-    add("send", time.thread_time() - start)

@@ -4,6 +4,12 @@
 pixels: decode the JPEG, resize keeping the aspect ratio (longest side = image_size), pad-collate to the
 batch's largest image. features: the precomputed image and text embeddings.
 
+The collate writes each image once, into its slot of the batch: the batch's images are stored channels-last
+(N, H, W, 3 in memory, a [N, 3, H, W] tensor with channels_last strides), so a decoded HWC image is copied
+row by row, or mirrored on the way where its flip was drawn (a flip drawn in __getitems__, after the cache).
+In a DataLoader worker the batch is written in a shared arena that the queue hands over without copying
+(harness.train.handover).
+
 Where pixels are prepared is the preprocess strategy's choice: "host" (here, in the loader: decode, resize,
 a random horizontal flip, and with normalise=True float32 normalisation in the collate), or "device" (here
 only the JPEG bytes are handed over, as uint8 tensors; harness.train.devprep decodes them on the accelerator).
@@ -16,12 +22,14 @@ import threading
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
 from harness.data.decoders import decode_resize
 from harness.data.fields import MAX_TOKENS, normalise, tokenize
 from harness.train import stagetimer
+from harness.train.handover import BatchAlloc, hand_over
 from harness.train.stagetimer import STAGE_KEY, timed_inside, timed_read
 from strategies.sample import Sample
 
@@ -44,11 +52,12 @@ def item_nbytes(item: dict) -> int:
 
 
 class ItemBatch(list):
-    """The items of one batch, carrying a snapshot of the cache statistics of the process that read it and
-    the account of its stages so far (harness.train.stagetimer)."""
+    """The items of one batch, carrying a snapshot of the cache statistics of the process that read it, the
+    account of its stages so far (harness.train.stagetimer) and which images the collate mirrors (flips)."""
 
     cache_stats: dict | None = None
     stage_s: dict | None = None
+    flips: list[bool] | None = None
 
 
 class LockedFetch:
@@ -134,8 +143,8 @@ class SampleDataset(Dataset):
             fetched = stagetimer.timed_cache(self._fetch, list(indices), account)
         batch = ItemBatch(fetched if self.decoded else self._prepare_all(fetched))
         if self.flip and self.workload == "pixels":  # after the cache: a decoded cache keeps unflipped items
-            start = time.thread_time()
-            batch[:] = [flip_item(it) if random.random() < 0.5 else it for it in batch]
+            start = time.thread_time()  # drawn here, done by the collate's copy into the batch (no copy here)
+            batch.flips = [random.random() < 0.5 for _ in batch]
             stagetimer.add("transform", time.thread_time() - start)
         batch.stage_s = account
         if self.scope == "worker":  # local and cheap; a shared cache is asked by the rank (shared_stats)
@@ -169,38 +178,48 @@ class SampleDataset(Dataset):
 
 
 def flip_item(item: dict) -> dict:
-    """The item with its HWC image mirrored left-right (a new dict: a cached item stays as it was)."""
+    """The item with its HWC image mirrored left-right (a new dict: a cached item stays as it was); what the
+    collate does for a drawn flip, in its copy into the batch."""
     return dict(item, image=torch.flip(item["image"], dims=(1,)))
 
 
 def _tokens(items: list[dict]) -> torch.Tensor:
-    tokens = torch.zeros((len(items), MAX_TOKENS), dtype=torch.int64)
+    tokens = np.zeros((len(items), MAX_TOKENS), dtype=np.int64)
     for i, it in enumerate(items):
-        tokens[i, : len(it["tokens"])] = torch.tensor(it["tokens"], dtype=torch.int64)
-    return tokens
+        tokens[i, : len(it["tokens"])] = it["tokens"]
+    return torch.from_numpy(tokens)
 
 
 class Collate:
-    """collate, then (normalise=True) the uint8 images as float32 normalised on the host; jpegs=True: the
-    batch's JPEG bytes as a list (device preprocessing fills in the pixel counts on the rank). Picklable."""
+    """collate, then (normalise=True) the uint8 images as float32 normalised on the host; items with JPEG bytes
+    (device preprocessing): the batch's JPEG bytes as a list (the rank fills in the pixel counts). In a
+    DataLoader worker the batch is made in shared memory and handed over (hand_over), timed as `send`.
+    Picklable."""
 
     def __init__(self, normalise: bool = False):
         self.normalise = normalise
 
     def __call__(self, items: list[dict]) -> dict:
         account = getattr(items, "stage_s", None)
-        batch, collate_s, normalise_s = self._collate(items)
+        in_worker = get_worker_info() is not None
+        alloc = BatchAlloc(shared=in_worker)
+        batch, collate_s, normalise_s = self._collate(items, alloc)
         if account is not None:  # the stages of this batch, carried to the rank (harness.train.stagetimer)
-            account["collate"] = account.get("collate", 0.0) + collate_s
+            # the shared allocation is the hand-over's (send); the collate is the writing into it
+            account["collate"] = account.get("collate", 0.0) + collate_s - (alloc.seconds if in_worker else 0.0)
             account["transform"] = account.get("transform", 0.0) + normalise_s
-            if get_worker_info() is not None:
+            if in_worker:
                 stagetimer.resume(account)
-                stagetimer.share_tensors(batch)
+                start = time.thread_time()
+                hand_over(batch, alloc)
+                stagetimer.add("send", time.thread_time() - start + alloc.seconds)
                 stagetimer.worker_end(account)
             batch[STAGE_KEY] = account
+        elif in_worker:
+            hand_over(batch, alloc)
         return batch
 
-    def _collate(self, items: list[dict]) -> tuple[dict, float, float]:
+    def _collate(self, items: list[dict], alloc: BatchAlloc) -> tuple[dict, float, float]:
         """The collated batch, the seconds of its collate, and of its host normalisation (a transform), each
         timed around its call."""
         start = time.thread_time()
@@ -211,7 +230,7 @@ class Collate:
                      "jpegs": [it["jpeg"] for it in items], "tokens": _tokens(items),
                      "padded_pixels": 0, "real_pixels": 0}
             return batch, time.thread_time() - start, 0.0
-        batch = collate(items)
+        batch = collate(items, alloc)
         collated = time.thread_time()
         if not (self.normalise and "images" in batch):
             return batch, collated - start, 0.0
@@ -219,8 +238,10 @@ class Collate:
         return batch, collated - start, time.thread_time() - collated
 
 
-def collate(items: list[dict]) -> dict:
-    """Stack a batch; pixels are zero-padded to the largest height and width of the batch."""
+def collate(items: list[dict], alloc: BatchAlloc | None = None) -> dict:
+    """Stack a batch; pixels are zero-padded to the largest height and width of the batch, each image
+    written once into its slot of a channels-last batch (mirrored where `items.flips` says)."""
+    alloc = alloc or BatchAlloc()
     batch = {
         "index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
         "nbytes": sum(it["nbytes"] for it in items),
@@ -229,18 +250,27 @@ def collate(items: list[dict]) -> dict:
     if "image" in items[0]:
         h = max(it["image"].shape[0] for it in items)
         w = max(it["image"].shape[1] for it in items)
-        images = torch.zeros((len(items), 3, h, w), dtype=torch.uint8)
-        tokens = torch.zeros((len(items), MAX_TOKENS), dtype=torch.int64)
+        nhwc = alloc((len(items), h, w, 3), torch.uint8)
+        slots = nhwc.numpy()  # numpy copies a slot's rows as whole rows; torch mirrors them faster than numpy
+        flips = getattr(items, "flips", None) or [False] * len(items)
         real_pixels = 0
-        for i, it in enumerate(items):
+        for i, (it, flip) in enumerate(zip(items, flips)):
             ih, iw, _ = it["image"].shape
-            images[i, :, :ih, :iw] = it["image"].permute(2, 0, 1)
+            if flip:
+                nhwc[i, :ih, :iw] = torch.flip(it["image"], dims=(1,))
+            else:
+                slots[i, :ih, :iw] = it["image"].numpy()
             real_pixels += ih * iw
-            tokens[i, : len(it["tokens"])] = torch.tensor(it["tokens"], dtype=torch.int64)
-        batch.update(images=images, tokens=tokens, padded_pixels=len(items) * h * w,
-                     real_pixels=real_pixels)
+        batch.update(images=nhwc.permute(0, 3, 1, 2), tokens=_tokens(items),
+                     padded_pixels=len(items) * h * w, real_pixels=real_pixels)
     else:
-        batch.update(image_emb=torch.stack([it["image_emb"] for it in items]),
-                     text_emb=torch.stack([it["text_emb"] for it in items]),
-                     padded_pixels=0, real_pixels=0)
+        batch.update(image_emb=_stack([it["image_emb"] for it in items], alloc),
+                     text_emb=_stack([it["text_emb"] for it in items], alloc), padded_pixels=0, real_pixels=0)
     return batch
+
+
+def _stack(rows: list[torch.Tensor], alloc: BatchAlloc) -> torch.Tensor:
+    """The rows stacked, into shared memory from the start when the allocation is shared."""
+    if not alloc.shared:
+        return torch.stack(rows)
+    return torch.stack(rows, out=alloc((len(rows), *rows[0].shape), rows[0].dtype))
