@@ -250,3 +250,20 @@ def test_an_error_is_named_by_its_status_not_by_digits_elsewhere(text, line):
     store = RangeStore("s3://b/p")
     store.endpoint = "http://h"
     assert line in store._failed("k", text)
+
+
+def test_each_open_starts_with_a_cold_tier(server, tmp_path):
+    """A visit opens the storage in each rank before its workers read: the tier a previous visit filled is
+    emptied, so every visit of a disk-cache cell starts cold."""
+    path, storage = _open(tmp_path, "webdataset", disk_cache_mb=8, cache_dir=str(tmp_path / "tier"))
+    first = storage.open(path)
+    first.read_batch([16])
+    first.read_batch([17])
+    assert (first.remote_stats()["disk_misses"], first.remote_stats()["disk_hits"]) == (1, 1)
+    first.close()
+    assert any((tmp_path / "tier").iterdir())
+    second = storage.open(path)  # the next visit
+    assert not any(p for p in (tmp_path / "tier").iterdir() if not p.name.startswith("."))
+    second.read_batch([17])
+    assert (second.remote_stats()["disk_misses"], second.remote_stats()["requests"]) == (1, 1)
+    second.close()

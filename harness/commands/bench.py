@@ -148,17 +148,17 @@ def main(request: BenchRequest) -> int:
 
 def with_remote(sc: scenario.Scenario, r: BenchRequest, run_dir: Path, run) -> int:
     """`run()` inside the scenario's remote session where it has a [remote] table (harness.data.remote: the
-    project's own object store behind its shaped link, stopped on any exit; its disk cache tiers emptied
-    first), then the remote figures of each storage setting printed and written beside the report
-    (remote.md); without one, `run()` as it is."""
+    project's own object store behind its shaped link, stopped on any exit), the readers' counters collected
+    in a temporary folder (each visit's figures over its window go into its cells.jsonl line:
+    harness.data.remotefigures.of_visit), then the whole run's figures of each storage setting printed and
+    written beside the report (remote.md); without one, `run()` as it is. A storage's disk tier is emptied
+    at each open (strategies.storage.s3), so each visit starts cold."""
     if sc.remote is None:
         return run()
     if r.torchrun:
         raise UsageError(f"{sc.path}: [remote] starts the project's own object store, which one process must own; "
                          "under torchrun it is not supported yet: run without torchrun (the bench spawns the ranks)")
     storages = [c.create() for c in sc.matrix.get("storage", []) if c.name == "s3"]
-    for storage in storages:
-        storage.clear_disk_cache()
     with tempfile.TemporaryDirectory(prefix="dlbench-remote-stats-") as stats, remote.session(sc.remote) as live:
         header = live.header()
         for line in header:

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from strategies.remote.s3client import LAT_BINS, LAT_MIN_S, LAT_STEP
+from strategies.remote.source import STATS_ENV
 
 COUNTERS = ("samples", "requests", "bytes", "lists", "retries", "puts", "wait_s", "disk_hits", "disk_misses")
 UNCOUNTED = ("litdata",)  # clients whose requests the harness does not see
@@ -153,6 +156,30 @@ def figures(folder: Path | str, label: str | None = None,
         latency_p99_ms=percentile_ms(t["latency_bins"], 99), wait_ms_per_sample=1000 * t["wait_s"] / per,
         disk_hit_pct=100 * t["disk_hits"] / looked if looked else None, retries=t["retries"],
         requests=t["requests"], processes=t["files"], clients="+".join(sorted(t["clients"])))
+
+
+def visit_window(records, now: float) -> tuple[float, float] | None:
+    """The measured window of a visit as perf_counter stamps, from the records gathered on rank 0 right
+    after the gather (``now``): rank 0's window ended its pipeline's ``close`` and the ``gather`` before now
+    and lasted ``window_s``. None for a visit without one (no step, or --decompose's several phases)."""
+    first = records[0] if records else None
+    if first is None or not first.window_s or first.phases:
+        return None
+    end = now - first.setup_s.get("gather", 0.0) - first.setup_s.get("close", 0.0)
+    return end - first.window_s, end
+
+
+def of_visit(records, now: float | None = None) -> dict:
+    """A visit's remote figures over its measured window, as cells.jsonl's figures (RemoteFigures.
+    cell_figures), where the run collects its readers' counters (DLBENCH_REMOTE_STATS, which the bench sets
+    around a [remote] scenario); {} otherwise. perf_counter is CLOCK_MONOTONIC, one clock for every process
+    of the machine, so rank 0's stamps and the workers' lines compare."""
+    folder = os.environ.get(STATS_ENV)
+    window = visit_window(records, time.perf_counter() if now is None else now)
+    if not folder or window is None or not os.path.isdir(folder):
+        return {}
+    f = figures(folder, window=window)
+    return f.cell_figures() if f.samples else {}
 
 
 HEADER = ("cell", "req/sample", "MB/sample", "LIST/sample", "lat p50 ms", "lat p99 ms", "net wait ms/sample",

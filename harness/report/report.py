@@ -19,6 +19,7 @@ from harness.analysis.effects import MIN_EFFECT, Effect, level_order, whole_pass
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report import articles, effects, plots, stagetable, verdict, whatif
+from harness.report.remotetable import remote_table
 from harness.report.tables import (
     Table,
     display_name,
@@ -326,7 +327,7 @@ def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) 
     if not cells:
         return []
     return [throughput_table(cells), utilisation_table(cells), balance_table(cells, what_if_cores),
-            memory_io_table(cells), batching_table(cells), decomposition_table(cells)]
+            memory_io_table(cells), batching_table(cells), decomposition_table(cells), remote_table(cells)]
 
 
 def in_matrix_order(results: list[CellResult], env: Environment | None) -> list[CellResult]:

@@ -92,6 +92,15 @@ class Figures(JsonRecord):
     other_cpu_pct: float | None = None  # CPU used on the host by processes outside the run, % of the host
     steal_pct: float | None = None  # CPU time the hypervisor gave to other guests, % of the host
     vs_probe: float | None = None  # derived when reporting: throughput / the repeat's ideal loader (probe.jsonl)
+    # a remote storage's figures over the measured window (harness.data.remotefigures; absent for local data)
+    remote_requests_per_sample: float | None = None
+    remote_mb_per_sample: float | None = None
+    remote_lists_per_sample: float | None = None
+    remote_latency_p50_ms: float | None = None
+    remote_latency_p99_ms: float | None = None
+    remote_wait_ms_per_sample: float | None = None  # a reading worker's wait on the store per sample it read
+    disk_hit_pct: float | None = None  # the disk cache tier's hits / lookups in the window
+    remote_retries: int | None = None
 
     @classmethod
     def known(cls) -> tuple[str, ...]:
@@ -343,16 +352,19 @@ def relative_to_probe(results: list[CellResult], probe) -> list[CellResult]:
 
 
 def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[RankRecord], elapsed: float,
-              repeat: int = 0, outside: tuple[float | None, float | None] = (None, None)) -> dict:
+              repeat: int = 0, outside: tuple[float | None, float | None] = (None, None),
+              remote: dict | None = None) -> dict:
     """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and a
     harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
-    repeat it belongs to)."""
+    repeat it belongs to; `remote`: a remote storage's figures over the window, harness.data.remotefigures.
+    of_visit)."""
     errors = sorted({r.error for r in records if r.error})
     page_cache = records[0].page_cache
     result = CellResult.of_cell(
         scenario, cell, device_name, emulated, world_size=len(records), repeat=repeat,
         elapsed_s=round(elapsed, 3),
-        figures=with_visit_figures(Figures.from_json(metrics.cell_figures(records)), elapsed, outside),
+        figures=with_visit_figures(Figures.from_json(metrics.cell_figures(records)), elapsed, outside).replace(
+            **(remote or {})),
         coverage=metrics.coverage(records, scenario.dataset.samples),
         cache=metrics.cache_figures(records),
         page_cache=PageCache.from_json(page_cache) if page_cache is not None else None,
