@@ -14,6 +14,10 @@ Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; har
                 ``.parquet`` files img2dataset writes beside files and tar shards have no image column.)
 ``folder``      a plain folder of ``.jpg``/``.jpeg``/``.webp``/``.png`` images with same-named ``.txt`` captions.
 
+A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.data.remotesource: the
+standard AWS resolution of endpoint and credentials; only new or changed objects are fetched), then read as
+above; its identity is the URL.
+
 Order: deterministic for given files: files and folder by relative path; webdataset by shard name, then key
 within the shard; parquet by file name, then row. img2dataset writes a parquet file's rows in the order its
 downloads completed, not in key order, so two downloads of one url list may number samples differently (the
@@ -61,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.data import remotesource
 from harness.data.embeddings import (
     PROJECTION_SEED,
     PROJECTION_SIDE,
@@ -128,7 +133,8 @@ class SourceSpec:
 
     def __init__(self, path: Path | str, layout: str | None = None, strict: bool = False,
                  missing_captions: str = "error", limit: int | None = None):
-        self.root = checked_root(path)
+        self.url = remotesource.url_of(path)  # s3://bucket/prefix: mirrored locally, then read as a folder
+        self.root = checked_root(remotesource.mirror(self.url) if self.url else path)
         if layout is None:
             layout = detect_layout(self.root)
         elif layout not in LAYOUTS:
@@ -151,7 +157,7 @@ class SourceSpec:
     # -- identity --
 
     def to_dict(self) -> dict:
-        return {"source": str(self.root), "layout": self.layout, "missing_captions": self.missing_captions,
+        return {"source": self.url or str(self.root), "layout": self.layout, "missing_captions": self.missing_captions,
                 "limit": self.limit, "importer_version": IMPORTER_VERSION}
 
     def key(self) -> str:

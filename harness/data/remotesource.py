@@ -1,0 +1,98 @@
+"""A user's own dataset in a bucket (``--data s3://bucket/prefix``, or ``[dataset] source``): every object under
+the prefix copied once into a local mirror, which the importer then reads like any folder (harness.data.importer:
+webdataset tars, parquet files, img2dataset's files layout, a plain folder).
+
+Endpoint, region and credentials are resolved the standard way by botocore (AWS environment variables,
+~/.aws/config and ~/.aws/credentials, AWS_PROFILE, a profile's endpoint_url). The mirror is
+``$DLBENCH_S3_MIRROR/<bucket>/<prefix>/`` (default ``~/.cache/dlbench/s3``); an object already there at the
+same size and ETag (recorded in the folder's ``.s3-mirror.json``) is not fetched again, and each file's
+mtime is the object's LastModified, so the importer's source key (paths, sizes, mtimes) changes exactly when
+the bucket's objects do. One LIST per 1000 objects and one GET per object not yet mirrored.
+
+A path written ``s3://...`` arrives as ``s3:/...`` where it went through ``pathlib.Path`` (argparse's
+``type=Path``): both are read as the URL.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from harness.errors import UsageError
+from strategies.remote.s3client import parse_url
+
+MIRROR_ENV = "DLBENCH_S3_MIRROR"
+INDEX = ".s3-mirror.json"
+
+
+def url_of(path: Path | str) -> str | None:
+    """``s3://bucket/prefix`` when ``path`` names one (also as pathlib writes it, ``s3:/bucket/prefix``)."""
+    text = str(path)
+    if text.startswith("s3://"):
+        return text
+    if text.startswith("s3:/"):
+        return "s3://" + text[len("s3:/"):]
+    return None
+
+
+def mirror_root(url: str) -> Path:
+    bucket, prefix = parse_url(url)
+    base = Path(os.environ.get(MIRROR_ENV) or Path.home() / ".cache" / "dlbench" / "s3").expanduser()
+    return base / bucket / prefix
+
+
+def mirror(url: str, progress=None) -> Path:
+    """The prefix's objects in the local mirror (fetched where missing or changed); the mirror's folder."""
+    import boto3
+
+    try:
+        bucket, prefix = parse_url(url)
+    except ValueError as err:
+        raise UsageError(f"--data {url}: {err}") from None
+    root = mirror_root(url)
+    root.mkdir(parents=True, exist_ok=True)
+    known = _read_index(root)
+    client = boto3.client("s3")
+    try:
+        objects = [o for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                   for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        if not objects:
+            raise UsageError(f"--data {url}: no object under this prefix at {client.meta.endpoint_url}; give the "
+                             f"prefix that holds the dataset's files (s3://BUCKET/PREFIX)")
+        for k, o in enumerate(objects):
+            rel = o["Key"][len(prefix):].lstrip("/") if prefix else o["Key"]
+            target = root / rel
+            etag = o.get("ETag", "")
+            if known.get(rel) == etag and target.is_file() and target.stat().st_size == o["Size"]:
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f".{target.name}.part")
+            client.download_file(bucket, o["Key"], str(partial))
+            stamp = o["LastModified"].timestamp()
+            os.utime(partial, (stamp, stamp))
+            os.replace(partial, target)
+            known[rel] = etag
+            if progress is not None:
+                progress(k + 1, len(objects))
+    except UsageError:
+        raise
+    except Exception as err:  # noqa: BLE001 - botocore's ClientError, EndpointConnectionError, NoCredentials
+        text = " ".join(str(err).split())[:200]
+        raise UsageError(f"--data {url}: reading the bucket failed ({text}); check the url, the endpoint "
+                         f"(AWS_ENDPOINT_URL or a profile's endpoint_url) and the credentials") from None
+    finally:
+        _write_index(root, known)
+    return root
+
+
+def _read_index(root: Path) -> dict[str, str]:
+    try:
+        return json.loads((root / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_index(root: Path, known: dict[str, str]) -> None:
+    tmp = root / f"{INDEX}.{os.getpid()}"
+    tmp.write_text(json.dumps(known, sort_keys=True))
+    os.replace(tmp, root / INDEX)
