@@ -34,6 +34,21 @@ def test_emulated_device_keeps_the_cheap_stand_in():
     assert build_model("features", cuda=False).name.startswith("stand-in")
 
 
+def test_the_emulated_features_stand_in_trains_on_both_embeddings_with_few_parameters():
+    """Every parameter gets a gradient (DDP is built without find_unused_parameters), the loss reads both
+    embeddings (both crossed the loader), and the allreduce it makes is small: a few hundred parameters."""
+    torch.manual_seed(0)
+    model = build_model("features", cuda=False)
+    assert sum(p.numel() for p in model.parameters()) <= 1000
+    batch = {"image_emb": torch.randn(4, 2048), "text_emb": torch.randn(4, 768)}
+    model(batch).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    with torch.no_grad():
+        base = model(batch)
+        for key in ("image_emb", "text_emb"):
+            assert model({**batch, key: batch[key] + 1.0}) != base, key
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
 def test_gpu_scenario_needs_gpus():
     with pytest.raises(UsageError, match="none is visible"):
