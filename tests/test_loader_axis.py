@@ -4,6 +4,7 @@ new axes at their defaults so older baselines still match."""
 from __future__ import annotations
 
 import io
+import random
 import time
 
 import numpy as np
@@ -14,12 +15,13 @@ from PIL import Image
 from harness.analysis.compare import _params_differ
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
+from harness.data.decoders import decode_resize
 from harness.measure.rankrecord import RankRecord
 from harness.results import metrics
 from harness.results.baseline import BaselineCell
 from harness.train.devprep import DevicePrep
 from harness.train.pipeline import IN_PROCESS
-from harness.train.torchdataset import Collate, SampleDataset, flip_item
+from harness.train.torchdataset import Collate, SampleDataset
 from strategies import registry
 from strategies.sample import Sample
 
@@ -81,10 +83,42 @@ def test_device_preprocess_hands_over_jpeg_bytes_and_the_rank_knows_the_pixels()
     assert batch["source_pixels"] == 40 * 80 + 60 * 40
 
 
-def test_host_preprocess_flips_after_the_cache_and_normalises_when_asked():
-    item = {"image": torch.arange(6, dtype=torch.uint8).reshape(1, 2, 3)}
-    flipped = flip_item(item)
-    assert flipped["image"][0, :, 0].tolist() == [3, 0] and item["image"][0, 0, 0] == 0
+def _gradient_jpeg(w: int, h: int) -> bytes:
+    """An image that a mirror changes: red rises left to right."""
+    pixels = np.zeros((h, w, 3), dtype=np.uint8)
+    pixels[..., 0] = np.linspace(40, 250, w, dtype=np.uint8)[None, :]
+    pixels[..., 1] = 90
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "JPEG", quality=95)
+    return buf.getvalue()
+
+
+class GradientReader(Reader):
+    def __init__(self, sizes):
+        self.samples = [Sample(index=i, jpeg=_gradient_jpeg(w, h), caption="a red ramp") for i, (w, h) in
+                        enumerate(sizes)]
+
+
+def test_host_preprocess_mirrors_the_drawn_flips_in_the_collate_and_normalises_when_asked():
+    """The flips are drawn per sample after the cache (the items stay as decoded) and done by the collate's
+    copy into the batch: a flipped slot holds the decoded image mirrored, the padding around it zeros."""
+    sizes = [(40, 20), (24, 36), (40, 20), (30, 40), (20, 40), (40, 30)]
+    ds = SampleDataset(GradientReader(sizes), "pixels", 16, preprocess=registry.create("preprocess", "host"),
+                       decoder="pil")
+    random.seed(1)
+    items = ds.__getitems__(list(range(len(sizes))))
+    random.seed(1)
+    assert items.flips == [random.random() < 0.5 for _ in sizes] and len(set(items.flips)) == 2
+    batch = Collate()(items)
+    images = batch["images"]
+    assert images.shape == (6, 3, 16, 16) and images.is_contiguous(memory_format=torch.channels_last)
+    for i, flip in enumerate(items.flips):
+        decoded = decode_resize(ds.reader.samples[i].jpeg, 16, "pil")
+        assert np.array_equal(items[i]["image"], decoded)  # the item (what a decoded cache keeps) unmirrored
+        h, w, _ = decoded.shape
+        slot = images[i].permute(1, 2, 0).numpy()
+        assert np.array_equal(slot[:h, :w], decoded[:, ::-1] if flip else decoded), (i, flip)
+        assert not slot[h:].any() and not slot[:, w:].any()
     ds = SampleDataset(Reader([(40, 20)]), "pixels", 16, preprocess=registry.create("preprocess", "host",
                                                                                     normalise=True))
     batch = Collate(normalise=True)(ds.__getitems__([0]))

@@ -9,19 +9,26 @@ page and zeroed by the kernel, copied into, then unmapped, with one descriptor p
   (`SlabPool`), one memfd mapping reused across batches. Each arena's first byte is its flag: the worker
   sets it when it hands the arena over, the rank clears it when its last tensor on the arena is gone (its
   mapping's `__del__`, which runs when the last tensor or view on it is freed), and the worker writes an
-  arena again only once it is clear, zeroing what it uses (a batch's padding must be zero);
+  arena again only once it is clear (the collate then writes a batch's padding zeros, which a new arena
+  holds already);
 * a small tensor (index, tokens, a JPEG's bytes) crosses in the pickle (`ByValue`): a file descriptor
   costs the worker's resource sharer and the rank more than copying a few kilobytes;
 * one descriptor per arena, so one per batch (two for the features workload's embeddings).
 
-`BatchAlloc` gives the collate its tensors: from the pool in a worker, ordinary zeroed memory elsewhere (the
-thread loaders' batches never leave the process). `hand_over` readies a batch for the queue.
+In the rank process (the thread loaders, `workers = 0`) a batch never leaves the process, but a fresh
+allocation per batch costs the same page faults and zeroing: there the batch is written in an arena of
+`LocalPool`, a bytearray reused once no tensor on it is left (its reference count).
+
+`BatchAlloc` gives the collate its tensors from the one pool or the other. `hand_over` readies a worker's
+batch for the queue.
 """
 from __future__ import annotations
 
 import math
 import mmap
 import os
+import sys
+import threading
 import time
 from multiprocessing.reduction import DupFd
 
@@ -50,7 +57,7 @@ class Slab:
         return self.map[0] == FREE
 
     def tensor(self, shape: tuple, dtype: torch.dtype, zero: bool) -> torch.Tensor:
-        """A tensor of `shape` at the arena's start, handed over (flag set); zeroed when reused."""
+        """A tensor of `shape` at the arena's start, handed over (flag set); zero: its bytes zeroed."""
         self.map[0] = WITH_RANK
         count = math.prod(shape)
         if zero:
@@ -94,22 +101,70 @@ def worker_pool() -> SlabPool:
     return _POOL["pool"]
 
 
+class LocalPool:
+    """Arenas for the batches of the loaders that run in the rank process: bytearrays, each reused once no
+    tensor on it is left (a tensor made by torch.frombuffer holds a reference to its bytearray)."""
+
+    def __init__(self, size: int = POOL_SIZE):
+        self.size = size
+        self.arenas: list[bytearray] = []
+        self.lock = threading.Lock()  # the thread loaders take arenas from several threads
+
+    def _idle(self) -> list[bytearray]:
+        return [a for a in self.arenas if sys.getrefcount(a) <= _IDLE_REFS]
+
+    def tensor(self, shape: tuple, dtype: torch.dtype, zero: bool = True) -> tuple[torch.Tensor, bool]:
+        """A tensor of `shape` in an idle arena or a new one, and whether the arena was used before (if so,
+        and zero, its bytes are zeroed; else they hold an earlier batch's)."""
+        count = math.prod(shape)
+        nbytes = count * dtype.itemsize
+        if not count:
+            return torch.zeros(shape, dtype=dtype), False
+        with self.lock:  # an arena is taken (a tensor on it made) before another thread can see it idle
+            idle = self._idle()
+            fits = [a for a in idle if len(a) >= nbytes]
+            arena = min(fits, key=len) if fits else bytearray(-(-nbytes // ROUND) * ROUND)  # zeroed
+            if not fits:
+                if len(self.arenas) >= self.size and idle:
+                    self.arenas.remove(min(idle, key=len))
+                if len(self.arenas) < self.size:
+                    self.arenas.append(arena)
+            out = torch.frombuffer(arena, dtype=dtype, count=count).view(shape)
+        if fits and zero:
+            out.zero_()
+        return out, bool(fits)
+
+
+def _idle_references() -> int:
+    """What sys.getrefcount reads in LocalPool._idle for an arena no tensor holds (CPython's count: the list,
+    the comprehension's variable, the call's argument)."""
+    probe = LocalPool()
+    probe.arenas.append(bytearray(8))
+    return max(sys.getrefcount(a) for a in probe.arenas)
+
+
+_IDLE_REFS = _idle_references()
+_LOCAL = LocalPool()
+
+
 class BatchAlloc:
-    """Zeroed tensors for a batch, the seconds spent allocating them kept (`seconds`). shared: each from an
-    arena of this worker's pool (what the queue hands over without copying), else ordinary memory."""
+    """Tensors for a batch, the seconds spent allocating them kept (`seconds`). shared: each from an arena of
+    this worker's pool (what the queue hands over without copying), else from the process's LocalPool.
+    A tensor is zeroed unless the call says zero=False; then `reused` says whether its arena held an earlier
+    batch (its bytes are that batch's: the caller writes every byte, padding included) or is new (zeros)."""
 
     def __init__(self, shared: bool = False):
-        self.shared, self.seconds = shared, 0.0
+        self.shared, self.seconds, self.reused = shared, 0.0, False
         self.slabs: list[Slab] = []
 
-    def __call__(self, shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    def __call__(self, shape: tuple, dtype: torch.dtype, zero: bool = True) -> torch.Tensor:
         start = time.thread_time()
         if self.shared:
-            slab, used = worker_pool().take(math.prod(shape) * dtype.itemsize)
-            out = slab.tensor(shape, dtype, zero=used)
+            slab, self.reused = worker_pool().take(math.prod(shape) * dtype.itemsize)
+            out = slab.tensor(shape, dtype, zero=zero and self.reused)
             self.slabs.append(slab)
         else:
-            out = torch.zeros(shape, dtype=dtype)
+            out, self.reused = _LOCAL.tensor(shape, dtype, zero)
         self.seconds += time.thread_time() - start
         return out
 

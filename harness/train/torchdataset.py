@@ -44,6 +44,8 @@ def item_nbytes(item: dict) -> int:
     for value in item.values():
         if isinstance(value, torch.Tensor):
             n += value.numel() * value.element_size()
+        elif isinstance(value, np.ndarray):
+            n += value.nbytes
         elif isinstance(value, list):
             n += 8 * len(value)
         else:
@@ -165,22 +167,15 @@ class SampleDataset(Dataset):
             start = time.thread_time()
             pixels = decode_resize(s.jpeg, self.image_size, self.decoder)
             decoded = time.thread_time()
-            item["image"] = torch.from_numpy(pixels)
+            item["image"] = pixels  # HWC uint8, as decoded: the collate writes it into the batch tensor
             item["tokens"] = tokenize(s.caption)
             spent[0] += decoded - start
             spent[1] += time.thread_time() - decoded
         else:
             start = time.thread_time()
-            item["image_emb"] = torch.from_numpy(s.image_emb)
-            item["text_emb"] = torch.from_numpy(s.text_emb)
+            item["image_emb"], item["text_emb"] = s.image_emb, s.text_emb  # the collate stacks them into tensors
             spent[1] += time.thread_time() - start
         return item
-
-
-def flip_item(item: dict) -> dict:
-    """The item with its HWC image mirrored left-right (a new dict: a cached item stays as it was); what the
-    collate does for a drawn flip, in its copy into the batch."""
-    return dict(item, image=torch.flip(item["image"], dims=(1,)))
 
 
 def _tokens(items: list[dict]) -> torch.Tensor:
@@ -250,16 +245,20 @@ def collate(items: list[dict], alloc: BatchAlloc | None = None) -> dict:
     if "image" in items[0]:
         h = max(it["image"].shape[0] for it in items)
         w = max(it["image"].shape[1] for it in items)
-        nhwc = alloc((len(items), h, w, 3), torch.uint8)
+        nhwc = alloc((len(items), h, w, 3), torch.uint8, zero=False)
+        pad = alloc.reused  # the arena holds an earlier batch: the padding is written here (a new one is zeros)
         slots = nhwc.numpy()  # numpy copies a slot's rows as whole rows; torch mirrors them faster than numpy
         flips = getattr(items, "flips", None) or [False] * len(items)
         real_pixels = 0
         for i, (it, flip) in enumerate(zip(items, flips)):
             ih, iw, _ = it["image"].shape
             if flip:
-                nhwc[i, :ih, :iw] = torch.flip(it["image"], dims=(1,))
+                nhwc[i, :ih, :iw] = torch.flip(torch.from_numpy(it["image"]), dims=(1,))
             else:
-                slots[i, :ih, :iw] = it["image"].numpy()
+                slots[i, :ih, :iw] = it["image"]
+            if pad:
+                slots[i, :ih, iw:] = 0
+                slots[i, ih:] = 0
             real_pixels += ih * iw
         batch.update(images=nhwc.permute(0, 3, 1, 2), tokens=_tokens(items),
                      padded_pixels=len(items) * h * w, real_pixels=real_pixels)
@@ -269,8 +268,10 @@ def collate(items: list[dict], alloc: BatchAlloc | None = None) -> dict:
     return batch
 
 
-def _stack(rows: list[torch.Tensor], alloc: BatchAlloc) -> torch.Tensor:
-    """The rows stacked, into shared memory from the start when the allocation is shared."""
+def _stack(rows: list[np.ndarray], alloc: BatchAlloc) -> torch.Tensor:
+    """The rows stacked into one tensor, in a worker's shared arena from the start (every byte written)."""
     if not alloc.shared:
-        return torch.stack(rows)
-    return torch.stack(rows, out=alloc((len(rows), *rows[0].shape), rows[0].dtype))
+        return torch.from_numpy(np.stack(rows))
+    out = alloc((len(rows), *rows[0].shape), getattr(torch, rows[0].dtype.name), zero=False)
+    np.stack(rows, out=out.numpy())
+    return out
