@@ -1,0 +1,41 @@
+"""scripts/s3/bounds_check.py's prediction is the target model's (harness.analysis.targetmodel): one reading
+worker's rate 1 / (its own time + bytes / bandwidth + requests x latency), and the storage bandwidth bound
+bandwidth / bytes; the measured side needs root and a shaped link (run by hand, docs/remote.md)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "s3" / "bounds_check.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bounds_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_prediction_is_the_model_s_cold_read():
+    check = _script()
+    cal = {"own_s_per_sample": 0.002, "bytes_per_sample": 200_000, "requests_per_sample": 0.25}
+    rate, io, binds, bound = check.predicted(cal, latency_s=0.004, bandwidth=10.0)
+    assert io == pytest.approx(0.02 + 0.001)  # 0.2 MB at 10 MB/s, a quarter of a 4 ms request
+    assert rate == pytest.approx(1 / (0.002 + 0.021), rel=1e-3) and binds == "loader workers"
+    assert bound == pytest.approx(50.0)  # 10 MB/s over 0.2 MB per sample
+    unshaped, io0, _, bound0 = check.predicted(cal, latency_s=0.004, bandwidth=0.0)
+    assert io0 == pytest.approx(0.001) and unshaped == pytest.approx(1 / 0.003, rel=1e-3) and bound0 == float("inf")
+
+
+def test_the_table_flags_the_calibration_and_takes_medians():
+    check = _script()
+    got = {"rate": 100.0, "requests_per_sample": 1.0, "bytes_per_sample": 1e4, "request_s": 0.005,
+           "wait_s_per_sample": 0.005, "outside_pct": 3.0}
+    rows = [{"setting": s, "case": ("webdataset", 1), "rate": r, "io": 0.005, "binds": "loader workers",
+             "bandwidth_bound": 1e3, "got": dict(got, rate=m), "cal": got, "latency": 0.005}
+            for s, r, m in [(0.0, 100.0, 100.0), (0.0, 90.0, 90.0), (20.0, 80.0, 100.0), (20.0, 100.0, 100.0)]]
+    lines = check.table(rows)
+    assert "calibration (copy" in lines[2] and "| 95.0 | 95.0 | +0.0 |" in lines[2]
+    assert lines[3].startswith("| 20 MB/s (tbf) |") and "| 90.0 | 100.0 | -10.0 |" in lines[3]
