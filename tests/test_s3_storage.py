@@ -267,3 +267,26 @@ def test_each_open_starts_with_a_cold_tier(server, tmp_path):
     second.read_batch([17])
     assert (second.remote_stats()["disk_misses"], second.remote_stats()["requests"]) == (1, 1)
     second.close()
+
+
+class _Unreadable:
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        raise RemoteError("s3://dlbench/p/shard-00001.tar: no such object; materialise the data to the bucket "
+                          "again (--regenerate)")
+
+
+def test_a_worker_s_remote_error_keeps_its_one_line_through_the_dataloader():
+    """torch's DataLoader re-raises a worker's error with the worker's traceback in its text; line() is the
+    error's own line again, for the harness to end the run with."""
+    import torch.utils.data
+
+    loader = torch.utils.data.DataLoader(_Unreadable(), num_workers=1)
+    with pytest.raises(RemoteError) as err:
+        next(iter(loader))
+    assert "\n" in str(err.value) and "DataLoader worker" in str(err.value)  # torch's wrapping
+    assert err.value.line() == ("s3://dlbench/p/shard-00001.tar: no such object; materialise the data to the "
+                                "bucket again (--regenerate)")
+    assert err.value.stops_run

@@ -40,7 +40,17 @@ _OBSTORE_PID: int | None = None
 
 
 class RemoteError(OSError):
-    """A remote read or write that cannot succeed: one line naming the URL and the remedy."""
+    """A remote read or write that cannot succeed: one line naming the URL and the remedy. ``stops_run``: no
+    later cell can read the store either, so a harness that sees it ends the run with ``line()`` (exit 2)
+    rather than failing one cell."""
+
+    stops_run = True
+
+    def line(self) -> str:
+        """The error's own line, also where a DataLoader re-raised it from a worker with the worker's
+        traceback around it (whose last line is "...RemoteError: <the line>")."""
+        lines = str(self).strip().splitlines()
+        return lines[-1].split("RemoteError: ", 1)[-1] if lines else ""
 
 
 def _status(text: str) -> int | None:
