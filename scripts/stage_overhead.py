@@ -21,7 +21,7 @@ from harness.config import scenario as scenario_mod  # noqa: E402
 from harness.config.matrixload import StrategyChoice  # noqa: E402
 from harness.data.fields import FIELDS_FOR  # noqa: E402
 from harness.data.materialise import materialise  # noqa: E402
-from harness.train import stagetimer, torchdataset  # noqa: E402
+from harness.train import handover, stagetimer, torchdataset  # noqa: E402
 
 
 class CountingClock:
@@ -81,16 +81,16 @@ def main() -> int:
     batches = [[(i * tr.batch_size + j) % n for j in range(tr.batch_size)] for i in range(a.batches)]
     one_pass(dataset, collate, batches)  # page cache and decoder warm
     counting = CountingClock()
-    torchdataset.time, stagetimer.time = counting, counting
+    torchdataset.time = stagetimer.time = handover.time = counting
     one_pass(dataset, collate, batches[:1])
     reads = counting.reads + 2  # + the rank's two (harness.train.batches.BatchSource._fetch)
     on, off = [], []
     for _ in range(a.rounds):
-        torchdataset.time = stagetimer.time = time
+        torchdataset.time = stagetimer.time = handover.time = time
         on.append(one_pass(dataset, collate, batches))
-        torchdataset.time = stagetimer.time = NoClock()
+        torchdataset.time = stagetimer.time = handover.time = NoClock()
         off.append(one_pass(dataset, collate, batches))
-    torchdataset.time = stagetimer.time = time
+    torchdataset.time = stagetimer.time = handover.time = time
     k = 200_000
     start = time.perf_counter()
     for _ in range(k):

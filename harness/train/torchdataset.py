@@ -247,17 +247,15 @@ def collate(items: list[dict], alloc: BatchAlloc | None = None) -> dict:
         w = max(it["image"].shape[1] for it in items)
         nhwc = alloc((len(items), h, w, 3), torch.uint8, zero=False)
         pad = alloc.reused  # the arena holds an earlier batch: the padding is written here (a new one is zeros)
-        slots = nhwc.numpy()  # numpy copies a slot's rows as whole rows; torch mirrors them faster than numpy
+        slots = nhwc.numpy()  # numpy copies whole rows into a slot; torch mirrors an image faster than numpy
         flips = getattr(items, "flips", None) or [False] * len(items)
         real_pixels = 0
         for i, (it, flip) in enumerate(zip(items, flips)):
             ih, iw, _ = it["image"].shape
-            if flip:
-                nhwc[i, :ih, :iw] = torch.flip(torch.from_numpy(it["image"]), dims=(1,))
-            else:
-                slots[i, :ih, :iw] = it["image"]
-            if pad:
+            slots[i, :ih, :iw] = torch.flip(torch.from_numpy(it["image"]), dims=(1,)).numpy() if flip else it["image"]
+            if pad and iw < w:
                 slots[i, :ih, iw:] = 0
+            if pad and ih < h:
                 slots[i, ih:] = 0
             real_pixels += ih * iw
         batch.update(images=nhwc.permute(0, 3, 1, 2), tokens=_tokens(items),
