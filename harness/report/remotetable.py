@@ -12,9 +12,9 @@ COLUMNS = (("req/sample", "remote_requests_per_sample", ".2f"), ("MB/sample", "r
            ("net wait ms/sample/worker", "remote_wait_ms_per_sample", ".2f"), ("disk hit %", "disk_hit_pct", ".0f"),
            ("retries", "remote_retries", ".0f"))
 NOTE = ("over each visit's measured window (warm-up excluded), medians over the visits; net wait: the time a "
-        "reading worker was blocked on the store, per sample it read; '-': not measured (litdata's own reads "
-        "are not counted; no disk tier); the store's own cost per request is in the run's header "
-        "(docs/remote.md)")
+        "reading worker was blocked on the store, per sample it read (litdata: the time in its reads, "
+        "deserialising included); '-': not measured (litdata's own requests are not counted; no disk tier); the "
+        "store's own cost per request is in the run's header (docs/remote.md)")
 
 
 def remote_table(cells: list[CellSummary]) -> Table:
