@@ -115,7 +115,14 @@ run_step() {
         step FAIL run "--scenario $SCENARIO exit $rc, run directory ${run:-none}, remote.md $([ -n "$run" ] && [ -f "$run/remote.md" ] && echo written || echo MISSING), left behind: ${left:-nothing} (log: $WORK/run.log)"
         return 1
     fi
-    step PASS run "--scenario $SCENARIO exit 0 in $((SECONDS - start)) s; $(grep -c '^| s3(' "$run/remote.md") storage settings in remote.md; nothing left behind"
+    local visits windowed
+    visits=$(grep -c '' "$run/cells.jsonl")
+    windowed=$(grep -c '"remote_wait_ms_per_sample"' "$run/cells.jsonl")
+    if [ "$windowed" -ne "$visits" ]; then
+        step FAIL run "--scenario $SCENARIO: $((visits - windowed)) of $visits visit(s) in cells.jsonl lack the remote figures over their window (remote_*; docs/results-format.md)"
+        return 1
+    fi
+    step PASS run "--scenario $SCENARIO exit 0 in $((SECONDS - start)) s; $(grep -c '^| s3(' "$run/remote.md") storage settings in remote.md; the window's remote figures in $windowed of $visits visits; nothing left behind"
 }
 
 killed_step() {  # the run killed once its server and link are up: nothing may be left
