@@ -18,16 +18,23 @@ V02 = REPO / "tests" / "fixtures" / "run-v0.2"
 
 
 def write_run(path: Path, commit: str, minute: int, cpu: dict[str, float] | None = None, noise: float = 1.0,
-              scenario: str = "ci", cpu_model: str = "AMD EPYC") -> Path:
-    """A run directory of one repeat: each cell's loader + rank CPU per sample 1 ms x cpu[cell] x noise."""
+              scenario: str = "ci", cpu_model: str = "AMD EPYC", plant: dict[str, float] | None = None,
+              jitter: float = 1.0) -> Path:
+    """A run directory of one repeat: each cell's loader + rank CPU per sample 1 ms x cpu[cell] x noise (the
+    machine's load moves all of it), half of it the loader's, whose timed stages (100 samples) are its decode
+    and its read, half each; the read x jitter (the loader's own noise), plus plant[cell] s a sample."""
     path.mkdir(parents=True)
     lines = []
     for cell in CELLS:
         c = 0.001 * (cpu or {}).get(cell, 1.0) * noise
+        read = c / 4 * jitter + (plant or {}).get(cell, 0.0)
+        stages = {"s": {"read": read * 100, "decode": c / 4 * 100}, "samples": 100, "batches": 10, "processes": 1}
+        loader = read + c / 4
         lines.append({"cell": cell, "repeat": 0, "error": None, "params": {"storage": {}},
-                      "figures": {"throughput": 1.0 / c, "step_p50_ms": 16.0, "au_pct": 50.0,
-                                  "throughput_ci": [0.9 / c, 1.1 / c],
-                                  "loader_cpu_s_per_sample": c / 2, "rank_cpu_s_per_sample": c / 2}})
+                      "figures": {"throughput": 1.0 / (loader + c / 2), "step_p50_ms": 16.0, "au_pct": 50.0,
+                                  "throughput_ci": [0.9 / (loader + c / 2), 1.1 / (loader + c / 2)],
+                                  "loader_cpu_s_per_sample": loader, "rank_cpu_s_per_sample": c / 2},
+                      "ranks": [{"rank": 0, "samples": 100, "stages": stages}]})
     (path / "cells.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     env = {"scenario": scenario, "comparable": {"batch_size": 16}, "cpu_model": cpu_model, "cpu_count": 2,
            "cpu_affinity": 2, "hostname": "h", "memory_gb": 25.2, "versions": {"torch": "2.13"},
@@ -62,7 +69,9 @@ def test_history_add_imports_real_run_directories(smoke_run, tmp_path):
     assert again.returncode == 0 and "already in the store" in again.stderr
     assert len(store.runs(store.open_store(db_path))) == 2
     listed = history("list", "--history", str(db_path))
-    assert "smoke on machine" in listed.stdout and "2 runs of 2 commits" in listed.stdout
+    # the fixture's machine (an AMD EPYC) is this one's only where this runs on one
+    assert "smoke on machine" in listed.stdout
+    assert str(run_dir.absolute()) in listed.stdout and str(V02) in listed.stdout
 
 
 def test_a_run_adds_itself_with_dlbench_history(tmp_path, data_dir):
@@ -97,22 +106,41 @@ def test_a_store_of_a_newer_version_stops_a_run_before_it_measures(tmp_path):
 
 
 def test_an_old_store_is_upgraded_on_open_and_others_are_refused(tmp_path):
-    """A store at version 1 opened by a harness whose format is at version 2: the step runs, the version is
-    written; a file that is not SQLite, or not a history store, is one line."""
+    """A version-1 store (no stage columns) with a run in it opened by this harness (version 2): the step adds
+    the columns, null for the old run, and a new run fills them; a version-3 format made here (one more step)
+    takes it on; this harness then refuses the newer store; a file that is not SQLite, or not a history store,
+    is one line."""
     db_path = tmp_path / "h.sqlite"
     run, visits, effects = runrows.rows_of(write_run(tmp_path / "r", "aaa", 1))
-    store.insert_run(store.open_store(db_path), run, visits, effects)
+    v1 = store.open_store(db_path, FileFormat("history store", 1, {1: "first"}))
+    v1_visit = [c for c in store.VISIT_COLUMNS if c not in store.OPTIONAL_VISIT_COLUMNS]
+    marks = ", ".join("?" * (len(v1_visit) + 1))
+    with v1:
+        run_id = v1.execute(f"INSERT INTO runs ({', '.join(store.RUN_COLUMNS)}) VALUES "
+                            f"({', '.join('?' * len(store.RUN_COLUMNS))})",
+                            [run[c] for c in store.RUN_COLUMNS]).lastrowid
+        v1.executemany(f"INSERT INTO visits (run_id, {', '.join(v1_visit)}) VALUES ({marks})",
+                       [[run_id, *[v[c] for c in v1_visit]] for v in visits])
+    v1.close()
+    db = store.open_store(db_path)
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == str(store.STORE_VERSION)
+    assert {tuple(r) for r in db.execute("SELECT commit_id, loader_stages_cpu, decode_cpu FROM runs JOIN visits "
+                                         "ON runs.id = visits.run_id")} == {("aaa", None, None)}
+    later = write_run(tmp_path / "r2", "bbb", 2)
+    store.insert_run(db, *runrows.rows_of(later))
+    assert {round(r["loader_stages_cpu"], 9) for r in store.visits_of(db, store.runs(db)[-1]["id"])} == {0.0005}
+    db.close()
 
     def add_note(db: sqlite3.Connection) -> sqlite3.Connection:
         db.execute("ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''")
         return db
 
-    newer = FileFormat("history store", 2, {1: "first", 2: "runs.note"}, {1: add_note})
+    newer = FileFormat("history store", 3, {**store.STORE_HISTORY, 3: "runs.note"},
+                       {**store.STORE.upgrades, 2: add_note})
     db = store.open_store(db_path, newer)
-    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == "2"
-    (row,) = db.execute("SELECT note, commit_id FROM runs").fetchall()
-    assert tuple(row) == ("", "aaa")
-    with pytest.raises(ResultsError, match="history store version 2; this harness reads up to 1"):
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == "3"
+    assert [tuple(r) for r in db.execute("SELECT note, commit_id FROM runs")] == [("", "aaa"), ("", "bbb")]
+    with pytest.raises(ResultsError, match="history store version 3; this harness reads up to 2"):
         store.open_store(db_path)
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not a database at all, just text\n" * 100)
@@ -139,16 +167,18 @@ def test_bad_input_is_one_line_exit_2_and_good_runs_are_still_added(tmp_path):
     for args, says in [(["compare", "aaa"], "history compare takes COMMIT_A COMMIT_B, got 1 (aaa)"),
                        (["show", "storage=nosuch"], "history show storage=nosuch: no cell or axis of that name"),
                        (["gate", str(good), "--last", "0"], "--last 0 must be a positive number of runs"),
-                       (["gate", str(good), "--figure", "au"], "the gate compares cpu or throughput; pass --figure"),
+                       (["gate", str(good), "--figure", "au"],
+                        "the gate compares stages/decode, stages, cpu, throughput; pass one"),
                        (["list", "--history", str(tmp_path / "none.sqlite")], "does not exist; add runs to it")]:
         proc = history(*args, *(["--history", str(db_path)] if "--history" not in args else []))
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
 
 
 def history_of(tmp_path: Path, runs: int, cpu: dict | None = None) -> Path:
-    """A store of `runs` same-code runs of commit aaa (noise +-4%), one a minute."""
+    """A store of `runs` same-code runs of commit aaa (noise +-4%, the loader's own +-4%), one a minute."""
     db_path = tmp_path / "h.sqlite"
-    paths = [write_run(tmp_path / f"r{i}", "aaa", i, cpu, 1 + 0.02 * ((i * 3) % 5 - 2)) for i in range(runs)]
+    paths = [write_run(tmp_path / f"r{i}", "aaa", i, cpu, 1 + 0.02 * ((i * 3) % 5 - 2),
+                       jitter=1 + 0.02 * ((i * 2) % 5 - 2)) for i in range(runs)]
     assert history("add", *map(str, paths), "--history", str(db_path)).returncode == 0
     return db_path
 
@@ -159,12 +189,16 @@ def test_the_history_gate_fails_a_planted_rise_and_passes_the_same_code(tmp_path
     proc = history("gate", str(same), "--history", str(db_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "history gate: 0 slower, 0 faster, 3 unchanged" in proc.stdout and "last 10 comparable runs" in proc.stdout
-    slow = write_run(tmp_path / "slow", "ccc", 31, {CELLS[1]: 1.3})
+    # 0.15 ms a sample more in the mmap cell's read: its stages over its decode 2 -> 2.6
+    slow = write_run(tmp_path / "slow", "ccc", 31, plant={CELLS[1]: 0.00015})
     proc = history("gate", str(slow), "--history", str(db_path))
     assert proc.returncode == 1 and "1 slower" in proc.stdout and "FAILED" in proc.stdout
     row = next(line for line in proc.stdout.splitlines() if line.startswith(CELLS[1]))
-    assert row.endswith("slower") and "x1.301" in row  # against the geometric mean of the 10 runs
-    fewer = write_run(tmp_path / "fewer", "ddd", 32, {CELLS[1]: 1.3})
+    assert row.endswith("slower") and "x1.300" in row, row  # against the geometric mean of the 10 runs
+    loaded = write_run(tmp_path / "loaded", "ccc", 31, noise=1.4)  # the load of its minutes: x1.4 on every cost
+    assert history("gate", str(loaded), "--history", str(db_path)).returncode == 0
+    assert history("gate", str(loaded), "--history", str(db_path), "--figure", "cpu").returncode == 1
+    fewer = write_run(tmp_path / "fewer", "ddd", 32, plant={CELLS[1]: 0.00015})
     proc = history("gate", str(fewer), "--history", str(db_path), "--last", "2")
     assert proc.returncode == 0 and "NOT RUN: 2 comparable run(s)" in proc.stdout
 

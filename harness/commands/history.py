@@ -22,6 +22,7 @@ from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
 from harness.history import dashboard, gate, queries, runrows, store
 from harness.results.fileformat import ResultsError
 
+DEFAULT_FIGURE = "cpu"  # show, compare, steps
 ACTIONS = ("add", "list", "show", "compare", "gate", "steps", "html")
 NEEDS = {"add": (1, None, "RUN_DIR..."), "list": (0, 0, ""), "show": (1, 1, "CELL|AXIS"),
          "compare": (2, 2, "COMMIT_A COMMIT_B"), "gate": (1, 1, "RUN_DIR"), "steps": (0, 0, ""),
@@ -35,7 +36,7 @@ class HistoryRequest:
     store: Path = Path("results/history.sqlite")
     branch: str = ""
     scenario: str | None = None
-    figure: str = "cpu"
+    figure: str | None = None  # None: the action's own (DEFAULT_FIGURE, or the gate's gate.DEFAULT)
     last: int = 10
     min_effect: float = 0.15
     alpha: float = 0.05
@@ -107,11 +108,12 @@ def record(store_path: Path, run_dir: Path, branch: str | None = None) -> int:
 
 
 def _gate(db, request: HistoryRequest) -> int:
-    if request.figure not in gate.METRICS:
-        raise UsageError(f"history gate --figure {request.figure}: the gate compares {' or '.join(gate.METRICS)}; "
-                         f"pass --figure cpu (the default) or --figure throughput")
+    figure = request.figure or gate.DEFAULT
+    if figure not in gate.METRICS:
+        raise UsageError(f"history gate --figure {figure}: the gate compares {', '.join(gate.METRICS)}; "
+                         f"pass one of them (default {gate.DEFAULT})")
     run, visits, _ = runrows.rows_of(Path(request.args[0]), request.branch)
-    result = gate.gate(db, run, visits, request.figure, request.last,
+    result = gate.gate(db, run, visits, figure, request.last,
                        request.min_effect, request.alpha, request.branch or None)
     print(gate.render(result))
     return result.exit_code
@@ -121,6 +123,7 @@ def main(request: HistoryRequest) -> int:
     _check(request)
     db = store.open_store(request.store, create=request.action == "add")
     action, args = request.action, request.args
+    figure = request.figure or DEFAULT_FIGURE
     if action == "add":
         return add(db, [Path(a) for a in args], request.branch)
     if action == "gate":
@@ -128,11 +131,11 @@ def main(request: HistoryRequest) -> int:
     if action == "list":
         print(queries.list_text(db))
     elif action == "show":
-        print(queries.show_text(db, args[0], request.scenario, request.figure))
+        print(queries.show_text(db, args[0], request.scenario, figure))
     elif action == "compare":
-        print(queries.compare_text(db, args[0], args[1], request.scenario, request.figure))
+        print(queries.compare_text(db, args[0], args[1], request.scenario, figure))
     elif action == "steps":
-        print(queries.steps_text(db, request.scenario, request.figure))
+        print(queries.steps_text(db, request.scenario, figure))
     elif action == "html":
         pages = dashboard.write(db, Path(args[0]))
         print("\n".join(str(p) for p in pages))

@@ -1,7 +1,19 @@
 """The history gate: a run's cells against the same cells in the last K comparable runs of the store (same
 scenario, machine fingerprint and settings hash, earlier in time), each cell by the lookback test
 (harness.history.lookback) at alpha / cells (Bonferroni, as the A/B gate: with unchanged code the chance that
-any cell is called slower stays under alpha), on the loader + rank CPU per sample ("cpu") or throughput.
+any cell is called slower stays under alpha).
+
+The figure it gates on by default (DEFAULT, "stages/decode") is the loader's timed stages' CPU per sample over
+its decode stage's, both measured in the same visit by the same thread clocks (harness.train.stagetimer): a
+ratio in which the machine's load cancels. On a shared machine a run's CPU per sample moves with the load of
+its minutes (the other processes on the same cores slow every instruction: caches, the SMT sibling), by
+-39% .. +42% for loader + rank ("cpu") in 10 same-code runs, which buries a loader regression; the decode
+stage is the same library work on the same samples in every run and every cell, slowed by the load as the
+other stages are, so the ratio keeps what the code added to the loader and drops what the load added to all
+of it (docs/history.md has the measured spreads and power). What it cannot see: a regression in the decode
+stage itself (it is the reference; the "stages" figure sees it, and "cpu" one in the rank) and, in a
+workload without a decode stage (features), anything: there the gate says so and --figure cpu or stages
+gates instead.
 
 A cell's value in a run is the median of its measured visits there. Exit 1 when a cell is "slower" or errored
 now where every history run measured it; fewer than MIN_RUNS comparable runs is NOT RUN, exit 0 (a fresh
@@ -16,8 +28,25 @@ from harness.history import store
 from harness.history.lookback import MIN_RUNS, LookbackResult, lookback
 from harness.results import stats
 
-METRICS = {"cpu": ("cpu_per_sample", True, "loader + rank CPU s/sample"),
-           "throughput": ("throughput", False, "throughput, samples/s")}  # column, lower is better, name
+
+def _ratio(top: str, bottom: str):
+    def value(visit):
+        a, b = visit[top], visit[bottom]
+        return a / b if a is not None and b else None
+    return value
+
+
+def _column(name: str):
+    return lambda visit: visit[name]
+
+
+# figure -> (its value in a visit row, lower is better, what it is)
+METRICS = {"stages/decode": (_ratio("loader_stages_cpu", "decode_cpu"), True,
+                             "the loader's timed stages' CPU over its decode stage's"),
+           "stages": (_column("loader_stages_cpu"), True, "the loader's timed stages, CPU s/sample"),
+           "cpu": (_column("cpu_per_sample"), True, "loader + rank CPU s/sample"),
+           "throughput": (_column("throughput"), False, "throughput, samples/s")}
+DEFAULT = "stages/decode"
 
 
 @dataclass
@@ -40,18 +69,19 @@ class HistoryGate:
 
     @property
     def ran(self) -> bool:
-        return len(self.history) >= MIN_RUNS
+        return len(self.history) >= MIN_RUNS and any(r.value is not None or r.verdict == "error" for r in self.rows)
 
     @property
     def exit_code(self) -> int:
         return 1 if self.ran and any(r.regression for r in self.rows) else 0
 
 
-def cell_values(visits, column: str) -> dict[str, float]:
-    """cell -> the median of its measured visits' `column` (cells without a value are left out)."""
+def cell_values(visits, figure) -> dict[str, float]:
+    """cell -> the median of its measured visits' `figure` (a function of a visit; cells without a value are
+    left out)."""
     by_cell: dict[str, list[float]] = {}
     for v in visits:
-        value = v[column]
+        value = figure(v)
         if not v["error"] and value is not None and value > 0:
             by_cell.setdefault(v["cell"], []).append(value)
     return {c: stats.median(xs) for c, xs in by_cell.items()}
@@ -78,20 +108,23 @@ def _row(cell: str, value, errored: bool, series: list[float], alpha: float, min
     return GateRow(cell, value, result, result.verdict, regression=result.verdict == "slower")
 
 
-def gate(db: sqlite3.Connection, run: dict, visits: list, metric: str = "cpu", last: int = 10,
+def gate(db: sqlite3.Connection, run: dict, visits: list, metric: str = DEFAULT, last: int = 10,
          min_effect: float = 0.15, alpha: float = 0.05, branch: str | None = None) -> HistoryGate:
     """`run` (a runs row, stored or not) and its visits against its comparable history."""
-    column, lower, _ = METRICS[metric]
+    figure, lower, _ = METRICS[metric]
     history = comparable_runs(db, run, last, branch)
-    past = [cell_values(store.visits_of(db, h["id"]), column) for h in history]
-    now = cell_values(visits, column)
+    past = [cell_values(store.visits_of(db, h["id"]), figure) for h in history]
+    now = cell_values(visits, figure)
     errored = {v["cell"] for v in visits if v["error"]} - set(now)
     cells = list(dict.fromkeys([*now, *sorted(errored), *sorted({c for p in past for c in p})]))
     each = alpha / max(1, len(now))
     rows = [_row(c, now.get(c), c in errored, [p[c] for p in past if c in p], each, min_effect, lower)
             for c in cells]
     warnings = []
-    if len(history) < MIN_RUNS:
+    if not now and not errored:
+        warnings.append(f"NOT RUN: no cell of this run has the figure {metric} (a run without timed loader stages, "
+                        f"or without a decode stage: a features workload); pass --figure cpu or --figure stages")
+    elif len(history) < MIN_RUNS:
         warnings.append(f"NOT RUN: {len(history)} comparable run(s) in the history (scenario {run['scenario']}, "
                         f"this machine, these settings); the history gate needs {MIN_RUNS}: exit 0, no verdict")
     return HistoryGate(rows, history, metric, alpha, min_effect, warnings)

@@ -14,6 +14,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from harness.analysis import stages
 from harness.analysis.effects import MIN_EFFECT, disturbed, whole_passes
 from harness.report import verdict
 from harness.report.effects import read_effects
@@ -47,11 +48,14 @@ def _visit(result: CellResult) -> dict:
     f = result.figures
     ci = f.throughput_ci if f.throughput_ci and len(f.throughput_ci) == 2 else (None, None)
     loader, rank = f.loader_cpu_s_per_sample, f.rank_cpu_s_per_sample
+    profile = stages.profile(result.ranks) if result.measured else None  # None: no rank timed its stages
     return {"cell": result.cell, "repeat": result.repeat, "error": result.error,
             "throughput": f.throughput if result.measured else None, "throughput_low": ci[0],
             "throughput_high": ci[1], "au_pct": f.au_pct, "loader_cpu": loader, "rank_cpu": rank,
             "cpu_per_sample": loader + rank if loader is not None and rank is not None else None,
-            "step_p50_ms": f.step_p50_ms, "disturbed": int(disturbed(result))}
+            "step_p50_ms": f.step_p50_ms, "disturbed": int(disturbed(result)),
+            "loader_stages_cpu": profile.loader_s if profile else None,
+            "decode_cpu": profile.per_sample["decode"] if profile else None, "other_cpu_pct": f.other_cpu_pct}
 
 
 def _gate_line(run_dir: Path) -> str:

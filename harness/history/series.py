@@ -60,7 +60,7 @@ def cell_runs(db: sqlite3.Connection, runs: list[sqlite3.Row], figure: str) -> d
     column = column_of(figure)
     out: dict[str, list[tuple[str, float]]] = {}
     for run in runs:
-        for cell, value in cell_values(store.visits_of(db, run["id"]), column).items():
+        for cell, value in cell_values(store.visits_of(db, run["id"]), lambda v: v[column]).items():
             out.setdefault(cell, []).append((run["commit_id"], value))
     return out
 

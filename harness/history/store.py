@@ -1,7 +1,7 @@
 """The history store: one SQLite file (the standard library's sqlite3), one row per run, per cell visit and per
 effect, versioned like every file the harness writes (harness.results.fileformat's conventions).
 
-Tables (version 1):
+Tables (version 2; version 1 lacked the visits' two stage figures):
 
     meta(key, value)      "schema" -> the store's version (VERSION_KEY; a store without it is version 1)
     runs                  one row per run: run_key (unique: a run added twice is skipped), run_dir, commit_id,
@@ -11,12 +11,15 @@ Tables (version 1):
                           report's verdict lines), gate (comparison.md's summary line, when the run was gated)
     visits                one row per cell visit: run_id, cell, repeat, error, throughput and its interval
                           (throughput_low/high), au_pct, loader_cpu and rank_cpu (s/sample), cpu_per_sample
-                          (their sum), step_p50_ms, disturbed (outside load above the threshold)
+                          (their sum), step_p50_ms, disturbed (outside load above the threshold), other_cpu_pct
+                          (the outside load itself); from version 2 loader_stages_cpu (the loader's timed
+                          stages, CPU s/sample: harness.analysis.stages) and decode_cpu (its decode stage alone)
     effects               one row per effect of effects.jsonl: run_id, figure, axis, level, reference, kind,
                           ratio, low, high, n
 
-Opening (`open_store`): a missing file is created at the current version; an older version is upgraded in
-place by the format's chain of steps (STORE.upgrades[v]: a connection at version v to one at v + 1, in one
+Opening (`open_store`): a missing file is created as version 1 (TABLES) and taken through the same steps as
+an old store, so a new store and an upgraded one are one schema; an older version is upgraded in place by the
+format's chain of steps (STORE.upgrades[v]: a connection at version v to one at v + 1, in one
 transaction); a newer version, a version that is no number, or a file that is not a SQLite database is a
 ResultsError (one line naming the file and the remedy).
 """
@@ -27,15 +30,27 @@ from pathlib import Path
 
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 
-STORE_VERSION = 1
+STORE_VERSION = 2
 STORE_HISTORY = {
     1: "the first history store: runs (commit, branch, time, scenario, settings hash, machine fingerprint, verdict, "
        "gate), visits (one per cell visit: throughput and interval, AU, loader and rank CPU per sample), effects",
+    2: "visits.loader_stages_cpu and visits.decode_cpu (the loader's timed stages and its decode stage, CPU s per "
+       "sample: what the history gate's `stages` figure is made of) and visits.other_cpu_pct (the outside load); "
+       "null in the rows of a version-1 store",
 }
-STORE = FileFormat("history store", STORE_VERSION, STORE_HISTORY)
+
+
+def _stage_columns(db: sqlite3.Connection) -> sqlite3.Connection:
+    """Version 1 -> 2: the visits' stage figures and outside load, null for the runs already in the store."""
+    for column in ("loader_stages_cpu", "decode_cpu", "other_cpu_pct"):
+        db.execute(f"ALTER TABLE visits ADD COLUMN {column} REAL")
+    return db
+
+
+STORE = FileFormat("history store", STORE_VERSION, STORE_HISTORY, {1: _stage_columns})
 REMEDY = "pass another --history file, or move this one aside and add the run directories again (history add)"
 
-TABLES = """
+TABLES = """  -- version 1; open_store takes a new store through the upgrade steps from here
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY, run_key TEXT NOT NULL UNIQUE, run_dir TEXT NOT NULL, commit_id TEXT NOT NULL,
@@ -55,7 +70,9 @@ CREATE TABLE IF NOT EXISTS effects (
 RUN_COLUMNS = ("run_key", "run_dir", "commit_id", "dirty", "branch", "time_utc", "scenario", "settings_hash",
                "settings", "machine_fp", "machine", "repeats", "verdict", "gate")
 VISIT_COLUMNS = ("cell", "repeat", "error", "throughput", "throughput_low", "throughput_high", "au_pct",
-                 "loader_cpu", "rank_cpu", "cpu_per_sample", "step_p50_ms", "disturbed")
+                 "loader_cpu", "rank_cpu", "cpu_per_sample", "step_p50_ms", "disturbed", "loader_stages_cpu",
+                 "decode_cpu", "other_cpu_pct")
+OPTIONAL_VISIT_COLUMNS = ("loader_stages_cpu", "decode_cpu", "other_cpu_pct")  # null where a visit lacks them
 EFFECT_COLUMNS = ("figure", "axis", "level", "reference", "kind", "ratio", "low", "high", "n")
 
 
@@ -93,10 +110,11 @@ def open_store(path: str | Path, fmt: FileFormat = STORE, create: bool = True) -
                            f"path") from None
     db.row_factory = sqlite3.Row
     with db:
-        if found is None:
+        if found is None:  # version 1's tables, then the steps every older store takes
             db.executescript(TABLES)
-            db.execute("INSERT INTO meta VALUES (?, ?)", (VERSION_KEY, str(fmt.version)))
-        elif found < fmt.version:
+            db.execute("INSERT INTO meta VALUES (?, ?)", (VERSION_KEY, "1"))
+            found = 1
+        if found < fmt.version:
             fmt.upgrade(db, found)  # each step a connection at version v to one at v + 1
             db.execute("UPDATE meta SET value = ? WHERE key = ?", (str(fmt.version), VERSION_KEY))
     return db
@@ -116,7 +134,8 @@ def insert_run(db: sqlite3.Connection, run: dict, visits: list[dict], effects: l
         run_id = cur.lastrowid
         db.executemany(f"INSERT INTO visits (run_id, {', '.join(VISIT_COLUMNS)}) VALUES "
                        f"({', '.join('?' * (len(VISIT_COLUMNS) + 1))})",
-                       [[run_id, *[v[c] for c in VISIT_COLUMNS]] for v in visits])
+                       [[run_id, *[v.get(c) if c in OPTIONAL_VISIT_COLUMNS else v[c] for c in VISIT_COLUMNS]]
+                        for v in visits])
         db.executemany(f"INSERT INTO effects (run_id, {', '.join(EFFECT_COLUMNS)}) VALUES "
                        f"({', '.join('?' * (len(EFFECT_COLUMNS) + 1))})",
                        [[run_id, *[e[c] for c in EFFECT_COLUMNS]] for e in effects])
