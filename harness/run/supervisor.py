@@ -111,7 +111,8 @@ def write_heartbeat(run_dir: Path, rank: int, **fields) -> None:
 
 
 def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
-    """Why this rank is about to exit; a UsageError (bad data, say) is fatal: the launcher stops the run.
+    """Why this rank is about to exit; a UsageError (bad data, say) or an error that says it stops the run (a
+    remote store's) is fatal: the launcher stops the run.
     What the failed cell held is released (release_frames)."""
     try:
         _write_rank_error(run_dir, rank, err)
@@ -125,8 +126,8 @@ def _write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
     if (d / f"rank{rank}.error").exists():
         return  # the first error of this rank is the cause
     (d / f"rank{rank}.error").write_text(f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
-    if isinstance(err, UsageError):
-        (d / f"rank{rank}.fatal").write_text(str(err))
+    if isinstance(err, UsageError) or getattr(err, "stops_run", False):  # a remote store's error, too
+        (d / f"rank{rank}.fatal").write_text(err.line() if hasattr(err, "line") else str(err))
 
 
 def release_frames(err: BaseException) -> None:
