@@ -203,7 +203,8 @@ def parse_trees(specs: list[str]) -> dict[str, Path]:
 
 
 def table(rows: list[dict], ranks: list[int], trees: list[str]) -> str:
-    """Median AU (min-max) per tool and rank count, and the median outside load, as markdown."""
+    """Median AU (min-max) per tool and rank count, its median ratio to DLIO's in the same round, the medians
+    of dlbench's overrun and peer wait, and the median outside load, as markdown."""
     def cell(tool: str, n: int, key: str, spread: bool = True) -> str:
         vals = [r[key] for r in rows if r["tool"] == tool and r["ranks"] == n and r.get(key) is not None]
         if not vals:
@@ -211,15 +212,23 @@ def table(rows: list[dict], ranks: list[int], trees: list[str]) -> str:
         med = f"{statistics.median(vals):.1f}"
         return f"{med} ({min(vals):.1f}-{max(vals):.1f})" if spread and len(vals) > 1 else med
 
-    lines = ["| ranks | tool | AU % median (min-max) | overrun % | peer wait % | outside load % | rounds |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    def ratio(tool: str, n: int) -> str:
+        """Median over rounds of the tool's AU / DLIO's AU in the same round (the interleaved ratio)."""
+        dlio = {r["round"]: r["au_pct"] for r in rows if r["tool"] == "dlio" and r["ranks"] == n}
+        vals = [r["au_pct"] / dlio[r["round"]] for r in rows if r["tool"] == tool and r["ranks"] == n
+                and dlio.get(r.get("round"))]
+        return f"{statistics.median(vals):.2f}" if vals else "-"
+
+    lines = ["| ranks | tool | AU % median (min-max) | AU / DLIO's, same round | overrun % | peer wait % | "
+             "outside load % | rounds |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for n in ranks:
         for tool in ("dlio", *trees):
             rounds = sum(1 for r in rows if r["tool"] == tool and r["ranks"] == n)
             label = "DLIO 2.0.0" if tool == "dlio" else tool
-            lines.append(f"| {n} | {label} | {cell(tool, n, 'au_pct')} | {cell(tool, n, 'overrun_pct', False)} | "
-                         f"{cell(tool, n, 'peer_wait_pct', False)} | {cell(tool, n, 'other_cpu_pct', False)} | "
-                         f"{rounds} |")
+            lines.append(f"| {n} | {label} | {cell(tool, n, 'au_pct')} | {ratio(tool, n) if tool != 'dlio' else '1'} | "
+                         f"{cell(tool, n, 'overrun_pct', False)} | {cell(tool, n, 'peer_wait_pct', False)} | "
+                         f"{cell(tool, n, 'other_cpu_pct', False)} | {rounds} |")
     return "\n".join(lines)
 
 

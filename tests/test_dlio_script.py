@@ -56,14 +56,16 @@ def test_dlbench_figures_are_read_from_cells_jsonl(sbs):
 
 
 def test_the_table_gives_every_tool_at_every_rank_count(sbs):
-    rows = [{"tool": "dlio", "ranks": 2, "au_pct": 70.0, "other_cpu_pct": 10.0},
-            {"tool": "dlio", "ranks": 2, "au_pct": 80.0, "other_cpu_pct": 30.0},
-            {"tool": "dlio", "ranks": 2, "au_pct": 90.0, "other_cpu_pct": 20.0},
-            {"tool": "dlbench", "ranks": 2, "au_pct": 60.0, "overrun_pct": 5.0, "peer_wait_pct": 9.0,
+    """Medians and spread per tool; the ratio to DLIO pairs runs of the same round (here 60/90, not the
+    ratio of medians 60/80)."""
+    rows = [{"round": 0, "tool": "dlio", "ranks": 2, "au_pct": 70.0, "other_cpu_pct": 10.0},
+            {"round": 1, "tool": "dlio", "ranks": 2, "au_pct": 80.0, "other_cpu_pct": 30.0},
+            {"round": 2, "tool": "dlio", "ranks": 2, "au_pct": 90.0, "other_cpu_pct": 20.0},
+            {"round": 2, "tool": "dlbench", "ranks": 2, "au_pct": 60.0, "overrun_pct": 5.0, "peer_wait_pct": 9.0,
              "other_cpu_pct": 1.0}]
     text = sbs.table(rows, [2], ["dlbench"])
-    assert "| 2 | DLIO 2.0.0 | 80.0 (70.0-90.0) | - | - | 20.0 | 3 |" in text
-    assert "| 2 | dlbench | 60.0 | 5.0 | 9.0 | 1.0 | 1 |" in text
+    assert "| 2 | DLIO 2.0.0 | 80.0 (70.0-90.0) | 1 | - | - | 20.0 | 3 |" in text
+    assert "| 2 | dlbench | 60.0 | 0.67 | 5.0 | 9.0 | 1.0 | 1 |" in text
 
 
 @pytest.mark.parametrize("args, words", [
