@@ -62,6 +62,27 @@ def test_a_cold_read_waits_for_the_latency_and_the_bandwidth():
     assert predict(c, replace(t, page_cache="warm"), V100).binds == "device"  # warm: no wait at all
 
 
+def test_requests_in_flight_raise_the_latency_bound_as_little_s_law_says():
+    # no CPU, no transfer: W workers x q in flight / (latency x requests per sample), q = in_flight up to what a
+    # batch holds; 2 requests per sample at 4 ms: 125 samples/s per worker one at a time
+    c = costs(loader_s=0.0, rank_s=0.0, bytes_per_sample=1e4, requests_per_sample=2.0, device_s=1e-6)
+    t = target(workers_per_rank=2, page_cache="cold", storage_latency_ms=4.0, batch_size=16)
+    assert predict(c, t, V100).per_rank == pytest.approx(2 * 1 / (0.004 * 2))  # in_flight 1: today's figure
+    for depth in (2, 8, 32):
+        p = predict(replace(c, in_flight=depth), t, V100)
+        assert p.binds == "loader workers" and p.per_rank == pytest.approx(2 * depth / (0.004 * 2))
+    # a batch of 16 holds 32 requests: no more can be in flight at once
+    assert predict(replace(c, in_flight=64), t, V100).per_rank == pytest.approx(2 * 32 / (0.004 * 2))
+    # the transfer is not shared: 10 KB at 10 MB/s stays 1 ms a sample, beside 8 ms / 8 of latency
+    bw = replace(t, storage_read_mb_s=10.0, workers_per_rank=1)
+    assert predict(replace(c, in_flight=8), bw, V100).per_rank == pytest.approx(1 / (0.001 + 0.001))
+    # the store's own capacity caps it: 400 GETs/s over 2 requests a sample
+    capped = predict(replace(c, in_flight=8), replace(t, storage_iops=400.0), V100)
+    assert capped.binds == "storage ops/s" and capped.per_rank == pytest.approx(200)
+    # warm page cache: no wait, in flight or not
+    assert predict(replace(c, in_flight=8), replace(t, page_cache="warm"), V100).binds == "device"
+
+
 def test_nodes_on_shared_storage_share_its_bandwidth():
     c = costs(loader_s=0.0, rank_s=0.0, device_s=1e-6)
     one = target(page_cache="cold", storage_read_mb_s=200.0)

@@ -23,7 +23,10 @@ The rate is the smallest bound, divided by the step imbalance (ranks wait for th
 k = 1 + (contention - 1) u, u the share of the node's cores busy at that rate (solved by iteration), where
 `contention` is the measured factor a sample's CPU cost rises by when every core is busy; the measured
 costs are first brought back to an idle host with the same factor at the load they were measured under.
-A cold read costs io = bytes / bandwidth + requests x latency per sample, on top of its CPU.
+A cold read costs io = bytes / bandwidth + requests x latency / q per sample, on top of its CPU, where
+q = min(in_flight, requests per batch), at least 1: a worker fetches a batch's requests `in_flight` at a time
+(Little's law: with no CPU and no transfer, W workers reach W q / (latency x requests per sample) samples/s).
+A store's own request capacity (one server process: 1 / its CPU per request) is the ops bound's IOPS.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ class Costs:
     padded_pixels_per_sample: float = 0.0  # pixels workload: what the device's step time scales with
     bytes_per_sample: float = 0.0  # stored bytes read per sample
     requests_per_sample: float = 1.0  # read requests per sample on a cold read
+    in_flight: int = 1  # read requests a worker keeps in flight at once (a remote storage's in_flight)
     stages: dict[str, float] = field(default_factory=dict)  # the loader's stages (s/sample), for advice
     step_imbalance: float = 1.0  # mean over steps of the slowest rank's busy time / the mean
     contention: float = 1.0  # CPU cost per sample with every core busy / on an idle host
@@ -90,12 +94,18 @@ def device_seconds(costs: Costs, accelerator: Accelerator, batch_size: int) -> f
         + costs.device_extra_s
 
 
+def requests_at_once(costs: Costs, target: Target) -> float:
+    """Requests a worker has in flight while it waits: its in_flight, no more than a batch holds, at least 1."""
+    return max(1.0, min(float(costs.in_flight), costs.requests_per_sample * target.batch_size))
+
+
 def io_seconds(costs: Costs, target: Target) -> float:
-    """Wait per sample of a cold read: the bytes at the storage's bandwidth plus its latency per request."""
+    """Wait per sample of a cold read: the bytes at the storage's bandwidth plus its latency per request,
+    shared by the requests in flight at once (Little's law)."""
     if target.page_cache != "cold":
         return 0.0
     transfer = costs.bytes_per_sample / (target.storage_read_mb_s * 1e6) if target.storage_read_mb_s else 0.0
-    return transfer + costs.requests_per_sample * target.storage_latency_ms / 1e3
+    return transfer + costs.requests_per_sample * target.storage_latency_ms / 1e3 / requests_at_once(costs, target)
 
 
 def rank_seconds(costs: Costs, workers: int, k: float, share: float) -> float:
