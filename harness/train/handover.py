@@ -110,8 +110,13 @@ class LocalPool:
         self.arenas: list[bytearray] = []
         self.lock = threading.Lock()  # the thread loaders take arenas from several threads
 
+    def _references(self) -> list[tuple[bytearray, int]]:
+        """Each arena and what sys.getrefcount reads for it here (the one place it is read, so that the count
+        of an arena no tensor holds is measured by the same code: _idle_references)."""
+        return [(a, sys.getrefcount(a)) for a in self.arenas]
+
     def _idle(self) -> list[bytearray]:
-        return [a for a in self.arenas if sys.getrefcount(a) <= _IDLE_REFS]
+        return [a for a, refs in self._references() if refs <= _IDLE_REFS]
 
     def tensor(self, shape: tuple, dtype: torch.dtype, zero: bool = True) -> tuple[torch.Tensor, bool]:
         """A tensor of `shape` in an idle arena or a new one, and whether the arena was used before (if so,
@@ -136,11 +141,11 @@ class LocalPool:
 
 
 def _idle_references() -> int:
-    """What sys.getrefcount reads in LocalPool._idle for an arena no tensor holds (CPython's count: the list,
-    the comprehension's variable, the call's argument)."""
+    """What LocalPool._references reads for an arena no tensor holds (CPython's count: the pool's list, the
+    comprehension's variable, the call's argument; measured, as it differs between Python versions)."""
     probe = LocalPool()
     probe.arenas.append(bytearray(8))
-    return max(sys.getrefcount(a) for a in probe.arenas)
+    return probe._references()[0][1]
 
 
 _IDLE_REFS = _idle_references()
