@@ -59,12 +59,15 @@ def test_history_add_imports_real_run_directories(smoke_run, tmp_path):
     assert sorted(r["scenario"] for r in runs) == ["smoke", "smoke"] and {r["branch"] for r in runs} == {"main"}
     mine = next(r for r in runs if r["run_dir"] == str(run_dir.absolute()))
     assert len(store.visits_of(db, mine["id"])) == len(cells)
+    # the stage figures the history gate divides, from the real run's stage profile (harness.analysis.stages)
+    assert all(v["loader_stages_cpu"] > v["decode_cpu"] > 0 for v in store.visits_of(db, mine["id"]))
     assert store.effects_of(db, mine["id"]) or mine["repeats"] == 1
     env = json.loads((run_dir / "env.json").read_text())
     assert mine["commit_id"] == env["git"]["commit"] and mine["verdict"].startswith("FASTEST")
     assert json.loads(mine["machine"])["cpu_model"] == env["cpu_model"]
     old = next(r for r in runs if r is not mine)
     assert old["commit_id"].startswith("51a6757") and len(store.visits_of(db, old["id"])) == 3
+    assert {v["loader_stages_cpu"] for v in store.visits_of(db, old["id"])} == {None}  # v0.2 timed no stages
     again = history("add", str(run_dir), "--history", str(db_path))
     assert again.returncode == 0 and "already in the store" in again.stderr
     assert len(store.runs(store.open_store(db_path))) == 2
