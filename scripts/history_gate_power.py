@@ -9,7 +9,8 @@ code, a float compare per batch), then runs `run_bench.py --scenario ci --repeat
 another: first --history-runs same-code runs (the history), then --rounds rounds, each the four kinds
 {same code, +0.03, +0.075, +0.15 ms a sample} (10%, 25% and 50% of the ci scenario's loader CPU of 0.3 ms a
 sample) in a seeded random order. Each run is a line of OUT/runs.jsonl (its directory, its plant, its wall time,
-the load average before it); --until stops before a round that would start after that UTC time.
+the load average before it); --until stops before a round that would start after that UTC time. A second
+`run` of the same OUT goes on where the first stopped. When done: `git worktree remove --force OUT/tree`.
 
 `judge` adds every same-code run to a fresh history store (OUT/history.sqlite) and gates each run after the
 first --history-runs against the last K same-code runs before it, with every figure the gate has
