@@ -268,8 +268,9 @@ def define_history(p: argparse.ArgumentParser) -> None:
                    metavar="FILE", help="the store ($DLBENCH_HISTORY, else results/history.sqlite)")
     p.add_argument("--branch", default=d.branch, help="add: the runs' branch; gate: compare with this branch's runs")
     p.add_argument("--scenario", help="only this scenario (show, compare, steps)")
-    p.add_argument("--figure", choices=("cpu", "throughput", "au"), default=d.figure,
-                   help="cpu: loader + rank CPU s/sample (default), throughput, au (show, compare, steps, gate)")
+    p.add_argument("--figure", choices=("cpu", "throughput", "au", "stages", "stages/decode"), default=d.figure,
+                   help="gate: stages/decode (default: the loader's timed stages over its decode stage), stages, "
+                        "cpu or throughput; show, compare, steps: cpu (default), throughput, au")
     p.add_argument("--last", type=int, default=d.last, help=f"gate: the last K comparable runs ({d.last})")
     p.add_argument("--min-effect", type=min_effect, default=d.min_effect, help=f"gate: ({d.min_effect})")
     p.add_argument("--alpha", type=alpha, default=d.alpha, help=f"gate: over all cells ({d.alpha})")
