@@ -139,12 +139,13 @@ class Dlio:
         train = self.work / "data" / "train"
         if not train.is_dir() or len(list(train.iterdir())) < self.settings["num_files_train"]:
             run_quiet(self.command(1, self.work / "gen", "++workload.workflow.generate_data=True",
-                                   "++workload.workflow.train=False"), self.env, "DLIO's data generation")
+                                   "++workload.workflow.train=False"), self.env, "DLIO's data generation",
+                      cwd=self.work)  # DLIO writes hydra_log/ and checkpoints/ where it runs
 
     def run(self, ranks: int, tag: str) -> dict:
         out = self.work / "out" / tag
         host0, cpu0 = host_ticks(), children_ticks()
-        run_quiet(self.command(ranks, out), self.env, f"DLIO at {ranks} ranks")
+        run_quiet(self.command(ranks, out), self.env, f"DLIO at {ranks} ranks", cwd=self.work)
         host1, cpu1 = host_ticks(), children_ticks()
         other = outside_load(host0, host1, cpu0, cpu1)[0] if host0 and host1 else None
         return {"au_pct": dlio_au(out / "summary.json"), "other_cpu_pct": other}
