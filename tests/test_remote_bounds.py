@@ -29,13 +29,29 @@ def test_the_prediction_is_the_model_s_cold_read():
     assert io0 == pytest.approx(0.001) and unshaped == pytest.approx(1 / 0.003, rel=1e-3) and bound0 == float("inf")
 
 
+def test_requests_in_flight_and_the_store_s_capacity_reach_the_prediction():
+    check = _script()
+    cal = {"own_s_per_sample": 0.0005, "bytes_per_sample": 12_000, "requests_per_sample": 2.0}
+    before = check.predicted(cal, latency_s=0.004, bandwidth=0.0)[0]
+    assert before == pytest.approx(1 / (0.0005 + 0.008), rel=1e-3)  # two GETs one after another
+    eight, io, binds, _ = check.predicted(cal, latency_s=0.004, bandwidth=0.0, in_flight=8)
+    assert io == pytest.approx(0.001) and eight == pytest.approx(1 / 0.0015, rel=1e-3)  # 2 x 4 ms / 8
+    capped, _, binds, _ = check.predicted(cal, latency_s=0.004, bandwidth=0.0, in_flight=8, store_gets_s=480.0)
+    assert binds == "storage ops/s" and capped == pytest.approx(240.0)  # 480 GETs/s over 2 a sample
+    # the link as a cap alone: bandwidth / bytes, or the unshaped prediction, whichever is lower
+    assert check.link_caps_only(cal, 0.004, 1.0, 1, 0.0) == pytest.approx(1e6 / 12_000)
+    assert check.link_caps_only(cal, 0.004, 20.0, 1, 0.0) == pytest.approx(before)
+
+
 def test_the_table_flags_the_calibration_and_takes_medians():
     check = _script()
     got = {"rate": 100.0, "requests_per_sample": 1.0, "bytes_per_sample": 1e4, "request_s": 0.005,
-           "wait_s_per_sample": 0.005, "outside_pct": 3.0}
+           "wait_s_per_sample": 0.005, "idle_s_per_sample": 0.004, "outside_pct": 3.0}
     rows = [{"setting": s, "case": ("webdataset", 1), "rate": r, "io": 0.005, "binds": "loader workers",
-             "bandwidth_bound": 1e3, "got": dict(got, rate=m), "cal": got, "latency": 0.005}
+             "bandwidth_bound": 1e3, "before": 2 * r, "capacity": 400.0, "caps_only": 50.0,
+             "got": dict(got, rate=m), "cal": got, "latency": 0.005, "idle": 0.004}
             for s, r, m in [(0.0, 100.0, 100.0), (0.0, 90.0, 90.0), (20.0, 80.0, 100.0), (20.0, 100.0, 100.0)]]
     lines = check.table(rows)
-    assert "calibration (copy" in lines[2] and "| 95.0 | 95.0 | +0.0 |" in lines[2]
-    assert lines[3].startswith("| 20 MB/s (tbf) |") and "| 90.0 | 100.0 | -10.0 |" in lines[3]
+    assert "calibration (copy" in lines[2] and "| 190.0 | +100.0 | 95.0 | 95.0 | +0.0 |" in lines[2]
+    assert lines[3].startswith("| 20 MB/s (tbf) |") and "| 180.0 | +80.0 | 90.0 | 100.0 | -10.0 |" in lines[3]
+    assert "| 400.0 |" in lines[3] and "| 50.0, -50.0 |" in lines[3]  # the store bound; the link as a cap alone
