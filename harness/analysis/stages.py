@@ -89,12 +89,13 @@ def requests_per_sample(storage: str, workload: str) -> float:
 
 def costs(records: list[RankRecord], figures, workload: str, contention: float = 1.0,
           busy_share: float = 0.0, rate: str = "amp", requests_per_sample: float = 1.0,
-          cold_read_extra_s: float = 0.0, measured_device: bool = False) -> Costs | None:
+          cold_read_extra_s: float = 0.0, measured_device: bool = False, in_flight: int = 1) -> Costs | None:
     """The target model's costs from a cell's records and figures (harness.results.cellresult.Figures):
     the loader's stages when measured, with `untimed` (the /proc figure less them) where /proc measured the
     loader, so that they sum to its whole CPU (else the /proc figure alone), the rank's CPU per sample, what a sample
     weighs on the device and the storage, the step imbalance. `measured_device`: a real GPU's device time
-    per sample is used as measured (else the catalogue's model, from the padded pixels)."""
+    per sample is used as measured (else the catalogue's model, from the padded pixels). `in_flight`: the read
+    requests a worker keeps in flight (a remote storage's setting; 1 for local files)."""
     samples = sum(r.samples for r in records)
     if not samples or figures.get("rank_cpu_s_per_sample") is None:
         return None
@@ -115,5 +116,5 @@ def costs(records: list[RankRecord], figures, workload: str, contention: float =
                  bytes_per_sample=sum(r.nbytes for r in records) / samples,
                  requests_per_sample=requests_per_sample, stages=stages,
                  step_imbalance=float(figures.get("step_imbalance") or 1.0), contention=contention,
-                 busy_share=busy_share, cold_read_extra_s=cold_read_extra_s, rate=rate,
+                 busy_share=busy_share, cold_read_extra_s=cold_read_extra_s, rate=rate, in_flight=in_flight,
                  device_s=(1.0 / device_rate) if measured_device and device_rate else None)

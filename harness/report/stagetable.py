@@ -17,6 +17,7 @@ from harness.config.target import Target
 from harness.measure.rankrecord import STAGES
 from harness.report.tables import Table, fmt, shown_axes, stack_label
 from harness.results.cellresult import CellResult, CellSummary, merge_repeats
+from strategies import registry
 
 STAGE_COLOURS = {"read": "#8c564b", "cache": "#e377c2", "decode": "#1f77b4", "transform": "#17becf",
                  "collate": "#2ca02c", "send": "#ff7f0e", "queue": "#bcbd22", "receive": "#d62728",
@@ -90,7 +91,18 @@ def _costs(cell: CellSummary, target: Target):
     real_same = not cell.emulated and target.accelerator and target.accelerator in str(cell.device or "")
     workload = cell.workload or "pixels"
     return stages.costs(cell.ranks, cell.figures, workload, measured_device=bool(real_same),
-                        requests_per_sample=stages.requests_per_sample(cell.name("storage"), workload))
+                        requests_per_sample=stages.requests_per_sample(cell.name("storage"), workload),
+                        in_flight=in_flight(cell))
+
+
+def in_flight(cell) -> int:
+    """The read requests a worker of the cell keeps in flight: its storage's `in_flight` (a remote storage's,
+    its default included), else 1 (local files, or a storage this installation cannot build)."""
+    try:
+        storage = registry.create("storage", cell.name("storage"), **cell.params.get("storage", {}))
+    except Exception:  # a plugin not installed here, or parameters of another version: the serial model
+        return 1
+    return int(getattr(storage, "in_flight", 1))
 
 
 def target_table(results: list[CellResult], target: Target) -> Table:
