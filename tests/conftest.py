@@ -1,6 +1,7 @@
 """Shared fixtures: one real end-to-end smoke run (2 ranks, gloo, real DataLoader workers) per session."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,3 +36,18 @@ def smoke_run(tmp_path_factory, data_dir):
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = list(out.iterdir())
     return proc, run_dir, read_cells(run_dir)
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """The project's own S3 store (moto's server mode on loopback, harness.data.remotestore) with its AWS
+    environment set for the module's tests, and the environment as it was after them (a module that asks for it
+    skips first where moto's server mode or obstore is missing)."""
+    from harness.data.remotestore import ObjectServer
+
+    saved = dict(os.environ)
+    with ObjectServer("dlbench") as s:
+        os.environ.update(s.env())
+        yield s
+    os.environ.clear()
+    os.environ.update(saved)

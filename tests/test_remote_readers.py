@@ -6,7 +6,6 @@ client, and so does the s3 storage's litdata format."""
 from __future__ import annotations
 
 import io
-import os
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ pytest.importorskip("obstore", reason="the s3 storage reads through obstore: pip
 from harness.data import remotefigures  # noqa: E402
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
 from harness.data.materialise import materialise  # noqa: E402
-from harness.data.remotestore import ObjectServer  # noqa: E402
 from strategies import registry  # noqa: E402
 from strategies.remote.s3client import parse_url  # noqa: E402
 from strategies.remote.source import STATS_ENV  # noqa: E402
@@ -26,17 +24,7 @@ from strategies.storage.s3 import read_remote  # noqa: E402
 SPEC = DatasetSpec(samples=40, seed=5, profile="tiny")
 
 
-@pytest.fixture(scope="module")
-def server():
-    saved = dict(os.environ)
-    with ObjectServer("dlbench") as s:
-        os.environ.update(s.env())
-        yield s
-    os.environ.clear()
-    os.environ.update(saved)
-
-
-def test_webdataset_reads_the_bucket_s_tars_as_the_harness_does(server, tmp_path):
+def test_webdataset_reads_the_bucket_s_tars_as_the_harness_does(s3_server, tmp_path):
     wds = pytest.importorskip("webdataset")
     import boto3
 
@@ -48,7 +36,7 @@ def test_webdataset_reads_the_bucket_s_tars_as_the_harness_does(server, tmp_path
     shards = sorted(n for n in remote["objects"] if n.endswith(".tar"))
     urls = [client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": f"{prefix}/{n}"})
             for n in shards]
-    assert all(u.startswith(server.endpoint + "/") for u in urls)  # plain HTTP GETs to the project's store
+    assert all(u.startswith(s3_server.endpoint + "/") for u in urls)  # plain HTTP GETs to the project's store
     streamed = list(wds.WebDataset(urls, shardshuffle=False))
     reader = registry.create("storage", "s3", **params).open(path)
     ours = reader.read_batch(list(range(SPEC.samples)))
@@ -68,7 +56,7 @@ def _same_item(item: dict, i: int) -> bool:
             and np.array_equal(item["image_emb"], want.image_emb) and np.array_equal(item["text_emb"], want.text_emb))
 
 
-def test_litdata_reads_the_chunks_from_the_bucket_itself(server, tmp_path, monkeypatch):
+def test_litdata_reads_the_chunks_from_the_bucket_itself(s3_server, tmp_path, monkeypatch):
     litdata = pytest.importorskip("litdata")
     params = {"format": "litdata", "shard_size": 16, "cache_dir": str(tmp_path / "litcache")}
     path = materialise(SPEC, "s3", tmp_path / "data", progress=False, params=params)  # litdata.optimize, uploaded
@@ -76,7 +64,7 @@ def test_litdata_reads_the_chunks_from_the_bucket_itself(server, tmp_path, monke
     assert sorted(remote["objects"]) == ["chunk-0-0.bin", "chunk-0-1.bin", "chunk-0-2.bin", "index.json"]
     # litdata's own reader over the bucket, the endpoint as litdata takes it (storage_options)
     theirs = litdata.StreamingDataset(remote["url"], cache_dir=str(tmp_path / "theirs"),
-                                      storage_options={"endpoint_url": server.endpoint})
+                                      storage_options={"endpoint_url": s3_server.endpoint})
     assert len(theirs) == SPEC.samples
     assert all(_same_item(theirs[i], i) for i in (0, 17, 39, 16))
     # the s3 storage's litdata format: litdata reading the bucket inside the harness's reader (the local

@@ -3,8 +3,6 @@ the real obstore client: the same samples as the generator, the requests each fo
 tier, a store that forgot its data, and the hard edges as one line naming the URL and the remedy."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -22,16 +20,6 @@ SPEC = DatasetSpec(samples=40, seed=3, profile="tiny")
 INDICES = [0, 17, 16, 39, 17]
 
 
-@pytest.fixture(scope="module")
-def server():
-    saved = dict(os.environ)
-    with ObjectServer("dlbench") as s:
-        os.environ.update(s.env())
-        yield s
-    os.environ.clear()
-    os.environ.update(saved)
-
-
 def _open(tmp_path, fmt, **params):
     params = {"format": fmt, "shard_size": 16, **params}
     path = materialise(SPEC, "s3", tmp_path, progress=False, params=params)
@@ -39,7 +27,7 @@ def _open(tmp_path, fmt, **params):
 
 
 @pytest.mark.parametrize("fmt, per_sample", [("webdataset", 1), ("raw", 4)])
-def test_same_samples_and_requests_per_sample(server, tmp_path, fmt, per_sample):
+def test_same_samples_and_requests_per_sample(s3_server, tmp_path, fmt, per_sample):
     path, storage = _open(tmp_path, fmt)
     reader = storage.open(path)
     got = reader.read_batch(INDICES)
@@ -52,7 +40,7 @@ def test_same_samples_and_requests_per_sample(server, tmp_path, fmt, per_sample)
     reader.close()
 
 
-def test_parquet_costs_footer_and_one_request_per_row_group(server, tmp_path):
+def test_parquet_costs_footer_and_one_request_per_row_group(s3_server, tmp_path):
     path, storage = _open(tmp_path, "parquet")
     reader = storage.open(path)
     got = reader.read_batch(INDICES)
@@ -62,7 +50,7 @@ def test_parquet_costs_footer_and_one_request_per_row_group(server, tmp_path):
     reader.close()
 
 
-def test_disk_tier_serves_a_shard_read_before(server, tmp_path):
+def test_disk_tier_serves_a_shard_read_before(s3_server, tmp_path):
     path, storage = _open(tmp_path, "webdataset", disk_cache_mb=8, cache_dir=str(tmp_path / "tier"))
     reader = storage.open(path)
     reader.read_batch([16, 17])  # shard 1 (the manifest's read-back read shards 0 and 2): one whole-shard GET
@@ -75,7 +63,7 @@ def test_disk_tier_serves_a_shard_read_before(server, tmp_path):
     reader.close()
 
 
-def test_open_refills_a_store_that_forgot_its_data(server, tmp_path):
+def test_open_refills_a_store_that_forgot_its_data(s3_server, tmp_path):
     path, storage = _open(tmp_path, "webdataset")
     store = RangeStore(read_remote(path)["url"])
     store.store()
@@ -88,7 +76,7 @@ def test_open_refills_a_store_that_forgot_its_data(server, tmp_path):
     reader.close()
 
 
-def test_missing_and_truncated_objects_are_one_line_naming_the_url(server, tmp_path):
+def test_missing_and_truncated_objects_are_one_line_naming_the_url(s3_server, tmp_path):
     path, storage = _open(tmp_path, "webdataset")
     reader = storage.open(path)
     url = read_remote(path)["url"]
@@ -109,15 +97,15 @@ def test_missing_and_truncated_objects_are_one_line_naming_the_url(server, tmp_p
     reader.close()
 
 
-def test_missing_bucket_and_unreachable_endpoint(server):
+def test_missing_bucket_and_unreachable_endpoint(s3_server):
     with pytest.raises(RemoteError, match=r"^s3://no-such-bucket/p/x: bucket no-such-bucket does not exist"):
         RangeStore("s3://no-such-bucket/p").get_ranges([("x", 0, 4)])
-    port = server.port + 1 if server.port < 65535 else 1024
+    port = s3_server.port + 1 if s3_server.port < 65535 else 1024
     with pytest.raises(RemoteError, match=r"cannot reach the endpoint http://127.0.0.1:\d+ .*start the object store"):
         RangeStore("s3://dlbench/p", endpoint_url=f"http://127.0.0.1:{port}").get_ranges([("x", 0, 4)])
 
 
-def test_bad_parameters_are_one_line(server):
+def test_bad_parameters_are_one_line(s3_server):
     with pytest.raises(registry.InvalidParams, match="url = 'http://x' must be s3://BUCKET/PREFIX"):
         registry.validate("storage", "s3", {"url": "http://x"})
     with pytest.raises(registry.InvalidParams, match="format"):
@@ -130,7 +118,7 @@ def _read_in_child(reader, queue) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["webdataset", "raw"])
-def test_a_forked_worker_reads_after_the_rank_opened(server, tmp_path, fmt):
+def test_a_forked_worker_reads_after_the_rank_opened(s3_server, tmp_path, fmt):
     """What a DataLoader worker does: the rank opens the storage (a LIST, maybe puts), then forks the worker."""
     import multiprocessing as mp
 
@@ -190,10 +178,10 @@ class _SlowDownProxy:
         self.httpd.shutdown()
 
 
-def test_throttling_is_retried_with_backoff_and_counted(server, tmp_path):
+def test_throttling_is_retried_with_backoff_and_counted(s3_server, tmp_path):
     path, storage = _open(tmp_path, "webdataset")
     url = read_remote(path)["url"]
-    proxy = _SlowDownProxy(server.endpoint, throttle=2)
+    proxy = _SlowDownProxy(s3_server.endpoint, throttle=2)
     try:
         store = RangeStore(url, endpoint_url=proxy.endpoint)
         data = store.get_ranges([("shard-00000.tar", 0, 512)])[0]
@@ -252,7 +240,7 @@ def test_an_error_is_named_by_its_status_not_by_digits_elsewhere(text, line):
     assert line in store._failed("k", text)
 
 
-def test_each_open_starts_with_a_cold_tier(server, tmp_path):
+def test_each_open_starts_with_a_cold_tier(s3_server, tmp_path):
     """A visit opens the storage in each rank before its workers read: the tier a previous visit filled is
     emptied, so every visit of a disk-cache cell starts cold."""
     path, storage = _open(tmp_path, "webdataset", disk_cache_mb=8, cache_dir=str(tmp_path / "tier"))
