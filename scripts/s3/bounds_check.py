@@ -74,7 +74,7 @@ def measure(path: Path, fmt: str, in_flight: int, seconds: float, seed: int) -> 
     for _ in range(2):
         reader.read_batch(rng.choice(n, BATCH, replace=False).tolist())
     before = reader.remote_stats()
-    load = HostLoad()
+    load = HostLoad(root=os.getpid())  # this script and the store it started; its parent's tree is not the run's
     load.start()
     samples, t0, cpu0 = 0, time.perf_counter(), time.process_time()
     while time.perf_counter() - t0 < seconds:
