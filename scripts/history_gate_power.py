@@ -141,7 +141,7 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
     """Today's gates on the same runs: the A/B gate (ab_gate.judge: 6 against 6 single-repeat runs, cpu
     metric, min effect 15%, alpha 0.05 over the cells) on disjoint groups of runs, and the baseline gate's
     test (results/baselines/ci.json, 10 repeats; the runs merged 5 at a time as its 5 repeats)."""
-    from harness.analysis import compare
+    from harness.analysis import baselinegate
     from harness.commands import ab_gate
     from harness.commands.compare_runs import run_as_baseline
     from harness.results.baseline import Baseline, BaselineError, merge
@@ -171,7 +171,7 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
         for group in _groups(dirs[kind], baseline_repeats):
             try:
                 runs = merge([run_as_baseline(d) for d in group], "the runs")
-                comparison = compare.compare(runs, base, min_effect=0.15, alpha=0.05, metric="cpu")
+                comparison = baselinegate.compare(runs, base, min_effect=0.15, alpha=0.05, metric="cpu")
                 codes.append(comparison.exit_code)
             except BaselineError:
                 codes.append(3)
@@ -179,18 +179,19 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
 
 
 def judge(out: Path, history_runs: int, last: int) -> int:
-    from harness.history import gate, runrows, store
+    from harness.history import gate, runrows
+    from harness.history import database
 
     runs = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
     runs = [r for r in runs if r["rc"] == 0 and r["run_dir"]]
     db_path = out / "history.sqlite"
     db_path.unlink(missing_ok=True)
-    db = store.open_store(db_path)
+    db = database.open_store(db_path)
     rows = {}
     for r in runs:
         rows[r["index"]] = runrows.rows_of(Path(r["run_dir"]))
         if not r["plant_ms"]:
-            store.insert_run(db, *rows[r["index"]])
+            database.insert_run(db, *rows[r["index"]])
     judged = [r for r in runs if r["index"] >= history_runs]
     kinds = sorted({r["plant_ms"] for r in judged})
     mmap = [c for c in dict.fromkeys(v["cell"] for v in rows[runs[0]["index"]][1]) if "storage=mmap" in c]

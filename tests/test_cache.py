@@ -96,7 +96,7 @@ def test_lru_wrap_returns_a_fetch_with_stats():
 
 
 @pytest.mark.parametrize("module, other", [("strategies.cache.lru_shared", "strategies.cache.lru"),
-                                           ("strategies.cache.store", "strategies.cache.lru_shared")])
+                                           ("strategies.cache.lrumap", "strategies.cache.lru_shared")])
 def test_shared_scope_does_not_import_the_strategy_module(module, other):
     """lru imports lru_shared and store; neither imports lru back (no import cycle)."""
     code = f"import sys, {module}; print({other!r} in sys.modules)"

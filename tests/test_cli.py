@@ -12,7 +12,8 @@ import pytest
 from conftest import run_bench
 
 from harness import cli
-from harness.cli import parsers, requests
+from harness.cli import parsers
+from harness.cli import fromargs
 from harness.commands import bench
 from harness.report import report
 from harness.run import launch
@@ -142,4 +143,4 @@ def test_share_gpu_without_a_gpu_is_one_line_with_device_cuda_and_a_note_otherwi
     assert code == 0 and "note: --share-gpu: no GPU is visible, so the 2 ranks are emulated" in err
     assert "(emulated)" in err
     argv = ["--scenario", "smoke", "--share-gpu"]
-    assert requests.bench_request(parsers.build_parser().parse_args(argv), argv, None).share_gpu
+    assert fromargs.bench_request(parsers.build_parser().parse_args(argv), argv, None).share_gpu

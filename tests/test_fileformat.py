@@ -11,18 +11,19 @@ import pytest
 
 from harness.analysis import checkcases, effects
 from harness.analysis.effects import EFFECTS, Effect
-from harness.report.effects import read_effects, write_effects
-from harness.results import cellresult, environment, fileformat, loaderrows, probeline, rundir
+from harness.report.effecttables import read_effects, write_effects
+from harness.results import cellresult, environment, fileformat, probeline, rundir
+from harness.results import loaderonly_rows
 from harness.results.cellresult import CELLS, CellResult
 from harness.results.environment import ENV, Environment
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError, unchanged
-from harness.results.loaderrows import DECODE, LOADER, DecodeRow, LoaderRow, read_rows, write_rows
+from harness.results.loaderonly_rows import DECODE, LOADER, DecodeRow, LoaderRow, read_rows, write_rows
 from harness.results.probeline import PROBE, ProbeLine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 # every format a run directory's files have, and the module that declares it beside its record
 FORMATS = {"cells.jsonl": (cellresult, CELLS), "env.json": (environment, ENV), "probe.jsonl": (probeline, PROBE),
-           "loader.jsonl": (loaderrows, LOADER), "decode.jsonl": (loaderrows, DECODE),
+           "loader.jsonl": (loaderonly_rows, LOADER), "decode.jsonl": (loaderonly_rows, DECODE),
            "effects.jsonl": (effects, EFFECTS), "predictions.jsonl": (checkcases, checkcases.PREDICTIONS)}
 
 

@@ -124,7 +124,7 @@ def test_the_harness_calls_of_the_checks_still_fit():
     from harness.device import memprobe
     from harness.device.standin import build_model
     from harness.measure.telemetry import NvmlSampler
-    from harness.train.trainstep import StepPrecision
+    from harness.train.ddpstep import StepPrecision
     from strategies.registry import create, load_builtins
 
     load_builtins()
@@ -141,7 +141,7 @@ def test_the_harness_calls_of_the_checks_still_fit():
         assert callable(getattr(CudaDevice, method))
     inspect.signature(CudaDevice).bind(0)
     assert all(hasattr(CudaDevice, m) for m in ("synchronize", "last_bytes"))  # what memcheck reads of it
-    from harness.train.trainstep import make_ddp, train_step
+    from harness.train.ddpstep import make_ddp, train_step
 
     inspect.signature(train_step).bind(object(), object(), object(), {}, 16, 16 * 160 * 160, False, object())
     inspect.signature(make_ddp).bind(object())

@@ -1,7 +1,7 @@
 """The GPU path's logic that a CPU can check: which device a rank drives and when it refuses, the
 precision a GPU cannot run natively, what counts as an out-of-memory, the memory plan after a real OOM,
 what a shadow step after an OOM is fed, and DDP's options (harness.run.launch, harness.device.devices,
-harness.train.trainstep)."""
+harness.train.ddpstep)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +14,7 @@ from harness.config.request import Torchrun
 from harness.device import devices
 from harness.errors import UsageError
 from harness.run import launch
-from harness.train import trainstep
+from harness.train import ddpstep
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,20 +81,20 @@ def test_bf16_is_unsupported_below_compute_capability_8(monkeypatch, capability,
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "Tesla V100" if not supported else "A100")
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: capability[0] >= 8)
     cuda0 = torch.device("cuda", 0)
-    reason = trainstep.StepPrecision.unsupported(registry.create("precision", "bf16"), cuda0)
+    reason = ddpstep.StepPrecision.unsupported(registry.create("precision", "bf16"), cuda0)
     assert (reason is None) == supported
     if not supported:
         assert "compute capability 8.0" in reason and "7.0" in reason
-    assert trainstep.StepPrecision.unsupported(registry.create("precision", "amp"), cuda0) is None
-    assert trainstep.StepPrecision.unsupported(registry.create("precision", "bf16"), torch.device("cpu")) is None
+    assert ddpstep.StepPrecision.unsupported(registry.create("precision", "amp"), cuda0) is None
+    assert ddpstep.StepPrecision.unsupported(registry.create("precision", "bf16"), torch.device("cpu")) is None
 
 
 def test_what_counts_as_out_of_memory():
-    assert trainstep.is_oom(torch.OutOfMemoryError("CUDA out of memory"))
-    assert trainstep.is_oom(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
-    assert trainstep.is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
-    assert not trainstep.is_oom(RuntimeError("nvjpeg: unsupported JPEG"))
-    assert not trainstep.is_oom(ValueError("out of memory"))  # not a runtime failure
+    assert ddpstep.is_oom(torch.OutOfMemoryError("CUDA out of memory"))
+    assert ddpstep.is_oom(RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"))
+    assert ddpstep.is_oom(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling cublasCreate"))
+    assert not ddpstep.is_oom(RuntimeError("nvjpeg: unsupported JPEG"))
+    assert not ddpstep.is_oom(ValueError("out of memory"))  # not a runtime failure
 
 
 def _cuda_device_without_a_gpu() -> devices.CudaDevice:
@@ -116,7 +116,7 @@ def test_a_real_oom_makes_later_batches_that_large_split_ahead():
 
 def test_a_shadow_step_after_an_oom_is_fed_a_tiny_batch():
     t = {"images": torch.zeros(16, 3, 224, 200), "tokens": torch.ones(16, 77, dtype=torch.long)}
-    small = trainstep.tiny(t)
+    small = ddpstep.tiny(t)
     assert small["images"].shape == (2, 3, 32, 32) and small["tokens"].shape == (2, 77)
 
 
@@ -127,8 +127,8 @@ def test_ddp_broadcasts_no_buffers_and_keeps_gradients_in_its_buckets(monkeypatc
         def __init__(self, model, **options):
             seen.update(options)
 
-    monkeypatch.setattr(trainstep, "DDP", FakeDDP)
-    trainstep.make_ddp(nn.Linear(2, 2), bucket_cap_mb=1)
+    monkeypatch.setattr(ddpstep, "DDP", FakeDDP)
+    ddpstep.make_ddp(nn.Linear(2, 2), bucket_cap_mb=1)
     assert seen["gradient_as_bucket_view"] is True and seen["bucket_cap_mb"] == 1
     assert seen.get("forward_sync_buffers", seen.get("broadcast_buffers")) is False
 

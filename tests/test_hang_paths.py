@@ -108,7 +108,7 @@ def _run_loop(loop) -> None:
 
 
 def _make_ddp(model):
-    from harness.train.trainstep import make_ddp
+    from harness.train.ddpstep import make_ddp
 
     return make_ddp(model, bucket_cap_mb=0.01)  # several buckets: a failure part-way leaves some unlaunched
 
@@ -400,7 +400,7 @@ def test_the_failed_steps_graph_is_freed_before_the_shadow_step():
 
 
 def test_backend_errors_are_never_ooms():
-    from harness.train.trainstep import is_backend_error, is_oom
+    from harness.train.ddpstep import is_backend_error, is_oom
 
     nccl = dist.DistBackendError("NCCL error: unhandled cuda error, NCCL version 2.21.5: Cuda failure "
                                  "'out of memory'")

@@ -1,4 +1,4 @@
-"""The history store (harness.history.store, runrows) and `run_bench.py history` (harness.commands.history):
+"""The history store (harness.history.database, runrows) and `run_bench.py history` (harness.commands.history):
 real run directories imported, a run that adds itself, the store's version, the gate against the history, and
 bad input as one line, exit 2."""
 from __future__ import annotations
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, run_bench
 
-from harness.history import gate, runrows, store
+from harness.history import gate, runrows
+from harness.history import database
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=fixed"]
@@ -54,23 +55,23 @@ def test_history_add_imports_real_run_directories(smoke_run, tmp_path):
     db_path = tmp_path / "h.sqlite"
     proc = history("add", str(run_dir), str(V02), "--history", str(db_path), "--branch", "main")
     assert proc.returncode == 0, proc.stderr
-    db = store.open_store(db_path)
-    runs = store.runs(db)
+    db = database.open_store(db_path)
+    runs = database.runs(db)
     assert sorted(r["scenario"] for r in runs) == ["smoke", "smoke"] and {r["branch"] for r in runs} == {"main"}
     mine = next(r for r in runs if r["run_dir"] == str(run_dir.absolute()))
-    assert len(store.visits_of(db, mine["id"])) == len(cells)
+    assert len(database.visits_of(db, mine["id"])) == len(cells)
     # the stage figures the history gate divides, from the real run's stage profile (harness.analysis.stages)
-    assert all(v["loader_stages_cpu"] > v["decode_cpu"] > 0 for v in store.visits_of(db, mine["id"]))
-    assert store.effects_of(db, mine["id"]) or mine["repeats"] == 1
+    assert all(v["loader_stages_cpu"] > v["decode_cpu"] > 0 for v in database.visits_of(db, mine["id"]))
+    assert database.effects_of(db, mine["id"]) or mine["repeats"] == 1
     env = json.loads((run_dir / "env.json").read_text())
     assert mine["commit_id"] == env["git"]["commit"] and mine["verdict"].startswith("FASTEST")
     assert json.loads(mine["machine"])["cpu_model"] == env["cpu_model"]
     old = next(r for r in runs if r is not mine)
-    assert old["commit_id"].startswith("51a6757") and len(store.visits_of(db, old["id"])) == 3
-    assert {v["loader_stages_cpu"] for v in store.visits_of(db, old["id"])} == {None}  # v0.2 timed no stages
+    assert old["commit_id"].startswith("51a6757") and len(database.visits_of(db, old["id"])) == 3
+    assert {v["loader_stages_cpu"] for v in database.visits_of(db, old["id"])} == {None}  # v0.2 timed no stages
     again = history("add", str(run_dir), "--history", str(db_path))
     assert again.returncode == 0 and "already in the store" in again.stderr
-    assert len(store.runs(store.open_store(db_path))) == 2
+    assert len(database.runs(database.open_store(db_path))) == 2
     listed = history("list", "--history", str(db_path))
     # the fixture's machine (an AMD EPYC) is this one's only where this runs on one
     assert "smoke on machine" in listed.stdout
@@ -90,21 +91,21 @@ def test_a_run_adds_itself_with_dlbench_history(tmp_path, data_dir):
                           env=dict(os.environ, DLBENCH_HISTORY=str(db_path)))
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = list(out.iterdir())
-    (run,) = store.runs(store.open_store(db_path))
+    (run,) = database.runs(database.open_store(db_path))
     assert run["run_dir"] == str(run_dir.absolute()) and f"history: {db_path}" in proc.stderr
     assert run["commit_id"] == json.loads((run_dir / "env.json").read_text())["git"]["commit"]
 
 
 def test_a_store_of_a_newer_version_stops_a_run_before_it_measures(tmp_path):
     db_path, out = tmp_path / "new.sqlite", tmp_path / "out"
-    db = store.open_store(db_path)
+    db = database.open_store(db_path)
     with db:
         db.execute("UPDATE meta SET value = '99' WHERE key = ?", (VERSION_KEY,))
     proc = run_bench("--scenario", "smoke", "--quiet", "--out", str(out), "--history", str(db_path))
     assert proc.returncode == 2 and not out.exists()
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"run_bench.py: error: history store {db_path}: history store version 99; this harness "
-                           f"reads up to {store.STORE_VERSION}")
+                           f"reads up to {database.STORE_VERSION}")
     assert "Traceback" not in proc.stderr
 
 
@@ -115,44 +116,44 @@ def test_an_old_store_is_upgraded_on_open_and_others_are_refused(tmp_path):
     is one line."""
     db_path = tmp_path / "h.sqlite"
     run, visits, effects = runrows.rows_of(write_run(tmp_path / "r", "aaa", 1))
-    v1 = store.open_store(db_path, FileFormat("history store", 1, {1: "first"}))
-    v1_visit = [c for c in store.VISIT_COLUMNS if c not in store.OPTIONAL_VISIT_COLUMNS]
+    v1 = database.open_store(db_path, FileFormat("history store", 1, {1: "first"}))
+    v1_visit = [c for c in database.VISIT_COLUMNS if c not in database.OPTIONAL_VISIT_COLUMNS]
     marks = ", ".join("?" * (len(v1_visit) + 1))
     with v1:
-        run_id = v1.execute(f"INSERT INTO runs ({', '.join(store.RUN_COLUMNS)}) VALUES "
-                            f"({', '.join('?' * len(store.RUN_COLUMNS))})",
-                            [run[c] for c in store.RUN_COLUMNS]).lastrowid
+        run_id = v1.execute(f"INSERT INTO runs ({', '.join(database.RUN_COLUMNS)}) VALUES "
+                            f"({', '.join('?' * len(database.RUN_COLUMNS))})",
+                            [run[c] for c in database.RUN_COLUMNS]).lastrowid
         v1.executemany(f"INSERT INTO visits (run_id, {', '.join(v1_visit)}) VALUES ({marks})",
                        [[run_id, *[v[c] for c in v1_visit]] for v in visits])
     v1.close()
-    db = store.open_store(db_path)
-    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == str(store.STORE_VERSION)
+    db = database.open_store(db_path)
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == str(database.STORE_VERSION)
     assert {tuple(r) for r in db.execute("SELECT commit_id, loader_stages_cpu, decode_cpu FROM runs JOIN visits "
                                          "ON runs.id = visits.run_id")} == {("aaa", None, None)}
     later = write_run(tmp_path / "r2", "bbb", 2)
-    store.insert_run(db, *runrows.rows_of(later))
-    assert {round(r["loader_stages_cpu"], 9) for r in store.visits_of(db, store.runs(db)[-1]["id"])} == {0.0005}
+    database.insert_run(db, *runrows.rows_of(later))
+    assert {round(r["loader_stages_cpu"], 9) for r in database.visits_of(db, database.runs(db)[-1]["id"])} == {0.0005}
     db.close()
 
     def add_note(db: sqlite3.Connection) -> sqlite3.Connection:
         db.execute("ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''")
         return db
 
-    newer = FileFormat("history store", 3, {**store.STORE_HISTORY, 3: "runs.note"},
-                       {**store.STORE.upgrades, 2: add_note})
-    db = store.open_store(db_path, newer)
+    newer = FileFormat("history store", 3, {**database.STORE_HISTORY, 3: "runs.note"},
+                       {**database.STORE.upgrades, 2: add_note})
+    db = database.open_store(db_path, newer)
     assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == "3"
     assert [tuple(r) for r in db.execute("SELECT note, commit_id FROM runs")] == [("", "aaa"), ("", "bbb")]
     with pytest.raises(ResultsError, match="history store version 3; this harness reads up to 2"):
-        store.open_store(db_path)
+        database.open_store(db_path)
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not a database at all, just text\n" * 100)
     with pytest.raises(ResultsError, match="cannot be read as SQLite"):
-        store.open_store(junk)
+        database.open_store(junk)
     other = tmp_path / "other.sqlite"
     sqlite3.connect(other).execute("CREATE TABLE t (x)")
     with pytest.raises(ResultsError, match="not a dlbench history store"):
-        store.open_store(other)
+        database.open_store(other)
 
 
 def test_bad_input_is_one_line_exit_2_and_good_runs_are_still_added(tmp_path):
@@ -166,7 +167,7 @@ def test_bad_input_is_one_line_exit_2_and_good_runs_are_still_added(tmp_path):
                       f"(results/<time>-<scenario>)",
                       f"run_bench.py: error: {tmp_path / 'notrun'} is not a run directory (it lacks env.json and "
                       f"cells.jsonl); pass a directory a run wrote (results/<time>-<scenario>)"]
-    assert len(store.runs(store.open_store(db_path))) == 1  # the good one
+    assert len(database.runs(database.open_store(db_path))) == 1  # the good one
     for args, says in [(["compare", "aaa"], "history compare takes COMMIT_A COMMIT_B, got 1 (aaa)"),
                        (["show", "storage=nosuch"], "history show storage=nosuch: no cell or axis of that name"),
                        (["gate", str(good), "--last", "0"], "--last 0 must be a positive number of runs"),
@@ -210,7 +211,7 @@ def test_the_gate_compares_only_the_same_machine_and_earlier_runs(tmp_path):
     db_path = history_of(tmp_path, 5)
     xeon = write_run(tmp_path / "xeon", "bbb", 30, {CELLS[1]: 1.5}, cpu_model="Intel Xeon")
     run, visits, _ = runrows.rows_of(xeon)
-    db = store.open_store(db_path)
+    db = database.open_store(db_path)
     assert gate.comparable_runs(db, run, 10) == []  # another machine has no history here
     early = write_run(tmp_path / "early", "bbb", 2)
     run, visits, _ = runrows.rows_of(early)
@@ -225,4 +226,4 @@ def test_a_directory_of_run_directories_adds_each_of_them(tmp_path):
     db_path = tmp_path / "h.sqlite"
     proc = history("add", str(tmp_path / "results"), "--history", str(db_path))
     assert proc.returncode == 0, proc.stderr
-    assert [r["commit_id"] for r in store.runs(store.open_store(db_path))] == ["c0", "c1", "c2"]
+    assert [r["commit_id"] for r in database.runs(database.open_store(db_path))] == ["c0", "c1", "c2"]

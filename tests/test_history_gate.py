@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import random
 
-from harness.history import gate, store
+from harness.history import gate
+from harness.history import database
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=mmap,batching=dynamic",
          "storage=hdf5,batching=fixed", "storage=raw,batching=dynamic", "storage=hdf5,batching=dynamic"]
@@ -18,7 +19,7 @@ DECODE, OTHER, RANK = 0.17e-3, 0.16e-3, 0.38e-3  # s a sample: the ci scenario's
 
 
 def run_rows(rnd: random.Random, minute: int, plant_s: float = 0.0) -> tuple[dict, list[dict]]:
-    """One single-repeat run of the six cells: its runs row and its visits (harness.history.store's columns)."""
+    """One single-repeat run of the six cells: its runs row and its visits (harness.history.database's columns)."""
     load = math.exp(rnd.gauss(0, LOAD_SD))
     visits = []
     for cell in CELLS:
@@ -40,9 +41,9 @@ def run_rows(rnd: random.Random, minute: int, plant_s: float = 0.0) -> tuple[dic
 def trial(tmp_path, seed: int, plant_s: float, figure: str) -> int:
     """The gate's exit code for one new run after a history of 10 same-code runs."""
     rnd = random.Random(seed)
-    db = store.open_store(tmp_path / f"h{seed}-{figure.replace('/', '_')}-{plant_s}.sqlite")
+    db = database.open_store(tmp_path / f"h{seed}-{figure.replace('/', '_')}-{plant_s}.sqlite")
     for minute in range(10):
-        store.insert_run(db, *run_rows(rnd, minute), [])
+        database.insert_run(db, *run_rows(rnd, minute), [])
     run, visits = run_rows(rnd, 30, plant_s)
     result = gate.gate(db, run, visits, figure)
     assert result.ran and len(result.history) == 10
@@ -66,9 +67,9 @@ def test_a_figure_the_history_lacks_is_no_verdict(tmp_path):
     """A history of version-1 rows (no stage figures) or a run without a decode stage (features): the gate
     gives no verdict and says why, exit 0."""
     rnd = random.Random(0)
-    db = store.open_store(tmp_path / "h.sqlite")
+    db = database.open_store(tmp_path / "h.sqlite")
     for minute in range(10):
-        store.insert_run(db, *run_rows(rnd, minute), [])
+        database.insert_run(db, *run_rows(rnd, minute), [])
     run, visits = run_rows(rnd, 30, 1e-3)
     for v in visits:
         v["decode_cpu"] = 0.0

@@ -21,7 +21,8 @@ import pytest
 from conftest import run_bench
 from test_history_stats import planted
 
-from harness.history import dashboard, store
+from harness.history import dashboard
+from harness.history import database
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=fixed"]
 STEPPED = CELLS[1]
@@ -35,7 +36,7 @@ def commit(i: int) -> str:
 def synthetic_store(path: Path, seed: int = 3) -> Path:
     """40 commits of 2 runs each: the mmap cell's CPU per sample with the planted step (+30% at commit 12) and
     the drift after it (test_history_stats.planted), the other cells flat; the storage axis's effect."""
-    db = store.open_store(path)
+    db = database.open_store(path)
     series = planted(seed)
     rnd = random.Random(seed)
     for n, (name, value) in enumerate(series):
@@ -54,7 +55,7 @@ def synthetic_store(path: Path, seed: int = 3) -> Path:
                            "disturbed": 0})
         effects = [{"figure": "throughput", "axis": "storage", "level": "mmap", "reference": "raw", "kind": "main",
                     "ratio": 1 / value, "low": 0.9 / value, "high": 1.1 / value, "n": 6}]
-        store.insert_run(db, run, visits, effects)
+        database.insert_run(db, run, visits, effects)
     return path
 
 
@@ -74,7 +75,7 @@ def test_history_show_names_the_step_and_the_drift(tmp_path):
 
 def test_the_dashboard_is_one_small_offline_page_per_scenario(tmp_path):
     db_path = synthetic_store(tmp_path / "h.sqlite")
-    pages = dashboard.write(store.open_store(db_path), tmp_path / "html")
+    pages = dashboard.write(database.open_store(db_path), tmp_path / "html")
     assert [p.name for p in pages] == ["index.html", "ci.html"]
     html = pages[1].read_text()
     assert len(html.encode()) < 200_000

@@ -1,12 +1,12 @@
 """The history's pure statistics: the lookback test of the history gate (harness.history.lookback) and the
-change points across commits (harness.history.steps), on synthetic series with known answers (seeded)."""
+change points across commits (harness.history.changepoints), on synthetic series with known answers (seeded)."""
 from __future__ import annotations
 
 import math
 import random
 
 from harness.history.lookback import MIN_RUNS, lookback
-from harness.history.steps import change_points
+from harness.history.changepoints import change_points
 
 STEP_AT, STEP, DRIFT, NOISE = 12, 1.3, 1.004, 0.02  # +30% at commit 12, then +0.4% a commit, 2% noise a run
 

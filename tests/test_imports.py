@@ -12,10 +12,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "strategies")
 # lowest first: a module of a wing may import its own wing and the wings before it, never one after it
-WINGS = ("measure", "data", "config", "device", "train", "results", "analysis", "run", "report", "history",
+WINGS = ("measure", "remote", "data", "config", "device", "train", "results", "analysis", "run", "report", "history",
          "commands")
 BASE = {"harness.errors", "harness.progress"}  # imported by any wing; they import no other harness module
-TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.requests"}  # the door: may import every wing
+TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.fromargs"}  # the door: may import every wing
 PARSER = "harness.cli.parsers"  # the one module that imports argparse
 
 
@@ -152,14 +152,14 @@ def test_reporting_depends_one_way():
     assert "harness.report.articles" not in graph["harness.report.plots"]
     assert "harness.report.plots" not in graph["harness.report.articles"]
     assert graph["harness.results.cellresult"] <= {"harness.results.metrics", "harness.results.stats",
-                                                   "harness.results.cellparts", "harness.results.cellsformat",
-                                                   "harness.measure.rankrecord", "harness.measure.records",
+                                                   "harness.results.cellparts", "harness.results.cellsversions",
+                                                   "harness.measure.rankrecord", "harness.measure.jsonrecord",
                                                    "strategies.storage.advice"}
     # the per-rank record is written in measure and train and read in results: it depends on the record base
-    # (harness.measure.records, which depends on nothing) only
-    assert graph["harness.measure.rankrecord"] == {"harness.measure.records"}
-    assert graph["harness.measure.records"] == set()
-    assert graph["harness.results.cellparts"] == {"harness.measure.records"}
+    # (harness.measure.jsonrecord, which depends on nothing) only
+    assert graph["harness.measure.rankrecord"] == {"harness.measure.jsonrecord"}
+    assert graph["harness.measure.jsonrecord"] == set()
+    assert graph["harness.results.cellparts"] == {"harness.measure.jsonrecord"}
     assert graph["harness.results.fileformat"] == set()  # the versioned files' helper: any results module uses it
 
 

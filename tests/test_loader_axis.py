@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from harness.analysis.compare import _params_differ
+from harness.analysis.baselinegate import _params_differ
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
 from harness.data.decoders import decode_resize

@@ -1,5 +1,5 @@
 """--loader-only on a tiny dataset: every storage, both references, both cache states; keys, not timings
-(harness.commands.loaderonly over harness.run.readbench and harness.report.readtables)."""
+(harness.commands.loaderonly over harness.run.loaderonly_bench and harness.report.loaderonly_tables)."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,9 +10,9 @@ import pytest
 
 from harness.commands import loaderonly
 from harness.config import scenario
-from harness.report.readtables import render
-from harness.results.loaderrows import DecodeRow, LoaderRow, read_rows
-from harness.run.readbench import REF_ARTICLE, REF_RAM
+from harness.report.loaderonly_tables import render
+from harness.results.loaderonly_rows import DecodeRow, LoaderRow, read_rows
+from harness.run.loaderonly_bench import REF_ARTICLE, REF_RAM
 
 TOML = """
 description = "loader-only test"

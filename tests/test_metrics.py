@@ -165,7 +165,7 @@ def test_kernel_au_is_the_profiled_steps_kernel_time_over_their_span_all_ranks_p
 def test_the_host_launch_time_is_the_median_step_of_every_rank_where_recorded():
     import dataclasses
 
-    from harness.measure.recorder import StepRecorder
+    from harness.measure.steprecorder import StepRecorder
 
     a = dataclasses.replace(record(0, [0.0] * 3, [0.01] * 3), launch=[0.001, 0.002, 0.009])
     b = dataclasses.replace(record(1, [0.0] * 3, [0.01] * 3), launch=[0.003, 0.004, 0.005])

@@ -1,7 +1,7 @@
 """An OOM injected on rank 1 of a 2-rank DDP run (gloo, CPU) in forward, backward (part-way through the
 bucketed allreduce) or the optimizer step, on a model with and without BatchNorm buffers: no hang, no crash,
 the same steps on every rank; with splitting on a forward or backward OOM is absorbed (one step raised,
-replicas identical), every other case stops every rank at the same step (harness.train.trainstep). The
+replicas identical), every other case stops every rank at the same step (harness.train.ddpstep). The
 injection is harness.run.oominject; harness.commands.oomcheck prints its verdicts."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_each_case_ends_as_the_policy_says(outcomes, case):
         assert r0["steps"] == oominject.WARMUP + oominject.WINDOW
         assert (r0["raised"], r1["raised"]) == (0, 1)  # one step raised, on rank 1
         # the device remembers the OOM (as CUDA's does): later steps split ahead, which raised nothing and
-        # are no OOM events (harness.train.trainstep counts only steps that raised)
+        # are no OOM events (harness.train.ddpstep counts only steps that raised)
         assert r0["oom_events"] == 0 and r1["oom_events"] == 1
         assert r0["error"] is None and r1["error"] is None
         assert r0["digest"] == r1["digest"]  # DDP's reducer stayed in step: the replicas are identical

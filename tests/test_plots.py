@@ -129,7 +129,7 @@ def test_repeats_and_errored_cells(cells_4x, tmp_path):
 def test_the_effects_picture_reads_at_a_glance():
     """Ratio ticks (x0.95, x1.0, ...: never "9 x 10^-1"), each row's decision beside it, nothing cut off."""
     from harness.analysis.effects import Effect
-    from harness.report.effects import effects_figure
+    from harness.report.effecttables import effects_figure
 
     shown = [Effect("throughput", "cache", "lru(capacity_mb=64,level=stored,scope=worker)", "none", 1.01, 0.99,
                     1.03, 24),

@@ -7,7 +7,7 @@ import torch
 
 from harness.config.accelerators import get_accelerator, load_catalogue
 from harness.device.devices import EmulatedDevice
-from harness.train.trainstep import StepPrecision
+from harness.train.ddpstep import StepPrecision
 from strategies import registry
 
 CITED = {"V100-16GB": (367, 1200), "V100-32GB": (356, 1156), "A100-80GB": (938, 2470)}

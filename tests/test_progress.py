@@ -7,7 +7,7 @@ import io
 from harness import progress
 from harness.data.materialise import _progress
 from harness.progress import Progress
-from harness.run.cellruns import StepProgress
+from harness.run.rankloop import StepProgress
 
 
 class Terminal(io.StringIO):

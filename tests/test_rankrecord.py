@@ -1,4 +1,4 @@
-"""A rank's record (harness.measure.rankrecord, a harness.measure.records.JsonRecord): its JSON form
+"""A rank's record (harness.measure.rankrecord, a harness.measure.jsonrecord.JsonRecord): its JSON form
 round-trips (older keys kept, absent ones left absent), it pickles and crosses a process group's
 gather_object, and the five parts are defined once."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch.distributed as dist
 
-from harness.measure import records
+from harness.measure import jsonrecord
 from harness.measure.rankrecord import PARTS, SHOWN_PARTS, Nvml, Phase, RankCache, RankRecord
-from harness.measure.recorder import CacheTally, StepRecorder
+from harness.measure.steprecorder import CacheTally, StepRecorder
 from harness.results import metrics
 from harness.results.cellparts import CacheFigures, Decomposition, PageCache
 
@@ -122,7 +122,7 @@ def test_json_records_write_back_what_they_read():
     assert Decomposition.from_json({"error": None}).to_json() == {"error": None}  # a null read stays
     with pytest.raises(ValueError, match="expected a JSON object"):
         RankRecord.from_json([1, 2])
-    assert records.plain({"a": [RankCache()], "b": (1, 2)}) == {"a": [RankCache().to_json()], "b": (1, 2)}
+    assert jsonrecord.plain({"a": [RankCache()], "b": (1, 2)}) == {"a": [RankCache().to_json()], "b": (1, 2)}
 
 
 def test_metrics_read_the_records_not_dicts():

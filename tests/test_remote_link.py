@@ -16,10 +16,10 @@ import pytest
 
 pytest.importorskip("moto.server", reason="the local object store needs moto's server mode: pip install 'moto[server]'")
 
-from harness.data import remotelink  # noqa: E402
-from harness.data.remote import session, settings  # noqa: E402
-from harness.data.remotelink import Shape, ShapedLink, has_netem, leftovers, missing_tools  # noqa: E402
-from harness.data.remotestore import ObjectServer, allowed_host, request_cost  # noqa: E402
+from harness.remote import link  # noqa: E402
+from harness.remote.tier import session, settings  # noqa: E402
+from harness.remote.link import Shape, ShapedLink, has_netem, leftovers, missing_tools  # noqa: E402
+from harness.remote.server import ObjectServer, allowed_host, request_cost  # noqa: E402
 from harness.errors import UsageError  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,7 +56,7 @@ def test_only_loopback_or_our_namespace_is_contacted():
 CHILD = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from harness.data.remote import session, settings
+from harness.remote.tier import session, settings
 with session(settings("t.toml", {raw!r}), measure_cost=False) as s:
     print(s.server.process.pid, s.link.netns if s.link else "-", flush=True)
     if {fail!r}:
@@ -126,7 +126,7 @@ def test_nothing_is_left_after_a_failed_or_killed_run(how):
 def test_latency_and_loss_need_netem():
     shape = Shape(latency_ms=20, bandwidth_mb_s=200, loss_pct=0.5)
     if has_netem():
-        assert remotelink.qdisc_args(shape, True) == ["netem", "limit", "100000", "delay", "10ms", "loss", "0.5%",
+        assert link.qdisc_args(shape, True) == ["netem", "limit", "100000", "delay", "10ms", "loss", "0.5%",
                                                       "rate", "1600mbit"]
         with ShapedLink(shape) as link:
             assert "delay 10ms" in link.qdiscs()[0]

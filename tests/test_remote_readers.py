@@ -13,12 +13,12 @@ import pytest
 pytest.importorskip("moto.server", reason="the local object store needs moto's server mode: pip install 'moto[server]'")
 pytest.importorskip("obstore", reason="the s3 storage reads through obstore: pip install obstore")
 
-from harness.data import remotefigures  # noqa: E402
+from harness.remote import counters  # noqa: E402
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
 from harness.data.materialise import materialise  # noqa: E402
 from strategies import registry  # noqa: E402
 from strategies.remote.s3client import parse_url  # noqa: E402
-from strategies.remote.source import STATS_ENV  # noqa: E402
+from strategies.remote.rangesource import STATS_ENV  # noqa: E402
 from strategies.storage.s3 import read_remote  # noqa: E402
 
 SPEC = DatasetSpec(samples=40, seed=5, profile="tiny")
@@ -79,7 +79,7 @@ def test_litdata_reads_the_chunks_from_the_bucket_itself(s3_server, tmp_path, mo
     assert [s.index for s in got] == [39, 0, 17]
     assert all(s.same_as(generate_sample(SPEC, s.index)) for s in got)
     reader.close()
-    f = remotefigures.figures(stats, registry.create("storage", "s3", **params).label())
+    f = counters.figures(stats, registry.create("storage", "s3", **params).label())
     assert f.samples == 3 and f.clients == "litdata"
     assert f.requests_per_sample is None  # litdata's own requests: not counted, shown as "-"
-    assert remotefigures.row("c", f)[1] == "-"
+    assert counters.row("c", f)[1] == "-"

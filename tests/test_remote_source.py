@@ -12,8 +12,8 @@ pytest.importorskip("moto.server", reason="the local object store needs moto's s
 
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
 from harness.data.importer import SourceSpec  # noqa: E402
-from harness.data.remotesource import MIRROR_ENV, url_of  # noqa: E402
-from harness.data.remotestore import ObjectServer  # noqa: E402
+from harness.remote.bucket import MIRROR_ENV, url_of  # noqa: E402
+from harness.remote.server import ObjectServer  # noqa: E402
 from harness.errors import UsageError  # noqa: E402
 
 SPEC = DatasetSpec(samples=6, seed=2, profile="tiny")

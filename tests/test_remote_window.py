@@ -9,12 +9,12 @@ import pytest
 
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
-from harness.data import remotefigures
+from harness.remote import counters
 from harness.measure.rankrecord import RankRecord
 from harness.report.remotetable import remote_table
 from harness.results.cellresult import CellResult, cell_line, merge_repeats
 from strategies.remote.s3client import latency_bin
-from strategies.remote.source import STATS_ENV
+from strategies.remote.rangesource import STATS_ENV
 
 
 def _line(t: float, samples: int, requests: int, slow: int = 0, hits: int = 0, misses: int = 0) -> str:
@@ -44,8 +44,8 @@ def stats(tmp_path, monkeypatch):
 
 def test_a_visit_s_figures_cover_its_window_only(stats):
     # the gather ended at 105: the window ended close + gather = 1 s before, at 104, and began 4 s before that
-    assert remotefigures.visit_window([_rank()], now=105.0) == (100.0, 104.0)
-    got = remotefigures.of_visit([_rank()], now=105.0)
+    assert counters.visit_window([_rank()], now=105.0) == (100.0, 104.0)
+    got = counters.of_visit([_rank()], now=105.0)
     # worker 1: 64 samples, 16 requests, 12 hits, 4 misses; worker 2: 32 samples, 8 requests, 14 hits, 2 misses
     assert got["remote_requests_per_sample"] == pytest.approx(24 / 96)
     assert got["remote_mb_per_sample"] == pytest.approx(24 * 50_000 / 1e6 / 96)
@@ -56,17 +56,17 @@ def test_a_visit_s_figures_cover_its_window_only(stats):
 
 
 def test_no_figures_without_the_stats_folder_or_a_window(stats, monkeypatch):
-    assert remotefigures.of_visit([_rank(window_s=0.0)], now=105.0) == {}
-    assert remotefigures.of_visit([RankRecord(window_s=4.0, phases={"warm": None}, setup_s={})], now=105.0) == {}
+    assert counters.of_visit([_rank(window_s=0.0)], now=105.0) == {}
+    assert counters.of_visit([RankRecord(window_s=4.0, phases={"warm": None}, setup_s={})], now=105.0) == {}
     monkeypatch.delenv(STATS_ENV)
-    assert remotefigures.of_visit([_rank()], now=105.0) == {}
+    assert counters.of_visit([_rank()], now=105.0) == {}
 
 
 def test_the_figures_go_into_the_line_and_the_remote_table(stats):
     cell = Cell((StrategyChoice("storage", "s3", (("format", "webdataset"),)),))
     scenario = SimpleNamespace(name="t", training=SimpleNamespace(workload="pixels", batch_size=4),
                                dataset=SimpleNamespace(samples=64))
-    remote = remotefigures.of_visit([_rank()], now=105.0)
+    remote = counters.of_visit([_rank()], now=105.0)
     line = cell_line(scenario, cell, "V100 (emulated)", True, [_rank()], 8.0, remote=remote)
     assert line["figures"]["remote_requests_per_sample"] == pytest.approx(0.25)
     read = CellResult.from_json(json.loads(json.dumps(line)))

@@ -8,7 +8,7 @@ from contextlib import nullcontext
 import pytest
 import torch
 
-from harness.train.trainstep import StepFailed, micro_batches_needed, shadow_step, split, train_step
+from harness.train.ddpstep import StepFailed, micro_batches_needed, shadow_step, split, train_step
 
 SAMPLES = 16
 

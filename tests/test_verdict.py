@@ -1,4 +1,4 @@
-"""The answer first: harness.report.effects (the fits of a run, effects.jsonl, the table) and
+"""The answer first: harness.report.effecttables (the fits of a run, effects.jsonl, the table) and
 harness.report.verdict (the fastest set, the effects, what binds), on synthetic cell lines."""
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 
 import numpy as np
 
-from harness.report import effects, report, verdict
+from harness.report import report, verdict
+from harness.report import effecttables
 from harness.results.cellresult import CellResult, merge_repeats
 from harness.results.environment import Environment
 
@@ -36,22 +37,22 @@ def run(passes=3, seed=0, **figures) -> list[CellResult]:
 
 def test_the_effects_of_a_run_find_the_planted_difference_and_write_effects_jsonl(tmp_path):
     ids = ["storage=raw,cache=none", "storage=raw,cache=lru", "storage=mmap,cache=none", "storage=mmap,cache=lru"]
-    fitted = effects.run_effects(list(reversed(run())), ids)  # visited in another order than the matrix
+    fitted = effecttables.run_effects(list(reversed(run())), ids)  # visited in another order than the matrix
     main = {(e.figure, e.axis, e.level): e for e in fitted if e.kind == "main"}
     assert main[("throughput", "storage", "mmap")].reference == "raw"  # the matrix's first level
     assert main[("throughput", "storage", "mmap")].low > 1.25 and main[("throughput", "cache", "lru")].low < 1
-    assert {e.figure for e in fitted} == set(effects.FIGURES)
-    path = effects.write_effects(tmp_path, fitted)
+    assert {e.figure for e in fitted} == set(effecttables.FIGURES)
+    path = effecttables.write_effects(tmp_path, fitted)
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     assert {"figure", "axis", "level", "ratio", "low", "high"} <= set(rows[0]) and len(rows) == len(fitted)
-    table = effects.effects_table(fitted, emulated=True)
+    table = effecttables.effects_table(fitted, emulated=True)
     assert ["storage", "mmap", "vs raw"] == table.rows[1][:3] and "higher" in table.rows[1][3]
     assert "no effect larger than 5%" in table.rows[3][3]  # x1.00 [0.99, 1.01]: decided both ways
 
 
 def test_the_verdict_names_the_fastest_set_the_effects_and_what_binds():
     results = run()
-    lines = verdict.verdict_lines(merge_repeats(results), effects.run_effects(results), cpu_count=2)
+    lines = verdict.verdict_lines(merge_repeats(results), effecttables.run_effects(results), cpu_count=2)
     assert lines[0].startswith("FASTEST: mmap/") and "tied with it" in lines[1]
     assert any("storage=mmap vs raw: x1.3" in x and "higher" in x for x in lines)
     assert any("cache=lru vs none" in x and "no effect larger than 5%" in x for x in lines)  # x1.00, narrow
@@ -65,7 +66,7 @@ def test_the_report_opens_with_the_verdict_and_warns_of_outside_load():
     results = run()
     results[2].figures = results[2].figures.replace(other_cpu_pct=35.0)
     env = Environment(cpu_count=2, settings={"cells": [r.cell for r in results[:4]]})
-    text = report.render(results, env, fitted=effects.run_effects(results))
+    text = report.render(results, env, fitted=effecttables.run_effects(results))
     assert text.startswith("FASTEST: ")
     assert "WARNING: other processes used more than 10% of this host's CPU during 1 of 12 visit(s)" in text
     assert "Effect of each choice" in text.split("Throughput")[0]

@@ -1,5 +1,5 @@
 """The command line, the only place that parses it: harness.cli.parsers (argparse) reads it,
-harness.cli.requests turns it into one frozen, typed request per command (harness.config.request, or the
+harness.cli.fromargs turns it into one frozen, typed request per command (harness.config.request, or the
 command's own `Request`), settled once, and this module dispatches the request to its command.
 
     run_bench.py --scenario NAME [options]     run a scenario's matrix (the default command)
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from harness.cli import parsers
 from harness.cli.parsers import build_parser
-from harness.cli.requests import bench_request, check_predictions_request_of, check_what_if, request_of, resume_argv
+from harness.cli.fromargs import bench_request, check_predictions_request_of, check_what_if, request_of, resume_argv
 from harness.commands import (
     ab_gate,
     bench,
@@ -156,7 +156,7 @@ def _run_dirs(out: Path) -> set[Path]:
 def _prepare(store: Path, out: Path) -> set[Path]:
     """Before anything is measured: the store opens (a newer or damaged one is one line, exit 2); the run
     directories already under --out."""
-    history.store.open_store(store).close()
+    history.database.open_store(store).close()
     return _run_dirs(out)
 
 

@@ -1,5 +1,5 @@
 """The command line's parsers: the only module that imports argparse (tests/test_imports.py checks it). What they
-parse becomes a typed request in harness.cli.requests; nothing below the CLI sees argparse's namespace."""
+parse becomes a typed request in harness.cli.fromargs; nothing below the CLI sees argparse's namespace."""
 from __future__ import annotations
 
 import argparse

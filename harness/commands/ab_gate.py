@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import compare
+from harness.analysis import baselinegate
 from harness.commands.compare_runs import run_as_baseline, show_comparison
 from harness.results.baseline import Baseline, BaselineError, machine_of, merge
 from harness.results.environment import Environment
@@ -174,7 +174,7 @@ def judge(parent_dirs: list[Path], current_dirs: list[Path], out_dir: Path, min_
         return EXIT_ERROR
     cells = max(1, len(set(parent.cells) & set(current.cells)))
     try:  # one job on one machine: the probe is the code under test here, not the machine's
-        comparison = compare.compare(current, parent, min_effect=min_effect, alpha=alpha / cells, metric=metric,
+        comparison = baselinegate.compare(current, parent, min_effect=min_effect, alpha=alpha / cells, metric=metric,
                                      same_machine=True)
     except BaselineError as err:
         return _not_run(f"the parent commit {parent_label} runs the scenario with other settings ({err})")
@@ -193,7 +193,7 @@ def precheck(baseline_path: str | os.PathLike) -> int:
     missing or unreadable included)."""
     try:
         baseline = Baseline.load(baseline_path)
-        compare.check_machine(machine_of(Environment.capture([], {})), None, baseline)
+        baselinegate.check_machine(machine_of(Environment.capture([], {})), None, baseline)
     except BaselineError as err:
         print(f"{PREFIX}: {err}", file=sys.stderr)
         return EXIT_BASELINE

@@ -10,15 +10,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.analysis import compare
+from harness.analysis import baselinegate
 from harness.commands import resume
 from harness.commands.compare_runs import run_as_baseline, show_comparison
-from harness.config import runsetup, scenario, target
+from harness.config import scenario, target
+from harness.config import datasetup
 from harness.config.matrix import expand, select
 from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
-from harness.config.runsetup import CC3M_SAMPLES, full_scale, with_source
-from harness.data import remote, remotefigures
+from harness.config.datasetup import CC3M_SAMPLES, full_scale, with_source
+from harness.remote import tier
+from harness.remote import counters
 from harness.device.devices import ranks_per_gpu, run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
@@ -29,12 +31,12 @@ from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.run import launch, stopguard, supervisor
 from strategies.remote.s3client import RemoteError
-from strategies.remote.source import STATS_ENV
+from strategies.remote.rangesource import STATS_ENV
 
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
                   name: str | None = None) -> dict:
-    """What a baseline and a run must share to be compared (harness.analysis.compare). `name`: the device's name
+    """What a baseline and a run must share to be compared (harness.analysis.baselinegate). `name`: the device's name
     (default: `run_device_name`)."""
     t = sc.training
     return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
@@ -76,7 +78,7 @@ def finish_run(request: BenchRequest, run_dir: Path, env: Environment, baseline:
             current.save(gate.save_baseline)
             print(f"baseline written: {gate.save_baseline}", file=sys.stderr)
         if baseline is not None:
-            code = max(code, show_comparison(compare.compare(current, baseline, gate.raw, gate.min_effect,
+            code = max(code, show_comparison(baselinegate.compare(current, baseline, gate.raw, gate.min_effect,
                                                              gate.alpha, gate.strict, gate.metric),
                                              run_dir / "comparison.md"))
     print(f"\nresults: {run_dir}", file=sys.stderr)
@@ -91,7 +93,7 @@ def run_loader_only(request: BenchRequest, sc: scenario.Scenario) -> int:
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-loader")
     env = Environment.capture(argv, {"mode": "loader-only", "accelerator": None, "world_size": 1})
     dataclasses.replace(env, scenario=sc.name, dataset=sc.dataset.to_dict(), cache_state=request.cache_state,
-                        argv=argv, imported=runsetup.import_env(sc)).write(run_dir)
+                        argv=argv, imported=datasetup.import_env(sc)).write(run_dir)
     states = loaderonly.CACHE_STATES if request.cache_state == "as-is" else (request.cache_state,)
     loaderonly.run(sc, request.data_dir, run_dir, states, progress=not request.quiet)
     print(f"\nresults: {run_dir}", file=sys.stderr)
@@ -121,7 +123,7 @@ def main(request: BenchRequest) -> int:
             print(f"{i:3d}  {cell.id}")
         print(f"{len(cells)} cells x {r.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
         return EXIT_OK
-    runsetup.scan_source(sc, r.data_dir, not r.quiet, r.overrides)  # an imported source: its size, corrupt JPEGs
+    datasetup.scan_source(sc, r.data_dir, not r.quiet, r.overrides)  # an imported source: its size, corrupt JPEGs
     if r.loader_only:  # the storages of the selected cells (--only, --exclude)
         storages = list(dict.fromkeys(cell.choice("storage") for cell in cells))
         return run_loader_only(r, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
@@ -131,8 +133,8 @@ def main(request: BenchRequest) -> int:
     comparable = comparable_of(sc, device, r.cache_state, run_device_name(sc.accelerator.name, device, sharing))
     baseline = Baseline.load(r.gate.baseline) if r.gate.baseline else None
     if baseline is not None:  # fail fast, before anything runs: the settings, and the machine (the probe later)
-        compare.check_comparable(sc.name, comparable, baseline)
-        compare.check_machine(machine_of(Environment.capture([], {})), None, baseline)
+        baselinegate.check_comparable(sc.name, comparable, baseline)
+        baselinegate.check_machine(machine_of(Environment.capture([], {})), None, baseline)
     settings = resume.settings_of(r, sc, cells, device, comparable)
     run_dir, env = (r.out, None) if r.rank != 0 else resume.open_run_dir(r, sc, device, comparable, len(cells),
                                                                          settings)
@@ -147,10 +149,10 @@ def main(request: BenchRequest) -> int:
 
 
 def with_remote(sc: scenario.Scenario, r: BenchRequest, run_dir: Path, run) -> int:
-    """`run()` inside the scenario's remote session where it has a [remote] table (harness.data.remote: the
+    """`run()` inside the scenario's remote session where it has a [remote] table (harness.remote.tier: the
     project's own object store behind its shaped link, stopped on any exit), the readers' counters collected
     in a temporary folder (each visit's figures over its window go into its cells.jsonl line:
-    harness.data.remotefigures.of_visit), then the whole run's figures of each storage setting printed and
+    harness.remote.counters.of_visit), then the whole run's figures of each storage setting printed and
     written beside the report (remote.md); without one, `run()` as it is. A storage's disk tier is emptied
     at each open (strategies.storage.s3), so each visit starts cold."""
     if sc.remote is None:
@@ -159,7 +161,7 @@ def with_remote(sc: scenario.Scenario, r: BenchRequest, run_dir: Path, run) -> i
         raise UsageError(f"{sc.path}: [remote] starts the project's own object store, which one process must own; "
                          "under torchrun it is not supported yet: run without torchrun (the bench spawns the ranks)")
     storages = [c.create() for c in sc.matrix.get("storage", []) if c.name == "s3"]
-    with tempfile.TemporaryDirectory(prefix="dlbench-remote-stats-") as stats, remote.session(sc.remote) as live:
+    with tempfile.TemporaryDirectory(prefix="dlbench-remote-stats-") as stats, tier.session(sc.remote) as live:
         header = live.header()
         for line in header:
             print(f"remote: {line}", file=sys.stderr)
@@ -170,9 +172,9 @@ def with_remote(sc: scenario.Scenario, r: BenchRequest, run_dir: Path, run) -> i
             raise UsageError(str(err)) from None
         finally:
             os.environ.pop(STATS_ENV, None)
-        rows = [remotefigures.row(s.label(), remotefigures.figures(stats, s.label())) for s in storages
-                if s.label() in remotefigures.labels(stats)]
-    table = remotefigures.table(rows)
+        rows = [counters.row(s.label(), counters.figures(stats, s.label())) for s in storages
+                if s.label() in counters.labels(stats)]
+    table = counters.table(rows)
     print(f"remote figures (every reading process of every visit, merged per storage setting):\n{table}")
     if Path(run_dir).is_dir():
         (Path(run_dir) / "remote.md").write_text("# Remote figures\n\n" + "\n".join(f"- {h}" for h in header)

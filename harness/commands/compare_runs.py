@@ -6,8 +6,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import compare
-from harness.report.comparison import render as render_comparison
+from harness.analysis import baselinegate
+from harness.report.gatetable import render as render_comparison
 from harness.results import rundir
 from harness.results.baseline import Baseline, BaselineError
 
@@ -36,7 +36,7 @@ def run_as_baseline(run_dir: Path, role: str = "run") -> Baseline:
         raise BaselineError(f"{where} cannot be compared: {err}") from None
 
 
-def show_comparison(comparison: compare.Comparison, markdown_path: Path | None) -> int:
+def show_comparison(comparison: baselinegate.Comparison, markdown_path: Path | None) -> int:
     print("\n" + render_comparison(comparison, "text"))
     for warning in comparison.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
@@ -62,7 +62,7 @@ def main(request: CompareRequest) -> int:
     r = request
     baseline = run_as_baseline(r.run_a, "run A (the baseline)")
     current = run_as_baseline(r.run_b, "run B")
-    comparison = compare.compare(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
+    comparison = baselinegate.compare(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
     if r.markdown:
         print(render_comparison(comparison, "markdown"))
         return comparison.exit_code

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
-from harness.history import dashboard, gate, queries, runrows, store
+from harness.history import dashboard, gate, queries, runrows
+from harness.history import database
 from harness.results.fileformat import ResultsError
 
 DEFAULT_FIGURE = "cpu"  # show, compare, steps
@@ -73,7 +74,7 @@ def add(db, paths: list[Path], branch: str = "", quiet: bool = False) -> int:
             except ResultsError as err:
                 bad.append(str(err))
                 continue
-            added = store.insert_run(db, run, visits, effects)
+            added = database.insert_run(db, run, visits, effects)
             if not quiet:
                 what = "added" if added is not None else "already in the store"
                 print(f"history: {what}: {path} ({run['scenario']}, commit {run['commit_id'][:12]}, "
@@ -97,7 +98,7 @@ def record(store_path: Path, run_dir: Path, branch: str | None = None) -> int:
     """A finished run adds itself (--history / DLBENCH_HISTORY): 0, or 2 with one line; the run directory is
     kept either way (history add RUN_DIR adds it later)."""
     try:
-        db = store.open_store(store_path)
+        db = database.open_store(store_path)
         code = add(db, [Path(run_dir)], current_branch() if branch is None else branch)
     except ResultsError as err:
         print(f"run_bench.py: error: {err}; the run directory {run_dir} is kept: add it later with "
@@ -121,7 +122,7 @@ def _gate(db, request: HistoryRequest) -> int:
 
 def main(request: HistoryRequest) -> int:
     _check(request)
-    db = store.open_store(request.store, create=request.action == "add")
+    db = database.open_store(request.store, create=request.action == "add")
     action, args = request.action, request.args
     figure = request.figure or DEFAULT_FIGURE
     if action == "add":

@@ -1,5 +1,5 @@
 """``--loader-only``: each storage's read path alone, warm and cold, against a RAM gather and the first
-article's per-row h5py reads (harness.run.readbench measures, harness.report.readtables renders). ``run``
+article's per-row h5py reads (harness.run.loaderonly_bench measures, harness.report.loaderonly_tables renders). ``run``
 writes the rows to ``loader.jsonl`` in the run directory (and ``decode.jsonl``: decode + resize per image by
 source size, for the pixels fields) and prints the tables."""
 from __future__ import annotations
@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TextIO
 
 from harness.config.scenario import Scenario
-from harness.report.readtables import render
-from harness.results.loaderrows import LoaderRow, write_rows
-from harness.run.readbench import CACHE_STATES, benchmark
+from harness.report.loaderonly_tables import render
+from harness.results.loaderonly_rows import LoaderRow, write_rows
+from harness.run.loaderonly_bench import CACHE_STATES, benchmark
 
 __all__ = ["CACHE_STATES", "run"]
 

@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from harness.config import runsetup
+from harness.config import datasetup
 from harness.config.request import BenchRequest
 from harness.errors import UsageError
 from harness.report import report
@@ -92,7 +92,7 @@ def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cel
                                          "world_size": sc.world_size})
         env = dataclasses.replace(env, scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
                                   cache_state=request.cache_state, repeats=request.repeats, settings=settings,
-                                  argv=argv, imported=runsetup.import_env(sc),  # an imported source's scan
+                                  argv=argv, imported=datasetup.import_env(sc),  # an imported source's scan
                                   min_effect=request.gate.min_effect)
     env.write(run_dir)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"

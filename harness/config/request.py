@@ -60,7 +60,7 @@ class DataOptions:
 
 @dataclass(frozen=True)
 class GateOptions:
-    """--baseline, --save-baseline and how a comparison decides (harness.analysis.compare)."""
+    """--baseline, --save-baseline and how a comparison decides (harness.analysis.baselinegate)."""
     baseline: Path | None = None
     save_baseline: Path | None = None
     metric: str = "throughput"

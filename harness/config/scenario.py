@@ -13,7 +13,8 @@ from typing import Any
 
 from harness.config.accelerators import Accelerator, get_accelerator
 from harness.config.matrixload import StrategyChoice, parse_matrix
-from harness.data import decoders, remote
+from harness.data import decoders
+from harness.remote import tier
 from harness.data.decoders import DECODERS, DEFAULT_DECODER
 from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
@@ -80,7 +81,7 @@ class Scenario:
     matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
     accelerators_extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # [accelerators.NAME], raw
     target: dict[str, Any] | None = None  # [target], raw
-    remote: remote.RemoteSettings | None = None  # [remote]: the project's own object store (harness.data.remote)
+    remote: tier.RemoteSettings | None = None  # [remote]: the project's own object store (harness.remote.tier)
 
 
 def available() -> dict[str, Path]:
@@ -176,7 +177,7 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         dataset=_dataset(path, ds, where),
         training=Training(**tr),
         matrix=parse_matrix(path, raw.get("matrix", {}), _settings(hw, ds, tr), _settings_origin(origin)),
-        remote=remote.settings(path, raw.get("remote")),
+        remote=tier.settings(path, raw.get("remote")),
         **_extra_tables(path, raw),
     )
 

@@ -14,7 +14,7 @@ Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; har
                 ``.parquet`` files img2dataset writes beside files and tar shards have no image column.)
 ``folder``      a plain folder of ``.jpg``/``.jpeg``/``.webp``/``.png`` images with same-named ``.txt`` captions.
 
-A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.data.remotesource: the
+A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.remote.bucket: the
 standard AWS resolution of endpoint and credentials; only new or changed objects are fetched), then read as
 above; its identity is the URL.
 
@@ -65,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.data import remotesource
+from harness.remote import bucket
 from harness.data.embeddings import (
     PROJECTION_SEED,
     PROJECTION_SIDE,
@@ -133,8 +133,8 @@ class SourceSpec:
 
     def __init__(self, path: Path | str, layout: str | None = None, strict: bool = False,
                  missing_captions: str = "error", limit: int | None = None):
-        self.url = remotesource.url_of(path)  # s3://bucket/prefix: mirrored locally, then read as a folder
-        self.root = checked_root(remotesource.mirror(self.url) if self.url else path)
+        self.url = bucket.url_of(path)  # s3://bucket/prefix: mirrored locally, then read as a folder
+        self.root = checked_root(bucket.mirror(self.url) if self.url else path)
         if layout is None:
             layout = detect_layout(self.root)
         elif layout not in LAYOUTS:

@@ -170,7 +170,7 @@ class CudaDevice:
         torch.backends.cudnn.benchmark = False
 
     def configure(self, rate: str = "amp", preprocess: str = "host") -> None:
-        pass  # a real GPU runs the precision (trainstep.StepPrecision) and the preprocessing itself
+        pass  # a real GPU runs the precision (ddpstep.StepPrecision) and the preprocessing itself
 
     def add_preprocess(self, source_pixels: int) -> None:
         pass  # the decode runs on the GPU and is timed with the step

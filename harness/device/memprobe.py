@@ -8,7 +8,7 @@ Not in the bare model's pass, added: SGD's momentum buffers (one copy of the par
 preprocessing, the batch's decoded-and-resized buffers (a uint8 and two float32 copies of the padded batch,
 27 bytes per padded pixel). DDP's gradients live in its buckets (gradient_as_bucket_view), so they cost no
 second copy. Not in the plan: nvJPEG's full-resolution decode of the source JPEGs (it depends on each
-source's size); a batch that still runs out is split after the OOM (harness.train.trainstep).
+source's size); a batch that still runs out is split after the OOM (harness.train.ddpstep).
 The budget is what this process may use: the free memory torch.cuda.mem_get_info reports plus what the
 caching allocator already holds; with `sharing` ranks on the GPU (--share-gpu) its share of the free memory.
 

@@ -1,7 +1,7 @@
 """The static HTML dashboard (`history html OUT_DIR`): index.html and one page per scenario, each machine of it
 in its own section, named: every cell's throughput, AU and loader + rank CPU per sample over commits (each
 commit's interval drawn, harness.history.series), each axis's effect over commits (each run's fit and
-interval), the change points marked (harness.history.steps). Inline SVG and one inline style sheet: no
+interval), the change points marked (harness.history.changepoints). Inline SVG and one inline style sheet: no
 script, no network, no CDN; it opens from the file."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from html import escape
 from pathlib import Path
 
 from harness.history import series
-from harness.history.steps import change_points
+from harness.history.changepoints import change_points
 from harness.history.svgchart import STYLE, ChartPoint, Marker, chart
 
 CELL_FIGURES = ("throughput", "au", "cpu")

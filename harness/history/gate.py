@@ -24,7 +24,7 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass, field
 
-from harness.history import store
+from harness.history import database
 from harness.history.lookback import MIN_RUNS, LookbackResult, lookback
 from harness.results import stats
 
@@ -113,7 +113,7 @@ def gate(db: sqlite3.Connection, run: dict, visits: list, metric: str = DEFAULT,
     """`run` (a runs row, stored or not) and its visits against its comparable history."""
     figure, lower, _ = METRICS[metric]
     history = comparable_runs(db, run, last, branch)
-    past = [cell_values(store.visits_of(db, h["id"]), figure) for h in history]
+    past = [cell_values(database.visits_of(db, h["id"]), figure) for h in history]
     now = cell_values(visits, figure)
     errored = {v["cell"] for v in visits if v["error"]} - set(now)
     cells = list(dict.fromkeys([*now, *sorted(errored), *sorted({c for p in past for c in p})]))

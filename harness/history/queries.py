@@ -1,12 +1,12 @@
 """The questions a person asks of the history, as text: `history list`, `show CELL|AXIS`, `compare A B` and
-`steps` (harness.history.series reads the store, harness.history.steps finds the change points)."""
+`steps` (harness.history.series reads the store, harness.history.changepoints finds the change points)."""
 from __future__ import annotations
 
 import sqlite3
 
 from harness.errors import UsageError
 from harness.history import series
-from harness.history.steps import change_points
+from harness.history.changepoints import change_points
 from harness.results import stats
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from harness.analysis import stages
 from harness.analysis.effects import MIN_EFFECT, disturbed, whole_passes
 from harness.report import verdict
-from harness.report.effects import read_effects
+from harness.report.effecttables import read_effects
 from harness.results import rundir
 from harness.results.baseline import MACHINE_KEYS, machine_of
 from harness.results.cellresult import CellResult, merge_repeats

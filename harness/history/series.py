@@ -15,7 +15,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from harness.errors import UsageError
-from harness.history import store
+from harness.history import database
 from harness.history.gate import cell_values
 from harness.results import stats
 
@@ -43,7 +43,7 @@ def column_of(figure: str) -> str:
 def groups(db: sqlite3.Connection, scenario: str | None = None) -> dict[tuple[str, str], list[sqlite3.Row]]:
     """(scenario, machine fingerprint) -> its runs, oldest first."""
     out: dict[tuple[str, str], list[sqlite3.Row]] = {}
-    for run in store.runs(db, scenario):
+    for run in database.runs(db, scenario):
         out.setdefault((run["scenario"], run["machine_fp"]), []).append(run)
     return out
 
@@ -60,7 +60,7 @@ def cell_runs(db: sqlite3.Connection, runs: list[sqlite3.Row], figure: str) -> d
     column = column_of(figure)
     out: dict[str, list[tuple[str, float]]] = {}
     for run in runs:
-        for cell, value in cell_values(store.visits_of(db, run["id"]), lambda v: v[column]).items():
+        for cell, value in cell_values(database.visits_of(db, run["id"]), lambda v: v[column]).items():
             out.setdefault(cell, []).append((run["commit_id"], value))
     return out
 
@@ -70,7 +70,7 @@ def per_commit(db: sqlite3.Connection, runs: list[sqlite3.Row], cell: str, figur
     column = column_of(figure)
     by_commit: dict[str, list[list[float]]] = {}
     for run in runs:
-        visits = [v[column] for v in store.visits_of(db, run["id"])
+        visits = [v[column] for v in database.visits_of(db, run["id"])
                   if v["cell"] == cell and not v["error"] and v[column] is not None and v[column] > 0]
         if visits:
             by_commit.setdefault(run["commit_id"], []).append(visits)
@@ -89,7 +89,7 @@ def effect_points(db: sqlite3.Connection, runs: list[sqlite3.Row], axis: str, fi
     fitted = EFFECT_FIGURES.get(figure, figure)
     out: dict[str, list] = {}
     for run in runs:
-        for e in store.effects_of(db, run["id"]):
+        for e in database.effects_of(db, run["id"]):
             if e["axis"] == axis and e["figure"] == fitted and e["kind"] == "main" and e["level"] != e["reference"]:
                 out.setdefault(e["level"], []).append((run["commit_id"], e["ratio"], e["low"], e["high"]))
     return out
@@ -98,5 +98,5 @@ def effect_points(db: sqlite3.Connection, runs: list[sqlite3.Row], axis: str, fi
 def axes_of(db: sqlite3.Connection, runs: list[sqlite3.Row]) -> list[str]:
     names = []
     for run in runs:
-        names += [e["axis"] for e in store.effects_of(db, run["id"]) if e["kind"] == "main"]
+        names += [e["axis"] for e in database.effects_of(db, run["id"]) if e["kind"] == "main"]
     return list(dict.fromkeys(names))

@@ -1,5 +1,5 @@
 """What one rank reports of one cell: `RankRecord` (gathered to rank 0 with torch.distributed.gather_object,
-so it pickles; written as one of `ranks` in cells.jsonl; a JsonRecord, harness.measure.records) and the five
+so it pickles; written as one of `ranks` in cells.jsonl; a JsonRecord, harness.measure.jsonrecord) and the five
 parts a rank's step is accounted into (`PARTS`).
 
 docs/results-format.md lists every key ("Keys of a rank's record").
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.measure.records import JsonRecord
+from harness.measure.jsonrecord import JsonRecord
 
 # --- the five parts of a step -----------------------------------------------------------------------------
 
@@ -66,7 +66,7 @@ def window_stages(log, batch_sizes: list[int]) -> dict | None:
 
 @dataclass
 class RankCache(JsonRecord):
-    """A rank's cache statistics over the window (harness.measure.recorder.CacheTally), all its readers."""
+    """A rank's cache statistics over the window (harness.measure.steprecorder.CacheTally), all its readers."""
 
     hits: float = 0.0
     misses: float = 0.0

@@ -1,5 +1,5 @@
 """The remote storage's table: per cell, its readers' figures over the measured window (the remote_* figures
-and disk_hit_pct of cells.jsonl, medians over the visits: harness.data.remotefigures). Rows only for cells
+and disk_hit_pct of cells.jsonl, medians over the visits: harness.remote.counters). Rows only for cells
 that read a remote store; none for a run on local data."""
 from __future__ import annotations
 

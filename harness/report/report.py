@@ -18,7 +18,8 @@ import pandas as pd
 from harness.analysis.effects import MIN_EFFECT, Effect, level_order, whole_passes
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.measure.rankrecord import SHOWN_PARTS
-from harness.report import articles, effects, plots, stagetable, verdict, whatif
+from harness.report import articles, plots, stagetable, verdict, whatif
+from harness.report import effecttables
 from harness.report.remotetable import remote_table
 from harness.report.tables import (
     Table,
@@ -352,7 +353,7 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results)
                           + ([target.describe()] if target is not None else []), fmt)
     if fitted:
-        table = effects.effects_table(fitted, any(c.emulated for c in cells), m,
+        table = effecttables.effects_table(fitted, any(c.emulated for c in cells), m,
                                       level_order(results, env.cell_ids if env else None), whole_passes(results))
         parts += render_tables([table], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
@@ -388,13 +389,13 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
     harness.config.target.Target to predict each cell on (its table follows the stage table)."""
     probe = run_files.read_probe(run_dir)
     results = in_matrix_order(relative_to_probe(results, probe), env)
-    fitted = effects.run_effects(results, env.cell_ids if env else None)
-    effects.write_effects(run_dir, fitted)
+    fitted = effecttables.run_effects(results, env.cell_ids if env else None)
+    effecttables.write_effects(run_dir, fitted)
     summary_frame(results).to_csv(run_dir / "summary.csv", index=False)
     (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted,
                                               target))
     plots.write_plots(results, run_dir / "plots")
-    effects.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=env.min_effect if env and
+    effecttables.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=env.min_effect if env and
                          env.min_effect else MIN_EFFECT, passes=whole_passes(results))
     stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
     return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target)

@@ -2,7 +2,7 @@
 
 - the fastest configurations: the leader and every cell whose throughput interval overlaps the leader's (the
   set the data cannot tell apart at the intervals' level);
-- each choice's effect on throughput with its interval (harness.report.effects), decided or not;
+- each choice's effect on throughput with its interval (harness.report.effecttables), decided or not;
 - what binds: the device (AU high), the host's CPU (the loader and the rank need more cores than the host
   has), the data (a stall with the CPU to spare), with the cores needed when the host cannot feed the
   emulated devices.
@@ -14,7 +14,7 @@ import statistics
 
 from harness.analysis.effects import HIGHER, IDENTICAL, LOWER, MIN_EFFECT, NO_EFFECT, OPEN, Effect
 from harness.analysis.intervals import leader_and_tied
-from harness.report.effects import verdict_word
+from harness.report.effecttables import verdict_word
 from harness.report.tables import interval, shown_axes, stack_label
 from harness.results.cellresult import CellSummary
 

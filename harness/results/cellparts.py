@@ -1,5 +1,5 @@
 """The parts of a cells.jsonl line beside its figures, each a small record that owns its JSON
-(harness.measure.records.JsonRecord: unknown keys kept, a line read writes back what it read):
+(harness.measure.jsonrecord.JsonRecord: unknown keys kept, a line read writes back what it read):
 `coverage` (Coverage, per epoch EpochCoverage), `cache` (CacheFigures), `page_cache` (PageCache, its probe
 read PageCacheCheck) and `decomposition` (Decomposition). docs/results-format.md lists their keys.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from harness.measure.records import JsonRecord
+from harness.measure.jsonrecord import JsonRecord
 
 
 @dataclass

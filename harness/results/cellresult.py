@@ -5,7 +5,7 @@
   keys this version does not know are kept in `extra`. Its parts are records too: `figures` (Figures),
   `coverage`, `cache`, `page_cache`, `decomposition` (harness.results.cellparts) and `ranks`
   (harness.measure.rankrecord.RankRecord).
-- `CELLS`: the file's format (harness.results.cellsformat: SCHEMA_VERSION, what each version changed, the
+- `CELLS`: the file's format (harness.results.cellsversions: SCHEMA_VERSION, what each version changed, the
   step from each older version). `from_json` reads every line through it, then `upgrade` fills in what lines
   of older harnesses of the same version lack, so the rest of the harness sees the current schema only (lines
   without "schema" are version 1). Both work in memory: a line read is written back as it was read.
@@ -17,7 +17,7 @@
   out once per cell: harness.config.matrix.Cell.advice), `cell_line` (the line written after each cell,
   built from the records of all its ranks) and `summary_text`.
 
-This module depends on harness.results.metrics, cellparts, stats and cellsformat, on harness.measure.rankrecord
+This module depends on harness.results.metrics, cellparts, stats and cellsversions, on harness.measure.rankrecord
 and records (and on the scenario and matrix types for `cell_line`); every
 reporting module reads results through it.
 """
@@ -30,10 +30,10 @@ from typing import ClassVar
 import numpy as np
 
 from harness.measure.rankrecord import RankRecord
-from harness.measure.records import JsonRecord
+from harness.measure.jsonrecord import JsonRecord
 from harness.results import metrics, stats
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, PageCache
-from harness.results.cellsformat import CELLS, NO_HINT, SCHEMA_VERSION
+from harness.results.cellsversions import CELLS, NO_HINT, SCHEMA_VERSION
 
 
 @dataclass
@@ -92,7 +92,7 @@ class Figures(JsonRecord):
     other_cpu_pct: float | None = None  # CPU used on the host by processes outside the run, % of the host
     steal_pct: float | None = None  # CPU time the hypervisor gave to other guests, % of the host
     vs_probe: float | None = None  # derived when reporting: throughput / the repeat's ideal loader (probe.jsonl)
-    # a remote storage's figures over the measured window (harness.data.remotefigures; absent for local data)
+    # a remote storage's figures over the measured window (harness.remote.counters; absent for local data)
     remote_requests_per_sample: float | None = None
     remote_mb_per_sample: float | None = None
     remote_lists_per_sample: float | None = None
@@ -356,7 +356,7 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
               remote: dict | None = None) -> dict:
     """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and a
     harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
-    repeat it belongs to; `remote`: a remote storage's figures over the window, harness.data.remotefigures.
+    repeat it belongs to; `remote`: a remote storage's figures over the window, harness.remote.counters.
     of_visit)."""
     errors = sorted({r.error for r in records if r.error})
     page_cache = records[0].page_cache

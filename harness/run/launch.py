@@ -2,7 +2,7 @@
 
 One node: ``world_size`` processes are spawned (torch.multiprocessing, start method spawn) on a fresh free
 port. Under torchrun the processes already exist and call :func:`rank_main` directly. gloo on CPU, NCCL on
-CUDA. What each rank does with the cells once it has joined is in harness.run.cellruns.
+CUDA. What each rank does with the cells once it has joined is in harness.run.rankloop.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from harness.config.request import Torchrun
 from harness.config.runconfig import LaunchConfig
 from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
-from harness.run import cellruns, supervisor
+from harness.run import supervisor
+from harness.run import rankloop
 from harness.train.agreement import end_group
 
 PG_TIMEOUT = timedelta(seconds=300)
@@ -162,7 +163,7 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     try:
         if data_paths is None:
             data_paths = _join_torchrun_run(config, local_rank, host_group)
-        cellruns.run_all(rank, local_rank, world, config, device, data_paths, host_group)
+        rankloop.run_all(rank, local_rank, world, config, device, data_paths, host_group)
         failed = False
     except KeyboardInterrupt:  # the launcher stopping every rank (Ctrl-C, SIGTERM): no peer is left behind, and
         failed = False  # destroying the group as a clean end lets the rank's queues unlink their semaphores

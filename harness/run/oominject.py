@@ -7,7 +7,7 @@ the optimizer step. Injected (torch.OutOfMemoryError raised, on CPU over gloo) o
 allocation larger than the free memory, both ranks on GPU 0 over gloo: NCCL refuses two ranks on one GPU).
 Two models: the features two-tower, and the same with BatchNorm layers (buffers, as ResNet-50's 53).
 
-What must hold (harness.train.trainstep's policy), with splitting on (dynamic batching's safety net) and off:
+What must hold (harness.train.ddpstep's policy), with splitting on (dynamic batching's safety net) and off:
 - forward, split on: every rank takes every step, only rank 1 had a step that raised (one), the replicas stay
   identical;
 - backward, split on: the same (rank 1 lost that batch's gradient, the reduction was finished with zeros);
@@ -199,7 +199,7 @@ def _rank(rank: int, world: int, port: int, cases: list[Case], real: bool, out: 
     from harness.train.agreement import param_digest
     from harness.train.batches import InMemoryBatches
     from harness.train.trainloop import MeasuredLoop
-    from harness.train.trainstep import make_ddp
+    from harness.train.ddpstep import make_ddp
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

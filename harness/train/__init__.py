@@ -1,3 +1,3 @@
 """train: one cell on one rank: the input pipeline (pipeline, torchdataset, threadloader, devprep), where
 batches come from (batches), the per-step agreement of the ranks (agreement), one DDP step with its OOM policy
-(trainstep) and the measured loop (trainloop)."""
+(ddpstep) and the measured loop (trainloop)."""

@@ -13,7 +13,7 @@ while others still have batches takes a shadow step (a zero-weight step on a tin
 gradient allreduce), so every rank takes the same number of steps. A failed step is handled outside the
 `except` block that caught it, so that its graph is freed before the shadow step that joins the peers; an
 error that breaks the collective sequence (a failed shadow step or finish_reduction, a distributed-backend
-error) aborts the process group and ends the rank (harness.train.trainstep). Dynamic batching's memory
+error) aborts the process group and ends the rank (harness.train.ddpstep). Dynamic batching's memory
 probe is agreed like a step: one rank's failure skips the cell on every rank. Each phase starts with a
 barrier on the host (gloo) group, before its first collective on the training group: a rank lost while the
 others built the pipeline is noticed there at once.
@@ -36,12 +36,12 @@ from harness.config.scenario import Scenario
 from harness.data import pagecache
 from harness.device.standin import build_model
 from harness.measure.rankrecord import Nvml, RankRecord
-from harness.measure.recorder import CacheTally, StepRecorder
+from harness.measure.steprecorder import CacheTally, StepRecorder
 from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.train import pipeline
 from harness.train.agreement import GroupAborted, agree, host_barrier, param_digest, window_steps
 from harness.train.batches import BatchSource, InMemoryBatches, collect_batches, to_device
-from harness.train.trainstep import StepFailed, StepPrecision, is_oom, make_ddp, shadow_step, train_step
+from harness.train.ddpstep import StepFailed, StepPrecision, is_oom, make_ddp, shadow_step, train_step
 
 IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase
 
@@ -174,7 +174,7 @@ class MeasuredLoop:
 
     def _train_batch(self, batch: dict, tensors: dict, samples: int, measured: bool) -> tuple[str, bool] | None:
         """The step on this rank's batch; (reason, joined) when it failed (the policy of
-        harness.train.trainstep: this rank ends the cell), else None."""
+        harness.train.ddpstep: this rank ends the cell), else None."""
         if self.devprep is not None:  # decode etc. on the device, in its time
             try:
                 tensors["images"] = self.devprep.images(batch, self.device)

@@ -2,8 +2,8 @@
 peak device memory of real training steps.
 
 For each precision (amp, fp32) a fresh model of the pixels workload (ResNet-50 CLIP, as a cell builds it) is
-probed with memprobe.measure, then wrapped as a cell wraps it (trainstep.make_ddp; one rank, NCCL) with SGD and
-momentum, and trained with the harness's own step (trainstep.train_step, timed by CudaDevice as the loop does)
+probed with memprobe.measure, then wrapped as a cell wraps it (ddpstep.make_ddp; one rank, NCCL) with SGD and
+momentum, and trained with the harness's own step (ddpstep.train_step, timed by CudaDevice as the loop does)
 for a few steps at each batch size of SIZES at the gpu scenario's image size, host preprocessing. The peak
 of the last step at each size (CudaDevice.last_bytes: torch.cuda.max_memory_allocated over the step) is
 compared with base + bytes per padded pixel x its pixels. Holds when every prediction is within 15% of the
@@ -31,7 +31,7 @@ def batch(torch, n: int, side: int):
 def real_peak(device, ddp, optimizer, precision, tensors: dict, n: int) -> int:
     """The peak device bytes of the last of STEPS harness training steps on this batch, as a cell records it
     (CudaDevice's per-step peak, read once the step's events are done)."""
-    from harness.train.trainstep import train_step
+    from harness.train.ddpstep import train_step
 
     for _ in range(STEPS):
         device.start_timer()
@@ -46,7 +46,7 @@ def one_precision(torch, name: str) -> dict:
     from harness.device import memprobe
     from harness.device.devices import CudaDevice
     from harness.device.standin import build_model
-    from harness.train.trainstep import StepPrecision, make_ddp
+    from harness.train.ddpstep import StepPrecision, make_ddp
     from strategies.registry import create
 
     device = CudaDevice(0)

@@ -4,7 +4,7 @@
     sudo python scripts/s3/bounds_check.py --bandwidths 20 5 2 --seconds 8   # 2 MB/s: under the small cases' demand
     sudo python scripts/s3/bounds_check.py --bandwidths 40 10 2.5 --seconds 10
 
-Root: the link is a network namespace and a veth pair shaped with tc (harness.data.remote.session). One
+Root: the link is a network namespace and a veth pair shaped with tc (harness.remote.tier.session). One
 reading process (this one, no DataLoader: the model's one worker) reads random batches of 16 samples of the
 pixels workload's fields through the s3 storage, for each case:
 
@@ -23,7 +23,7 @@ calibration) and the store's own probe there, never from a shaped setting:
                           on each request included, which no request in flight hides: one process, one GIL)
     latency               the small range GETs' wall time outside that CPU (webdataset, in_flight 1):
                           (wall - CPU) / requests
-    store capacity        1 / the moto process's CPU per small GET (harness.data.remotestore.request_cost,
+    store capacity        1 / the moto process's CPU per small GET (harness.remote.server.request_cost,
                           run at the calibration): one CPU-bound process
     bytes, requests       per sample, each case's own
 
@@ -32,7 +32,7 @@ whole wall time, no in-flight term, no capacity. This kernel has no sch_netem, s
 here: the latency setting is the store's measured one, labelled so. The table prints both predictions, the
 measured rate and the errors; the calibration rows are flagged ("copy" where the row is its own input), and
 "link as a cap alone" is the model with bytes / bandwidth taken off each request's path and kept as the
-storage bandwidth bound: what tbf does while a response fits its burst (harness.data.remotelink.TBF_BURST).
+storage bandwidth bound: what tbf does while a response fits its burst (harness.remote.link.TBF_BURST).
 """
 from __future__ import annotations
 
@@ -50,12 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness.analysis.targetmodel import Costs, io_seconds, predict  # noqa: E402
 from harness.config.accelerators import get_accelerator  # noqa: E402
 from harness.config.target import Target  # noqa: E402
-from harness.data import remotefigures  # noqa: E402
+from harness.remote import counters  # noqa: E402
 from harness.data.fields import FIELDS_FOR  # noqa: E402
 from harness.data.generator import DatasetSpec  # noqa: E402
 from harness.data.materialise import materialise  # noqa: E402
-from harness.data.remote import RemoteSettings, session  # noqa: E402
-from harness.data.remotelink import Shape  # noqa: E402
+from harness.remote.tier import RemoteSettings, session  # noqa: E402
+from harness.remote.link import Shape  # noqa: E402
 from harness.errors import UsageError  # noqa: E402
 from harness.measure.hostload import HostLoad  # noqa: E402
 from strategies import registry  # noqa: E402
@@ -92,7 +92,7 @@ def measure(path: Path, fmt: str, in_flight: int, seconds: float, seed: int) -> 
             "idle_s_per_request": max(0.0, wall - cpu) / requests if requests else float("nan"),
             "bytes_per_sample": (after["bytes"] - before["bytes"]) / samples,
             "request_s": wait / requests if requests else float("nan"), "outside_pct": outside,
-            "p50_ms": remotefigures.percentile_ms(bins, 50)}
+            "p50_ms": counters.percentile_ms(bins, 50)}
 
 
 def predicted(cal: dict, latency_s: float, bandwidth: float, in_flight: int = 1,
@@ -115,7 +115,7 @@ def predicted(cal: dict, latency_s: float, bandwidth: float, in_flight: int = 1,
 def link_caps_only(cal: dict, latency_s: float, bandwidth: float, in_flight: int, store_gets_s: float,
                    own: str = "own_s_per_sample") -> float:
     """The same model with the link as a cap alone (bytes / bandwidth not on each request's path): what tbf
-    does while a response fits its burst (harness.data.remotelink.TBF_BURST). For the table, not the model."""
+    does while a response fits its burst (harness.remote.link.TBF_BURST). For the table, not the model."""
     unshaped = predicted(cal, latency_s, 0.0, in_flight, store_gets_s, own)[0]
     bound = bandwidth * 1e6 / cal["bytes_per_sample"] if bandwidth and cal["bytes_per_sample"] else float("inf")
     return min(unshaped, bound)

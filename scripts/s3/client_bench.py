@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from harness.data.remotestore import KEYS, ObjectServer, request_cost  # noqa: E402
+from harness.remote.server import KEYS, ObjectServer, request_cost  # noqa: E402
 
 SMALL, LARGE_OBJ, LARGE = 16 << 10, 64 << 20, 8 << 20
 

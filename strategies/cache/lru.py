@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from strategies.cache.lru_shared import CacheServer
-from strategies.cache.store import LRUStore
+from strategies.cache.lrumap import LRUStore
 from strategies.params import choice, number
 from strategies.protocols import CacheBase
 from strategies.registry import register

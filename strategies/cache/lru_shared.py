@@ -1,7 +1,7 @@
 """The shared scope of the lru cache: one cache-server process per rank, used by all its DataLoader workers.
 
 :class:`CacheServer` runs ``python -m strategies.cache.lru_shared`` as a child process: a
-:class:`multiprocessing.managers.BaseManager` server holding :class:`~strategies.cache.store.LRUStore` objects.
+:class:`multiprocessing.managers.BaseManager` server holding :class:`~strategies.cache.lrumap.LRUStore` objects.
 A plain subprocess rather than a multiprocessing one: it does not re-import the rank's main module (which
 would pull torch into the server) and it watches its stdin, so it exits as soon as the rank closes the pipe,
 on purpose or by dying in any way. :class:`SharedStore` is the client: it pickles to (address, authkey,
@@ -22,7 +22,7 @@ import threading
 import weakref
 from multiprocessing.managers import BaseManager, BaseProxy
 
-from strategies.cache.store import LRUStore
+from strategies.cache.lrumap import LRUStore
 
 _STORES: dict[str, LRUStore] = {}  # in the server process: store name -> store
 

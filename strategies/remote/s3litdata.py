@@ -6,14 +6,14 @@ given to it as ``storage_options``) and reads items from them. That cache is lit
 
 The harness does not see litdata's requests, so this reader's figures have samples and the time it waited in
 litdata's reads (``wait_s``), no request, byte or latency counts: its ``client`` is "litdata", and the figures
-show "-" for what it cannot count (harness.data.remotefigures)."""
+show "-" for what it cannot count (harness.remote.counters)."""
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from strategies.remote.source import write_counters
+from strategies.remote.rangesource import write_counters
 from strategies.sample import FIELDS, Sample
 from strategies.storage.litdata import LitdataReader, _litdata
 

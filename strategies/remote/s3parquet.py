@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from strategies.remote.source import RemoteSource, ServedBy
+from strategies.remote.rangesource import RemoteSource, ServedBy
 from strategies.sample import FIELDS
 from strategies.storage.parquet import ParquetReader
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.remote.source import RemoteSource
+from strategies.remote.rangesource import RemoteSource
 from strategies.sample import FIELDS, Sample
 from strategies.storage.base import checked_fields, checked_indices, read_count
 from strategies.storage.raw import _SUFFIX, _rel_stem

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.remote.source import RemoteSource, ServedBy
+from strategies.remote.rangesource import RemoteSource, ServedBy
 from strategies.sample import FIELDS, Sample
 from strategies.storage.base import checked_indices
 from strategies.storage.webdataset import WebDatasetReader, set_field

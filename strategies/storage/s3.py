@@ -16,7 +16,7 @@ data files. ``open`` lists the prefix once (one LIST call, counted) and uploads 
 at another size: an object store that forgot its data (the project's own is in memory) is filled again.
 
 Reading: ``in_flight`` range requests at once per process (a DataLoader worker); ``disk_cache_mb`` > 0 puts a
-size-bounded LRU disk cache tier (strategies.cache.disk) under the reader, in ``cache_dir``: whole shards for
+size-bounded LRU disk cache tier (strategies.remote.disktier) under the reader, in ``cache_dir``: whole shards for
 webdataset, the row-group ranges for parquet, whole objects for raw; for litdata, litdata's own chunk cache
 in ``cache_dir`` (``max_cache_size``). Every ``open`` empties ``cache_dir`` first, so that each visit of a cell
 starts with a cold tier: the ranks open their storage before the barrier that precedes their DataLoader
@@ -40,7 +40,7 @@ from strategies.remote.s3litdata import S3LitdataReader
 from strategies.remote.s3parquet import S3ParquetReader
 from strategies.remote.s3raw import S3RawReader
 from strategies.remote.s3webdataset import S3WebDatasetReader
-from strategies.remote.source import RemoteSource
+from strategies.remote.rangesource import RemoteSource
 from strategies.sample import FIELDS, Sample
 from strategies.storage.base import TrackedStorage
 from strategies.storage.litdata import LitdataStorage

@@ -9,8 +9,8 @@ exit.
     bucket = "dlbench"     # the bucket the project's server creates; the storages' url names it
     namespace = true       # the server in a network namespace of the project's (false: on loopback, unshaped)
 
-``session(settings)`` is a context manager: with ``namespace`` it creates a ShapedLink (harness.data.remotelink)
-and starts the ObjectServer (harness.data.remotestore) inside it on the namespace's address, else on loopback;
+``session(settings)`` is a context manager: with ``namespace`` it creates a ShapedLink (harness.remote.link)
+and starts the ObjectServer (harness.remote.server) inside it on the namespace's address, else on loopback;
 sets the AWS environment (endpoint, region, keys) in ``os.environ`` so the ranks it starts inherit it; measures
 the server's own cost per request; and on leaving (an exception, SIGTERM or SIGINT: ``stop_on_signals``)
 stops the server, removes the link and puts the environment back. ``Session.header()`` is the lines a run's
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.data.remotelink import Shape, ShapedLink
-from harness.data.remotestore import ENV_KEYS, ObjectServer, RequestCost, request_cost, stop_on_signals
+from harness.remote.link import Shape, ShapedLink
+from harness.remote.server import ENV_KEYS, ObjectServer, RequestCost, request_cost, stop_on_signals
 from harness.errors import UsageError
 
 FIELDS: dict[str, tuple[type, Any]] = {"latency_ms": (float, 0.0), "bandwidth_mb_s": (float, 0.0),

@@ -15,7 +15,7 @@ import torch.distributed as dist
 from harness.analysis import budget
 from harness.config.matrix import Cell
 from harness.config.runconfig import LaunchConfig, visit_order
-from harness.data import remotefigures
+from harness.remote import counters
 from harness.data.materialise import verify_dir
 from harness.measure.hostload import HostLoad
 from harness.measure.profiling import CellProfiler
@@ -171,7 +171,7 @@ def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, dev
     if ctx.rank == 0:
         line = cellresult.cell_line(config.scenario, cell, config.device_name or device.name, config.device != "cuda",
                                     gathered, time.perf_counter() - started, repeat, outside=load.stop(),
-                                    remote=remotefigures.of_visit(gathered))
+                                    remote=counters.of_visit(gathered))
         rundir.append_cell(config.run_dir, line)
         if show:
             print(cellresult.summary_text(line), file=sys.stderr, flush=True)

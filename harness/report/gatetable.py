@@ -1,8 +1,8 @@
-"""A comparison of a run with a baseline (harness.analysis.compare) as text or markdown: the one-line verdict
+"""A comparison of a run with a baseline (harness.analysis.baselinegate) as text or markdown: the one-line verdict
 summary, then the table (a pull-request comment in markdown)."""
 from __future__ import annotations
 
-from harness.analysis.compare import Comparison
+from harness.analysis.baselinegate import Comparison
 from harness.report.tables import Table, render_tables
 
 

@@ -1,4 +1,4 @@
-"""The remote figures of a cell, from its reading processes' counters (the files strategies.remote.source
+"""The remote figures of a cell, from its reading processes' counters (the files strategies.remote.rangesource
 writes into the folder named by DLBENCH_REMOTE_STATS, one per process and reader, a line of cumulative
 counters after each batch, stamped with perf_counter), merged over a whole run (each file's last line) or over
 a window [t0, t1] (per file, its last line at or before t1 less its last line at or before t0):
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from strategies.remote.s3client import LAT_BINS, LAT_MIN_S, LAT_STEP
-from strategies.remote.source import STATS_ENV
+from strategies.remote.rangesource import STATS_ENV
 
 COUNTERS = ("samples", "requests", "bytes", "lists", "retries", "puts", "wait_s", "disk_hits", "disk_misses")
 UNCOUNTED = ("litdata",)  # clients whose requests the harness does not see

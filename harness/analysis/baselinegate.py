@@ -1,5 +1,5 @@
 """The CI regression gate's judgement: compare this run's cells with a saved baseline, cell by cell (the
-comparison's table: harness.report.comparison).
+comparison's table: harness.report.gatetable).
 
 The baseline and its file format: harness.results.baseline.
 

@@ -7,7 +7,7 @@ Picklable; every part opens lazily in the process that reads.
 names a folder in ``DLBENCH_REMOTE_STATS``, appends a line to ``<folder>/<pid>-<id>.jsonl`` (``write_counters``):
 this source's counters in this process so far, stamped with ``time.perf_counter()`` (CLOCK_MONOTONIC, one
 clock for every process of the machine), the latency bins sparse ({bin: count}). One file per reading process
-and reader; harness.data.remotefigures merges them, over a whole run (each file's last line) or over a
+and reader; harness.remote.counters merges them, over a whole run (each file's last line) or over a
 measured window (the difference of the lines before its two ends)."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import json
 import os
 import time
 
-from strategies.cache.disk import DiskTier
+from strategies.remote.disktier import DiskTier
 from strategies.remote.s3client import RangeStore
 
 STATS_ENV = "DLBENCH_REMOTE_STATS"
