@@ -18,7 +18,7 @@ DLIO is installed in its own virtual environment (never beside the project), wit
     python scripts/dlio_side_by_side.py --dlio-python /tmp/dlio-venv/bin/python [--ranks 1,2,4] [--rounds 3]
 
 DLIO's main module imports tensorflow even for PyTorch runs; the script puts a stub `tensorflow` package on
-its path (any attribute raises ImportError). docs/dlio.md shows a measured run.
+its path (any attribute raises ImportError). docs/measurements/dlio.md shows a measured run.
 """
 from __future__ import annotations
 
@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.config import scenario as scenario_mod  # noqa: E402
 from harness.measure.hostload import host_ticks, outside_load  # noqa: E402
+from harness.results import rundir  # noqa: E402
 
 SCENARIO = "loop-cost"
 RECORD_BYTES = (2048 + 768) * 4  # the features workload's two embeddings, float32
@@ -178,16 +179,16 @@ def ours(ranks: int, out: Path, steps: int | None, tree: Path = ROOT) -> dict:
            *(["--steps", str(steps)] if steps else []), "--quiet", "--out", str(out), "--data-dir", str(ROOT / "data")]
     run_quiet(cmd, dict(os.environ), f"dlbench ({tree}) at {ranks} ranks", cwd=tree)
     (run_dir,) = set(out.glob("*")) - before
-    return ours_figures(run_dir / "cells.jsonl")
+    return ours_figures(run_dir)
 
 
 OUR_FIGURES = ("au_pct", "other_cpu_pct", "peer_wait_pct", "overhead_pct", "stall_mean_pct", "overrun_pct",
                "launch_ms_p50", "rank_cpu_s_per_sample")
 
 
-def ours_figures(cells: Path) -> dict:
-    """The figures of the run's one cell (cells.jsonl's first line)."""
-    figures = json.loads(cells.read_text().splitlines()[0])["figures"]
+def ours_figures(run_dir: Path) -> dict:
+    """The figures of the run's one cell (cells.jsonl's first line, read through the versioned reader)."""
+    figures = rundir.read_results(run_dir)[0].figures
     return {k: figures.get(k) for k in OUR_FIGURES}
 
 

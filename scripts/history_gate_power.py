@@ -138,12 +138,12 @@ def _groups(items: list, size: int) -> list[list]:
 
 
 def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int = 5) -> None:
-    """Today's gates on the same runs: the A/B gate (ab_gate.judge: 6 against 6 single-repeat runs, cpu
-    metric, min effect 15%, alpha 0.05 over the cells) on disjoint groups of runs, and the baseline gate's
-    test (results/baselines/ci.json, 10 repeats; the runs merged 5 at a time as its 5 repeats)."""
-    from harness.analysis import baselinegate
-    from harness.commands import ab_gate
-    from harness.commands.compare_runs import run_as_baseline
+    """Today's gates on the same runs: the A/B gate (harness.analysis.abjudgement: 6 against 6 single-repeat
+    runs, cpu metric, min effect 15%, alpha 0.05 over the cells; each table in OUT/ab/) on disjoint groups of
+    runs, and the baseline gate's test (results/baselines/ci.json, 10 repeats; the runs merged 5 at a time as its
+    5 repeats)."""
+    from harness.analysis import abjudgement, baselinegate
+    from harness.analysis.gateinput import run_as_baseline
     from harness.results.baseline import Baseline, BaselineError, merge
 
     kinds = sorted({r["plant_ms"] for r in judged})
@@ -155,11 +155,8 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
             pairs = list(zip(_groups(dirs[0.0], ab_runs), _groups(dirs[kind], ab_runs)))
         else:
             pairs = [(g[0::2], g[1::2]) for g in _groups(dirs[0.0], 2 * ab_runs)]
-        codes = []
-        for i, (parent, current) in enumerate(pairs):
-            sink = io.StringIO()
-            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                codes.append(ab_gate.judge(parent, current, out / "ab" / f"{kind:g}-{i}"))
+        codes = [ab_code(abjudgement.judge(parent, current), out / "ab" / f"{kind:g}-{i}")
+                 for i, (parent, current) in enumerate(pairs)]
         print(f"  {_kind(kind)}: {sum(c == 1 for c in codes)} of {len(codes)} A/B exit 1 (exits {codes})")
     path = REPO / "results" / "baselines" / "ci.json"
     print(f"\nthe baseline gate's test against {path.relative_to(REPO)} ({baseline_repeats} runs merged as its "
@@ -178,9 +175,19 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
         print(f"  {_kind(kind)}: exits {codes}")
 
 
+def ab_code(judgement, table_dir: Path) -> int:
+    """The A/B gate's exit code of a judgement; its table, as the gate writes it, in TABLE_DIR/comparison.md."""
+    from harness.report import gatetable
+
+    if judgement.comparison is not None:
+        table_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            gatetable.show(judgement.comparison, table_dir / "comparison.md")
+    return judgement.exit_code
+
+
 def judge(out: Path, history_runs: int, last: int) -> int:
-    from harness.history import gate, runrows
-    from harness.history import database
+    from harness.history import database, gate, runrows
 
     runs = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
     runs = [r for r in runs if r["rc"] == 0 and r["run_dir"]]

@@ -1,7 +1,7 @@
 """What timing the loader's stages costs (harness.train.stagetimer): a DataLoader worker's work per batch
 (SampleDataset.__getitems__ + Collate, a scenario's dataset and settings, warm page cache) with the stage
 clocks on, and with them replaced by no-ops, interleaved, in one process; plus the clock reads per batch
-times one read's cost. docs/stage-profile.md shows a measured run.
+times one read's cost. docs/measurements/stage-profile.md shows a measured run.
 
     python scripts/stage_overhead.py [--scenario 4xV100] [--storage raw] [--batches 40] [--rounds 7]
 """

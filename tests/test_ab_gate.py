@@ -1,8 +1,10 @@
-"""The A/B gate (harness.commands.ab_gate) and scripts/ci_gate.sh: this commit against its parent, runs merged
-into one baseline a side (results.baseline.merge), exit 1 only on a significant regression, exit 0 marked NOT
-RUN when there is no parent or it cannot run the scenario, the parent's worktree removed on any exit."""
+"""The A/B gate (harness.commands.ab_gate over harness.run.abruns and harness.analysis.abjudgement) and
+scripts/ci_gate.sh: this commit against its parent, runs merged into one baseline a side (results.baseline.merge),
+exit 1 only on a significant regression, exit 0 marked NOT RUN when there is no parent or it cannot run the
+scenario, the parent's worktree removed on any exit."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -12,10 +14,12 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from harness.analysis import abjudgement
+from harness.analysis.gateinput import run_as_baseline
 from harness.commands import ab_gate
-from harness.commands.compare_runs import run_as_baseline
 from harness.results.baseline import Baseline, BaselineError, machine_of, merge
 from harness.results.environment import Environment
+from harness.run import abruns
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=dynamic"]
 COMPARABLE = {"dataset_key": "k", "world_size": 2, "workload": "pixels", "batch_size": 16,
@@ -53,13 +57,13 @@ class FakeRunner:
         self.cpu, self.fail, self.comparable, self.calls = cpu or {}, fail or {}, comparable or {}, []
         self.probe = probe or {}
 
-    def __call__(self, side: str, tree: Path, out: Path) -> ab_gate.Outcome:
+    def __call__(self, side: str, tree: Path, out: Path) -> abruns.Outcome:
         self.calls.append(side)
         if side in self.fail:
-            return ab_gate.Outcome(self.fail[side], None, "run_bench.py: error: no scenario named ci", 1.0)
+            return abruns.Outcome(self.fail[side], None, "run_bench.py: error: no scenario named ci", 1.0)
         run = write_run(out / f"run{len(self.calls)}", self.cpu.get(side), len(self.calls),
                         self.comparable.get(side), probe=self.probe.get(side, 1.0))
-        return ab_gate.Outcome(0, run, "", 20.0)
+        return abruns.Outcome(0, run, "", 20.0)
 
 
 def gate(tmp_path, runner, runs=6) -> int:
@@ -68,8 +72,8 @@ def gate(tmp_path, runner, runs=6) -> int:
 
 
 def test_the_sides_alternate_in_balanced_pairs():
-    assert ab_gate.interleaved(3) == ["parent", "current", "current", "parent", "parent", "current"]
-    assert ab_gate.interleaved(6).count("parent") == 6 == ab_gate.interleaved(6).count("current")
+    assert abruns.interleaved(3) == ["parent", "current", "current", "parent", "parent", "current"]
+    assert abruns.interleaved(6).count("parent") == 6 == abruns.interleaved(6).count("current")
 
 
 def test_merge_concatenates_the_runs_repeats_in_order(tmp_path):
@@ -102,7 +106,7 @@ def test_merge_keeps_an_error_and_refuses_runs_that_differ(tmp_path):
 def test_the_same_code_passes(tmp_path, capsys):
     runner = FakeRunner()
     assert gate(tmp_path, runner) == 0
-    assert runner.calls == ab_gate.interleaved(6)
+    assert runner.calls == abruns.interleaved(6)
     out, err = capsys.readouterr()
     assert "0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%, alpha 0.0166667)" \
         in out
@@ -147,8 +151,16 @@ def test_this_commits_failed_run_fails_the_gate(tmp_path, capsys, rc, code):
     assert f"ci gate: FAILED: this commit's run of the scenario failed (exit {rc}" in capsys.readouterr().err
 
 
-def test_precheck_refuses_another_cpu_model_before_anything_runs(tmp_path, capsys):
-    here = machine_of(Environment.capture([], {}))
+@pytest.fixture
+def this_machine(monkeypatch) -> dict:
+    """This machine as the precheck sees it, fixed (capturing the environment runs git: seconds)."""
+    env = Environment(cpu_model="AMD EPYC", cpu_count=2, cpu_affinity=2, hostname="here", memory_gb=25.0)
+    monkeypatch.setattr(ab_gate.Environment, "capture", staticmethod(lambda argv, device: env))
+    return machine_of(env)
+
+
+def test_precheck_refuses_another_cpu_model_before_anything_runs(tmp_path, capsys, this_machine):
+    here = this_machine
     base = run_as_baseline(write_run(tmp_path / "r", cpu_model="Some Other CPU"))
     base.machine = dict(here, cpu_model="Some Other CPU")
     base.save(tmp_path / "other.json")
@@ -161,6 +173,7 @@ def test_precheck_refuses_another_cpu_model_before_anything_runs(tmp_path, capsy
     assert ab_gate.precheck(tmp_path / "missing.json") == 3 and "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a process
 def test_each_tree_runs_its_own_harness(tmp_path):
     """The parent's run_bench.py imports the parent's harness, not this checkout's (installed editable)."""
     tree = tmp_path / "tree"
@@ -168,8 +181,61 @@ def test_each_tree_runs_its_own_harness(tmp_path):
     (tree / "harness" / "__init__.py").write_text("")
     (tree / "run_bench.py").write_text("import sys, harness\nprint(harness.__file__, file=sys.stderr)\n"
                                        "sys.exit(2)\n")
-    o = ab_gate.bench_runner("ci", tmp_path / "data")("parent", tree, tmp_path / "out")
+    o = abruns.bench_runner("ci", tmp_path / "data")("parent", tree, tmp_path / "out")
     assert o.code == 2 and o.run_dir is None and o.detail == str(tree / "harness" / "__init__.py")
+
+
+def test_a_runs_outcome_is_its_new_run_directory_and_its_last_error_line(tmp_path):
+    """What bench_runner makes of a finished process (its slow test above runs one)."""
+    (tmp_path / "old").mkdir()
+    before = set(tmp_path.iterdir())
+    for name in ("a-ci", "b-ci", "c-nothing"):
+        (tmp_path / name).mkdir()
+    for name in ("a-ci", "b-ci"):
+        (tmp_path / name / "cells.jsonl").write_text("")
+    o = abruns.outcome(1, "warming\nrun_bench.py: error: boom\nresults: b-ci\n\n", tmp_path, before, 3.0)
+    assert o == abruns.Outcome(1, tmp_path / "b-ci", "run_bench.py: error: boom", 3.0)
+    assert abruns.outcome(0, None, tmp_path, set(tmp_path.iterdir()), 0.0) == abruns.Outcome(0, None, "", 0.0)
+
+
+def test_the_runs_stop_at_the_first_failure_with_its_side(tmp_path, capsys):
+    runs = abruns.measure(tmp_path / "p", tmp_path / "c", tmp_path / "out", 3, FakeRunner(fail={"current": 2}))
+    assert runs.failed[0] == "current" and runs.failed[1].code == 2 and len(runs.dirs["parent"]) == 1
+    assert capsys.readouterr().err.splitlines() == ["ci gate A/B: run 1/6 parent: exit 0 in 20 s",
+                                                    "ci gate A/B: run 2/6 current: exit 2 in 1 s"]
+    whole = abruns.measure(tmp_path / "p", tmp_path / "c", tmp_path / "out2", 2, FakeRunner())
+    assert whole.failed is None and [len(whole.dirs[s]) for s in ("parent", "current")] == [2, 2]
+
+
+def test_the_judgement_says_why_there_is_no_verdict(tmp_path):
+    """The parent's runs unreadable or of other settings: no verdict (exit 0); this commit's: exit 2."""
+    good = [write_run(tmp_path / f"g{i}", seq=i) for i in range(2)]
+    other = [write_run(tmp_path / "o", comparable=dict(COMPARABLE, batch_size=8))]
+    j = abjudgement.judge([tmp_path / "missing"], good, parent_label="abc")
+    assert j.comparison is None and j.exit_code == 0 and j.not_run.startswith("the parent commit abc's runs")
+    j = abjudgement.judge(good, [tmp_path / "missing"])
+    assert j.comparison is None and j.exit_code == 2 and "is not a directory" in j.error
+    j = abjudgement.judge(other, good, parent_label="abc")
+    assert j.exit_code == 0 and "runs the scenario with other settings" in j.not_run
+    j = abjudgement.judge(good, good)
+    assert j.cells == 3 and j.comparison.exit_code == j.exit_code == 0 and not (j.error or j.not_run)
+
+
+def test_the_gate_power_script_judges_as_the_gate_does(tmp_path, capsys):
+    """scripts/history_gate_power.py calls the judgement itself (not the command): the same exit code, the same
+    comparison.md."""
+    spec = importlib.util.spec_from_file_location("history_gate_power", REPO / "scripts" / "history_gate_power.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(4)]
+    for plant, code in ((1.0, 0), (1.5, 1)):
+        current = [write_run(tmp_path / f"c{plant}-{i}", {CELLS[1]: plant}, seq=i) for i in range(4)]
+        assert ab_gate.judge(parent, current, tmp_path / f"gate{plant}", alpha=0.5) == code
+        assert script.ab_code(abjudgement.judge(parent, current, alpha=0.5), tmp_path / f"script{plant}") == code
+        assert (tmp_path / f"script{plant}" / "comparison.md").read_text() == \
+            (tmp_path / f"gate{plant}" / "comparison.md").read_text()
+    assert script.ab_code(abjudgement.judge([tmp_path / "none"], parent), tmp_path / "no") == 0
+    assert not (tmp_path / "no").exists()
 
 
 def git(repo: Path, *args: str) -> str:
@@ -202,6 +268,7 @@ def run_script(repo: Path, tmp_path: Path, pythonpath: Path = REPO) -> subproces
                           env=env, timeout=120)
 
 
+@pytest.mark.slow  # git and bash processes
 def test_the_script_without_a_parent_commit_is_not_run_exit_0(tmp_path):
     proc = run_script(script_repo(tmp_path, None), tmp_path)
     assert proc.returncode == 0, proc.stderr
@@ -209,6 +276,7 @@ def test_the_script_without_a_parent_commit_is_not_run_exit_0(tmp_path):
                                                     "shallow clone?) to measure against; exit 0")
 
 
+@pytest.mark.slow  # git and bash processes
 def test_the_script_with_a_parent_that_cannot_run_exits_0_and_removes_its_worktree(tmp_path):
     repo = script_repo(tmp_path, "import sys\nsys.exit('run_bench.py: error: no scenario named ci')\n")
     proc = run_script(repo, tmp_path)
@@ -219,6 +287,7 @@ def test_the_script_with_a_parent_that_cannot_run_exits_0_and_removes_its_worktr
     assert not list(tmp_path.glob("ci-gate.*"))  # and its temp dir
 
 
+@pytest.mark.slow  # git and bash processes
 def test_a_python_error_in_the_gate_is_exit_2_never_1(tmp_path):
     """A harness that cannot even import (a bug in this commit): one line, exit 2 (a run error), not 1."""
     broken = tmp_path / "broken"

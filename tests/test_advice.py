@@ -169,6 +169,7 @@ def test_every_mapped_field_finds_its_map_and_its_place_in_the_file(paths):
         reader.close()
 
 
+@pytest.mark.slow  # litdata.optimize writes with worker processes
 def test_litdata_takes_the_advice_and_is_told_by_its_shards(tmp_path):
     pytest.importorskip("litdata")
     path = materialise(SPEC, "litdata", tmp_path, progress=False)

@@ -17,7 +17,8 @@ from harness.report.articles import (
     scaling_table,
 )
 from harness.report.tables import render_tables
-from harness.results.cellresult import CellResult, merge_repeats
+from harness.results.cellresult import CellResult
+from harness.results.repeats import merge_repeats
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -11,6 +11,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 
 from harness.analysis.budget import next_pass
 from harness.analysis.effects import HIGHER, LOWER, fit_effects, level_order, observations
@@ -51,6 +52,7 @@ def one_budget(seed: int):
     return {e.axis: e for e in fitted if e.level != e.reference}, repeat
 
 
+@pytest.mark.slow  # a Monte Carlo study of many simulated budgets
 def test_the_budget_neither_invents_effects_nor_narrows_intervals_away_from_the_truth():
     false_decided = covered = levels = stopped = 0
     for seed in range(RUNS):

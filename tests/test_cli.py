@@ -12,8 +12,7 @@ import pytest
 from conftest import run_bench
 
 from harness import cli
-from harness.cli import parsers
-from harness.cli import fromargs
+from harness.cli import fromargs, parsers
 from harness.commands import bench
 from harness.report import report
 from harness.run import launch
@@ -144,3 +143,32 @@ def test_share_gpu_without_a_gpu_is_one_line_with_device_cuda_and_a_note_otherwi
     assert "(emulated)" in err
     argv = ["--scenario", "smoke", "--share-gpu"]
     assert fromargs.bench_request(parsers.build_parser().parse_args(argv), argv, None).share_gpu
+
+
+def test_one_table_dispatches_every_command_line(tmp_path):
+    """Each command line reaches its entry of cli.COMMANDS with its typed request: a first word, or a mode flag of
+    the default command line (--list, --self-test, --check-predictions), or the default command itself."""
+    from harness.commands import ab_gate, check_predictions, compare_runs, history, oomcheck, rebuild_report
+
+    run = str(tmp_path)
+    assert cli.read(["list"]) == cli.read(["--list"]) == ("list", None)
+    assert cli.read(["self-test"]) == cli.read(["--self-test"]) == ("self-test", None)
+    name, request = cli.read(["--scenario", "smoke", "--check-predictions", "--steps", "12"])
+    assert name == "check-predictions" and request.steps == 12 and request.scenario == "smoke"
+    assert type(cli.read(["check-predictions", "--scenario", "smoke"])[1]) is check_predictions.Request
+    name, (request, store) = cli.read(["--scenario", "smoke", "--history", str(tmp_path / "h.sqlite")])
+    assert name == "bench" and request.scenario == "smoke" and store == tmp_path / "h.sqlite"
+    for argv, kind in ((["report", run], rebuild_report.Request), (["compare", run, run], compare_runs.CompareRequest),
+                       (["history", "list"], history.HistoryRequest), (["ab-gate", "--parent", run],
+                                                                       ab_gate.AbGateRequest),
+                       (["gate-precheck", run], ab_gate.GatePrecheckRequest), (["oomcheck"], oomcheck.Request)):
+        name, request = cli.read(argv)
+        assert name == argv[0] and type(request) is kind
+    assert set(parsers.DEFINE) <= {n for n, c in cli.COMMANDS.items() if c.read is not None}
+    with pytest.raises(SystemExit):  # "bench" is no first word: the default command line's parser refuses it
+        cli.read(["bench", "--scenario", "smoke"])
+
+
+def test_the_word_list_lists_the_scenarios_in_process(capsys):
+    code, out, _ = main(capsys, "list")
+    assert code == 0 and "smoke" in dict(line.split(None, 1) for line in out.splitlines())

@@ -71,7 +71,8 @@ def _materialised(data_dir: Path, tmp_path: Path, name: str) -> Path:
     return Path(shutil.copytree(src, copy / src.name))
 
 
-@pytest.mark.parametrize("name", sorted(STORAGES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "litdata" else n  # litdata.optimize
+                                  for n in sorted(STORAGES)])                                # writes with processes
 @pytest.mark.parametrize("damage", ["cut", "start", "middle"])
 def test_a_damaged_materialised_file_is_one_line_naming_it_and_regenerate(name, damage, data_dir, tmp_path):
     if name == "litdata":
@@ -93,6 +94,7 @@ def test_a_damaged_materialised_file_is_one_line_naming_it_and_regenerate(name, 
     assert fresh == path
 
 
+@pytest.mark.slow  # runs run_bench.py as a process
 def test_a_damaged_materialisation_on_the_command_line_is_exit_2(tmp_path, capsys):
     argv = ["--scenario", "formats", "--quiet", "--samples", "32", "--steps", "2", "--warmup-steps", "1",
             "--batch-size", "4", "--data-dir", str(tmp_path / "d"), "--out", str(tmp_path / "o"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from harness.config import scenario as scenario_mod
+from harness.results.fileformat import ResultsError
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "dlio_side_by_side.py"
@@ -49,10 +51,19 @@ def test_dlios_au_is_read_from_its_own_summary(sbs):
     assert sbs.dlio_au(FIXTURES / "dlio" / "summary.json") == pytest.approx(76.35995, abs=1e-4)
 
 
-def test_dlbench_figures_are_read_from_cells_jsonl(sbs):
-    figures = sbs.ours_figures(FIXTURES / "cells_1xV100.jsonl")
+def test_dlbench_figures_are_read_from_cells_jsonl(sbs, tmp_path):
+    """Through the versioned reader (harness.results.rundir): the first cell's figures as written, and a
+    line of a newer version is refused in one line rather than read as if it were this one's."""
+    shutil.copy(FIXTURES / "cells_1xV100.jsonl", tmp_path / "cells.jsonl")
+    figures = sbs.ours_figures(tmp_path)
     first = json.loads((FIXTURES / "cells_1xV100.jsonl").read_text().splitlines()[0])["figures"]
-    assert figures["au_pct"] == first["au_pct"] and set(figures) == set(sbs.OUR_FIGURES)
+    assert figures == {k: first.get(k) for k in sbs.OUR_FIGURES} and figures["au_pct"] is not None
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / "cells.jsonl").write_text(json.dumps({**json.loads((tmp_path / "cells.jsonl").read_text().splitlines()[0]),
+                                                   "schema": 999}) + "\n")
+    with pytest.raises(ResultsError):
+        sbs.ours_figures(newer)
 
 
 def test_the_table_gives_every_tool_at_every_rank_count(sbs):
@@ -68,11 +79,22 @@ def test_the_table_gives_every_tool_at_every_rank_count(sbs):
     assert "| 2 | dlbench | 60.0 | 0.67 | 5.0 | 9.0 | 1.0 | 1 |" in text
 
 
-@pytest.mark.parametrize("args, words", [
+BAD_ARGUMENTS = [
     (["--dlio-python", "/nonexistent/python"], "--dlio-python /nonexistent/python: no such interpreter"),
     (["--dlio-python", sys.executable, "--ranks", "0,x"], "--ranks '0,x'"),
     (["--dlio-python", sys.executable, "--tree", "nopath"], "--tree 'nopath'"),
-])
+]
+
+
+@pytest.mark.parametrize("args, words", BAD_ARGUMENTS)
+def test_bad_arguments_are_one_line_and_exit_2_in_process(sbs, capsys, args, words):
+    assert sbs.main(args) == 2
+    err = capsys.readouterr().err
+    assert words in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow  # a process each
+@pytest.mark.parametrize("args, words", BAD_ARGUMENTS)
 def test_bad_arguments_are_one_line_and_exit_2(args, words):
     done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr

@@ -12,8 +12,7 @@ import pytest
 from harness.analysis import checkcases, effects
 from harness.analysis.effects import EFFECTS, Effect
 from harness.report.effecttables import read_effects, write_effects
-from harness.results import cellresult, environment, fileformat, probeline, rundir
-from harness.results import loaderonly_rows
+from harness.results import cellresult, environment, fileformat, loaderonly_rows, probeline, rundir
 from harness.results.cellresult import CELLS, CellResult
 from harness.results.environment import ENV, Environment
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError, unchanged

@@ -63,6 +63,7 @@ def test_stage_timeouts_fit_the_budget():
     assert len(re.findall(r"\btimeout --kill-after", text)) == 1  # every stage goes through run_stage
 
 
+@pytest.mark.slow  # runs each check as a process
 @pytest.mark.parametrize("name", ALL)
 def test_each_check_imports_and_answers_help(name):
     assert callable(module(name).main)
@@ -71,6 +72,7 @@ def test_each_check_imports_and_answers_help(name):
     assert "usage:" in done.stdout
 
 
+@pytest.mark.slow  # runs each check as a process
 @no_cuda
 @pytest.mark.parametrize("name", MICRO)
 def test_micro_checks_skip_without_cuda(name, tmp_path):
@@ -80,6 +82,7 @@ def test_micro_checks_skip_without_cuda(name, tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # runs the script with bash
 @no_cuda
 def test_preflight_fails_without_cuda_and_names_it(tmp_path):
     done = run_check("preflight", "--out", str(tmp_path))
@@ -119,6 +122,7 @@ def test_decode_comparison_catches_a_wrong_decode():
     assert not decode.compare(ref, {"a": ref["a"][:, :8, :8], "b": ref["b"]})[0]  # wrong shape
 
 
+@pytest.mark.slow  # runs the checks as processes
 def test_the_harness_calls_of_the_checks_still_fit():
     """memcheck and nvmlbusy call the harness directly: a changed signature fails here, not on the GPU."""
     from harness.device import memprobe
@@ -175,6 +179,7 @@ def check(path: Path, *args: str) -> subprocess.CompletedProcess:
     return run_check("check_run", str(path), "--cells", "1", "--ranks", "1", *args)
 
 
+@pytest.mark.slow  # runs check_run.py as a process
 def test_check_run_passes_a_good_run_found_under_its_out_folder(tmp_path):
     write_run(tmp_path)
     done = check(tmp_path)
@@ -192,18 +197,21 @@ def test_check_run_passes_a_good_run_found_under_its_out_folder(tmp_path):
     ({"figures": {"nvml_util_pct": None}}, "no NVML figures"),
     ({"figures": {"throughput": None}}, "no throughput"),
 ])
+@pytest.mark.slow  # runs check_run.py as a process
 def test_check_run_catches_each_fault(tmp_path, overrides, says):
     done = check(write_run(tmp_path, **overrides))
     assert done.returncode == 1
     assert says in done.stdout
 
 
+@pytest.mark.slow  # runs check_run.py as a process
 def test_check_run_leaves_short_windows_out_of_the_nvml_comparison(tmp_path):
     done = check(write_run(tmp_path, figures={"nvml_util_pct": 10.0, "window_s": 0.5}))
     assert done.returncode == 0, done.stdout
     assert "not compared (window 0.50 s < 2.0 s)" in done.stdout
 
 
+@pytest.mark.slow  # runs check_run.py as a process
 def test_check_run_without_cells_is_exit_2(tmp_path):
     assert check(tmp_path).returncode == 2
 
@@ -238,6 +246,7 @@ def test_kernel_time_is_the_union_of_kernels_inside_the_profiled_window_steps():
     assert kernel_busy(trace(steps, [])) == {}  # no kernels (a CPU run)
 
 
+@pytest.mark.slow  # runs check_run.py as a process, twice
 @pytest.mark.parametrize("kernel_ms, ok", [(5.5, True), (2.0, False)])
 def test_check_run_profile_compares_kernel_and_event_au(tmp_path, kernel_ms, ok):
     """The gap is reported, and a failure only where --kernel-points is given (the profile stage gives none)."""
@@ -255,6 +264,7 @@ def test_check_run_profile_compares_kernel_and_event_au(tmp_path, kernel_ms, ok)
     assert "--kernel-points" not in re.search(r"^ *profile\).*$", SCRIPT.read_text(), re.M).group(0)
 
 
+@pytest.mark.slow  # runs check_run.py as a process
 def test_each_run_stage_writes_its_own_check_json(tmp_path):
     write_run(tmp_path)
     done = check(tmp_path, "--out", str(tmp_path / "json"), "--name", "check_matrix")
@@ -265,6 +275,7 @@ def test_each_run_stage_writes_its_own_check_json(tmp_path):
 
 # --- the script itself ----------------------------------------------------------------------------------
 
+@pytest.mark.slow  # runs the script with bash
 @no_cuda
 def test_a_stage_skipped_without_cuda_is_not_a_pass(tmp_path):
     done = subprocess.run([BASH, str(SCRIPT), str(tmp_path)], env={**env(), "GPU_CHECK_STAGES": "events"},
@@ -312,6 +323,7 @@ def test_docs_list_the_stages_with_the_scripts_timeouts():
     assert f"add up to {sum(stages.values())} s" in doc
 
 
+@pytest.mark.slow  # runs check_run.py as a process
 def test_check_run_can_require_an_nvml_comparison(tmp_path):
     run = write_run(tmp_path, figures={"window_s": 0.5})
     assert check(run).returncode == 0

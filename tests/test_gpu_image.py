@@ -77,6 +77,7 @@ def test_the_blocker_hides_the_four_libraries(image_env):
         assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr, name
 
 
+@pytest.mark.slow  # runs the preflight as a process
 def test_the_preflight_notes_the_optional_libraries_and_fails_none_of_them(image_env, tmp_path):
     done = run(image_env, "scripts/gpu/preflight.py", "--out", str(tmp_path))
     assert "Traceback" not in done.stderr, done.stderr
@@ -92,6 +93,7 @@ def test_the_preflight_notes_the_optional_libraries_and_fails_none_of_them(image
     assert not any(str(v).startswith("FAILED") for k, v in failed.items() if k in ("libraries", "harness", *ABSENT))
 
 
+@pytest.mark.slow  # runs each stage script as a process
 def test_every_stage_script_and_what_it_runs_imports(image_env):
     code = ("import sys, importlib; sys.path.insert(0, 'scripts/gpu'); "
             "[importlib.import_module(m) for m in ('preflight', 'events', 'streams', 'decode', 'memcheck', "
@@ -104,6 +106,7 @@ def test_every_stage_script_and_what_it_runs_imports(image_env):
     assert run(image_env, "run_bench.py", "oomcheck", "--help").returncode == 0
 
 
+@pytest.mark.slow  # runs run_bench.py as a process
 def test_the_default_decoder_falls_back_to_pil_with_one_line(image_env):
     done = run(image_env, "-c", "from harness.config import scenario; print(scenario.load('smoke').training.decoder)")
     assert done.returncode == 0, done.stderr
@@ -112,6 +115,7 @@ def test_the_default_decoder_falls_back_to_pil_with_one_line(image_env):
     assert len(notes) == 1 and "decoder is pil" in notes[0]
 
 
+@pytest.mark.slow  # runs run_bench.py as a process
 def test_a_scenario_naming_simplejpeg_is_one_line_and_exit_2(image_env, tmp_path):
     done = run(image_env, "run_bench.py", "--scenario", str(scenario(tmp_path, 'decoder = "simplejpeg"')),
                "--quiet", "--out", str(tmp_path / "out"))
@@ -122,6 +126,7 @@ def test_a_scenario_naming_simplejpeg_is_one_line_and_exit_2(image_env, tmp_path
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("cells.jsonl"))
 
 
+@pytest.mark.slow  # runs run_bench.py as a process
 @pytest.mark.parametrize("storage, package", [("webdataset", "webdataset"), ("lmdb", "lmdb")])
 def test_a_storage_whose_package_is_missing_is_one_line_and_exit_2(image_env, tmp_path, storage, package):
     done = run(image_env, "run_bench.py", "--scenario", str(scenario(tmp_path, storage=storage)), "--quiet",

@@ -142,6 +142,7 @@ def test_the_normalisation_constants_are_made_once_per_device():
     assert fields._constants(torch.device("cpu"))[0] is first[0] and a.dtype == torch.float32
 
 
+@pytest.mark.slow  # imports them in a fresh process
 def test_the_strategies_load_without_the_optional_format_libraries():
     """The GPU machine's image has no webdataset, lmdb or litdata: the registry must still load (each storage
     imports its library when it reads or writes)."""

@@ -94,7 +94,7 @@ def _device():
 
 
 def _loop(device, ddp, steps: int, batches: int, split: bool):
-    from harness.train.trainloop import MeasuredLoop
+    from harness.train.measuredloop import MeasuredLoop
 
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     return MeasuredLoop(device, ddp, opt, Ranks(batches), Batching(split), 0, steps)

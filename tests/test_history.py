@@ -1,17 +1,23 @@
 """The history store (harness.history.database, runrows) and `run_bench.py history` (harness.commands.history):
-real run directories imported, a run that adds itself, the store's version, the gate against the history, and
-bad input as one line, exit 2."""
+real run directories imported, a run that adds itself (harness.commands.history.recorded), the store's version, the
+gate against the history, and bad input as one line, exit 2. The command line runs in this process (`history`);
+the tests that make real runs are slow."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, run_bench
+from conftest import REPO
 
-from harness.history import gate, runrows
-from harness.history import database
+from harness import cli
+from harness.commands import history as history_command
+from harness.config.request import BenchRequest
+from harness.history import database, gate, runrows
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=fixed"]
@@ -44,10 +50,19 @@ def write_run(path: Path, commit: str, minute: int, cpu: dict[str, float] | None
     return path
 
 
-def history(*args: str, timeout: float = 120):
-    return run_bench("history", *args, timeout=timeout)
+def in_process(*argv: str) -> SimpleNamespace:
+    """`run_bench.py ARGV...` in this process: its exit code, stdout and stderr as a process's."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(list(argv))
+    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
+def history(*args: str) -> SimpleNamespace:
+    return in_process("history", *args)
+
+
+@pytest.mark.slow  # a real run
 def test_history_add_imports_real_run_directories(smoke_run, tmp_path):
     """A run this harness just wrote and one v0.2 wrote: one row per cell visit, the machine's fingerprint
     and the commit from env.json; a second add skips them; `list` names both."""
@@ -78,6 +93,7 @@ def test_history_add_imports_real_run_directories(smoke_run, tmp_path):
     assert str(run_dir.absolute()) in listed.stdout and str(V02) in listed.stdout
 
 
+@pytest.mark.slow  # a real run, a process
 def test_a_run_adds_itself_with_dlbench_history(tmp_path, data_dir):
     """DLBENCH_HISTORY=FILE: the run's directory is in the store at its end, under the commit it recorded."""
     import os
@@ -101,7 +117,7 @@ def test_a_store_of_a_newer_version_stops_a_run_before_it_measures(tmp_path):
     db = database.open_store(db_path)
     with db:
         db.execute("UPDATE meta SET value = '99' WHERE key = ?", (VERSION_KEY,))
-    proc = run_bench("--scenario", "smoke", "--quiet", "--out", str(out), "--history", str(db_path))
+    proc = in_process("--scenario", "smoke", "--quiet", "--out", str(out), "--history", str(db_path))
     assert proc.returncode == 2 and not out.exists()
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"run_bench.py: error: history store {db_path}: history store version 99; this harness "
@@ -127,7 +143,8 @@ def test_an_old_store_is_upgraded_on_open_and_others_are_refused(tmp_path):
                        [[run_id, *[v[c] for c in v1_visit]] for v in visits])
     v1.close()
     db = database.open_store(db_path)
-    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == str(database.STORE_VERSION)
+    version = db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0]
+    assert version == str(database.STORE_VERSION)
     assert {tuple(r) for r in db.execute("SELECT commit_id, loader_stages_cpu, decode_cpu FROM runs JOIN visits "
                                          "ON runs.id = visits.run_id")} == {("aaa", None, None)}
     later = write_run(tmp_path / "r2", "bbb", 2)
@@ -227,3 +244,45 @@ def test_a_directory_of_run_directories_adds_each_of_them(tmp_path):
     proc = history("add", str(tmp_path / "results"), "--history", str(db_path))
     assert proc.returncode == 0, proc.stderr
     assert [r["commit_id"] for r in database.runs(database.open_store(db_path))] == ["c0", "c1", "c2"]
+
+
+def made_run(out: Path, argv: tuple[str, ...], name: str = "r", code: int = 0):
+    """A stand-in for the bench: writes one run directory under OUT whose env.json records ARGV; exit CODE."""
+    def run() -> int:
+        path = write_run(out / name, "aaa", 1)
+        env = json.loads((path / "env.json").read_text())
+        (path / "env.json").write_text(json.dumps({**env, "argv": list(argv)}))
+        return code
+    return run
+
+
+def test_a_run_is_recorded_after_it_ran_and_only_its_own_directory(tmp_path, capsys):
+    """harness.commands.history.recorded, what the bench's end-to-end test above runs through a real run."""
+    db_path, out, argv = tmp_path / "h.sqlite", tmp_path / "out", ("--scenario", "ci")
+    request = BenchRequest(scenario="ci", argv=argv, order_seed=1, out=out)
+    assert history_command.recorded(db_path, request, made_run(out, argv)) == 0
+    (run,) = database.runs(database.open_store(db_path))
+    assert run["run_dir"] == str((out / "r").absolute()) and f"history: {db_path}" in capsys.readouterr().err
+    neighbour = made_run(out, ("--scenario", "other"), "n", code=1)  # another run's directory, same --out
+    assert history_command.recorded(db_path, request, neighbour) == 1
+    assert len(database.runs(database.open_store(db_path))) == 1
+    for i, quiet in enumerate((BenchRequest(scenario="ci", argv=argv, order_seed=1, out=out, dry_run=True),
+                               request)):
+        store = tmp_path / "none.sqlite" if quiet.dry_run else None  # --dry-run, or no store: the run alone
+        assert history_command.recorded(store, quiet, made_run(out, argv, f"d{i}")) == 0
+        assert not (tmp_path / "none.sqlite").exists()
+    assert len(database.runs(database.open_store(db_path))) == 1
+
+
+def test_a_run_that_cannot_be_added_is_exit_2_and_its_directory_stays(tmp_path, capsys):
+    out, argv = tmp_path / "out", ("--scenario", "ci")
+    request = BenchRequest(scenario="ci", argv=argv, order_seed=1, out=out)
+
+    def broken() -> int:
+        made_run(out, argv)()
+        (out / "r" / "cells.jsonl").write_text("[1, 2]\n")  # not a cell line: runrows refuses it
+        return 0
+
+    assert history_command.recorded(tmp_path / "h.sqlite", request, broken) == 2
+    assert "run_bench.py: error:" in capsys.readouterr().err and (out / "r").is_dir()
+    assert history_command.recorded(tmp_path / "h.sqlite", request, lambda: 1) == 1  # no directory: the run's code

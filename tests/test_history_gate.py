@@ -8,8 +8,7 @@ from __future__ import annotations
 import math
 import random
 
-from harness.history import gate
-from harness.history import database
+from harness.history import database, gate
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=mmap,batching=dynamic",
          "storage=hdf5,batching=fixed", "storage=raw,batching=dynamic", "storage=hdf5,batching=dynamic"]

@@ -18,11 +18,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_bench
+from test_history import history
 from test_history_stats import planted
 
-from harness.history import dashboard
-from harness.history import database
+from harness.history import dashboard, database
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=fixed"]
 STEPPED = CELLS[1]
@@ -61,7 +60,7 @@ def synthetic_store(path: Path, seed: int = 3) -> Path:
 
 def test_history_show_names_the_step_and_the_drift(tmp_path):
     db_path = synthetic_store(tmp_path / "h.sqlite")
-    proc = run_bench("history", "show", STEPPED, "--history", str(db_path))
+    proc = history("show", STEPPED, "--history", str(db_path))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     (step,) = [ln for ln in lines if "STEP" in ln]
@@ -69,7 +68,7 @@ def test_history_show_names_the_step_and_the_drift(tmp_path):
     (drift,) = [ln for ln in lines if "DRIFT" in ln]
     assert drift.startswith(f"  DRIFT over 28 commits {commit(12)[:10]} .. {commit(39)[:10]}: x1.1")
     assert [ln.split()[0] for ln in lines[1:41]] == [commit(i)[:10] for i in range(40)]  # a line per commit
-    flat = run_bench("history", "show", CELLS[0], "--history", str(db_path))
+    flat = history("show", CELLS[0], "--history", str(db_path))
     assert "no step and no drift" in flat.stdout
 
 
@@ -124,11 +123,12 @@ def browse(chromium: str, page: Path, *flags: str) -> subprocess.CompletedProces
                           capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow  # Chromium
 def test_chromium_renders_the_cells_and_the_marked_step(tmp_path, chromium):
     from PIL import Image
 
     db_path = synthetic_store(tmp_path / "h.sqlite")
-    proc = run_bench("history", "html", str(tmp_path / "html"), "--history", str(db_path))
+    proc = history("html", str(tmp_path / "html"), "--history", str(db_path))
     assert proc.returncode == 0, proc.stderr
     page = tmp_path / "html" / "ci.html"
     dom = browse(chromium, page, "--dump-dom")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 import random
 
-from harness.history.lookback import MIN_RUNS, lookback
+import pytest
+
 from harness.history.changepoints import change_points
+from harness.history.lookback import MIN_RUNS, lookback
 
 STEP_AT, STEP, DRIFT, NOISE = 12, 1.3, 1.004, 0.02  # +30% at commit 12, then +0.4% a commit, 2% noise a run
 
@@ -41,6 +43,7 @@ def test_too_little_history_is_inconclusive():
     assert lookback([1.0, 1.0, 1.0], 5.0, 0.05, 0.15, True).verdict == "inconclusive"  # no spread at all
 
 
+@pytest.mark.slow  # a Monte Carlo study of many simulated histories
 def test_the_false_alarm_rate_is_alpha_and_the_band_widens_with_few_runs():
     """Same-distribution draws: a one-sided test at alpha = 0.05 with no minimum factor alarms in about 5%
     (the t prediction interval is exact for normal log values); with K = 4 the band is wider than with K = 20."""

@@ -41,6 +41,7 @@ def test_the_runs_own_cpu_is_counted_in_its_tree():
     assert abs((after - before) - spent) <= 0.2 * spent + 2
 
 
+@pytest.mark.slow  # spawns a busy process
 def test_a_busy_process_outside_the_tree_is_outside_load():
     load = HostLoad(root=os.getpid())
     load.start()
@@ -54,6 +55,7 @@ def test_a_busy_process_outside_the_tree_is_outside_load():
     assert steal >= 0
 
 
+@pytest.mark.slow  # spawns a child process
 def test_a_live_descendants_cpu_is_the_runs():
     """The walk over descendants: a child busy while the parent sleeps counts in the parent's tree (without
     the walk only the root's own ticks, about nothing here, would count)."""

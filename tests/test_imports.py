@@ -3,7 +3,9 @@ imports inside functions too (a lazy import hides a cycle from Python, not from 
 under `if TYPE_CHECKING:` (an annotation-only cycle is still two modules that need each other).
 
 `harness/` is in wings that follow one run, and a wing imports only the wings below it in WINGS (and the
-shared base modules); `strategies/` never imports `harness/`."""
+shared base modules); `strategies/` never imports `harness/`; no command imports another (what two commands
+share lives in a wing). The scripts (scripts/*.py, scripts/gpu/*.py, scripts/s3/*.py) keep the same size
+rules and call the wings, never a command or the command line."""
 from __future__ import annotations
 
 import ast
@@ -17,6 +19,7 @@ WINGS = ("measure", "remote", "data", "config", "device", "train", "results", "a
 BASE = {"harness.errors", "harness.progress"}  # imported by any wing; they import no other harness module
 TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.fromargs"}  # the door: may import every wing
 PARSER = "harness.cli.parsers"  # the one module that imports argparse
+SCRIPT_GLOBS = ("scripts/*.py", "scripts/gpu/*.py", "scripts/s3/*.py")
 
 
 def module_name(path: Path) -> str:
@@ -151,10 +154,11 @@ def test_reporting_depends_one_way():
     assert "harness.report.report" not in graph["harness.report.articles"] | graph["harness.report.plots"]
     assert "harness.report.articles" not in graph["harness.report.plots"]
     assert "harness.report.plots" not in graph["harness.report.articles"]
-    assert graph["harness.results.cellresult"] <= {"harness.results.metrics", "harness.results.stats",
-                                                   "harness.results.cellparts", "harness.results.cellsversions",
-                                                   "harness.measure.rankrecord", "harness.measure.jsonrecord",
-                                                   "strategies.storage.advice"}
+    assert graph["harness.results.cellresult"] <= {"harness.results.metrics", "harness.results.cellparts",
+                                                   "harness.results.cellsversions", "harness.measure.rankrecord",
+                                                   "harness.measure.jsonrecord", "strategies.storage.advice"}
+    assert graph["harness.results.repeats"] <= {"harness.results.cellresult", "harness.results.stats"}
+    assert graph["harness.results.vsprobe"] <= {"harness.results.cellresult"}
     # the per-rank record is written in measure and train and read in results: it depends on the record base
     # (harness.measure.jsonrecord, which depends on nothing) only
     assert graph["harness.measure.rankrecord"] == {"harness.measure.jsonrecord"}
@@ -163,20 +167,34 @@ def test_reporting_depends_one_way():
     assert graph["harness.results.fileformat"] == set()  # the versioned files' helper: any results module uses it
 
 
+def script_files() -> list[Path]:
+    return sorted(p for pattern in SCRIPT_GLOBS for p in REPO.glob(pattern))
+
+
+def too_long(path: Path, text: str | None = None) -> list[str]:
+    """A module past 400 lines, each function past 60."""
+    text = path.read_text() if text is None else text
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+    out = [f"{where}: {len(text.splitlines())} lines"] if len(text.splitlines()) > 400 else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+            out.append(f"{where}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+    return out
+
+
+def test_the_size_check_finds_a_long_function_and_a_long_module(tmp_path):
+    body = "def f():\n" + "    x = 1\n" * 60
+    assert too_long(tmp_path / "m.py", body) == [f"{tmp_path / 'm.py'}:1 f: 61 lines"]
+    assert too_long(tmp_path / "m.py", "x = 1\n" * 401) == [f"{tmp_path / 'm.py'}: 401 lines"]
+    assert too_long(tmp_path / "m.py", "def f():\n" + "    x = 1\n" * 59) == []
+
+
 def test_modules_and_functions_stay_small():
-    """A module past 400 lines, or a function past 60, holds two things."""
-    too_long = []
-    for pkg in PACKAGES:
-        for path in (REPO / pkg).rglob("*.py"):
-            text = path.read_text()
-            if len(text.splitlines()) > 400:
-                too_long.append(f"{path.relative_to(REPO)}: {len(text.splitlines())} lines")
-            for node in ast.walk(ast.parse(text)):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    length = node.end_lineno - node.lineno + 1
-                    if length > 60:
-                        too_long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {length} lines")
-    assert too_long == []
+    """A module past 400 lines, or a function past 60, holds two things: in harness/, strategies/ and the
+    scripts alike."""
+    files = [p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py")] + script_files()
+    assert len(script_files()) >= 10
+    assert [line for path in files for line in too_long(path)] == []
 
 
 def test_no_two_classes_share_a_name():
@@ -187,6 +205,47 @@ def test_no_two_classes_share_a_name():
                 if isinstance(node, ast.ClassDef):
                     seen.setdefault(node.name, []).append(str(path.relative_to(REPO)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def command_imports(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a command module (harness.commands.X) by another command module."""
+    commands = {m for m in graph if m.startswith("harness.commands.")}
+    return sorted(f"{m} -> {t}" for m in commands for t in graph[m] if t in commands)
+
+
+def test_the_command_check_finds_a_command_that_imports_another():
+    graph = {"harness.commands.a": {"harness.commands.b", "harness.run.launch"}, "harness.commands.b": set(),
+             "harness.run.launch": set()}
+    assert command_imports(graph) == ["harness.commands.a -> harness.commands.b"]
+
+
+def test_no_command_imports_another():
+    """What two commands share is in the wing it belongs to (harness.run, harness.analysis, harness.report ...)."""
+    assert command_imports(import_graph()) == []
+
+
+def script_violations(scripts: list[Path], modules: set[str]) -> list[str]:
+    """Each harness module a script imports that is not in a wing (or a base module), or is a command or the
+    command line: a script calls the wings, as a command does."""
+    bad = []
+    for path in scripts:
+        for target in sorted(imports_of(path, modules, f"scripts.{path.stem}")):
+            if target.startswith("harness") and (target not in BASE and wing_of(target) in (None, "commands")):
+                bad.append(f"{path.relative_to(REPO) if path.is_relative_to(REPO) else path} -> {target}")
+    return bad
+
+
+def test_the_script_check_finds_a_script_that_uses_a_command(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text("def f():\n    from harness.commands import ab_gate\n    from harness.cli import main\n"
+                      "    from harness.run import abruns\n    from harness.errors import UsageError\n")
+    modules = {"harness", "harness.commands", "harness.commands.ab_gate", "harness.cli", "harness.run",
+               "harness.run.abruns", "harness.errors"}
+    assert script_violations([script], modules) == [f"{script} -> harness.cli", f"{script} -> harness.commands.ab_gate"]
+
+
+def test_scripts_call_the_wings_never_a_command_or_the_command_line():
+    assert script_violations(script_files(), set(import_graph())) == []
 
 
 def argparse_importers() -> list[str]:

@@ -1,17 +1,16 @@
 """--loader-only on a tiny dataset: every storage, both references, both cache states; keys, not timings
-(harness.commands.loaderonly over harness.run.loaderonly_bench and harness.report.loaderonly_tables)."""
+(harness.run.loaderonly_run over harness.run.loaderonly_bench; harness.report.loaderonly_tables renders)."""
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 
 import pytest
 
-from harness.commands import loaderonly
 from harness.config import scenario
 from harness.report.loaderonly_tables import render
 from harness.results.loaderonly_rows import DecodeRow, LoaderRow, read_rows
+from harness.run import loaderonly_run
 from harness.run.loaderonly_bench import REF_ARTICLE, REF_RAM
 
 TOML = """
@@ -38,10 +37,9 @@ def measured(tmp_path_factory):
     path = root / "s.toml"
     path.write_text(TOML)
     sc = scenario.load(str(path))
-    out = io.StringIO()
-    rows = loaderonly.run(sc, root / "data", root / "run", ("warm", "cold"), workloads=("features", "pixels"),
-                          seconds=0.01, batches=12, cold_batches=2, out=out)
-    return root, rows, out.getvalue()
+    rows, decode = loaderonly_run.run(sc, root / "data", root / "run", ("warm", "cold"),
+                                      workloads=("features", "pixels"), seconds=0.01, batches=12, cold_batches=2)
+    return root, rows, render(rows, decode)
 
 
 def test_rows_cover_every_storage_reference_fields_and_cache_state(measured):
@@ -81,7 +79,7 @@ def test_unknown_cache_state_is_a_usage_error(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text(TOML)
     with pytest.raises(UsageError, match="cache state 'hot'"):
-        loaderonly.run(scenario.load(str(path)), tmp_path / "d", tmp_path / "r", ("hot",), out=None)
+        loaderonly_run.run(scenario.load(str(path)), tmp_path / "d", tmp_path / "r", ("hot",))
 
 
 @pytest.mark.slow
@@ -109,6 +107,6 @@ def test_a_dataset_without_jpegs_reads_through_the_article_reference_too(tmp_pat
     path.write_text(TOML)
     sc = scenario.load(str(path))
     sc = dataclasses.replace(sc, dataset=dataclasses.replace(sc.dataset, content="features"))  # as --scale full
-    rows = loaderonly.run(sc, tmp_path / "data", tmp_path / "run", ("warm",), workloads=("features",),
-                          seconds=0.01, batches=4, cold_batches=1, out=io.StringIO())
+    rows, _ = loaderonly_run.run(sc, tmp_path / "data", tmp_path / "run", ("warm",), workloads=("features",),
+                                 seconds=0.01, batches=4, cold_batches=1)
     assert {r.storage for r in rows} >= {"mmap", REF_ARTICLE}

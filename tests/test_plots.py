@@ -12,7 +12,8 @@ pytest.importorskip("matplotlib")
 from harness.measure.rankrecord import SHOWN_PARTS  # noqa: E402
 from harness.report import plots  # noqa: E402
 from harness.report.tables import shown_axes, stack_label  # noqa: E402
-from harness.results.cellresult import CellResult, merge_repeats  # noqa: E402
+from harness.results.cellresult import CellResult  # noqa: E402
+from harness.results.repeats import merge_repeats  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -86,6 +86,7 @@ sys.stdout.buffer.write(pickle.dumps(out))
 """
 
 
+@pytest.mark.slow  # reads in a fresh process
 def test_unpickled_readers_read_in_a_fresh_process(readers):
     """What a spawned DataLoader worker does: unpickle the used readers in a new interpreter and read."""
     used = {name: readers[name, LARGE] for name in STORAGES}

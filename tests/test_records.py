@@ -14,18 +14,10 @@ from harness.config.matrixload import StrategyChoice
 from harness.measure.rankrecord import RankRecord
 from harness.results import rundir
 from harness.results.cellparts import Coverage
-from harness.results.cellresult import (
-    RECORDED_STEPS,
-    SCHEMA_VERSION,
-    CellResult,
-    CellSummary,
-    Figures,
-    cell_line,
-    merge_repeats,
-    relative_to_probe,
-    summary_text,
-)
+from harness.results.cellresult import RECORDED_STEPS, SCHEMA_VERSION, CellResult, Figures, cell_line, summary_text
 from harness.results.probeline import ProbeSeries
+from harness.results.repeats import CellSummary, merge_repeats
+from harness.results.vsprobe import relative_to_probe
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

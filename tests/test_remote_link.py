@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("moto.server", reason="the local object store needs moto's server mode: pip install 'moto[server]'")
+pytestmark = pytest.mark.slow  # servers, namespaces and child processes of their own
 
+from harness.errors import UsageError  # noqa: E402
 from harness.remote import link  # noqa: E402
-from harness.remote.tier import session, settings  # noqa: E402
 from harness.remote.link import Shape, ShapedLink, has_netem, leftovers, missing_tools  # noqa: E402
 from harness.remote.server import ObjectServer, allowed_host, request_cost  # noqa: E402
-from harness.errors import UsageError  # noqa: E402
+from harness.remote.tier import session, settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NO_LINK = missing_tools()
@@ -128,8 +129,8 @@ def test_latency_and_loss_need_netem():
     if has_netem():
         assert link.qdisc_args(shape, True) == ["netem", "limit", "100000", "delay", "10ms", "loss", "0.5%",
                                                       "rate", "1600mbit"]
-        with ShapedLink(shape) as link:
-            assert "delay 10ms" in link.qdiscs()[0]
+        with ShapedLink(shape) as shaped:
+            assert "delay 10ms" in shaped.qdiscs()[0]
     else:
         with pytest.raises(UsageError, match="need the kernel's netem qdisc, which this kernel lacks"):
             ShapedLink(shape)

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("moto.server", reason="the local object store needs moto's server mode: pip install 'moto[server]'")
+pytestmark = pytest.mark.slow  # the object store is a process of its own
 
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
 from harness.data.importer import SourceSpec  # noqa: E402
+from harness.errors import UsageError  # noqa: E402
 from harness.remote.bucket import MIRROR_ENV, url_of  # noqa: E402
 from harness.remote.server import ObjectServer  # noqa: E402
-from harness.errors import UsageError  # noqa: E402
 
 SPEC = DatasetSpec(samples=6, seed=2, profile="tiny")
 

@@ -8,10 +8,11 @@ import multiprocessing as mp
 import pytest
 
 from harness.config import scenario
-from harness.remote import counters
-from harness.remote.tier import settings
-from harness.remote.link import Shape
 from harness.errors import UsageError
+from harness.remote import counters
+from harness.remote.link import Shape
+from harness.remote.tier import settings
+from harness.run import remoterun
 from strategies.remote.disktier import DiskTier
 from strategies.remote.s3client import LAT_BINS, latency_bin
 
@@ -45,6 +46,7 @@ def _put_many(directory: str, start: int) -> None:
         tier.put(f"k{i}", b"x" * 1000)
 
 
+@pytest.mark.slow
 def test_tier_stays_bounded_with_two_processes_writing(tmp_path):
     ctx = mp.get_context("fork")
     procs = [ctx.Process(target=_put_many, args=(str(tmp_path), s)) for s in (0, 100)]
@@ -71,7 +73,10 @@ def test_figures_merge_every_process(tmp_path):
     assert f.lists_per_sample == pytest.approx(0.02) and f.wait_ms_per_sample == pytest.approx(10.0)
     assert f.latency_p50_ms == pytest.approx(10, rel=0.05) and f.latency_p99_ms == pytest.approx(200, rel=0.05)
     assert f.disk_hit_pct == pytest.approx(75)
-    assert "| req/sample |" in counters.table([counters.row("c", f)])
+    lines = remoterun.table([remoterun.row("c", f)]).splitlines()
+    assert lines[0] == ("| cell | req/sample | MB/sample | LIST/sample | lat p50 ms | lat p99 ms | "
+                        "net wait ms/sample/worker | disk hit % | retries | client |")
+    assert lines[2] == "| c | 1.00 | 0.100 | 0.020 | 10.0 | 195.4 | 10.00 | 75 | 1 | - |"
 
 
 def _line(t: float, samples: int, requests: int, slow: int = 0, label: str = "s3(a)") -> str:

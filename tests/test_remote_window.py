@@ -9,12 +9,12 @@ import pytest
 
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
-from harness.remote import counters
 from harness.measure.rankrecord import RankRecord
+from harness.remote import counters
 from harness.report.remotetable import remote_table
-from harness.results.cellresult import CellResult, cell_line, merge_repeats
+from harness.results.cellresult import CellResult, cell_line
+from harness.results.repeats import merge_repeats
 from strategies.remote.s3client import latency_bin
-from strategies.remote.rangesource import STATS_ENV
 
 
 def _line(t: float, samples: int, requests: int, slow: int = 0, hits: int = 0, misses: int = 0) -> str:
@@ -32,10 +32,9 @@ def _rank(window_s: float = 4.0) -> RankRecord:
 
 
 @pytest.fixture
-def stats(tmp_path, monkeypatch):
-    """Two workers' counters: warm-up to t=100 (slow first requests, tier misses), the window 100-104, then
-    the prefetch after it (t=105)."""
-    monkeypatch.setenv(STATS_ENV, str(tmp_path))
+def stats(tmp_path):
+    """The run's counters folder with two workers' counters: warm-up to t=100 (slow first requests, tier
+    misses), the window 100-104, then the prefetch after it (t=105)."""
     (tmp_path / "1-a.jsonl").write_text(_line(99, 16, 16, slow=16, misses=4) + _line(102, 48, 24, 16, 6, 6)
                                         + _line(104, 80, 32, 16, 12, 8) + _line(105, 96, 200, 16, 12, 100))
     (tmp_path / "2-b.jsonl").write_text(_line(100, 16, 16, slow=16, misses=4) + _line(103.5, 48, 24, 16, 14, 6))
@@ -45,7 +44,7 @@ def stats(tmp_path, monkeypatch):
 def test_a_visit_s_figures_cover_its_window_only(stats):
     # the gather ended at 105: the window ended close + gather = 1 s before, at 104, and began 4 s before that
     assert counters.visit_window([_rank()], now=105.0) == (100.0, 104.0)
-    got = counters.of_visit([_rank()], now=105.0)
+    got = counters.of_visit(stats, [_rank()], now=105.0)
     # worker 1: 64 samples, 16 requests, 12 hits, 4 misses; worker 2: 32 samples, 8 requests, 14 hits, 2 misses
     assert got["remote_requests_per_sample"] == pytest.approx(24 / 96)
     assert got["remote_mb_per_sample"] == pytest.approx(24 * 50_000 / 1e6 / 96)
@@ -55,18 +54,18 @@ def test_a_visit_s_figures_cover_its_window_only(stats):
     assert got["remote_retries"] == 0 and got["remote_lists_per_sample"] == 0
 
 
-def test_no_figures_without_the_stats_folder_or_a_window(stats, monkeypatch):
-    assert counters.of_visit([_rank(window_s=0.0)], now=105.0) == {}
-    assert counters.of_visit([RankRecord(window_s=4.0, phases={"warm": None}, setup_s={})], now=105.0) == {}
-    monkeypatch.delenv(STATS_ENV)
-    assert counters.of_visit([_rank()], now=105.0) == {}
+def test_no_figures_without_the_counters_folder_or_a_window(stats):
+    assert counters.of_visit(stats, [_rank(window_s=0.0)], now=105.0) == {}
+    assert counters.of_visit(stats, [RankRecord(window_s=4.0, phases={"warm": None}, setup_s={})], now=105.0) == {}
+    assert counters.of_visit(None, [_rank()], now=105.0) == {}
+    assert counters.of_visit(stats / "gone", [_rank()], now=105.0) == {}
 
 
 def test_the_figures_go_into_the_line_and_the_remote_table(stats):
     cell = Cell((StrategyChoice("storage", "s3", (("format", "webdataset"),)),))
     scenario = SimpleNamespace(name="t", training=SimpleNamespace(workload="pixels", batch_size=4),
                                dataset=SimpleNamespace(samples=64))
-    remote = counters.of_visit([_rank()], now=105.0)
+    remote = counters.of_visit(stats, [_rank()], now=105.0)
     line = cell_line(scenario, cell, "V100 (emulated)", True, [_rank()], 8.0, remote=remote)
     assert line["figures"]["remote_requests_per_sample"] == pytest.approx(0.25)
     read = CellResult.from_json(json.loads(json.dumps(line)))

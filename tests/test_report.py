@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.report import report, tables
-from harness.results.cellresult import CellResult, merge_repeats
+from harness.report import header, report, tables
+from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
+from harness.results.repeats import merge_repeats
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -106,12 +107,12 @@ def test_old_lines_keep_their_window_imbalance_and_say_their_au_is_old(cells_4x)
 def test_overrun_verdict_with_figures_replaces_the_old_warning():
     cells = merge_repeats([new_cell(overrun=40.0, cores_to_feed=3.0), new_cell("mmap", overrun=2.0,
                                                                                 cores_to_feed=1.0)])
-    lines = tables.overrun_lines(cells, Environment(cpu_count=2))
+    lines = header.overrun_lines(cells, Environment(cpu_count=2))
     assert lines == ["VERDICT: host work outlasted the modelled V100-16GB step in up to 40% of steps (median "
                      "21% over 2 cells; 1 cell(s) above 5%); that time is counted as host overhead, not device "
                      "time; feeding the device needs 2.0 cores per rank* (median over cells) and this run has 2 cores "
                      "for 4 ranks"]
-    assert tables.overrun_lines(merge_repeats([new_cell(overrun=5.0)]), Environment()) == []  # at most 5%: no verdict
+    assert header.overrun_lines(merge_repeats([new_cell(overrun=5.0)]), Environment()) == []  # at most 5%: no verdict
     text = report.render(cells, env=Environment(cpu_count=2))
     assert text.count("VERDICT") == 1 and "understate" not in text
 
@@ -142,11 +143,11 @@ def test_a_cold_cell_reading_far_more_than_it_delivered_is_warned_and_the_device
 
     env = Environment(data_dir="/data", data_device="vda", read_ahead_kb=8192)
     cells = merge_repeats([cold("mmap(advice=normal)", 1041.0, "normal"), cold("mmap", 1.7, "random")])
-    lines = tables.io_lines(cells, env)
+    lines = header.io_lines(cells, env)
     assert lines[0].startswith("Data: /data on block device vda, read_ahead_kb 8192")
     assert len(lines) == 2 and "1 cold cell(s) read more than 4x" in lines[1] and "1041x" in lines[1]
     assert "advice normal" in lines[1]
-    assert tables.io_lines(cells[1:], Environment()) == []  # 1.7x: no warning; no device recorded: no line
+    assert header.io_lines(cells[1:], Environment()) == []  # 1.7x: no warning; no device recorded: no line
     table = report.memory_io_table(cells)
     assert "read amp x" in table.headers and "advice" in table.headers
     assert table.rows[0][-3:] == ["1041.0", "10.8", "normal"] and table.rows[1][-1] == "random"

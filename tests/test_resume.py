@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.commands import bench, resume
+from harness.commands import bench
 from harness.errors import UsageError
 from harness.results import rundir
+from harness.run import resume
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "cells_1xV100.jsonl"
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from harness.results import rundir
 from harness.results.cellresult import NO_HINT, SCHEMA_VERSION
@@ -64,6 +65,7 @@ def table_rows(text: str) -> dict[str, list[str]]:
     return tables
 
 
+@pytest.mark.slow  # runs run_bench.py as a process
 def test_the_report_rebuilt_from_it_shows_what_v02_measured(tmp_path):
     run = tmp_path / "run-v0.2"
     shutil.copytree(RUN, run)

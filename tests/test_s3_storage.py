@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("moto.server", reason="the local object store needs moto's server mode: pip install 'moto[server]'")
+pytestmark = pytest.mark.slow  # the object store is a process of its own (the s3_server fixture)
 pytest.importorskip("obstore", reason="the s3 storage reads through obstore: pip install obstore")
 
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
@@ -255,6 +256,33 @@ def test_each_open_starts_with_a_cold_tier(s3_server, tmp_path):
     second.read_batch([17])
     assert (second.remote_stats()["disk_misses"], second.remote_stats()["requests"]) == (1, 1)
     second.close()
+
+
+def test_a_reader_told_its_counters_folder_counts_there_and_its_pickle_too(s3_server, tmp_path):
+    """The harness names the folder to the reader it opens (count_into); a DataLoader worker gets the reader
+    by pickle (forkserver), and writes its own file there: one line of cumulative counters per batch."""
+    import json
+    import pickle
+
+    path, storage = _open(tmp_path, "raw")
+    quiet = storage.open(path)
+    quiet.read_batch([1])
+    reader = storage.open(path)
+    folder = tmp_path / "counters"
+    folder.mkdir()
+    reader.count_into(folder)
+    reader.read_batch([1, 2])
+    worker = pickle.loads(pickle.dumps(reader))
+    worker.read_batch([3])
+    worker.read_batch([4, 5])
+    files = sorted(folder.glob("*.jsonl"))
+    assert len(files) == 2  # the reader's and its pickle's: one file per reading process and reader
+    lines = sorted(([json.loads(t) for t in f.read_text().splitlines()] for f in files), key=len)
+    assert [[line["samples"] for line in f] for f in lines] == [[2], [1, 3]]
+    assert all(line["label"] == storage.label() and line["requests"] == 4 * line["samples"] for f in lines
+               for line in f)
+    for r in (quiet, reader, worker):
+        r.close()
 
 
 class _Unreadable:

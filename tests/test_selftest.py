@@ -38,3 +38,4 @@ def test_straggler_expectation_splits_the_wait_between_stall_and_peer_wait():
     # the fast rank waits r for data then T - C - r for the straggler; the straggler waits T - C for data
     assert abs(e["stall_mean_pct"] + e["peer_wait_pct"] - (t - c) / t * 100) < 1e-9
     assert abs(e["peer_wait_pct"] - (t - c - 0.002) / (2 * t) * 100) < 1e-9
+

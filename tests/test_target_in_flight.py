@@ -1,5 +1,5 @@
 """A run's --target prediction uses the requests a remote storage keeps in flight (its own default included),
-so that the target table's latency bound is the one scripts/s3/bounds_check.py checks; local files keep 1."""
+so that the target table's latency bound is the one `run_bench.py check-remote` checks; local files keep 1."""
 from __future__ import annotations
 
 from types import SimpleNamespace

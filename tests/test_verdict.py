@@ -7,10 +7,10 @@ import json
 
 import numpy as np
 
-from harness.report import report, verdict
-from harness.report import effecttables
-from harness.results.cellresult import CellResult, merge_repeats
+from harness.report import effecttables, report, verdict
+from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
+from harness.results.repeats import merge_repeats
 
 LEVELS = {"storage": ["raw", "mmap"], "cache": ["none", "lru"]}
 TRUE = {"mmap": 1.3, "lru": 1.0}  # mmap 30% faster, the cache changes nothing

@@ -27,7 +27,8 @@ from harness.analysis.effects import (
     whole_passes,
 )
 from harness.analysis.intervals import leader_and_tied, settled
-from harness.results.cellresult import CellResult, merge_repeats
+from harness.results.cellresult import CellResult
+from harness.results.repeats import merge_repeats
 
 
 @dataclass(frozen=True)

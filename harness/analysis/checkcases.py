@@ -134,6 +134,7 @@ class Bench:
     cold_cpu_s_per_byte: float = 0.0
     cold_cpu_s_per_request: float = 0.0  # measured on small files: used instead of the per-byte figure
     contention: float = 1.0
+    storage_iops: float = 0.0  # the store's requests per second (0: unlimited; harness.analysis.remotecheck's)
 
 
 def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench) -> Costs:
@@ -160,8 +161,9 @@ def case_target(case: CheckCase, accelerator: Accelerator, cores: float, bench: 
     """This host as the case ran on it."""
     return Target(nodes=1, gpus_per_node=case.world_size, cores_per_node=max(0.05, cores),
                   accelerator=accelerator.name, storage_read_mb_s=bench.disk_mb_s,
-                  storage_latency_ms=bench.disk_latency_ms, page_cache=case.cache_state,
-                  workers_per_rank=case.workers, batch_size=case.batch_size, name="this host")
+                  storage_latency_ms=bench.disk_latency_ms, storage_iops=bench.storage_iops,
+                  page_cache=case.cache_state, workers_per_rank=case.workers, batch_size=case.batch_size,
+                  name="this host")
 
 
 def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, accelerator: Accelerator,

@@ -9,6 +9,7 @@ command's own `Request`), settled once, and this module dispatches the request t
     run_bench.py compare RUN_A RUN_B           compare run B with run A, cell by cell
     run_bench.py check-predictions --scenario NAME   (or --scenario NAME --check-predictions) the target model
     run_bench.py check-capacity --scenario NAME      how many accelerators this host keeps at AU >= 90%
+    run_bench.py check-remote [--bandwidths MB_S ...]  the target model's storage bounds on the shaped store (root)
     run_bench.py target-report RUN_DIR               the stage and target tables of any run directory
     run_bench.py oomcheck [--real]                   an OOM on one rank neither hangs nor crashes the other
     run_bench.py ab-gate --parent DIR                this commit against its parent, interleaved (CI's gate)
@@ -35,16 +36,20 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.cli import parsers
-from harness.cli.parsers import build_parser
 from harness.cli.fromargs import bench_request, check_predictions_request_of, check_what_if, request_of, resume_argv
+from harness.cli.parsers import build_parser
 from harness.commands import (
     ab_gate,
     bench,
     check_capacity,
     check_predictions,
+    check_remote,
     compare_runs,
     history,
     list_scenarios,
@@ -52,60 +57,22 @@ from harness.commands import (
     rebuild_report,
     target_report,
 )
-from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
-from harness.results import rundir
+from harness.config.request import BenchRequest
+from harness.errors import EXIT_BASELINE, EXIT_USAGE, UsageError
 from harness.results.baseline import BaselineError
 from harness.results.rundir import ResultsError
 
 __all__ = ["bench_request", "build_parser", "main", "resume_argv"]
 
 
-def cmd_self_test() -> int:
-    from harness.commands import selftest
+@dataclass(frozen=True)
+class Command:
+    """An entry of the dispatch table: the command's main (its request -> the exit code) and, for a command
+    named by the command line's first word, how its request is read from the words after it (None: reached
+    from the default command line alone, by its flag)."""
 
-    rows = selftest.run()
-    print(selftest.render(rows))
-    return EXIT_OK if all(r["ok"] for r in rows) else EXIT_REGRESSION
-
-
-def cmd_report(argv: list[str]) -> int:
-    ns = parsers.report_parser().parse_args(argv)
-    check_what_if(ns.what_if_cores)
-    return rebuild_report.main(rebuild_report.Request(ns.run_dir, ns.with_1x, ns.what_if_cores, ns.target))
-
-
-def cmd_compare(argv: list[str]) -> int:
-    return compare_runs.main(request_of(compare_runs.CompareRequest, parsers.compare_parser().parse_args(argv)))
-
-
-SUBCOMMANDS = {  # name: (its Request class, its main, one line of help)
-    "history": (history.HistoryRequest, history.main,
-                "the history store: every run per commit and machine, its queries, a gate against the last "
-                "comparable runs, change points, a static HTML dashboard (docs/history.md)"),
-    "ab-gate": (ab_gate.AbGateRequest, ab_gate.ab_gate_request,
-                "this commit's tree against its parent's, single-repeat runs interleaved on this machine, compared "
-                "on the gate metric; exit 1 only on a significant regression"),
-    "gate-precheck": (ab_gate.GatePrecheckRequest, ab_gate.precheck_request,
-                      "0 when a baseline may be of this machine (CPU model, count, cores allowed), else 3"),
-    "check-predictions": (check_predictions.Request, check_predictions.main,
-                          "the target model (nothing fitted) calibrated on one configuration of a scenario, the "
-                          "configurations that each change one thing and the 1-CPU pairings predicted and measured "
-                          "here; writes predictions.jsonl"),
-    "check-capacity": (check_capacity.Request, check_capacity.main,
-                       "how many accelerators this host keeps at AU >= 90%: runs at 1, 2 and 4 ranks per workload "
-                       "against the model from the 1-rank run; exit 1 where they differ; writes capacity.jsonl"),
-    "target-report": (target_report.Request, target_report.main,
-                      "the per-stage table, plots/stages.png and, with a target, each cell's prediction there and "
-                      "the configuration to use, from a run directory alone"),
-    "oomcheck": (oomcheck.Request, oomcheck.main,
-                 "an OOM on one rank of a 2-rank DDP run must neither hang nor crash the other"),
-}
-
-
-def cmd_subcommand(name: str, argv: list[str]) -> int:
-    """`run_bench.py NAME ...`: parsed by its own parser into the command's Request, then its main."""
-    request_class, command, text = SUBCOMMANDS[name]
-    return command(request_of(request_class, parsers.subcommand_parser(name, text).parse_args(argv)))
+    main: Callable[[Any], int]
+    read: Callable[[list[str]], Any] | None = None
 
 
 def load_plugins(modules) -> None:
@@ -119,27 +86,31 @@ def load_plugins(modules) -> None:
             raise UsageError(f"--plugin {module}: {err}") from None
 
 
-def cmd_bench(argv: list[str]) -> int:
-    """The default command (and its mode flags --list, --self-test, --check-predictions)."""
+def read_default(argv: list[str]) -> tuple[str, Any]:
+    """The default command line (`--scenario NAME [options]`, or one of its mode flags --list, --self-test,
+    --check-predictions): the name of the command it asks for in COMMANDS, and its request."""
     resume_dir = None
     if any(a == "--resume" or a.startswith("--resume=") for a in argv):
         resume_dir, argv = resume_argv(argv, build_parser())
     ns = build_parser().parse_args(argv)
     if ns.list:
-        return list_scenarios.main()
+        return "list", None
     if ns.self_test:
-        return cmd_self_test()
+        return "self-test", None
     if not ns.scenario:
         raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
     request = bench_request(ns, argv, resume_dir)
     load_plugins(request.plugins)
     if ns.check_predictions:
-        return check_predictions.main(check_predictions_request_of(request))
-    recorded = ns.history and request.rank == 0 and not (request.dry_run or request.loader_only)
-    before = _prepare(ns.history, request.out) if recorded else set()
-    code = bench.main(request)
-    if recorded:
-        code = _record(ns.history, request, before, code)
+        return "check-predictions", check_predictions_request_of(request)
+    return "bench", (request, ns.history)
+
+
+def run_bench(given: tuple[BenchRequest, Path | None]) -> int:
+    """The main run (harness.commands.bench), added to the history store when one is given (--history FILE or
+    DLBENCH_HISTORY: harness.commands.history.recorded)."""
+    request, store = given
+    code = history.recorded(store, request, lambda: bench.main(request))
     if request.torchrun is not None:
         # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
         # background threads sometimes abort ("terminate called without an active exception")
@@ -149,41 +120,58 @@ def cmd_bench(argv: list[str]) -> int:
     return code
 
 
-def _run_dirs(out: Path) -> set[Path]:
-    return set(out.iterdir()) if out.is_dir() else set()
+def self_test(_) -> int:
+    from harness.commands import selftest  # the fidelity workload: only for this command
+
+    return selftest.main()
 
 
-def _prepare(store: Path, out: Path) -> set[Path]:
-    """Before anything is measured: the store opens (a newer or damaged one is one line, exit 2); the run
-    directories already under --out."""
-    history.database.open_store(store).close()
-    return _run_dirs(out)
+def read_report(argv: list[str]) -> rebuild_report.Request:
+    request = request_of(rebuild_report.Request, parsers.subcommand_parser("report").parse_args(argv))
+    check_what_if(request.what_if_cores)
+    return request
 
 
-def _record(store: Path, request, before: set[Path], code: int) -> int:
-    """--history FILE (or DLBENCH_HISTORY): the run just written adds itself; a failure to add is exit 2 at
-    worst, never 1, and the run directory stays."""
-    made = sorted(d for d in _run_dirs(request.out) - before if (d / "cells.jsonl").is_file()
-                  and rundir.read_env(d).argv == list(request.argv))  # this run's, not a neighbour's
-    run_dir = request.resume or (made[-1] if made else None)
-    if run_dir is None:
-        return code
-    added = history.record(store, run_dir)
-    return code if added == EXIT_OK or code != EXIT_OK else added
+def reader(name: str, request_class) -> Callable[[list[str]], Any]:
+    """`run_bench.py NAME ...` read by the command's own parser (harness.cli.parsers.DEFINE) into its Request."""
+    return lambda argv: request_of(request_class, parsers.subcommand_parser(name).parse_args(argv))
 
 
-COMMANDS = {"report": cmd_report, "compare": cmd_compare, "list": lambda argv: cmd_bench(["--list", *argv]),
-            "self-test": lambda argv: cmd_bench(["--self-test", *argv]),
-            **{name: (lambda argv, name=name: cmd_subcommand(name, argv)) for name in SUBCOMMANDS}}
+COMMANDS = {  # the one dispatch table: name -> Command
+    "bench": Command(run_bench),  # the default command line: run_bench.py --scenario NAME [options]
+    "list": Command(lambda _: list_scenarios.main()),  # --list (or the word list)
+    "self-test": Command(self_test),  # --self-test (or the word self-test)
+    "report": Command(rebuild_report.main, read_report),
+    "compare": Command(compare_runs.main, reader("compare", compare_runs.CompareRequest)),
+    "history": Command(history.main, reader("history", history.HistoryRequest)),
+    "ab-gate": Command(ab_gate.ab_gate_request, reader("ab-gate", ab_gate.AbGateRequest)),
+    "gate-precheck": Command(ab_gate.precheck_request, reader("gate-precheck", ab_gate.GatePrecheckRequest)),
+    "check-predictions": Command(check_predictions.main, reader("check-predictions", check_predictions.Request)),
+    "check-capacity": Command(check_capacity.main, reader("check-capacity", check_capacity.Request)),
+    "check-remote": Command(check_remote.main, reader("check-remote", check_remote.CheckRemoteRequest)),
+    "target-report": Command(target_report.main, reader("target-report", target_report.Request)),
+    "oomcheck": Command(oomcheck.main, reader("oomcheck", oomcheck.Request)),
+}
+FLAGS = {"list": "--list", "self-test": "--self-test"}  # a first word that is a flag of the default command line
+
+
+def read(argv: list[str]) -> tuple[str, Any]:
+    """The command a command line asks for (its name in COMMANDS) and its request."""
+    word = argv[0] if argv else ""
+    if word in FLAGS:
+        return read_default([FLAGS[word], *argv[1:]])
+    command = COMMANDS.get(word)
+    if command is not None and command.read is not None:
+        return word, command.read(argv[1:])
+    return read_default(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     debug = "--debug" in argv
     try:
-        if argv and argv[0] in COMMANDS:
-            return COMMANDS[argv[0]](argv[1:])
-        return cmd_bench(argv)
+        name, request = read(argv)
+        return COMMANDS[name].main(request)
     except UsageError as err:
         return _fail(err, EXIT_USAGE, debug, f"run_bench.py: error: {err}")
     except BaselineError as err:

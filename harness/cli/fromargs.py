@@ -7,10 +7,11 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from harness.commands import check_predictions, resume
+from harness.commands import check_predictions
 from harness.config import scenario
 from harness.config.request import BenchRequest, DataOptions, GateOptions, Overrides, Torchrun
 from harness.errors import UsageError
+from harness.run import resume
 
 
 def check_what_if(value: float | None) -> None:

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.commands import check_capacity, check_predictions, history, oomcheck
+from harness.commands import check_capacity, check_predictions, check_remote, history, oomcheck
 from harness.config import scenario
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS
@@ -176,26 +176,19 @@ def add_target_option(parser) -> None:
                              "(docs/prediction.md); default: the scenario's [target], if any")
 
 
-def report_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="run_bench.py report", description="Rebuild the tables, summary.csv, report.md "
-                      "and plots of a run from its cells.jsonl alone.")
+def define_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--with-1x", type=Path, metavar="RUN_DIR",
                    help="a one-rank run of the same matrix, for the scaling-efficiency table")
     add_what_if_option(p)
     add_target_option(p)
-    add_debug_option(p)
-    return p
 
 
-def compare_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="run_bench.py compare", description="Compare run B with run A, cell by cell.")
+def define_compare(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_a", type=Path)
     p.add_argument("run_b", type=Path)
     p.add_argument("--markdown", action="store_true", help="print markdown (for a pull-request comment)")
     add_compare_options(p)
-    add_debug_option(p)
-    return p
 
 
 def _paths(p: argparse.ArgumentParser, d) -> None:
@@ -221,6 +214,18 @@ def define_check_capacity(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scenario", required=True, help="a name from scenarios/ or a path to a TOML file")
     _paths(p, d)
     p.add_argument("--steps", type=int, default=d.steps, help=f"measured steps per cell ({d.steps})")
+
+
+def define_check_remote(p: argparse.ArgumentParser) -> None:
+    d = check_remote.CheckRemoteRequest
+    p.add_argument("--bandwidths", type=float, nargs="+", default=list(d.bandwidths), metavar="MB_S",
+                   help="shaped settings in MB/s, after the unshaped calibration "
+                        f"({' '.join(f'{b:g}' for b in d.bandwidths)})")
+    p.add_argument("--seconds", type=float, default=d.seconds,
+                   help=f"measured seconds per case and setting ({d.seconds:g})")
+    p.add_argument("--rounds", type=int, default=d.rounds,
+                   help=f"sweeps over every setting, medians reported ({d.rounds})")
+    p.add_argument("--samples", type=int, default=d.samples, help=f"the dataset's samples ({d.samples})")
 
 
 def define_target_report(p: argparse.ArgumentParser) -> None:
@@ -276,14 +281,35 @@ def define_history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=alpha, default=d.alpha, help=f"gate: over all cells ({d.alpha})")
 
 
-DEFINE = {"history": define_history, "ab-gate": define_ab_gate, "gate-precheck": define_gate_precheck,
-          "check-predictions": define_check_predictions, "check-capacity": define_check_capacity,
-          "target-report": define_target_report, "oomcheck": define_oomcheck}
+DEFINE = {  # name: (what its parser adds, its description): every command named by its first word
+    "report": (define_report, "Rebuild the tables, summary.csv, report.md and plots of a run from its cells.jsonl "
+               "alone."),
+    "compare": (define_compare, "Compare run B with run A, cell by cell."),
+    "history": (define_history, "the history store: every run per commit and machine, its queries, a gate against "
+                "the last comparable runs, change points, a static HTML dashboard (docs/history.md)"),
+    "ab-gate": (define_ab_gate, "this commit's tree against its parent's, single-repeat runs interleaved on this "
+                "machine, compared on the gate metric; exit 1 only on a significant regression"),
+    "gate-precheck": (define_gate_precheck, "0 when a baseline may be of this machine (CPU model, count, cores "
+                      "allowed), else 3"),
+    "check-predictions": (define_check_predictions, "the target model (nothing fitted) calibrated on one "
+                          "configuration of a scenario, the configurations that each change one thing and the "
+                          "1-CPU pairings predicted and measured here; writes predictions.jsonl"),
+    "check-capacity": (define_check_capacity, "how many accelerators this host keeps at AU >= 90%: runs at 1, 2 "
+                       "and 4 ranks per workload against the model from the 1-rank run; exit 1 where they differ; "
+                       "writes capacity.jsonl"),
+    "check-remote": (define_check_remote, "the target model's storage bounds against the project's own shaped "
+                     "store (root): one reading process per case, an unshaped calibration and each shaped "
+                     "bandwidth, predicted and measured"),
+    "target-report": (define_target_report, "the per-stage table, plots/stages.png and, with a target, each "
+                      "cell's prediction there and the configuration to use, from a run directory alone"),
+    "oomcheck": (define_oomcheck, "an OOM on one rank of a 2-rank DDP run must neither hang nor crash the other"),
+}
 
 
-def subcommand_parser(name: str, description: str) -> argparse.ArgumentParser:
+def subcommand_parser(name: str) -> argparse.ArgumentParser:
     """`run_bench.py NAME ...` for the commands of DEFINE."""
+    define, description = DEFINE[name]
     p = OneLineParser(prog=f"run_bench.py {name}", description=description)
-    DEFINE[name](p)
+    define(p)
     add_debug_option(p)
     return p

@@ -3,35 +3,27 @@ report, and save or compare a baseline (the CI gate)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from harness.analysis import baselinegate
-from harness.commands import resume
-from harness.commands.compare_runs import run_as_baseline, show_comparison
-from harness.config import scenario, target
-from harness.config import datasetup
+from harness.analysis.gateinput import run_as_baseline
+from harness.config import datasetup, scenario, target
+from harness.config.datasetup import CC3M_SAMPLES, full_scale, with_source
 from harness.config.matrix import expand, select
 from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
-from harness.config.datasetup import CC3M_SAMPLES, full_scale, with_source
-from harness.remote import tier
-from harness.remote import counters
 from harness.device.devices import ranks_per_gpu, run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
-from harness.report import report
+from harness.report import gatetable, report
 from harness.results import rundir
 from harness.results.baseline import Baseline, machine_of
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
-from harness.run import launch, stopguard, supervisor
-from strategies.remote.s3client import RemoteError
-from strategies.remote.rangesource import STATS_ENV
+from harness.run import launch, remoterun, resume, stopguard, supervisor
 
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
@@ -78,24 +70,26 @@ def finish_run(request: BenchRequest, run_dir: Path, env: Environment, baseline:
             current.save(gate.save_baseline)
             print(f"baseline written: {gate.save_baseline}", file=sys.stderr)
         if baseline is not None:
-            code = max(code, show_comparison(baselinegate.compare(current, baseline, gate.raw, gate.min_effect,
-                                                             gate.alpha, gate.strict, gate.metric),
-                                             run_dir / "comparison.md"))
+            code = max(code, gatetable.show(baselinegate.compare(current, baseline, gate.raw, gate.min_effect,
+                                                            gate.alpha, gate.strict, gate.metric),
+                                            run_dir / "comparison.md"))
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return code
 
 
 def run_loader_only(request: BenchRequest, sc: scenario.Scenario) -> int:
     """--loader-only: each storage's read path alone, beside a RAM gather and the article's per-row reads."""
-    from harness.commands import loaderonly  # h5py, PIL and the article's code: only for this command
+    from harness.report.loaderonly_tables import render
+    from harness.run import loaderonly_run  # h5py, PIL and the article's code: only for this command
 
     argv = list(request.argv)
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-loader")
     env = Environment.capture(argv, {"mode": "loader-only", "accelerator": None, "world_size": 1})
     dataclasses.replace(env, scenario=sc.name, dataset=sc.dataset.to_dict(), cache_state=request.cache_state,
                         argv=argv, imported=datasetup.import_env(sc)).write(run_dir)
-    states = loaderonly.CACHE_STATES if request.cache_state == "as-is" else (request.cache_state,)
-    loaderonly.run(sc, request.data_dir, run_dir, states, progress=not request.quiet)
+    states = loaderonly_run.CACHE_STATES if request.cache_state == "as-is" else (request.cache_state,)
+    rows, decode = loaderonly_run.run(sc, request.data_dir, run_dir, states, progress=not request.quiet)
+    print(render(rows, decode))
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return EXIT_OK
 
@@ -145,40 +139,18 @@ def main(request: BenchRequest) -> int:
                                  verify_data=r.verify_data, order=r.order, order_seed=r.order_seed,
                                  budget_s=r.budget_s, min_effect=r.gate.min_effect, started_at=time.time(),
                                  share_gpu=r.share_gpu)
-    return with_remote(sc, r, run_dir, lambda: run_until_stopped(r, config, env, baseline, run_target))
+    return remoterun.with_remote(sc, r.torchrun is not None, run_dir, lambda counters: run_until_stopped(
+        r, dataclasses.replace(config, remote_counters=counters), env, baseline, run_target))
 
 
-def with_remote(sc: scenario.Scenario, r: BenchRequest, run_dir: Path, run) -> int:
-    """`run()` inside the scenario's remote session where it has a [remote] table (harness.remote.tier: the
-    project's own object store behind its shaped link, stopped on any exit), the readers' counters collected
-    in a temporary folder (each visit's figures over its window go into its cells.jsonl line:
-    harness.remote.counters.of_visit), then the whole run's figures of each storage setting printed and
-    written beside the report (remote.md); without one, `run()` as it is. A storage's disk tier is emptied
-    at each open (strategies.storage.s3), so each visit starts cold."""
-    if sc.remote is None:
-        return run()
-    if r.torchrun:
-        raise UsageError(f"{sc.path}: [remote] starts the project's own object store, which one process must own; "
-                         "under torchrun it is not supported yet: run without torchrun (the bench spawns the ranks)")
-    storages = [c.create() for c in sc.matrix.get("storage", []) if c.name == "s3"]
-    with tempfile.TemporaryDirectory(prefix="dlbench-remote-stats-") as stats, tier.session(sc.remote) as live:
-        header = live.header()
-        for line in header:
-            print(f"remote: {line}", file=sys.stderr)
-        os.environ[STATS_ENV] = stats
-        try:
-            code = run()
-        except RemoteError as err:  # writing the data to the bucket (materialise): the URL and the remedy
-            raise UsageError(str(err)) from None
-        finally:
-            os.environ.pop(STATS_ENV, None)
-        rows = [counters.row(s.label(), counters.figures(stats, s.label())) for s in storages
-                if s.label() in counters.labels(stats)]
-    table = counters.table(rows)
-    print(f"remote figures (every reading process of every visit, merged per storage setting):\n{table}")
-    if Path(run_dir).is_dir():
-        (Path(run_dir) / "remote.md").write_text("# Remote figures\n\n" + "\n".join(f"- {h}" for h in header)
-                                                 + "\n\n" + table + "\n")
+def stopped(request: BenchRequest, run_dir: Path, env: Environment, code: int, run_target=None) -> int:
+    """Ctrl-C or SIGTERM: the report over the cells written so far (with the run's target, as a finished run's),
+    how to resume, exit 130 or 143."""
+    cells_done = rundir.read_results(run_dir)
+    if cells_done:
+        print(report.write_all(run_dir, cells_done, env, what_if_cores=request.what_if_cores, target=run_target))
+    why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"
+    print(resume.stopped_message(run_dir, why, request.torchrun is not None), file=sys.stderr)
     return code
 
 
@@ -192,7 +164,7 @@ def run_until_stopped(request: BenchRequest, config: launch.LaunchConfig, env: E
 
     def ending(code: int) -> None:
         if request.rank == 0:
-            resume.stopped(request, config.run_dir, env, code, run_target)
+            stopped(request, config.run_dir, env, code, run_target)
 
     guard = stopguard.StopGuard(ending) if torchrun else None  # under a scheduler's KillWait: an ending for sure
     try:

@@ -6,7 +6,7 @@ fitted to a measured figure); beside it, labelled, the shared-host correction le
 in that launch. The capacity among the sizes, predicted against measured, is the check: it fails (exit 1)
 where they differ. `scenarios/capacity.toml` defines an accelerator slow enough that the 2-core development
 host feeds one or two and not four; on a scenario whose accelerator this host feeds at no size (or at every
-size) the check says that it cannot tell. Writes capacity.jsonl and prints the table; docs/prediction.md has
+size) the check says that it cannot tell. Writes capacity.jsonl, prints the table; docs/measurements/prediction.md has
 a measured one.
 
     python run_bench.py check-capacity --scenario capacity [--steps 40]
@@ -23,10 +23,10 @@ from pathlib import Path
 from harness.analysis import stages
 from harness.analysis.checkcases import Bench, CheckCase, measured_at, predict_case
 from harness.analysis.targetmodel import AU_TARGET_PCT, capacity
-from harness.commands.check_predictions import allowance_cpus
 from harness.config import scenario as scenario_mod
 from harness.config.target import Target
 from harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from harness.measure import hostload
 from harness.results import rundir
 from harness.run.calibration import launch_group, materialise_storages
 
@@ -97,7 +97,7 @@ def main(request: Request) -> int:
     where the predicted capacity among the sizes is not the measured one."""
     data_dir, steps = request.data_dir, request.steps
     sc = scenario_mod.load(request.scenario)
-    cores = allowance_cpus()
+    cores = max(1, int(hostload.cpu_allowance() or 1))  # the whole CPUs the run may use, as check-predictions
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-capacity")
     tr = sc.training
     rows, lines, disagree = [], [], False

@@ -11,7 +11,7 @@ factor with every core busy, and the read and decode stages' costs in the other 
 
 Writes predictions.jsonl (one line per prediction: config, source, predicted, predicted_shared, measured, the
 errors, flag, the visits' figures) and bench.json in its run directory, and prints the table.
-docs/prediction.md has a measured one.
+docs/measurements/prediction.md has a measured one.
 
     python run_bench.py --scenario 4xV100 --check-predictions
     python run_bench.py check-predictions --scenario 4xV100 [--rounds 2] [--steps 60]

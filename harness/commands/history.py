@@ -9,18 +9,21 @@
     history html OUT_DIR                 the static dashboard, one page per scenario
 
 The store is --history FILE, else $DLBENCH_HISTORY, else results/history.sqlite (settled by harness/cli/).
-`record` is what a run calls at its end when asked (--history or DLBENCH_HISTORY).
+`recorded` wraps the main run when asked (--history FILE or DLBENCH_HISTORY): the store is opened before
+anything is measured, and the run directory the run wrote adds itself at its end (`record`).
 """
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.config.request import BenchRequest
 from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
-from harness.history import dashboard, gate, queries, runrows
-from harness.history import database
+from harness.history import dashboard, database, gate, queries, runrows
+from harness.results import rundir
 from harness.results.fileformat import ResultsError
 
 DEFAULT_FIGURE = "cpu"  # show, compare, steps
@@ -106,6 +109,29 @@ def record(store_path: Path, run_dir: Path, branch: str | None = None) -> int:
         return EXIT_USAGE
     print(f"history: {store_path}", file=sys.stderr)
     return code
+
+
+def recorded(store: Path | None, request: BenchRequest, run: Callable[[], int]) -> int:
+    """`run()` (the main run of `request`), then, with a store (--history FILE or DLBENCH_HISTORY) and a run
+    that writes a run directory (rank 0, not --dry-run nor --loader-only), the run directory it wrote added
+    to the store. The store opens before anything is measured (a newer or damaged one is one line, exit 2); a
+    failure to add is exit 2 at worst, never 1, and the run directory stays."""
+    if store is None or request.rank != 0 or request.dry_run or request.loader_only:
+        return run()
+    database.open_store(store).close()
+    before = _run_dirs(request.out)
+    code = run()
+    made = sorted(d for d in _run_dirs(request.out) - before if (d / "cells.jsonl").is_file()
+                  and rundir.read_env(d).argv == list(request.argv))  # this run's, not a neighbour's
+    run_dir = request.resume or (made[-1] if made else None)
+    if run_dir is None:
+        return code
+    added = record(store, run_dir)
+    return code if added == EXIT_OK or code != EXIT_OK else added
+
+
+def _run_dirs(out: Path) -> set[Path]:
+    return set(out.iterdir()) if out.is_dir() else set()
 
 
 def _gate(db, request: HistoryRequest) -> int:

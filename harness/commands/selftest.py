@@ -1,13 +1,20 @@
 """`run_bench.py --self-test`: the harness's own figures checked on a calibrated synthetic workload with
 analytic answers (harness.run.fidelity measures; its docstring has the formulas). `run` gives the rows,
-`render` the table."""
+`render` the table, `main` prints it: exit 0, or 1 when a figure is off."""
 from __future__ import annotations
 
 import os
 
+from harness.errors import EXIT_OK, EXIT_REGRESSION
 from harness.report.tables import Table, render_tables
 from harness.run import fidelity
 from harness.run.fidelity import REGIMES, TOLERANCE, Straggler
+
+
+def main() -> int:
+    rows = run()
+    print(render(rows))
+    return EXIT_OK if all(r["ok"] for r in rows) else EXIT_REGRESSION
 
 
 def run(steps: int = 40) -> list[dict]:
@@ -17,8 +24,8 @@ def run(steps: int = 40) -> list[dict]:
 
 def render(rows: list[dict]) -> str:
     table = [[r["regime"], r["figure"], f"{r['expected']:.1f}", f"{r['measured']:.1f}",
-              f"{r['error']:+.2f}{' %' if r['figure'] == 'throughput' else ' pt'}", "ok" if r["ok"] else "FAIL"]
-             for r in rows]
+              f"{r['error']:+.2f}{' %' if r['figure'] == 'throughput' else ' pt'}",
+              "ok" if r["ok"] else "FAIL"] for r in rows]
     s = Straggler()
     regimes = "; ".join([f"{r.name}: L={r.latency_s * 1e3:.0f} ms x {r.workers} workers, C={r.compute_s * 1e3:.0f} ms"
                          for r in REGIMES] + [f"{s.name}: 2 ranks, pixels, L={s.latency_s[0] * 1e3:.0f}/"
@@ -29,3 +36,4 @@ def render(rows: list[dict]) -> str:
             f"host has {os.cpu_count()} CPUs")
     return head + "\n" + render_tables([Table("", ["regime", "figure", "expected", "measured", "error", ""],
                                               table)])[-1]
+

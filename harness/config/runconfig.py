@@ -55,6 +55,7 @@ class LaunchConfig:
     min_effect: float = 0.05  # the smallest effect that matters, for the budget's decisions
     device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
     supervised: bool = False  # spawned under harness.run.supervisor: ranks write heartbeats under run_dir
+    remote_counters: Path | None = None  # [remote]: the folder the remote readers append their counters to
 
     def full_plan(self) -> list[tuple[int, int]]:
         """Every (repeat, cell) of the run, repeats interleaved across cells (A B C, then A B C again). With

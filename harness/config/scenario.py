@@ -14,11 +14,11 @@ from typing import Any
 from harness.config.accelerators import Accelerator, get_accelerator
 from harness.config.matrixload import StrategyChoice, parse_matrix
 from harness.data import decoders
-from harness.remote import tier
 from harness.data.decoders import DECODERS, DEFAULT_DECODER
 from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
 from harness.errors import UsageError
+from harness.remote import tier
 
 __all__ = ["Scenario", "StrategyChoice", "Training", "load"]
 

@@ -20,9 +20,10 @@ from harness.report import verdict
 from harness.report.effecttables import read_effects
 from harness.results import rundir
 from harness.results.baseline import MACHINE_KEYS, machine_of
-from harness.results.cellresult import CellResult, merge_repeats
+from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.results.fileformat import ResultsError
+from harness.results.repeats import merge_repeats
 
 REQUIRED = ("env.json", "cells.jsonl")
 

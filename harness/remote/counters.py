@@ -1,5 +1,5 @@
 """The remote figures of a cell, from its reading processes' counters (the files strategies.remote.rangesource
-writes into the folder named by DLBENCH_REMOTE_STATS, one per process and reader, a line of cumulative
+writes into the run's counters folder, LaunchConfig.remote_counters, one per process and reader, a line of cumulative
 counters after each batch, stamped with perf_counter), merged over a whole run (each file's last line) or over
 a window [t0, t1] (per file, its last line at or before t1 less its last line at or before t0):
 
@@ -19,21 +19,27 @@ merge counted requests, the request figures are None ("-").
 
 The open's LIST (one per storage open in a rank, to refill a store that forgot its data) is set-up, not counted
 here; ``remote_setup`` on the reader holds it.
+
+``COLUMNS`` is the remote table's columns, the one list both of its tables use: the report's (per cell,
+harness.report.remotetable) and remote.md's (per storage setting, harness.run.remoterun).
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from strategies.remote.s3client import LAT_BINS, LAT_MIN_S, LAT_STEP
-from strategies.remote.rangesource import STATS_ENV
 
 COUNTERS = ("samples", "requests", "bytes", "lists", "retries", "puts", "wait_s", "disk_hits", "disk_misses")
 UNCOUNTED = ("litdata",)  # clients whose requests the harness does not see
+COLUMNS = (("req/sample", "remote_requests_per_sample", ".2f"), ("MB/sample", "remote_mb_per_sample", ".3f"),
+           ("LIST/sample", "remote_lists_per_sample", ".3f"), ("lat p50 ms", "remote_latency_p50_ms", ".1f"),
+           ("lat p99 ms", "remote_latency_p99_ms", ".1f"),
+           ("net wait ms/sample/worker", "remote_wait_ms_per_sample", ".2f"), ("disk hit %", "disk_hit_pct", ".0f"),
+           ("retries", "remote_retries", ".0f"))  # (header, the figure's name in cells.jsonl, its format)
 
 
 @dataclass(frozen=True)
@@ -54,15 +60,27 @@ class RemoteFigures:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def values(self) -> dict:
+        """The figures under their cells.jsonl names (harness.results.cellresult.Figures: remote_*,
+        disk_hit_pct), as measured."""
+        return {"remote_requests_per_sample": self.requests_per_sample, "remote_mb_per_sample": self.mb_per_sample,
+                "remote_lists_per_sample": self.lists_per_sample, "remote_latency_p50_ms": self.latency_p50_ms,
+                "remote_latency_p99_ms": self.latency_p99_ms, "remote_wait_ms_per_sample": self.wait_ms_per_sample,
+                "disk_hit_pct": self.disk_hit_pct, "remote_retries": self.retries}
+
     def cell_figures(self) -> dict:
-        """The figures a cells.jsonl line carries (harness.results.cellresult.Figures: remote_*, disk_hit_pct),
-        rounded; the ones not measured left out."""
-        out = {"remote_requests_per_sample": self.requests_per_sample, "remote_mb_per_sample": self.mb_per_sample,
-               "remote_lists_per_sample": self.lists_per_sample, "remote_latency_p50_ms": self.latency_p50_ms,
-               "remote_latency_p99_ms": self.latency_p99_ms, "remote_wait_ms_per_sample": self.wait_ms_per_sample,
-               "disk_hit_pct": self.disk_hit_pct, "remote_retries": self.retries}
-        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()
-                if v is not None and not (isinstance(v, float) and math.isnan(v))}
+        """The figures a cells.jsonl line carries, rounded; the ones not measured left out."""
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.values().items()
+                if not _missing(v)}
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def text(value: float | None, spec: str) -> str:
+    """A figure as a table shows it: "-" where it was not measured."""
+    return "-" if _missing(value) else format(value, spec)
 
 
 def _lines(path: Path) -> list[dict]:
@@ -169,35 +187,13 @@ def visit_window(records, now: float) -> tuple[float, float] | None:
     return end - first.window_s, end
 
 
-def of_visit(records, now: float | None = None) -> dict:
+def of_visit(folder: Path | str | None, records, now: float | None = None) -> dict:
     """A visit's remote figures over its measured window, as cells.jsonl's figures (RemoteFigures.
-    cell_figures), where the run collects its readers' counters (DLBENCH_REMOTE_STATS, which the bench sets
-    around a [remote] scenario); {} otherwise. perf_counter is CLOCK_MONOTONIC, one clock for every process
+    cell_figures), from the readers' counters in ``folder`` (the run's LaunchConfig.remote_counters, set
+    around a [remote] scenario); {} without one. perf_counter is CLOCK_MONOTONIC, one clock for every process
     of the machine, so rank 0's stamps and the workers' lines compare."""
-    folder = os.environ.get(STATS_ENV)
     window = visit_window(records, time.perf_counter() if now is None else now)
-    if not folder or window is None or not os.path.isdir(folder):
+    if not folder or window is None or not Path(folder).is_dir():
         return {}
     f = figures(folder, window=window)
     return f.cell_figures() if f.samples else {}
-
-
-HEADER = ("cell", "req/sample", "MB/sample", "LIST/sample", "lat p50 ms", "lat p99 ms", "net wait ms/sample",
-          "disk hit %", "retries", "client")
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
-
-
-def row(cell: str, f: RemoteFigures) -> list[str]:
-    return [cell, _fmt(f.requests_per_sample, ".2f"), _fmt(f.mb_per_sample, ".3f"), _fmt(f.lists_per_sample, ".3f"),
-            _fmt(f.latency_p50_ms, ".1f"), _fmt(f.latency_p99_ms, ".1f"), _fmt(f.wait_ms_per_sample, ".2f"),
-            _fmt(f.disk_hit_pct, ".0f"), str(f.retries), f.clients or "-"]
-
-
-def table(rows: list[list[str]]) -> str:
-    """A markdown table of the rows under HEADER."""
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + " --- |" * len(HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)

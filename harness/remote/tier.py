@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.errors import UsageError
 from harness.remote.link import Shape, ShapedLink
 from harness.remote.server import ENV_KEYS, ObjectServer, RequestCost, request_cost, stop_on_signals
-from harness.errors import UsageError
 
 FIELDS: dict[str, tuple[type, Any]] = {"latency_ms": (float, 0.0), "bandwidth_mb_s": (float, 0.0),
                                        "loss_pct": (float, 0.0), "bucket": (str, "dlbench"),

@@ -3,7 +3,7 @@ memory, the cumulative ladder, a ranking), built from what this run measured.
 
 Pure functions: results in (harness.results.cellresult.CellResult, the lines of cells.jsonl), a
 harness.report.tables.Table out. Several results with the same cell id (a run with --repeats) are merged first
-(harness.results.cellresult.merge_repeats):
+(harness.results.repeats.merge_repeats):
 the median of the repeats' figures; a cell that ran once counts as n=1.
 
 Every throughput carries its interval ([low, high], labelled in the header or an "interval" column). The
@@ -32,7 +32,8 @@ from harness.report.tables import (
     shown_axes,
     stack_label,
 )
-from harness.results.cellresult import CellResult, CellSummary, merge_repeats
+from harness.results.cellresult import CellResult
+from harness.results.repeats import CellSummary, merge_repeats
 
 BASELINE = {"storage": "raw", "cache": "none", "batching": "fixed", "sampler": "default"}
 # the storage of the ladder's last step, fixed before measuring: the articles' first choice that the run has

@@ -2,6 +2,9 @@
 summary, then the table (a pull-request comment in markdown)."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from harness.analysis.baselinegate import Comparison
 from harness.report.tables import Table, render_tables
 
@@ -31,3 +34,14 @@ def render(comparison: Comparison, fmt: str = "text") -> str:
     for w in comparison.warnings:
         lines += ["", f"> WARNING: {w}" if md else f"WARNING: {w}"]
     return "\n".join(lines)
+
+
+def show(comparison: Comparison, markdown_path: Path | None) -> int:
+    """The text table on stdout, each warning as one line on stderr, the markdown table written to
+    `markdown_path` (None: not written); the comparison's exit code."""
+    print("\n" + render(comparison, "text"))
+    for warning in comparison.warnings:
+        print(f"WARNING: {warning}", file=sys.stderr)
+    if markdown_path is not None:
+        markdown_path.write_text(render(comparison, "markdown") + "\n")
+    return comparison.exit_code

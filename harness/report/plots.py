@@ -3,7 +3,7 @@ goes (the five parts of its wall time).
 
 Drawn on matplotlib's Agg canvas directly (no pyplot, no GUI backend, the global backend is left alone).
 Takes results (harness.results.cellresult.CellResult). Errored cells are left out. Repeats of a cell (several lines with
-its id) are merged (harness.results.cellresult.merge_repeats): the bar is the median. The whiskers are the cell's
+its id) are merged (harness.results.repeats.merge_repeats): the bar is the median. The whiskers are the cell's
 throughput interval (harness.report.tables.interval: batch means within one run, the order-statistic interval of the
 median across repeats), and the axis label says what they are.
 """
@@ -17,7 +17,8 @@ from matplotlib.figure import Figure
 
 from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report.tables import EMULATED_MARK, emulated, interval, shown_axes, stack_label
-from harness.results.cellresult import CellResult, CellSummary, merge_repeats
+from harness.results.cellresult import CellResult
+from harness.results.repeats import CellSummary, merge_repeats
 
 
 def new_figure(rows: int, width: float = 9.0) -> Figure:

@@ -1,8 +1,8 @@
 """The report of a run, from cells.jsonl alone: terminal text, report.md, summary.csv (pandas) and plots/.
 
 Table builders are pure: results in (harness.results.cellresult.CellResult), a harness.report.tables.Table out. One
-renderer (harness.report.tables.render_tables) writes them as text or markdown; the header (scenario, emulation
-banner, overrun verdict, page cache, repeats, probe, parameters, host) is written once, above every table.
+renderer (harness.report.tables.render_tables) writes them as text or markdown; the header (harness.report.header)
+is written once, above every table.
 
 Every throughput is shown with its interval as [low, high] and a label that says what the interval is
 (method, level, n): within one run, batch means over the window's steps; across repeats, the median with the
@@ -10,143 +10,55 @@ order-statistic interval and its real coverage (harness.results.stats).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from harness.analysis.effects import MIN_EFFECT, Effect, level_order, whole_passes
-from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.measure.rankrecord import SHOWN_PARTS
-from harness.report import articles, plots, stagetable, verdict, whatif
-from harness.report import effecttables
+from harness.report import articles, effecttables, plots, stagetable, verdict, whatif
+from harness.report.header import header_lines, outside_load_lines
 from harness.report.remotetable import remote_table
 from harness.report.tables import (
     Table,
     display_name,
-    emulation_lines,
     fmt,
     fmt_throughput,
-    interval,
     interval_header,
     interval_label_of,
-    io_lines,
     mark,
-    overrun_lines,
     render_lines,
     render_tables,
     repeats_text,
     short_error,
     shown_axes,
-    strategy_notes,
 )
 from harness.results import rundir as run_files
-from harness.results.cellresult import CellResult, CellSummary, merge_repeats, relative_to_probe
+from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.results.probeline import ProbeSeries
+from harness.results.repeats import CellSummary, merge_repeats
+from harness.results.vsprobe import relative_to_probe
 
 REPORT_TITLE = "Data-loading benchmark report"
 ARTICLES_TITLE = "The articles' tables, measured"
 
 
-def header_lines(cells: list[CellSummary], env: Environment | None = None, probe: ProbeSeries | None = None,
-                 others: list[CellSummary] | None = None) -> list[str]:
-    """What the tables need said once: scenario, emulation banner and overrun verdict, page cache, repeats
-    (and failed repeats), machine probe, parameters, host. `others`: results of another run shown too
-    (the one-rank run of the scaling table)."""
-    if not cells:
-        return ["no cells were measured"]
-    c0, every = cells[0], cells + (others or [])
-    lines = [f"Scenario {c0.scenario}: {c0.world_size} ranks x {c0.device}, workload {c0.workload}, "
-             f"batch {c0.batch_size} per rank, {c0.figures.window_steps or 0} measured steps per rank"]
-    lines += import_lines(env)
-    lines += emulation_lines(every)
-    lines += overrun_lines(cells, env)
-    lines += page_cache_lines(cells, env)
-    lines += io_lines(cells, env)
-    repeats = max(c.total_repeats for c in cells)
-    if repeats > 1:
-        lines.append(f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats, "
-                     f"throughput intervals are across repeats (order statistics, with their real coverage)")
-    elif any(interval(c) for c in cells):
-        lines.append("1 run per cell: throughput intervals are within the run (batch means over the measured "
-                     "steps); they do not cover run-to-run drift (use --repeats)")
-    lines += failed_repeat_lines(cells)
-    if probe and probe.ideal_samples_per_s:
-        lines.append(probe_line(probe))
-    notes = strategy_notes(every)
-    if notes:
-        lines.append("Parameters: " + "; ".join(notes))
-    if env and env.time_utc:
-        allowed = f", the run's allowance {env.run_cpus:g}" if env.run_cpus and env.run_cpus != env.cpu_count else ""
-        threads = ", free-threaded Python (no GIL: the threads loader's threads run in parallel)" \
-            if env.free_threaded else ""
-        lines.append(f"Host: {env.cpu_count} CPUs ({env.cpu_model}){allowed}, "
-                     f"{env.memory_gb or 0:.0f} GB RAM, torch {env.torch_version}{threads}")
-    return lines
+def cell_rows(cells: list[CellSummary], axes: list[str], values: Callable[[CellSummary], list | None]) -> list[list]:
+    """One row per cell: its strategies' names on `axes`, then `values(cell)`; a cell whose values are None
+    has no row."""
+    rows = []
+    for c in cells:
+        shown = values(c)
+        if shown is not None:
+            rows.append([display_name(cells, c, a) for a in axes] + shown)
+    return rows
 
 
-def import_lines(env: Environment | None) -> list[str]:
-    """The imported dataset (--data): how many samples from where, the corrupt images skipped, the failed
-    downloads and non-JPEG images counted."""
-    imp = env.imported if env else None
-    if not imp:
-        return []
-    line = (f"Data: {imp['samples']} samples imported from {imp['source']} ({imp['layout']}), "
-            f"{imp['corrupt']} corrupt images skipped")
-    if imp.get("failed_downloads"):
-        line += f", {imp['failed_downloads']} failed downloads (img2dataset) not counted"
-    if imp.get("non_jpeg"):
-        line += f", {imp['non_jpeg']} non-JPEG images (simplejpeg hands them to PIL)"
-    if imp.get("empty_captions"):
-        line += f", {imp['empty_captions']} empty captions"
-    return [line + ("; embeddings from the source" if imp.get("embeddings") == "source"
-                    else "; embeddings: a fixed random projection of the pixels and captions")]
-
-
-def outside_load_lines(results: list[CellResult]) -> list[str]:
-    """One warning naming the visits during which other processes used much of the host's CPU."""
-    busy = [r for r in results if (r.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT]
-    if not busy:
-        return []
-    worst = max(busy, key=lambda r: r.figures.other_cpu_pct)
-    return [f"WARNING: other processes used more than {OUTSIDE_LOAD_PCT:.0f}% of this host's CPU during "
-            f"{len(busy)} of {len(results)} visit(s) (up to {worst.figures.other_cpu_pct:.0f}%, {worst.cell} "
-            f"repeat {worst.repeat}); their figures may show that load, not the strategy: rerun on a quiet "
-            f"machine, or with --repeats or --budget: a disturbed visit is left out of the effects fit when "
-            f"its cell has a calm one"]
-
-
-def failed_repeat_lines(cells: list[CellSummary]) -> list[str]:
-    """One warning naming the cells some of whose repeats failed (figures are over the measured ones)."""
-    partial = [c for c in cells if c.failed_repeats and c.repeats]
-    if not partial:
-        return []
-    shown = "; ".join(f"{c.cell} ({c.failed_repeats} of {c.total_repeats}: {c.repeat_errors[0][:60]})"
-                      for c in partial)
-    return [f"WARNING: repeats failed in {len(partial)} cell(s), whose figures are over the other repeats: "
-            f"{shown}"]
-
-
-def page_cache_lines(cells: list[CellResult], env: Environment | None) -> list[str]:
-    states = sorted({c.page_cache.state if c.page_cache else "as-is" for c in cells})
-    decomposed = any(c.decomposition is not None for c in cells)
-    lines = [f"Page cache before each cell: {', '.join(states)}"
-             + (" (decomposition cells ran compute-only, warm and cold phases)" if decomposed else "")]
-    unverified = [c.cell for c in cells if c.page_cache is not None and c.page_cache.verified is False]
-    if unverified:
-        lines.append(f"WARNING: the cold drop could not be verified for {len(unverified)} cell(s)")
-    data_gb, ram_gb = (env.dataset_gb, env.memory_gb) if env else (None, None)
-    if data_gb and ram_gb and data_gb < ram_gb and "cold" not in states:
-        lines.append(f"NOTE: the dataset ({data_gb * 1000:.0f} MB) fits in this host's RAM ({ram_gb:.0f} GB): "
-                     f"without --cache-state cold the figures may reflect the page cache, not the storage device")
-    return lines
-
-
-def probe_line(probe: ProbeSeries) -> str:
-    ideal, memcpy = probe.ideal_samples_per_s, probe.memcpy_gb_s or [0]
-    return (f"Machine probe (per repeat, median): in-memory ideal loader {np.median(ideal):.0f} samples/s in one "
-            f"process, memory copy {np.median(memcpy):.1f} GB/s; 'x ideal loader' = samples/s / that figure")
+def unmeasured(c: CellSummary, width: int) -> list[str]:
+    """An unmeasured cell's `width` values: its error, then dashes."""
+    return [short_error(c)] + ["-"] * (width - 1)
 
 
 def throughput_table(cells: list[CellSummary]) -> Table:
@@ -158,28 +70,22 @@ def throughput_table(cells: list[CellSummary]) -> Table:
     repeats = any(c.total_repeats > 1 for c in cells)
     headers = [*axes, f"samples/s{m}{words}", *(["interval"] if per_row else []), *probe, f"step p50 ms{m}",
                f"p95{m}", f"p99{m}", "cache hit %", "read MB/s"] + (["repeats"] if repeats else [])
-    rows = []
-    for c in cells:
-        f = c.figures
-        row = [display_name(cells, c, a) for a in axes]
-        if not c.measured:
-            rows.append(row + [short_error(c)] + ["-"] * (len(headers) - len(row) - 2)
-                        + ([repeats_text(c)] if repeats else ["-"]))
-            continue
-        rows.append(row + [
-            fmt_throughput(c), *([interval_label_of(c)] if per_row else []),
-            *([fmt(f.vs_probe, ".2f")] if probe else []), fmt(f.step_p50_ms, ".1f"),
-            fmt(f.step_p95_ms, ".1f"), fmt(f.step_p99_ms, ".1f"), _hit(c), fmt(f.read_mb_s, ".1f")]
-            + ([repeats_text(c)] if repeats else []))
+    width = len(headers) - len(axes)
+    rows = cell_rows(cells, axes, lambda c: _throughput_values(c, width, per_row, bool(probe), repeats))
     notes = []
     if any(c.failed_repeats for c in cells):
         notes.append("repeats: measured of run; a cell's figures are over its measured repeats only")
     return Table("Throughput", headers, rows, notes)
 
 
-def error_row(row: list, c: CellSummary, width: int) -> list:
-    """An unmeasured cell's row: its names, its error, dashes up to `width` columns."""
-    return row + [short_error(c)] + ["-"] * (width - len(row) - 1)
+def _throughput_values(c: CellSummary, width: int, per_row: bool, probe: bool, repeats: bool) -> list[str]:
+    if not c.measured:
+        return unmeasured(c, width - 1) + ([repeats_text(c)] if repeats else ["-"])
+    f = c.figures
+    shown = [fmt_throughput(c), *([interval_label_of(c)] if per_row else []),
+             *([fmt(f.vs_probe, ".2f")] if probe else []), fmt(f.step_p50_ms, ".1f"),
+             fmt(f.step_p95_ms, ".1f"), fmt(f.step_p99_ms, ".1f"), _hit(c), fmt(f.read_mb_s, ".1f")]
+    return shown + ([repeats_text(c)] if repeats else [])
 
 
 PART_HEADER_SUFFIX = {"wait": " mean/max", "device": " (device busy / wall)"}
@@ -208,16 +114,9 @@ def utilisation_table(cells: list[CellSummary]) -> Table:
     nvml = any(c.figures.nvml_util_pct is not None for c in cells)
     headers = [*axes, *(p.column + (m if p.modelled else "") + PART_HEADER_SUFFIX.get(p.name, "")
                         for p in SHOWN_PARTS)] + (["NVML util %"] if nvml else []) + ([f"overrun %{m}"] if m else [])
-    rows, old = [], False
-    for c in cells:
-        f = c.figures
-        row = [display_name(cells, c, a) for a in axes]
-        if not c.measured:
-            rows.append(error_row(row, c, len(headers)))
-            continue
-        old = old or bool(c.legacy_figures)
-        rows.append(row + _part_cells(c)
-                    + ([fmt(f.nvml_util_pct, ".0f")] if nvml else []) + ([fmt(f.overrun_pct, ".0f")] if m else []))
+    width = len(headers) - len(axes)
+    rows = cell_rows(cells, axes, lambda c: _part_values(c, width, nvml, bool(m)))
+    old = any(c.legacy_figures for c in cells if c.measured)
     notes = ["Per rank, stall + h2d + AU + peer wait + overhead = 100% of its window (mean over ranks): stall = "
              "waiting for the next batch, h2d = copy to the device, AU = the device busy, peer wait = waiting "
              "for the other ranks, overhead = the rest of the host's work in the step"]
@@ -230,6 +129,14 @@ def utilisation_table(cells: list[CellSummary]) -> Table:
     return Table("Where each rank's time goes (% of wall time, the five parts sum to 100)", headers, rows, notes)
 
 
+def _part_values(c: CellSummary, width: int, nvml: bool, overrun: bool) -> list[str]:
+    if not c.measured:
+        return unmeasured(c, width)
+    f = c.figures
+    return (_part_cells(c) + ([fmt(f.nvml_util_pct, ".0f")] if nvml else [])
+            + ([fmt(f.overrun_pct, ".0f")] if overrun else []))
+
+
 def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) -> Table:
     """Stragglers (per step and over the window), the sampler's cost balance, and what feeding costs."""
     m = mark(cells[:1])
@@ -238,21 +145,8 @@ def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) 
                "rank CPU ms/sample", f"device samples/s/rank{m}", f"cores to feed/rank{m}"]
     if what_if_cores is not None:
         headers.append(whatif.column_header(what_if_cores, m or "*"))
-    rows = []
-    for c in cells:
-        f = c.figures
-        row = [display_name(cells, c, a) for a in axes]
-        if not c.measured:
-            rows.append(error_row(row, c, len(headers)))
-            continue
-        loader, rank = f.loader_cpu_s_per_sample, f.rank_cpu_s_per_sample
-        row += [fmt(f.step_imbalance, ".2f"), fmt(f.window_imbalance, ".2f"), fmt(f.cost_imbalance, ".2f"),
-                fmt(loader * 1e3 if loader is not None else None, ".2f"),
-                fmt(rank * 1e3 if rank is not None else None, ".2f"), fmt(f.device_samples_per_s, ".0f"),
-                fmt(f.cores_to_feed, ".2f")]
-        if what_if_cores is not None:
-            row.append(fmt(whatif.predict(c, what_if_cores), ".0f"))
-        rows.append(row)
+    width = len(headers) - len(axes)
+    rows = cell_rows(cells, axes, lambda c: _balance_values(c, width, what_if_cores))
     notes = ["step imbalance = mean over steps of the slowest rank's busy time / the mean rank's; window "
              "imbalance = the same over whole-window totals (stragglers that take turns cancel out in it); cost "
              "imbalance = mean over steps of max / mean across ranks of the sampler's summed cost; cores to "
@@ -265,58 +159,74 @@ def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) 
     return Table("Balance across ranks and the cost of feeding the device", headers, rows, notes)
 
 
+def _balance_values(c: CellSummary, width: int, what_if_cores: float | None) -> list[str]:
+    if not c.measured:
+        return unmeasured(c, width)
+    f = c.figures
+    loader, rank = f.loader_cpu_s_per_sample, f.rank_cpu_s_per_sample
+    shown = [fmt(f.step_imbalance, ".2f"), fmt(f.window_imbalance, ".2f"), fmt(f.cost_imbalance, ".2f"),
+             fmt(loader * 1e3 if loader is not None else None, ".2f"),
+             fmt(rank * 1e3 if rank is not None else None, ".2f"), fmt(f.device_samples_per_s, ".0f"),
+             fmt(f.cores_to_feed, ".2f")]
+    if what_if_cores is not None:
+        shown.append(fmt(whatif.predict(c, what_if_cores), ".0f"))
+    return shown
+
+
 def memory_io_table(cells: list[CellSummary]) -> Table:
+    """Memory peaks, the cache's resident size, the device's peak, disk and requested reads, the access hint."""
     emulated = bool(cells and cells[0].emulated)
     axes = shown_axes(cells)
     device_col = f"device peak GB{mark(cells[:1])} (modelled)" if emulated else "device peak GB"
     headers = [*axes, "host PSS/rank MB", "host PSS all ranks MB", "host RSS/rank MB", "cache resident MB",
                device_col, "disk read MB", "read amp x", "requested MB", "advice"]
-    rows = []
-    for c in cells:
-        f, cache = c.figures, c.cache
-        rows.append([display_name(cells, c, a) for a in axes] + [
-            fmt(f.host_pss_peak_mb, ".0f"), fmt(f.host_pss_total_mb, ".0f"), fmt(f.host_rss_peak_mb, ".0f"),
+    return Table("Memory and I/O (peaks over the window)", headers, cell_rows(cells, axes, _memory_io_values))
+
+
+def _memory_io_values(c: CellSummary) -> list[str]:
+    f, cache = c.figures, c.cache
+    return [fmt(f.host_pss_peak_mb, ".0f"), fmt(f.host_pss_total_mb, ".0f"), fmt(f.host_rss_peak_mb, ".0f"),
             f"{cache.resident_mb:.0f} in {cache.caches}" if cache is not None else "-",
             fmt(f.device_peak_gb, ".2f"), fmt(f.disk_read_mb, ".1f"), fmt(f.read_amplification, ".1f"),
-            fmt(f.logical_read_mb, ".1f"), c.advice or "-"])
-    return Table("Memory and I/O (peaks over the window)", headers, rows)
+            fmt(f.logical_read_mb, ".1f"), c.advice or "-"]
 
 
 def batching_table(cells: list[CellSummary]) -> Table:
+    """Batch sizes, padding, OOM events and shadow steps, and whether the sampler's contract held."""
     axes = shown_axes(cells)
     headers = [*axes, "mean batch", "max batch", "padding waste %", "OOM events", "shadow steps",
                "coverage %", "duplicates", "missing", "sampler contract"]
-    rows = []
-    for c in cells:
-        f, cov = c.figures, c.coverage
-        checked = [fmt(cov.coverage_pct, ".1f"), fmt(cov.duplicates, ".0f"), fmt(cov.missing, ".0f"),
-                   "ok" if cov.ok else "BROKEN"] if cov is not None else ["-"] * 4
-        rows.append([display_name(cells, c, a) for a in axes] + [
-            fmt(f.mean_batch, ".1f"), fmt(f.max_batch, ".0f"), fmt(f.padding_waste_pct, ".0f"),
+    return Table("Batching and correctness", headers, cell_rows(cells, axes, _batching_values))
+
+
+def _batching_values(c: CellSummary) -> list[str]:
+    f, cov = c.figures, c.coverage
+    checked = [fmt(cov.coverage_pct, ".1f"), fmt(cov.duplicates, ".0f"), fmt(cov.missing, ".0f"),
+               "ok" if cov.ok else "BROKEN"] if cov is not None else ["-"] * 4
+    return [fmt(f.mean_batch, ".1f"), fmt(f.max_batch, ".0f"), fmt(f.padding_waste_pct, ".0f"),
             "OOM (cell stopped)" if (c.error or "").startswith("OOM") else fmt(f.oom_events, ".0f"),
-            fmt(f.shadow_steps, ".0f"), *checked])
-    return Table("Batching and correctness", headers, rows)
+            fmt(f.shadow_steps, ".0f"), *checked]
 
 
 def decomposition_table(cells: list[CellSummary]) -> Table:
+    """The --decompose phases: compute alone, the prep and fetch stalls, the three phases' samples/s."""
     m = mark(cells[:1])
     axes = shown_axes(cells)
     headers = [*axes, f"compute s/step{m}", "prep stall s/step (%)", "fetch stall s/step (%)",
                f"compute-bound samples/s{m}", f"warm samples/s{m}", f"cold samples/s{m}"]
-    rows = []
-    for c in cells:
-        d = c.decomposition
-        if d is None:
-            continue
-        row = [display_name(cells, c, a) for a in axes]
-        if d.error is not None:
-            rows.append(row + [d.error] + ["-"] * 5)
-            continue
-        rows.append(row + [f"{d.compute_s:.4f}", f"{d.prep_stall_s:.4f} ({d.prep_stall_pct:.0f}%)",
-                           f"{d.fetch_stall_s:.4f} ({d.fetch_stall_pct:.0f}%)",
-                           f"{d.compute_bound_samples_s:.0f}", f"{d.warm_samples_s:.0f}",
-                           f"{d.cold_samples_s:.0f}"])
-    return Table("Stall decomposition (compute alone / page cache warm / page cache dropped)", headers, rows)
+    return Table("Stall decomposition (compute alone / page cache warm / page cache dropped)", headers,
+                 cell_rows(cells, axes, _decomposition_values))
+
+
+def _decomposition_values(c: CellSummary) -> list[str] | None:
+    d = c.decomposition
+    if d is None:
+        return None
+    if d.error is not None:
+        return [d.error] + ["-"] * 5
+    return [f"{d.compute_s:.4f}", f"{d.prep_stall_s:.4f} ({d.prep_stall_pct:.0f}%)",
+            f"{d.fetch_stall_s:.4f} ({d.fetch_stall_pct:.0f}%)", f"{d.compute_bound_samples_s:.0f}",
+            f"{d.warm_samples_s:.0f}", f"{d.cold_samples_s:.0f}"]
 
 
 def _hit(c: CellSummary) -> str:
@@ -338,6 +248,11 @@ def in_matrix_order(results: list[CellResult], env: Environment | None) -> list[
     return sorted(results, key=lambda r: (rank.get(r.cell, len(rank)), r.repeat))
 
 
+def min_effect_of(env: Environment | None) -> float:
+    """The smallest effect that counts (--min-effect, recorded in env.json), else MIN_EFFECT."""
+    return (env.min_effect if env else None) or MIN_EFFECT
+
+
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
            what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None) -> str:
@@ -346,7 +261,7 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     cells, cells_1x = merge_repeats(in_matrix_order(results, env)), merge_repeats(results_1x or [])
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
-    m = (env.min_effect if env else None) or MIN_EFFECT
+    m = min_effect_of(env)
     if cells and fitted is not None:
         parts += render_lines(verdict.verdict_lines(cells, fitted, env.run_cpus if env else None,
                                                     whole_passes(results), m), fmt) + [""]
@@ -354,7 +269,7 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
                           + ([target.describe()] if target is not None else []), fmt)
     if fitted:
         table = effecttables.effects_table(fitted, any(c.emulated for c in cells), m,
-                                      level_order(results, env.cell_ids if env else None), whole_passes(results))
+                                           level_order(results, env.cell_ids if env else None), whole_passes(results))
         parts += render_tables([table], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     parts += render_tables(stagetable.tables(results, target), fmt, level=2)
@@ -395,7 +310,7 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
     (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted,
                                               target))
     plots.write_plots(results, run_dir / "plots")
-    effecttables.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=env.min_effect if env and
-                         env.min_effect else MIN_EFFECT, passes=whole_passes(results))
+    effecttables.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=min_effect_of(env),
+                              passes=whole_passes(results))
     stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
     return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target)

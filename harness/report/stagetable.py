@@ -16,7 +16,8 @@ from harness.config.accelerators import get_accelerator
 from harness.config.target import Target
 from harness.measure.rankrecord import STAGES
 from harness.report.tables import Table, fmt, shown_axes, stack_label
-from harness.results.cellresult import CellResult, CellSummary, merge_repeats
+from harness.results.cellresult import CellResult
+from harness.results.repeats import CellSummary, merge_repeats
 from strategies import registry
 
 STAGE_COLOURS = {"read": "#8c564b", "cache": "#e377c2", "decode": "#1f77b4", "transform": "#17becf",
@@ -87,7 +88,8 @@ def stage_plot(results: list[CellResult], path: Path) -> Path | None:
     return _save(fig, Path(path))
 
 
-def _costs(cell: CellSummary, target: Target):
+def target_costs(cell: CellResult, target: Target):
+    """The target model's costs of a cell (a summary or one visit); None without the figures it needs."""
     real_same = not cell.emulated and target.accelerator and target.accelerator in str(cell.device or "")
     workload = cell.workload or "pixels"
     return stages.costs(cell.ranks, cell.figures, workload, measured_device=bool(real_same),
@@ -111,7 +113,7 @@ def target_table(results: list[CellResult], target: Target) -> Table:
     cells, labels = _shown(results)
     rows = []
     for cell, label in zip(cells, labels):
-        costs = _costs(cell, target)
+        costs = target_costs(cell, target)
         if costs is None:
             continue
         p = predict(costs, target, accelerator)

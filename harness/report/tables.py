@@ -1,22 +1,19 @@
 """What every table of results shares: the Table type, the one renderer (terminal text or markdown), number
-formatting, and how a cell's strategies are labelled. The report, the articles' tables and the plots import
-this module; none imports another's helpers.
+formatting, the throughput's interval and ties, and how a cell's strategies are labelled. The report, the
+articles' tables and the plots import this module; none imports another's helpers.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 from tabulate import tabulate
 
 from harness.analysis.intervals import Interval, ahead, interval_of, tied
-from harness.results.cellresult import CellResult, CellSummary
-from harness.results.environment import Environment
+from harness.results.cellresult import CellResult
+from harness.results.repeats import CellSummary
 from strategies.registry import AXES
 
 EMULATED_MARK = "*"  # marks columns whose values depend on the emulated accelerator's model
-OVERRUN_VERDICT_PCT = 5  # an emulated run whose host work outlasted the modelled step in more steps: a verdict
-AMPLIFICATION_WARN = 4.0  # a cold cell that read more than this many device bytes per delivered byte: warned
 TIE_NOTE = ("= marks a tie: the cell's throughput interval overlaps another's, so the data do not tell them "
             "apart; # is 1 + the number of cells whose interval lies wholly above this one's (- for a cell without an "
             "interval, which is tied with none; overlap is a conservative test: some overlapping pairs may still "
@@ -93,77 +90,6 @@ def display_name(results: list[CellResult], result: CellResult, axis: str) -> st
 
 def stack_label(results: list[CellResult], result: CellResult, axes: list[str]) -> str:
     return "/".join(display_name(results, result, a) for a in axes)
-
-
-def strategy_notes(results: list[CellResult]) -> list[str]:
-    """One note per strategy shown by its name but run with parameters: "axis=name: label"."""
-    notes = {}
-    for a in AXES:
-        for r in results:
-            label = r.label(a)
-            if label != r.name(a) and display_name(results, r, a) != label:
-                notes[f"{a}={r.name(a)}"] = label
-    return [f"{k}: {v}" for k, v in notes.items()]
-
-
-def emulation_lines(results: list[CellResult]) -> list[str]:
-    """The emulation banner (print it once; the overrun verdict is `overrun_lines`)."""
-    if not emulated(results):
-        return []
-    return [f"ACCELERATOR EMULATED: no such GPU here; each rank runs a real DDP step of a cheap stand-in "
-            f"model, then sleeps until the modelled step time has passed (leaving the CPU to the loader, as a "
-            f"GPU host does); device time and memory are modelled. Columns marked {EMULATED_MARK} depend on "
-            f"that model. The DDP allreduce, data loading and host memory are real."]
-
-
-def io_lines(results: list[CellResult], env: Environment | None = None) -> list[str]:
-    """The block device behind the data and its read-ahead (env.json), and a warning when a cold cell read
-    more than AMPLIFICATION_WARN times from the device what its readers delivered (figures.read_amplification)."""
-    lines = []
-    if env is not None and env.data_device:
-        ahead = f"read_ahead_kb {env.read_ahead_kb}" if env.read_ahead_kb is not None else "read-ahead unknown"
-        lines.append(f"Data: {env.data_dir} on block device {env.data_device}, {ahead} (what a read or a page "
-                     f"fault may read ahead without an access hint)")
-    high = [r for r in results if r.page_cache is not None and r.page_cache.state == "cold"
-            and (r.figures.read_amplification or 0) > AMPLIFICATION_WARN]
-    if high:
-        worst = max(high, key=lambda r: r.figures.read_amplification)
-        lines.append(f"WARNING: {len(high)} cold cell(s) read more than {AMPLIFICATION_WARN:g}x from the device what "
-                     f"their readers delivered (up to {worst.figures.read_amplification:.0f}x: {worst.cell}, advice "
-                     f"{worst.advice or '-'}): read-ahead around scattered reads; the storage's advice parameter "
-                     f"sets the access hint (docs/cold-scale.md)")
-    return lines
-
-
-def accelerator_name(result: CellResult) -> str:
-    """The device a result ran on, without the " (emulated)" suffix."""
-    name = result.device or "the accelerator"
-    return name[:-len(" (emulated)")] if name.endswith(" (emulated)") else name
-
-
-def overrun_lines(results: list[CellResult], env: Environment | None = None) -> list[str]:
-    """On an emulated run where some cell's host work outlasted the modelled step in more than
-    OVERRUN_VERDICT_PCT % of steps: one verdict line with the figures."""
-    measured = [r for r in results if r.emulated and r.measured and r.figures.overrun_pct is not None]
-    over = [r.figures.overrun_pct for r in measured]
-    if not over or max(over) <= OVERRUN_VERDICT_PCT:
-        return []
-    cells_over = sum(o > OVERRUN_VERDICT_PCT for o in over)
-    line = (f"VERDICT: host work outlasted the modelled {accelerator_name(measured[0])} step in up to "
-            f"{max(over):.0f}% of steps (median {float(np.median(over)):.0f}% over {len(over)} cells; "
-            f"{cells_over} cell(s) above {OVERRUN_VERDICT_PCT}%); that time is counted as host overhead, not "
-            f"device time")
-    cores = [r.figures.cores_to_feed for r in measured if r.figures.cores_to_feed is not None]
-    host_cores = env.run_cpus if env else None  # the run's allowance (affinity, cgroup quota)
-    ranks = measured[0].world_size or measured[0].figures.ranks
-    if cores:
-        line += (f"; feeding the device needs {float(np.median(cores)):.1f} cores per rank{EMULATED_MARK} "
-                 f"(median over cells)")
-        if host_cores and ranks:
-            line += f" and this run has {host_cores:g} cores for {ranks} ranks"
-    elif host_cores and ranks:
-        line += f"; this run has {host_cores:g} cores for {ranks} ranks"
-    return [line]
 
 
 # --- throughput intervals and ties ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from harness.analysis.effects import HIGHER, IDENTICAL, LOWER, MIN_EFFECT, NO_EF
 from harness.analysis.intervals import leader_and_tied
 from harness.report.effecttables import verdict_word
 from harness.report.tables import interval, shown_axes, stack_label
-from harness.results.cellresult import CellSummary
+from harness.results.repeats import CellSummary
 
 DEVICE_BOUND_AU_PCT = 80.0  # a median AU at least this high: the device is what limits the run
 SHOWN_TIED = 4  # tied cells named in the verdict (the rest are counted)

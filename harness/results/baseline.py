@@ -24,7 +24,7 @@ harnesses read):
   with one warning naming the keys that could not be checked (analysis.compare).
 - `params` (optional, added later in version 1): a cell whose strategies' parameters differ between the
   baseline and the run is not compared; without `params` on either side, cells are matched by id alone.
-- `normalised[i]` is the cell's `vs_probe` figure in repeat i (results.cellresult.relative_to_probe):
+- `normalised[i]` is the cell's `vs_probe` figure in repeat i (results.vsprobe.relative_to_probe):
   throughput / the same repeat's machine probe, so a baseline made on another machine still means something.
 - `cpu_s_per_sample[i]` (optional, added later in version 1): the loader's and the rank's CPU seconds per
   sample in repeat i, the second gate metric (`--gate-metric cpu`): it moves with the code's cost, not with
@@ -46,10 +46,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.results.cellresult import CellResult, relative_to_probe
+from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 from harness.results.probeline import ProbeSeries
+from harness.results.vsprobe import relative_to_probe
 
 FORMAT = "dlbench-baseline/1"
 BASELINE_VERSION = 1

@@ -1,37 +1,18 @@
-"""The result model: what a cell's result is, on disk (one line of cells.jsonl) and in memory.
+"""One cell's result, one repeat: the record of one line of cells.jsonl (CellResult, its Figures), read through
+the file's versions (harness.results.cellsversions) and completed in memory, and the line written after each cell.
 
-- `CellResult`: one cell, one repeat: one line of cells.jsonl (docs/results-format.md lists every key).
-  `to_json()` / `CellResult.from_json(obj)` round-trip it: a line read is written back as it was read, and
-  keys this version does not know are kept in `extra`. Its parts are records too: `figures` (Figures),
-  `coverage`, `cache`, `page_cache`, `decomposition` (harness.results.cellparts) and `ranks`
-  (harness.measure.rankrecord.RankRecord).
-- `CELLS`: the file's format (harness.results.cellsversions: SCHEMA_VERSION, what each version changed, the
-  step from each older version). `from_json` reads every line through it, then `upgrade` fills in what lines
-  of older harnesses of the same version lack, so the rest of the harness sees the current schema only (lines
-  without "schema" are version 1). Both work in memory: a line read is written back as it was read.
-- `Figures`: the figures of a cell (harness.results.metrics.cell_figures) as typed, optional attributes;
-  figures this version does not know are kept in `extra`.
-- `CellSummary`: the repeats of one cell merged (`merge_repeats`): medians of the measured repeats' figures,
-  the throughput's confidence interval, and how many repeats failed and why.
-- `CellResult.of_cell` (a result's identity, for every line written, with the hint its readers give, worked
-  out once per cell: harness.config.matrix.Cell.advice), `cell_line` (the line written after each cell,
-  built from the records of all its ranks) and `summary_text`.
-
-This module depends on harness.results.metrics, cellparts, stats and cellsversions, on harness.measure.rankrecord
-and records (and on the scenario and matrix types for `cell_line`); every
-reporting module reads results through it.
+A line read is written back as it was read: keys this version does not know are kept in `extra`, and what is
+filled in on read (`upgrade`) is never written. docs/results-format.md lists every key.
 """
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-import numpy as np
-
-from harness.measure.rankrecord import RankRecord
 from harness.measure.jsonrecord import JsonRecord
-from harness.results import metrics, stats
+from harness.measure.rankrecord import RankRecord
+from harness.results import metrics
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, PageCache
 from harness.results.cellsversions import CELLS, NO_HINT, SCHEMA_VERSION
 
@@ -280,75 +261,6 @@ def _name_of(label: str, params: dict | None) -> str:
         return label
     suffix = "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
     return label[:-len(suffix)] if label.endswith(suffix) else label.partition("(")[0]
-
-
-@dataclass
-class CellSummary(CellResult):
-    """The repeats of one cell merged. `figures` are the medians over the measured repeats (integers stay
-    integers), `ranks` the measured repeats' ranks pooled. A cell counts as errored only when no repeat was
-    measured; `failed_repeats` and `repeat_errors` say how many of the others failed and why."""
-
-    repeats: int = 1  # measured repeats
-    failed_repeats: int = 0
-    repeat_errors: list[str] = field(default_factory=list)
-    throughput_repeats: list[float] = field(default_factory=list)
-    throughput_summary: dict | None = None  # harness.results.stats.summary of throughput_repeats, with 2+ repeats
-
-    @property
-    def total_repeats(self) -> int:
-        return self.repeats + self.failed_repeats
-
-
-def merge_repeats(results: list[CellResult]) -> list[CellSummary]:
-    """One CellSummary per cell id, in first-seen order. Idempotent: summaries pass through unchanged."""
-    groups: dict[str, list[CellResult]] = {}
-    for r in results:
-        groups.setdefault(r.cell, []).append(r)
-    out = []
-    for reps in groups.values():
-        if len(reps) == 1 and isinstance(reps[0], CellSummary):
-            out.append(reps[0])
-            continue
-        ok = [r for r in reps if r.measured]
-        first = (ok or reps)[0]
-        base = {f.name: getattr(first, f.name) for f in fields(CellResult)}
-        merged = CellSummary(**base, repeats=len(ok), failed_repeats=len(reps) - len(ok),
-                             repeat_errors=[r.error or "no steps" for r in reps if not r.measured],
-                             throughput_repeats=[r.figures.throughput for r in ok])
-        if len(ok) > 1:
-            every = [r.figures.values() for r in ok]
-            figures = {}
-            for key, value in every[0].items():
-                values = [v.get(key) for v in every]
-                numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-                figures[key] = _median_like(values) if numeric else value
-            across = stats.median_interval(merged.throughput_repeats)  # replaces the runs' own intervals
-            figures.update(throughput_ci=[across["low"], across["high"]], throughput_ci_label=across["label"])
-            merged.figures = Figures.from_json(figures)
-            merged.throughput_summary = stats.summary(merged.throughput_repeats)
-            merged.ranks = [rank for r in ok for rank in r.ranks]
-        out.append(merged)
-    return out
-
-
-def _median_like(values: list) -> float | int:
-    """The median, kept an integer when every value is one (step counts, events)."""
-    m = float(np.median(values))
-    return int(round(m)) if all(isinstance(v, int) for v in values) else m
-
-
-def relative_to_probe(results: list[CellResult], probe) -> list[CellResult]:
-    """Each measured result's throughput as a multiple of its repeat's in-memory ideal loader (``probe``: a
-    harness.results.probeline.ProbeSeries of probe.jsonl,
-    figure `vs_probe`): the figure that stays comparable across machines. The one place it is computed (the
-    baseline's `normalised` is this figure)."""
-    out = []
-    for r in results:
-        thr, ideal = r.figures.throughput, probe.ideal(r.repeat)
-        if thr is not None and ideal is not None:
-            r = dataclasses.replace(r, figures=r.figures.replace(vs_probe=thr / ideal))
-        out.append(r)
-    return out
 
 
 def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[RankRecord], elapsed: float,

@@ -129,7 +129,7 @@ class Environment:
     dataset: dict | None = None
     cache_state: str | None = None
     repeats: int | None = None
-    settings: dict | None = None  # what --resume checks (commands.resume)
+    settings: dict | None = None  # what --resume checks (harness.run.resume)
     argv: list[str] | None = None
     dataset_gb: float | None = None
     imported: dict | None = None  # JSON "import": an imported source's scan (config.runsetup.import_env)

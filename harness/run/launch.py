@@ -20,8 +20,7 @@ from harness.config.request import Torchrun
 from harness.config.runconfig import LaunchConfig
 from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
-from harness.run import supervisor
-from harness.run import rankloop
+from harness.run import rankloop, supervisor
 from harness.train.agreement import end_group
 
 PG_TIMEOUT = timedelta(seconds=300)

@@ -198,8 +198,8 @@ def _rank(rank: int, world: int, port: int, cases: list[Case], real: bool, out: 
     from harness.measure.telemetry import MemorySampler, NvmlSampler
     from harness.train.agreement import param_digest
     from harness.train.batches import InMemoryBatches
-    from harness.train.trainloop import MeasuredLoop
     from harness.train.ddpstep import make_ddp
+    from harness.train.measuredloop import MeasuredLoop
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)

@@ -3,6 +3,8 @@
 Repeats interleave across cells (A B C A B C) so that machine drift spreads evenly. Rank 0 records the
 machine probe once per repeat while the others wait; after each cell the ranks gather their records to
 rank 0, which appends the cell's line to cells.jsonl at once (nothing measured is lost if a later cell dies).
+Around a [remote] scenario each visit's reader is told the run's counters folder (LaunchConfig.remote_counters,
+through RankContext) and the line gets the visit's remote figures over its window (harness.remote.counters).
 """
 from __future__ import annotations
 
@@ -15,11 +17,11 @@ import torch.distributed as dist
 from harness.analysis import budget
 from harness.config.matrix import Cell
 from harness.config.runconfig import LaunchConfig, visit_order
-from harness.remote import counters
 from harness.data.materialise import verify_dir
 from harness.measure.hostload import HostLoad
 from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
+from harness.remote import counters
 from harness.results import cellresult, rundir
 from harness.run import probe, supervisor
 from harness.train.trainloop import RankContext, run_cell
@@ -125,7 +127,7 @@ def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, 
         print(f"[{label}] {cell.id} ...", file=sys.stderr, flush=True)
     ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
                       cache_state=config.cache_state, decompose=config.decompose,
-                      host_group=host_group)
+                      host_group=host_group, remote_counters=config.remote_counters)
     run_one(ctx, config, cell, repeat, device, show, position=position, started=started)
 
 
@@ -171,7 +173,7 @@ def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, dev
     if ctx.rank == 0:
         line = cellresult.cell_line(config.scenario, cell, config.device_name or device.name, config.device != "cuda",
                                     gathered, time.perf_counter() - started, repeat, outside=load.stop(),
-                                    remote=counters.of_visit(gathered))
+                                    remote=counters.of_visit(config.remote_counters, gathered))
         rundir.append_cell(config.run_dir, line)
         if show:
             print(cellresult.summary_text(line), file=sys.stderr, flush=True)

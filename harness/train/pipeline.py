@@ -120,6 +120,8 @@ def build(ctx, cell: Cell) -> Pipeline:
     storage_choice = cell.choice("storage")
     storage, data_path = storage_choice.create(), ctx.data_paths[storage_choice.label]
     reader = storage.open(data_path, fields=FIELDS_FOR[tr.workload])
+    if ctx.remote_counters is not None and hasattr(reader, "count_into"):  # a remote reader's counters
+        reader.count_into(ctx.remote_counters)
     cache = cell.choice("cache").create()
     prep = cell.choice("preprocess").create()
     dataset = SampleDataset(reader, tr.workload, tr.image_size, cache=cache, preprocess=prep,

@@ -36,7 +36,7 @@ stages, never folded into a stage: no stage here is a process clock less the oth
 Each batch carries its own account (`STAGE_KEY` in the collated batch: seconds per stage, and where they were
 measured); the rank adds `receive` and keeps the accounts of the batches it hands to training
 (harness.train.batches.BatchSource). The timers cost three clock reads per sample and a few per batch, about
-1 microsecond each (docs/stage-profile.md has the measured overhead).
+1 microsecond each (docs/measurements/stage-profile.md has the measured overhead).
 """
 from __future__ import annotations
 

@@ -16,9 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from harness.remote.server import KEYS, ObjectServer, request_cost  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the harness, also where it is not installed
 
 SMALL, LARGE_OBJ, LARGE = 16 << 10, 64 << 20, 8 << 20
 
@@ -28,6 +26,8 @@ def clients(endpoint: str, bucket: str) -> dict:
     import obstore
     import s3fs
     from obstore.store import S3Store
+
+    from harness.remote.server import KEYS
 
     b3 = boto3.client("s3", endpoint_url=endpoint, region_name=KEYS["AWS_DEFAULT_REGION"])
     ob = S3Store(bucket, endpoint=endpoint, region=KEYS["AWS_DEFAULT_REGION"], client_options={"allow_http": True})
@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=200)
     ap.add_argument("--large", type=int, default=8)
     args = ap.parse_args()
+    from harness.remote.server import ObjectServer, request_cost
+
     print("load:", os.getloadavg())
     with ObjectServer("bench") as server:
         os.environ.update(server.env())

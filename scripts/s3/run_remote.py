@@ -1,6 +1,6 @@
 """Kept for the command lines written before the bench started the store itself: the same as
 ``python run_bench.py ...``. A scenario with a [remote] table now runs inside its remote session from the bench
-(harness.commands.bench.with_remote: the project's own object store behind its shaped link, stopped on any
+(harness.run.remoterun.with_remote: the project's own object store behind its shaped link, stopped on any
 exit; the remote figures printed and written beside the report as remote.md).
 
     python scripts/s3/run_remote.py --scenario remote --out results [any run_bench.py option]

@@ -3,12 +3,13 @@ behind an optional DiskTier. A range or object found in the tier costs no reques
 fetched together (in parallel up to ``in_flight``) and kept. ``stats()`` merges both counters for the figures.
 Picklable; every part opens lazily in the process that reads.
 
-``note(samples)``, called by a reader after each batch, counts the samples read and, when the environment
-names a folder in ``DLBENCH_REMOTE_STATS``, appends a line to ``<folder>/<pid>-<id>.jsonl`` (``write_counters``):
-this source's counters in this process so far, stamped with ``time.perf_counter()`` (CLOCK_MONOTONIC, one
-clock for every process of the machine), the latency bins sparse ({bin: count}). One file per reading process
-and reader; harness.remote.counters merges them, over a whole run (each file's last line) or over a
-measured window (the difference of the lines before its two ends)."""
+``note(samples)``, called by a reader after each batch, counts the samples read and, when the source was told
+a counters folder (``counters_dir``: the harness names it to the reader it opens, ``count_into``; the folder
+travels with the pickled reader into each DataLoader worker), appends a line to ``<folder>/<pid>-<id>.jsonl``
+(``write_counters``): this source's counters in this process so far, stamped with ``time.perf_counter()``
+(CLOCK_MONOTONIC, one clock for every process of the machine), the latency bins sparse ({bin: count}). One
+file per reading process and reader; harness.remote.counters merges them, over a whole run (each file's last
+line) or over a measured window (the difference of the lines before its two ends)."""
 from __future__ import annotations
 
 import json
@@ -18,13 +19,10 @@ import time
 from strategies.remote.disktier import DiskTier
 from strategies.remote.s3client import RangeStore
 
-STATS_ENV = "DLBENCH_REMOTE_STATS"
 
-
-def write_counters(owner, counters: dict) -> None:
-    """Append ``counters`` (cumulative, this process's), stamped now, to the owner's file in the folder
-    DLBENCH_REMOTE_STATS names (nothing without one)."""
-    folder = os.environ.get(STATS_ENV)
+def write_counters(owner, folder: str, counters: dict) -> None:
+    """Append ``counters`` (cumulative, this process's), stamped now, to the owner's file in ``folder``
+    (nothing without one)."""
     if not folder:
         return
     line = dict(counters, t=time.perf_counter())
@@ -38,6 +36,7 @@ class RemoteSource:
     def __init__(self, url: str, in_flight: int = 1, disk_cache_mb: float = 0, cache_dir: str = "",
                  endpoint_url: str = "", label: str = ""):
         self.label = label  # the storage as the matrix names it, written with the figures
+        self.counters_dir = ""  # where note() appends this source's counters ("": nowhere)
         self.store = RangeStore(url, in_flight, endpoint_url)
         self.tier = DiskTier(cache_dir, int(disk_cache_mb * 1024 * 1024)) if disk_cache_mb else None
 
@@ -65,7 +64,7 @@ class RemoteSource:
     def note(self, samples: int) -> None:
         with self.store.tally.lock:
             self.store.tally.samples += samples
-        write_counters(self, {"url": self.store.url, "label": self.label, **self.stats()})
+        write_counters(self, self.counters_dir, {"url": self.store.url, "label": self.label, **self.stats()})
 
     def stats(self) -> dict:
         out = self.store.stats()
@@ -77,14 +76,22 @@ class RemoteSource:
         self.store.close()
 
 
-class ServedBy:
-    """What a reader over a RemoteSource (``self.source``) shares: its counters, and its source closed after
-    the reader it extends (the formats' readers put it first among their bases)."""
+class SourceCounters:
+    """A reader over a RemoteSource (``self.source``): its counters, and where they are appended."""
 
     source: RemoteSource
 
+    def count_into(self, folder: str) -> None:
+        """Append this reader's counters after each batch to a file in ``folder`` (harness.remote.counters)."""
+        self.source.counters_dir = str(folder)
+
     def remote_stats(self) -> dict:
         return self.source.stats()
+
+
+class ServedBy(SourceCounters):
+    """What a format's reader over a RemoteSource shares: its counters, and its source closed after the reader
+    it extends (the formats' readers put it first among their bases)."""
 
     def close(self) -> None:
         super().close()

@@ -2,7 +2,7 @@
 request's latency, retries and the time the caller waited.
 
 Why obstore: against the project's own local store (moto's server mode, loopback, unshaped; one worker, one
-request at a time; scripts/s3/client_bench.py, docs/remote.md) obstore made 2.7x the 16 KiB range GETs per
+request at a time; scripts/s3/client_bench.py, docs/measurements/remote.md) obstore made 2.7x the 16 KiB range GETs per
 second of boto3 (80 against 30) for 0.8 ms of client CPU per request against boto3's 3.6 and s3fs's 4.4, and
 the same MB/s on 8 MiB ranges within the noise (42, 41, 53 MB/s: the server binds there). The client's CPU per
 request is what a DataLoader worker spends instead of decoding, so it decided.

@@ -27,6 +27,11 @@ class S3LitdataReader(LitdataReader):
         self.url, self.cache_dir, self.endpoint_url = url, str(cache_dir), endpoint_url
         self.max_cache_mb, self.label = max_cache_mb, label
         self.samples, self.wait_s = 0, 0.0
+        self.counters_dir = ""  # where read_batch appends the counters ("": nowhere)
+
+    def count_into(self, folder: str) -> None:
+        """Append this reader's counters after each batch to a file in ``folder`` (harness.remote.counters)."""
+        self.counters_dir = str(folder)
 
     def __getstate__(self):  # counters are per process
         return dict(super().__getstate__(), samples=0, wait_s=0.0)
@@ -45,8 +50,8 @@ class S3LitdataReader(LitdataReader):
         out = super().read_batch(indices)
         self.wait_s += time.perf_counter() - t0
         self.samples += len(out)
-        write_counters(self, {"url": self.url, "label": self.label, "client": CLIENT, "samples": self.samples,
-                              "wait_s": self.wait_s})
+        write_counters(self, self.counters_dir, {"url": self.url, "label": self.label, "client": CLIENT,
+                                                 "samples": self.samples, "wait_s": self.wait_s})
         return out
 
     def remote_stats(self) -> dict:

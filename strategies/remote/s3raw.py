@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from strategies.remote.rangesource import RemoteSource
+from strategies.remote.rangesource import RemoteSource, SourceCounters
 from strategies.sample import FIELDS, Sample
 from strategies.storage.base import checked_fields, checked_indices, read_count
 from strategies.storage.raw import _SUFFIX, _rel_stem
 
 
-class S3RawReader:
+class S3RawReader(SourceCounters):
     def __init__(self, path: Path, source: RemoteSource, fields: Sequence[str] = FIELDS):
         self.path = Path(path)
         self.fields = checked_fields(fields)
@@ -54,9 +54,6 @@ class S3RawReader:
 
     def advise(self, access: str) -> None:
         """No kernel hint reaches a bucket (the protocol's Advised readers take one)."""
-
-    def remote_stats(self) -> dict:
-        return self.source.stats()
 
     def close(self) -> None:
         self.source.close()

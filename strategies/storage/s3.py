@@ -22,7 +22,9 @@ in ``cache_dir`` (``max_cache_size``). Every ``open`` empties ``cache_dir`` firs
 starts with a cold tier: the ranks open their storage before the barrier that precedes their DataLoader
 workers' first read (harness.train.trainloop), so no rank's clearing meets another's reads.
 ``reader.remote_stats()`` gives the process's figures: requests, bytes, LIST calls, latencies, retries, the
-seconds it waited, the tier's hits.
+seconds it waited, the tier's hits; ``reader.count_into(folder)`` (the harness calls it on the reader of each
+visit) makes every process that reads it append those counters to a file in ``folder`` after each batch
+(strategies.remote.rangesource; harness.remote.counters merges them).
 """
 from __future__ import annotations
 
@@ -35,12 +37,12 @@ from pathlib import Path
 
 from strategies.params import choice, integer, number
 from strategies.registry import register
+from strategies.remote.rangesource import RemoteSource
 from strategies.remote.s3client import RemoteError, parse_url
 from strategies.remote.s3litdata import S3LitdataReader
 from strategies.remote.s3parquet import S3ParquetReader
 from strategies.remote.s3raw import S3RawReader
 from strategies.remote.s3webdataset import S3WebDatasetReader
-from strategies.remote.rangesource import RemoteSource
 from strategies.sample import FIELDS, Sample
 from strategies.storage.base import TrackedStorage
 from strategies.storage.litdata import LitdataStorage

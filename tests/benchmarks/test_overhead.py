@@ -1,7 +1,7 @@
 """The harness's own cost per training step: the real loop's bookkeeping, against a 1 ms step.
 
 The bar: per-step bookkeeping costs at most 1% of a 1 ms step (10 us). What is timed is
-``MeasuredLoop.record_step`` of harness.train.trainloop itself (cache statistics, the batching's feedback, the
+``MeasuredLoop.record_step`` of harness.train.measuredloop itself (cache statistics, the batching's feedback, the
 step's figures into StepRecorder), driven with a stand-in device and batching that do nothing. Memory
 sampling is not per step: it runs in its own thread every 0.2 s; its cost per sample is benchmarked
 separately.
@@ -13,7 +13,7 @@ import os
 import pytest
 
 from harness.measure.telemetry import MemorySampler, tree_memory
-from harness.train.trainloop import MeasuredLoop, StepTimes
+from harness.train.measuredloop import MeasuredLoop, StepTimes
 
 STEPS = 1000
 

@@ -1,4 +1,5 @@
-"""--resume RUN_DIR and the ends of a run that stopped early.
+"""--resume RUN_DIR: a run's settings, its directory opened (new, or the run it resumes), and the line that tells
+how to resume a run that stopped early (harness.commands.bench writes the report over the cells written).
 
 A run's env.json records its settings (scenario, the comparable settings, the cells, repeats and measurement
 options) and its command line. `--resume RUN_DIR` alone replays that command line (harness.cli settles it,
@@ -16,7 +17,6 @@ from pathlib import Path
 from harness.config import datasetup
 from harness.config.request import BenchRequest
 from harness.errors import UsageError
-from harness.report import report
 from harness.results import rundir
 from harness.results.environment import Environment, utc_now
 
@@ -99,14 +99,3 @@ def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cel
     print(f"{sc.name}: {n_cells} cells x {request.repeats} repeats x {sc.world_size} ranks on {note}; "
           f"results in {run_dir}", file=sys.stderr)
     return run_dir, env
-
-
-def stopped(request: BenchRequest, run_dir: Path, env: Environment, code: int, run_target=None) -> int:
-    """Ctrl-C or SIGTERM: the report over the cells written so far (with the run's target, as a finished run's),
-    how to resume, exit 130 or 143."""
-    cells_done = rundir.read_results(run_dir)
-    if cells_done:
-        print(report.write_all(run_dir, cells_done, env, what_if_cores=request.what_if_cores, target=run_target))
-    why = "interrupted (SIGINT)" if code == 130 else "terminated (SIGTERM)"
-    print(stopped_message(run_dir, why, request.torchrun is not None), file=sys.stderr)
-    return code

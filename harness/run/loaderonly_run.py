@@ -1,17 +1,13 @@
-"""``--loader-only``: each storage's read path alone, warm and cold, against a RAM gather and the first
-article's per-row h5py reads (harness.run.loaderonly_bench measures, harness.report.loaderonly_tables renders). ``run``
-writes the rows to ``loader.jsonl`` in the run directory (and ``decode.jsonl``: decode + resize per image by
-source size, for the pixels fields) and prints the tables."""
+"""``--loader-only`` into a run directory: each storage's read path measured (harness.run.loaderonly_bench)
+and its rows written to ``loader.jsonl`` (and ``decode.jsonl``: decode + resize per image by source size, for
+the pixels fields); harness.commands.bench prints the tables (harness.report.loaderonly_tables)."""
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
 
 from harness.config.scenario import Scenario
-from harness.report.loaderonly_tables import render
-from harness.results.loaderonly_rows import LoaderRow, write_rows
+from harness.results.loaderonly_rows import DecodeRow, LoaderRow, write_rows
 from harness.run.loaderonly_bench import CACHE_STATES, benchmark
 
 __all__ = ["CACHE_STATES", "run"]
@@ -19,10 +15,10 @@ __all__ = ["CACHE_STATES", "run"]
 
 def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequence[str] = CACHE_STATES, *,
         workloads: Sequence[str] | None = None, batch_size: int | None = None, seconds: float = 1.0,
-        batches: int = 400, cold_batches: int = 8, seed: int = 0, progress: bool = False,
-        out: TextIO | None = sys.stdout) -> list[LoaderRow]:
+        batches: int = 400, cold_batches: int = 8, seed: int = 0,
+        progress: bool = False) -> tuple[list[LoaderRow], list[DecodeRow]]:
     """Time every storage's read path (and the two references) per fields and cache state; write
-    ``loader.jsonl`` (and ``decode.jsonl`` for pixels) in ``run_dir``; print the tables to ``out``."""
+    ``loader.jsonl`` (and ``decode.jsonl`` for pixels) in ``run_dir``; the rows and the decode rows."""
     rows, decode = benchmark(scenario, data_dir, cache_states, workloads=workloads, batch_size=batch_size,
                              seconds=seconds, batches=batches, cold_batches=cold_batches, seed=seed,
                              progress=progress)
@@ -31,6 +27,4 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
     write_rows(run_dir / "loader.jsonl", rows)
     if decode:
         write_rows(run_dir / "decode.jsonl", decode)
-    if out is not None:
-        out.write(render(rows, decode) + "\n")
-    return rows
+    return rows, decode

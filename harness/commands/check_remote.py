@@ -1,0 +1,35 @@
+"""The target model's storage bounds against the project's own shaped store, predicted then measured
+(harness.analysis.remotecheck: the cases, the model and the table; harness.run.remotesweep: the measuring).
+Root: the link is a network namespace and a veth pair shaped with tc. docs/measurements/remote.md has a measured table.
+
+    sudo python run_bench.py check-remote                       # bandwidth 0 (calibration), 20, 10, 5 MB/s
+    sudo python run_bench.py check-remote --bandwidths 20 5 2 --seconds 8   # 2 MB/s: under the small cases' demand
+    sudo python run_bench.py check-remote --bandwidths 40 10 2.5 --seconds 10
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from harness.analysis import remotecheck
+from harness.errors import EXIT_OK, UsageError
+from harness.run import remotesweep
+
+
+@dataclass(frozen=True)
+class CheckRemoteRequest:
+    """`run_bench.py check-remote [--bandwidths MB/s ...] [--seconds S] [--rounds N] [--samples N]`."""
+
+    bandwidths: tuple[float, ...] = (20.0, 10.0, 5.0)  # shaped settings in MB/s, after the unshaped calibration
+    seconds: float = 8.0  # measured seconds per case and setting
+    rounds: int = 2  # sweeps over every setting (medians reported)
+    samples: int = 512  # the dataset's samples
+
+
+def main(request: CheckRemoteRequest) -> int:
+    if os.geteuid() != 0:
+        raise UsageError("check-remote needs root (a network namespace and tc); run it with sudo")
+    rows = remotesweep.run(list(request.bandwidths), request.seconds, request.rounds, request.samples)
+    print("\n".join(remotecheck.notes(rows, request.rounds)))
+    print("\n".join(remotecheck.table(rows)))
+    return EXIT_OK
