@@ -110,7 +110,7 @@ class Effect:
 EFFECTS = FileFormat("effects.jsonl", EFFECTS_VERSION, EFFECTS_HISTORY)
 
 
-def _design(obs: list[Observation], order: dict[str, list[str]], pairs: list[tuple[str, str]]):
+def design_matrix(obs: list[Observation], order: dict[str, list[str]], pairs: list[tuple[str, str]]):
     """The design matrix and the name of each column (None for the intercept)."""
     columns: list[tuple] = [("intercept",)]
     columns += [("level", axis, level) for axis, levels in order.items() for level in levels[1:]]
@@ -132,7 +132,7 @@ def _design(obs: list[Observation], order: dict[str, list[str]], pairs: list[tup
     return x, columns
 
 
-def _fit(x: np.ndarray, y: np.ndarray):
+def least_squares(x: np.ndarray, y: np.ndarray):
     """Coefficients, their standard errors (nan where a column is aliased) and the residual df."""
     coef, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
     df = len(y) - rank
@@ -178,8 +178,8 @@ def fit_effects(obs: list[Observation], order: dict[str, list[str]], figure: str
     if float(np.ptp(y)) <= IDENTICAL_SPREAD:  # the same figure in every visit: x1 exactly, never decided
         return [Effect(figure, a, lv, levels[0], 1.0, 1.0, 1.0, len(obs)) for a, levels in order.items()
                 for lv in levels]
-    x, columns = _design(obs, order, [])
-    coef, se, df = _fit(x, y)
+    x, columns = design_matrix(obs, order, [])
+    coef, se, df = least_squares(x, y)
     if df <= 0:
         return []
     out = []
@@ -207,9 +207,9 @@ def fit_interactions(obs: list[Observation], order: dict[str, list[str]], figure
                      confidence: float = CONFIDENCE) -> list[Effect]:
     """Every estimable two-axis interaction, from the model with all of them; [] when too few df remain."""
     pairs = list(itertools.combinations(order, 2))
-    x, columns = _design(obs, order, pairs)
+    x, columns = design_matrix(obs, order, pairs)
     y = np.log([o.value for o in obs])
-    coef, se, df = _fit(x, y)
+    coef, se, df = least_squares(x, y)
     if df < MIN_RESIDUAL_DF:
         return []
     m = sum(col[0] == "pair" and math.isfinite(se[j]) for j, col in enumerate(columns))

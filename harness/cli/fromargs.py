@@ -24,6 +24,8 @@ def bench_request(ns, argv: list[str], resume_dir: Path | None) -> BenchRequest:
     if ns.repeats < 1:
         raise UsageError(f"--repeats = {ns.repeats} must be a positive integer")
     check_what_if(ns.what_if_cores)
+    if ns.quick and (ns.budget is not None or ns.repeats > 1):
+        raise UsageError("--quick is one pass with no budget: drop --budget and --repeats, or drop --quick")
     seed = ns.order_seed
     if seed is None and resume_dir is not None:
         seed = resume.recorded_order_seed(resume_dir)
@@ -39,6 +41,7 @@ def bench_request(ns, argv: list[str], resume_dir: Path | None) -> BenchRequest:
         only=tuple(ns.only), exclude=tuple(ns.exclude), dry_run=ns.dry_run, resume=resume_dir,
         verify_data=ns.verify_data, regenerate=ns.regenerate, cache_state=ns.cache_state, decompose=ns.decompose,
         loader_only=ns.loader_only, profile=ns.profile, repeats=ns.repeats, order=ns.order, budget_s=ns.budget,
+        quick=ns.quick,
         what_if_cores=ns.what_if_cores, target=ns.target, torchrun=Torchrun.from_env())
 
 

@@ -92,9 +92,12 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
     gate.add_argument("--order", choices=ORDERS, default="random",
                       help="random (default): each repeat visits the cells in a fresh order drawn from a "
                            "recorded seed; fixed: the matrix's order every time")
-    gate.add_argument("--budget", type=duration, metavar="DURATION", default=0.0,
+    gate.add_argument("--budget", type=duration, metavar="DURATION", default=None,
                       help="after the planned repeats, keep visiting while an effect or the fastest cell is "
-                           "still open, until this much time (e.g. 300, 90s, 10m, 1h) has passed")
+                           "still open, until this much time (e.g. 300, 90s, 10m, 1h) has passed (default: the "
+                           "scenario's [run] budget_s, e.g. 4xV100's; none with --repeats)")
+    gate.add_argument("--quick", action="store_true",
+                      help="one pass over the cells and no budget: a first look that decides no effect")
     gate.add_argument("--order-seed", type=int, metavar="N",
                       help="the seed of the random order (default: drawn, and recorded in env.json)")
     gate.add_argument("--save-baseline", type=Path, metavar="FILE", help="write this run as a baseline")

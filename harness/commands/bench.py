@@ -132,12 +132,16 @@ def main(request: BenchRequest) -> int:
     settings = resume.settings_of(r, sc, cells, device, comparable)
     run_dir, env = (r.out, None) if r.rank != 0 else resume.open_run_dir(r, sc, device, comparable, len(cells),
                                                                          settings)
+    budget_s = r.settled_budget_s(sc.budget_s)
+    if budget_s and r.budget_s is None and r.rank == 0 and not r.quiet:
+        print(f"budget: passes until every effect is decided, for at most {budget_s / 60:g} min (the scenario's "
+              "[run] budget_s; --quick: one pass)", file=sys.stderr)
     config = launch.LaunchConfig(sc, cells, run_dir, r.data_dir, device, plugins=list(r.plugins),
                                  progress=not r.quiet, cache_state=r.cache_state,
                                  decompose=r.decompose, profile=r.profile, repeats=r.repeats,
                                  device_name=comparable["device"], regenerate=r.regenerate,
                                  verify_data=r.verify_data, order=r.order, order_seed=r.order_seed,
-                                 budget_s=r.budget_s, min_effect=r.gate.min_effect, started_at=time.time(),
+                                 budget_s=budget_s, min_effect=r.gate.min_effect, started_at=time.time(),
                                  share_gpu=r.share_gpu)
     return remoterun.with_remote(sc, r.torchrun is not None, run_dir, lambda counters: run_until_stopped(
         r, dataclasses.replace(config, remote_counters=counters), env, baseline, run_target))

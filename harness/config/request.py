@@ -97,10 +97,18 @@ class BenchRequest:
     profile: bool = False
     repeats: int = 1
     order: str = "random"
-    budget_s: float = 0.0
+    budget_s: float | None = None  # --budget; None: the scenario's [run] budget_s unless --repeats or --quick
+    quick: bool = False  # --quick: one pass, no budget
     what_if_cores: float | None = None
     target: Path | None = None  # --target FILE (default: the scenario's [target] table)
     torchrun: Torchrun | None = field(default=None)
+
+    def settled_budget_s(self, scenario_budget_s: float) -> float:
+        """The budget this run spends: --budget when given, else none with --quick or --repeats N, else the
+        scenario's [run] budget_s."""
+        if self.budget_s is not None:
+            return self.budget_s
+        return 0.0 if self.quick or self.repeats > 1 else scenario_budget_s
 
     @property
     def rank(self) -> int:

@@ -37,10 +37,13 @@ SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
                  "warmup_steps": (int, 3), "steps": (int, 0), "epochs": (int, 0), "workers": (int, 1),
                  "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
                  "seed": (int, 0), "cell_timeout_s": (float, 0.0), "decoder": (str, DEFAULT_DECODER)},
+    # budget_s: the default run's time budget (passes until the answer is decided; --quick: one pass)
+    "run": {"budget_s": (float, 0.0)},
 }
 # [accelerators.NAME] (catalogue entries of the scenario's own, keys as in scenarios/accelerators.toml) and
 # [target] are kept as raw tables on the Scenario (accelerators_extra, target); other modules interpret them.
-TOP_LEVEL = {"description", "hardware", "dataset", "training", "matrix", "accelerators", "target", "remote"}
+TOP_LEVEL = {"description", "hardware", "dataset", "training", "run", "matrix", "accelerators", "target",
+             "remote"}
 MAX_INT = 2**63 - 1  # what a 64-bit counter holds; a larger integer in a scenario is a mistake
 
 # command-line flag -> (section, field)
@@ -82,6 +85,7 @@ class Scenario:
     accelerators_extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # [accelerators.NAME], raw
     target: dict[str, Any] | None = None  # [target], raw
     remote: tier.RemoteSettings | None = None  # [remote]: the project's own object store (harness.remote.tier)
+    budget_s: float = 0.0  # [run] budget_s: a plain run's time budget (0: one pass); --budget, --repeats, --quick
 
 
 def available() -> dict[str, Path]:
@@ -178,6 +182,7 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         training=Training(**tr),
         matrix=parse_matrix(path, raw.get("matrix", {}), _settings(hw, ds, tr), _settings_origin(origin)),
         remote=tier.settings(path, raw.get("remote")),
+        budget_s=values["run"]["budget_s"],
         **_extra_tables(path, raw),
     )
 
@@ -319,6 +324,9 @@ def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
                          ("training", "workers")):
         if values[section][key] < 0:
             raise UsageError(f"{where(section, key)} = {values[section][key]} must be zero or more")
+    if values["run"]["budget_s"] < 0:
+        raise UsageError(f"{where('run', 'budget_s')} = {values['run']['budget_s']:g} must be zero (one pass) "
+                         "or a number of seconds")
     if tr["steps"] and tr["epochs"]:
         raise UsageError(f"{path}: set either steps or epochs in [training], not both "
                          f"(pass only one of --steps and --epochs)")

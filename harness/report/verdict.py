@@ -1,7 +1,7 @@
 """The answer first: the first lines of a run's output and of report.md.
 
 - the fastest configurations: the leader and every cell whose throughput interval overlaps the leader's (the
-  set the data cannot tell apart at the intervals' level);
+  set the data cannot tell apart at the intervals' level), then the configuration to roll out on the target;
 - each choice's effect on throughput with its interval (harness.report.effecttables), decided or not;
 - what binds: the device (AU high), the host's CPU (the loader and the rank need more cores than the host
   has), the data (a stall with the CPU to spare), with the cores needed when the host cannot feed the
@@ -14,6 +14,7 @@ import statistics
 
 from harness.analysis.effects import HIGHER, IDENTICAL, LOWER, MIN_EFFECT, NO_EFFECT, OPEN, Effect
 from harness.analysis.intervals import leader_and_tied
+from harness.analysis.loaddependence import LoadDependence
 from harness.report.effecttables import verdict_word
 from harness.report.tables import interval, shown_axes, stack_label
 from harness.results.repeats import CellSummary
@@ -105,5 +106,9 @@ def binds_line(cells: list[CellSummary], cpu_count: float | None) -> str:
 
 
 def verdict_lines(cells: list[CellSummary], effects: list[Effect], cpu_count: int | None,
-                  passes: int = 1, min_effect: float = MIN_EFFECT) -> list[str]:
-    return fastest_lines(cells) + effect_lines(effects, passes, min_effect) + [binds_line(cells, cpu_count)]
+                  passes: int = 1, min_effect: float = MIN_EFFECT, rollout: list[str] | None = None,
+                  load: list[LoadDependence] | None = None) -> list[str]:
+    """FASTEST, then `rollout` (harness.report.rollout: the configuration to use on the target), EFFECTS with
+    each effect that depends on the outside load (`load`, harness.analysis.loaddependence), BINDS."""
+    return (fastest_lines(cells) + (rollout or []) + effect_lines(effects, passes, min_effect)
+            + [d.line() for d in load or []] + [binds_line(cells, cpu_count)])

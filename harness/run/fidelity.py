@@ -44,6 +44,7 @@ from harness.config.matrix import Cell
 from harness.config.scenario import Scenario, StrategyChoice, Training
 from harness.data.generator import DatasetSpec
 from harness.device.devices import EmulatedDevice
+from harness.measure.hostload import HostLoad
 from harness.results import metrics
 from harness.run.launch import free_port
 from harness.train.pipeline import Pipeline
@@ -153,13 +154,15 @@ SYNTHETIC_CELL = Cell(tuple(StrategyChoice(a, n) for a, n in (("storage", "synth
                                                                ("batching", "fixed"), ("sampler", "default"))))
 
 
-def _rows(name: str, figures: dict, expected: dict, handoff_s: float, tolerance: float = TOLERANCE) -> list:
+def _rows(name: str, figures: dict, expected: dict, handoff_s: float, tolerance: float = TOLERANCE,
+          outside_pct: float | None = None) -> list:
+    """One row per figure; `outside_pct`: the CPU other processes used while the regime ran (HostLoad)."""
     rows = []
     for key, value in expected.items():
         measured = figures[key]
         error = (measured / value - 1) * 100 if key == "throughput" else measured - value
         rows.append({"regime": name, "figure": key, "expected": value, "measured": measured, "error": error,
-                     "ok": abs(error) <= tolerance, "handoff_ms": handoff_s * 1e3})
+                     "ok": abs(error) <= tolerance, "handoff_ms": handoff_s * 1e3, "outside_pct": outside_pct})
     return rows
 
 
@@ -173,9 +176,11 @@ def run_regime(regime: Regime, steps: int, handoff_s: float, batch_size: int = 4
     scenario = _scenario(accelerator, "features", batch_size, regime.workers, warmup, steps, world=1)
     ctx = RankContext(0, 1, scenario, EmulatedDevice(accelerator, "features"), {},
                       build_pipeline=_pipeline_for(regime.latency_s, regime.workers))
+    load = HostLoad(os.getpid())  # this process and its workers are the run; the rest is outside load
+    load.start()
     figures = metrics.cell_figures([run_cell(ctx, SYNTHETIC_CELL)])
-    return {"regime": regime.name, "rows": _rows(regime.name, figures,
-                                                 regime.expected(batch_size, handoff_s), handoff_s)}
+    return {"regime": regime.name, "rows": _rows(regime.name, figures, regime.expected(batch_size, handoff_s),
+                                                 handoff_s, outside_pct=load.stop()[0])}
 
 
 @dataclass(frozen=True)
@@ -221,13 +226,15 @@ def _straggler_rank(rank: int, regime: Straggler, steps: int, warmup: int, port:
 def run_straggler(steps: int, handoff_s: float, regime: Straggler = Straggler(), warmup: int = 6) -> list:
     """The straggler regime in two spawned rank processes; returns its rows."""
     steps, warmup = -(-steps // regime.workers) * regime.workers, -(-warmup // regime.workers) * regime.workers
+    load = HostLoad(os.getpid())  # this process and its spawned ranks (and their workers) are the run
+    load.start()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "figures.json")
         mp.start_processes(_straggler_rank, args=(regime, steps, warmup, free_port(), out), nprocs=2,
                            start_method="spawn", join=True)
         with open(out) as f:
             figures = json.load(f)
-    return _rows(regime.name, figures, regime.expected(handoff_s), handoff_s)
+    return _rows(regime.name, figures, regime.expected(handoff_s), handoff_s, outside_pct=load.stop()[0])
 
 
 def run(steps: int = 40) -> list[dict]:
