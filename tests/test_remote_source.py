@@ -69,3 +69,37 @@ def test_run_bench_takes_data_s3(bucket, tmp_path, capsys):
     code = cli.main(["--scenario", "smoke", "--data", "s3://dlbench/mine", "--dry-run", "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
     assert (tmp_path / "mirror" / "dlbench" / "mine" / "005.jpg").is_file()
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch, bucket):
+    """The bucket of `bucket` with keys a bucket's owner could write: a '..' path, an absolute key, and
+    neighbours of the prefix `data` that are not under it as a folder."""
+    mirror = tmp_path / "mirror"
+    for key in ("data/ok.txt", "data2/secret.txt", "database.csv"):
+        bucket.put_object(Bucket="dlbench", Key=key, Body=b"x")
+    return mirror
+
+
+def test_a_key_that_would_leave_the_mirror_is_refused_and_nothing_is_written(hostile, bucket, tmp_path):
+    bucket.put_object(Bucket="dlbench", Key="evil/../../../../../escaped.txt", Body=b"owned")
+    before = {p for p in tmp_path.rglob("*")}
+    with pytest.raises(UsageError, match=r"^--data s3://dlbench/evil: the object 'evil/\.\./.*' would be written "
+                                         r"outside the mirror"):
+        SourceSpec("s3://dlbench/evil")
+    assert {p for p in tmp_path.rglob("*") if p.is_file()} == {p for p in before if p.is_file()}
+    assert not (tmp_path / "escaped.txt").exists() and not any(tmp_path.parent.glob("escaped.txt"))
+
+
+def test_an_absolute_key_with_an_empty_prefix_is_refused(hostile, bucket):
+    bucket.put_object(Bucket="dlbench", Key="/etc/dlbench-owned", Body=b"owned")
+    with pytest.raises(UsageError, match=r"the object '/etc/dlbench-owned' would be written outside the mirror"):
+        SourceSpec("s3://dlbench")
+    assert not Path("/etc/dlbench-owned").exists()
+
+
+def test_the_prefix_matches_whole_path_segments(hostile):
+    from harness.remote.bucket import mirror
+
+    root = mirror("s3://dlbench/data")
+    assert sorted(p.name for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")) == ["ok.txt"]

@@ -250,9 +250,10 @@ def test_each_open_starts_with_a_cold_tier(s3_server, tmp_path):
     first.read_batch([17])
     assert (first.remote_stats()["disk_misses"], first.remote_stats()["disk_hits"]) == (1, 1)
     first.close()
-    assert any((tmp_path / "tier").iterdir())
+    tier = tmp_path / "tier" / "dlbench-disk-tier"  # the tier's own folder in the cache_dir named
+    assert any(tier.iterdir())
     second = storage.open(path)  # the next visit
-    assert not any(p for p in (tmp_path / "tier").iterdir() if not p.name.startswith("."))
+    assert not any(p for p in tier.iterdir() if not p.name.startswith("."))
     second.read_batch([17])
     assert (second.remote_stats()["disk_misses"], second.remote_stats()["requests"]) == (1, 1)
     second.close()
@@ -306,3 +307,31 @@ def test_a_worker_s_remote_error_keeps_its_one_line_through_the_dataloader():
     assert err.value.line() == ("s3://dlbench/p/shard-00001.tar: no such object; materialise the data to the "
                                 "bucket again (--regenerate)")
     assert err.value.stops_run
+
+
+def test_the_tier_never_deletes_what_it_did_not_write(s3_server, tmp_path):
+    """A cache_dir that holds the user's files (`data`, `.`): opening, reading past the tier's capacity and
+    opening again leave every file of the user's as it was; only the tier's marked folder comes and goes."""
+    users = tmp_path / "data"
+    (users / "sub").mkdir(parents=True)
+    mine = {users / "train.csv": b"a,b\n", users / "sub" / "0000000000000000000000000000000000000000": b"x"}
+    for p, body in mine.items():
+        p.write_bytes(body)
+    path, storage = _open(tmp_path, "webdataset", disk_cache_mb=0.001, cache_dir=str(users))  # evicts at once
+    reader = storage.open(path)
+    reader.read_batch([16])
+    reader.read_batch([30])
+    reader.close()
+    storage.open(path).close()
+    assert all(p.read_bytes() == body for p, body in mine.items())
+    assert sorted(p.name for p in users.iterdir()) == ["dlbench-disk-tier", "sub", "train.csv"]
+
+
+def test_a_tier_folder_the_harness_did_not_make_is_refused(tmp_path):
+    from strategies.remote import disktier
+
+    (tmp_path / "dlbench-disk-tier").mkdir()
+    (tmp_path / "dlbench-disk-tier" / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="was not made by the disk tier"):
+        disktier.clear(tmp_path)
+    assert (tmp_path / "dlbench-disk-tier" / "keep.txt").read_text() == "mine"

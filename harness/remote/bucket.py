@@ -9,6 +9,10 @@ same size and ETag (recorded in the folder's ``.s3-mirror.json``) is not fetched
 mtime is the object's LastModified, so the importer's source key (paths, sizes, mtimes) changes exactly when
 the bucket's objects do. One LIST per 1000 objects and one GET per object not yet mirrored.
 
+The prefix matches whole path segments (``s3://b/data`` mirrors ``data/...``, never ``data2/...`` or
+``database.csv``), and a key whose path would leave the mirror (an absolute key, a ``..`` segment) is refused
+with one line naming it, before anything is written.
+
 A path written ``s3://...`` arrives as ``s3:/...`` where it went through ``pathlib.Path`` (argparse's
 ``type=Path``): both are read as the URL.
 """
@@ -52,15 +56,16 @@ def mirror(url: str, progress=None) -> Path:
     root = mirror_root(url)
     root.mkdir(parents=True, exist_ok=True)
     known = _read_index(root)
+    before = dict(known)
     client = boto3.client("s3")
     try:
-        objects = [o for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-                   for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        listed = [o for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+                  for o in page.get("Contents", []) if not o["Key"].endswith("/")]
+        objects = [(o, safe_relative(url, root, prefix, o["Key"])) for o in listed if under_prefix(prefix, o["Key"])]
         if not objects:
             raise UsageError(f"--data {url}: no object under this prefix at {client.meta.endpoint_url}; give the "
                              f"prefix that holds the dataset's files (s3://BUCKET/PREFIX)")
-        for k, o in enumerate(objects):
-            rel = o["Key"][len(prefix):].lstrip("/") if prefix else o["Key"]
+        for k, (o, rel) in enumerate(objects):
             target = root / rel
             etag = o.get("ETag", "")
             if known.get(rel) == etag and target.is_file() and target.stat().st_size == o["Size"]:
@@ -81,8 +86,25 @@ def mirror(url: str, progress=None) -> Path:
         raise UsageError(f"--data {url}: reading the bucket failed ({text}); check the url, the endpoint "
                          f"(AWS_ENDPOINT_URL or a profile's endpoint_url) and the credentials") from None
     finally:
-        _write_index(root, known)
+        if known != before:
+            _write_index(root, known)
     return root
+
+
+def under_prefix(prefix: str, key: str) -> bool:
+    """The key lies under the prefix as a folder: whole path segments (``data`` holds ``data/x``, not ``data2``)."""
+    return not prefix or prefix.endswith("/") or key.startswith(prefix + "/")
+
+
+def safe_relative(url: str, root: Path, prefix: str, key: str) -> str:
+    """The key's path inside the mirror; a key that would land outside it is a UsageError naming the key."""
+    rel = key[len(prefix):].lstrip("/")
+    parts = rel.split("/")
+    inside = (root / rel).resolve().is_relative_to(root.resolve())
+    if not rel or key.startswith("/") or ".." in parts or "" in parts or "." in parts or not inside:
+        raise UsageError(f"--data {url}: the object {key!r} would be written outside the mirror {root} (an "
+                         f"absolute key or a '..' path segment); nothing was copied: remove or rename the object")
+    return rel
 
 
 def _read_index(root: Path) -> dict[str, str]:

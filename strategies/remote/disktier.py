@@ -10,6 +10,10 @@ the directory's lock file, so two processes never evict the same entry twice. An
 capacity is returned and not kept. Counters (hits, misses, evictions, bytes read from the tier and written to
 it) are per process; ``resident_bytes()`` is the directory's.
 
+The tier owns only what it writes: a folder of its own, ``<cache_dir>/dlbench-disk-tier`` (``own_folder``), with
+a marker file; emptying the tier (``clear``) removes that folder and nothing else, and refuses a folder of that
+name without the marker; eviction deletes only the tier's own entries (40 hex digits), never another file.
+
 This is not the ``cache`` axis (which keeps samples in RAM behind a reader): it sits under a remote reader, so
 that a second epoch, another worker or another rank reads from the local disk instead of the network.
 """
@@ -18,11 +22,36 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import shutil
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 LOCK = ".lock"
+FOLDER = "dlbench-disk-tier"  # the tier's own folder inside the cache_dir a scenario names
+MARKER = ".dlbench-disk-tier"  # written when the harness creates that folder
+
+
+def own_folder(cache_dir: str | Path) -> Path:
+    """The tier's folder under `cache_dir`, created with its marker (a folder of that name the harness did not
+    create is refused: ValueError)."""
+    folder = Path(cache_dir) / FOLDER
+    if folder.exists() and not (folder / MARKER).is_file():
+        raise ValueError(f"cache_dir {cache_dir}: {folder} exists and was not made by the disk tier (no {MARKER}); "
+                         f"name another cache_dir, or remove that folder yourself")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MARKER).touch()
+    return folder
+
+
+def clear(cache_dir: str | Path) -> None:
+    """Empty the tier: its own folder under `cache_dir` (marked) is removed; nothing else in `cache_dir`."""
+    folder = own_folder(cache_dir)
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _is_entry(name: str) -> bool:
+    return len(name) == 40 and all(c in "0123456789abcdef" for c in name)
 
 
 class DiskTier:
@@ -84,7 +113,7 @@ class DiskTier:
         out = []
         with os.scandir(self.directory) as it:
             for e in it:
-                if e.name.startswith("."):
+                if not _is_entry(e.name):  # the tier's own entries only: never another file in the folder
                     continue
                 try:
                     st = e.stat()

@@ -16,7 +16,7 @@ import json
 import os
 import time
 
-from strategies.remote.disktier import DiskTier
+from strategies.remote.disktier import DiskTier, own_folder
 from strategies.remote.s3client import RangeStore
 
 
@@ -38,7 +38,7 @@ class RemoteSource:
         self.label = label  # the storage as the matrix names it, written with the figures
         self.counters_dir = ""  # where note() appends this source's counters ("": nowhere)
         self.store = RangeStore(url, in_flight, endpoint_url)
-        self.tier = DiskTier(cache_dir, int(disk_cache_mb * 1024 * 1024)) if disk_cache_mb else None
+        self.tier = DiskTier(own_folder(cache_dir), int(disk_cache_mb * 1024 * 1024)) if disk_cache_mb else None
 
     def _through_tier(self, keys: list[str], fetch_missing) -> list[bytes]:
         if self.tier is None:

@@ -16,9 +16,10 @@ data files. ``open`` lists the prefix once (one LIST call, counted) and uploads 
 at another size: an object store that forgot its data (the project's own is in memory) is filled again.
 
 Reading: ``in_flight`` range requests at once per process (a DataLoader worker); ``disk_cache_mb`` > 0 puts a
-size-bounded LRU disk cache tier (strategies.remote.disktier) under the reader, in ``cache_dir``: whole shards for
-webdataset, the row-group ranges for parquet, whole objects for raw; for litdata, litdata's own chunk cache
-in ``cache_dir`` (``max_cache_size``). Every ``open`` empties ``cache_dir`` first, so that each visit of a cell
+size-bounded LRU disk cache tier (strategies.remote.disktier) under the reader, in its own marked folder
+``cache_dir/dlbench-disk-tier``: whole shards for webdataset, the row-group ranges for parquet, whole objects for
+raw; for litdata, litdata's own chunk cache in that folder (``max_cache_size``). Nothing else in ``cache_dir`` is
+touched. Every ``open`` empties the tier's folder first, so that each visit of a cell
 starts with a cold tier: the ranks open their storage before the barrier that precedes their DataLoader
 workers' first read (harness.train.trainloop), so no rank's clearing meets another's reads.
 ``reader.remote_stats()`` gives the process's figures: requests, bytes, LIST calls, latencies, retries, the
@@ -30,13 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from strategies.params import choice, integer, number
 from strategies.registry import register
+from strategies.remote import disktier
 from strategies.remote.rangesource import RemoteSource
 from strategies.remote.s3client import RemoteError, parse_url
 from strategies.remote.s3litdata import S3LitdataReader
@@ -162,8 +163,8 @@ class S3Storage(TrackedStorage):
         put = self.upload(path, only_missing=True)
         self.clear_disk_cache()  # a cold tier for each visit (the module's docstring)
         if self.format == "litdata":
-            reader = S3LitdataReader(path, remote["url"], self.cache_dir, fields, self.endpoint_url,
-                                     self.disk_cache_mb, self.label())
+            reader = S3LitdataReader(path, remote["url"], str(disktier.own_folder(self.cache_dir)), fields,
+                                     self.endpoint_url, self.disk_cache_mb, self.label())
             reader.remote_setup = {"lists": 1, "puts": put}
             return self.track(reader, path)
         source = RemoteSource(remote["url"], self.in_flight, self.disk_cache_mb, self.cache_dir, self.endpoint_url,
@@ -184,8 +185,8 @@ class S3Storage(TrackedStorage):
                 f"disk_cache_mb={self.disk_cache_mb:g})")
 
     def clear_disk_cache(self) -> None:
-        """Empty the disk cache tier (a cold tier for the next visit)."""
-        shutil.rmtree(self.cache_dir, ignore_errors=True)
+        """Empty the disk cache tier (a cold tier for the next visit): its own marked folder in cache_dir only."""
+        disktier.clear(self.cache_dir)
 
     def _inner_of(self, path: Path):
         """The format's storage of the materialisation at ``path`` (any s3 instance may be asked about any
