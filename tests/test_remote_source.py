@@ -103,3 +103,14 @@ def test_the_prefix_matches_whole_path_segments(hostile):
 
     root = mirror("s3://dlbench/data")
     assert sorted(p.name for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")) == ["ok.txt"]
+
+
+def test_a_scenarios_dataset_source_may_be_a_bucket(bucket, tmp_path):
+    """[dataset] source = "s3://..." (documented) is the bucket, not a folder beside the scenario file."""
+    from harness.config import scenario
+
+    text = scenario.resolve_path("smoke").read_text()
+    text = text.replace("[dataset]\n", '[dataset]\nsource = "s3://dlbench/mine"\n', 1)
+    (tmp_path / "s.toml").write_text(text)
+    sc = scenario.load(str(tmp_path / "s.toml"))
+    assert sc.dataset.root == (tmp_path / "mirror" / "dlbench" / "mine").resolve()

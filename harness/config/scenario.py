@@ -18,7 +18,7 @@ from harness.data.decoders import DECODERS, DEFAULT_DECODER
 from harness.data.generator import PROFILES, DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
 from harness.errors import UsageError
-from harness.remote import tier
+from harness.remote import bucket, tier
 
 __all__ = ["Scenario", "StrategyChoice", "Training", "load"]
 
@@ -226,12 +226,13 @@ def _extra_tables(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dataset(path: Path, ds: dict[str, Any], where) -> DatasetSpec | SourceSpec:
-    """The generated dataset, or the source [dataset] source names (relative to the scenario file)."""
+    """The generated dataset, or the source [dataset] source names (a bucket's s3:// URL as it is, a folder
+    relative to the scenario file)."""
     if not ds["source"]:
         return DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
                            image_scale=ds["image_scale"])
-    return source_spec(path.parent / Path(ds["source"]).expanduser(), ds["format"] or None, ds["strict"],
-                       ds["samples"] or None, where("dataset", "source"))
+    data = ds["source"] if bucket.url_of(ds["source"]) else path.parent / Path(ds["source"]).expanduser()
+    return source_spec(data, ds["format"] or None, ds["strict"], ds["samples"] or None, where("dataset", "source"))
 
 
 def source_spec(data: Path | str, layout: str | None, strict: bool, limit: int | None,
