@@ -42,5 +42,5 @@ def test_quick_with_a_budget_or_repeats_is_one_line_exit_2(capsys):
 def test_a_negative_budget_in_a_scenario_names_the_field(tmp_path, capsys):
     text = scenario.resolve_path("smoke").read_text() + "\n[run]\nbudget_s = -5\n"
     (tmp_path / "s.toml").write_text(text)
-    with pytest.raises(UsageError, match=r"s.toml \[run\] budget_s = -5 must be zero"):
+    with pytest.raises(UsageError, match=r"s.toml \[run\] budget_s = -5 must be zero or more"):
         scenario.load(str(tmp_path / "s.toml"))

@@ -169,3 +169,23 @@ def test_each_repeat_visits_the_cells_in_its_own_recorded_order():
     assert visit_order(24, 0, "random", 5) == first  # a pure function of (seed, repeat)
     assert visit_order(24, 0, "random", 6) != first
     assert visit_order(24, 3, "fixed", 5) == list(range(24))
+
+
+@pytest.mark.parametrize("section, line, message", [
+    ("hardware", "memory_gb = nan", "[hardware] memory_gb = nan must be a finite number"),
+    ("dataset", "image_scale = inf", "[dataset] image_scale = inf must be a finite number"),
+    ("training", "cell_timeout_s = inf", "[training] cell_timeout_s = inf must be a finite number"),  # no hang guard
+    ("training", "cell_timeout_s = -1.0", "[training] cell_timeout_s = -1 must be zero or more"),
+    ("training", "lr = nan", "[training] lr = nan must be a finite number"),
+    ("training", "lr = 0.0", "[training] lr = 0 must be above zero"),
+])
+def test_every_float_of_a_scenario_is_finite_and_in_range(tmp_path, section, line, message):
+    import re
+
+    key = line.split(" =")[0]
+    text = re.sub(rf"^{key} *=.*\n", "", scenario.resolve_path("smoke").read_text(), flags=re.M)
+    text = text.replace(f"[{section}]\n", f"[{section}]\n{line}\n", 1)
+    (tmp_path / "s.toml").write_text(text)
+    with pytest.raises(UsageError) as err:
+        scenario.load(str(tmp_path / "s.toml"))
+    assert str(err.value) == f"{tmp_path / 's.toml'} {message}"

@@ -5,6 +5,7 @@ and the remedy.
 """
 from __future__ import annotations
 
+import math
 import sys
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -305,8 +306,27 @@ def _typed_sections(path: Path, raw: dict[str, Any], where) -> dict[str, dict[st
     return values
 
 
+POSITIVE_FLOATS = {("training", "lr"), ("dataset", "image_scale")}  # > 0; every other float field >= 0
+
+
+def _check_floats(values: dict[str, dict[str, Any]], where) -> None:
+    """Every float field finite (TOML writes nan and inf; an infinite cell_timeout_s would switch the hang guard
+    off) and in range: the positive ones above zero, the others zero or more."""
+    for section, spec in SCHEMA.items():
+        for key, (kind, _) in spec.items():
+            value = values[section][key]
+            if kind is not float:
+                continue
+            if not math.isfinite(value):
+                raise UsageError(f"{where(section, key)} = {value} must be a finite number")
+            if (section, key) in POSITIVE_FLOATS and value <= 0 or value < 0:
+                bound = "above zero" if (section, key) in POSITIVE_FLOATS else "zero or more"
+                raise UsageError(f"{where(section, key)} = {value:g} must be {bound}")
+
+
 def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
     """Ranges and choices of the typed fields."""
+    _check_floats(values, where)
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
     for key in ("format", "strict"):
         if ds[key] and not ds["source"]:
@@ -325,9 +345,6 @@ def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
                          ("training", "workers")):
         if values[section][key] < 0:
             raise UsageError(f"{where(section, key)} = {values[section][key]} must be zero or more")
-    if values["run"]["budget_s"] < 0:
-        raise UsageError(f"{where('run', 'budget_s')} = {values['run']['budget_s']:g} must be zero (one pass) "
-                         "or a number of seconds")
     if tr["steps"] and tr["epochs"]:
         raise UsageError(f"{path}: set either steps or epochs in [training], not both "
                          f"(pass only one of --steps and --epochs)")
