@@ -189,3 +189,20 @@ def test_every_float_of_a_scenario_is_finite_and_in_range(tmp_path, section, lin
     with pytest.raises(UsageError) as err:
         scenario.load(str(tmp_path / "s.toml"))
     assert str(err.value) == f"{tmp_path / 's.toml'} {message}"
+
+
+def test_a_level_listed_twice_is_refused(tmp_path):
+    """`storage = ["raw", "raw"]` gave two cells with one id."""
+    text = scenario.resolve_path("smoke").read_text()
+    (tmp_path / "s.toml").write_text(text.split("[matrix]")[0] + '[matrix]\nstorage = ["raw", "mmap", "raw"]\n')
+    with pytest.raises(UsageError, match=r"\[matrix\] storage lists raw more than once; name each level once$"):
+        scenario.load(str(tmp_path / "s.toml"))
+
+
+def test_a_matrix_no_budget_can_run_is_refused_before_it_is_listed(tmp_path):
+    text = scenario.resolve_path("smoke").read_text().split("[matrix]")[0]
+    lru = ", ".join(f'{{ name = "lru", capacity_mb = {n} }}' for n in range(1, 101))
+    batching = ", ".join(f'{{ name = "dynamic", max_batch = {n} }}' for n in range(8, 58))
+    (tmp_path / "s.toml").write_text(text + f'[matrix]\ncache = [{lru}]\nbatching = [{batching}]\n')
+    with pytest.raises(UsageError, match=r"\[matrix\] makes 5000 cells, more than 4096"):
+        scenario.load(str(tmp_path / "s.toml"))

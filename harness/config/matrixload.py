@@ -5,6 +5,7 @@ strategy whose package is missing here is kept, marked unavailable: the run stop
 selected (--only, --exclude) need it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,5 +91,25 @@ def parse_matrix(path: Path, raw: Any, settings: dict[str, Any], origin: str = "
                 shown = ", ".join(f"{k} {v}" for k, v in settings.items() if v is not None)
                 raise UsageError(f"{path}: matrix.{axis}: {err} (training settings: {shown}{origin})") from None
             choices.append(StrategyChoice(axis, name, tuple(sorted(params.items()))))
-        matrix[axis] = choices
+        matrix[axis] = _once_each(path, axis, choices)
+    return _within_reach(path, matrix)
+
+
+MAX_CELLS = 4096  # a matrix this large already takes a 2-core machine days per pass
+
+
+def _once_each(path: Path, axis: str, choices: list[StrategyChoice]) -> list[StrategyChoice]:
+    """An axis names each level once: a level listed twice would give two cells one id."""
+    labels = [c.label for c in choices]
+    twice = sorted({lb for lb in labels if labels.count(lb) > 1})
+    if twice:
+        raise UsageError(f"{path}: [matrix] {axis} lists {', '.join(twice)} more than once; name each level once")
+    return choices
+
+
+def _within_reach(path: Path, matrix: dict[str, list[StrategyChoice]]) -> dict[str, list[StrategyChoice]]:
+    cells = math.prod(len(c) or 1 for c in matrix.values())
+    if cells > MAX_CELLS:
+        raise UsageError(f"{path}: [matrix] makes {cells} cells, more than {MAX_CELLS}: no budget runs a pass of "
+                         f"that; split it into scenarios, or give fewer levels per axis")
     return matrix
