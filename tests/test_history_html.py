@@ -149,3 +149,13 @@ def test_chromium_renders_the_cells_and_the_marked_step(tmp_path, chromium):
     target = os.environ.get("DLBENCH_HISTORY_SCREENSHOT")  # docs/img/history-dashboard.png is made so
     if target:
         shutil.copy(shot, target)
+
+
+def test_every_scenario_gets_a_page_of_its_own_and_the_index_stays():
+    """A scenario named `index` overwrote the index, `a/b` and `a_b` shared a page, a 300-character name was an
+    internal error: each name now has its own safe page of bounded length."""
+    names = ["ci", "index", "INDEX", "a/b", "a_b", "x" * 300, "../up", ".hidden", "é"]
+    pages = [dashboard._file_name(n) for n in names]
+    assert pages[0] == "ci.html" and pages[4] == "a_b.html"  # a plain name keeps its page
+    assert len(set(pages)) == len(pages) and "index.html" not in pages
+    assert all(len(p) < 100 and "/" not in p and not p.startswith(".") for p in pages)

@@ -5,6 +5,7 @@ interval), the change points marked (harness.history.changepoints). Inline SVG a
 script, no network, no CDN; it opens from the file."""
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 from html import escape
 from pathlib import Path
@@ -66,8 +67,17 @@ def scenario_page(db: sqlite3.Connection, scenario: str, groups: dict) -> str:
     return _page(f"{scenario}: dlbench history", body)
 
 
+PLAIN_NAME = 64  # a scenario name this long or shorter, of safe characters only, names its page as it is
+
+
 def _file_name(scenario: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in scenario) + ".html"
+    """The scenario's page: its name where that is safe, short and not the index's; else a safe prefix and a
+    hash of the whole name after a "~", which a plain name cannot hold, so two scenarios never share a page."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in scenario)
+    if safe == scenario and 0 < len(scenario) <= PLAIN_NAME and scenario.lower() != "index" \
+            and not scenario.startswith("."):
+        return scenario + ".html"
+    return f"{safe[:PLAIN_NAME].lstrip('.')}~{hashlib.sha1(scenario.encode()).hexdigest()[:10]}.html"
 
 
 def write(db: sqlite3.Connection, out_dir: Path) -> list[Path]:
