@@ -338,3 +338,40 @@ def test_img2dataset_parquet_rows_in_completion_order_with_failed_rows(tmp_path)
     assert (stats.samples, stats.corrupt, stats.failed_downloads) == (4, 1, 1)
     assert stats.failed_statuses == {"failed_to_download": 1} and stats.formats == {"WEBP": 4}
     assert stats.corrupt_keys[0].startswith(f"00000.parquet:4 (key {ITEMS[5][0]})")
+
+
+def _jpeg() -> bytes:
+    from harness.data.generator import DatasetSpec, generate_sample
+
+    return generate_sample(DatasetSpec(samples=1, seed=0, profile="tiny"), 0).jpeg
+
+
+def test_a_caption_that_is_not_utf8_is_one_line_naming_its_file(tmp_path):
+    """It ended in "internal error (a bug in the harness)": a folder's .txt and a webdataset tar's txt member."""
+    import io
+    import tarfile
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(_jpeg())
+    (folder / "a.txt").write_bytes(b"caf\xe9 au lait")  # latin-1, not UTF-8
+    with pytest.raises(UsageError, match=r"a\.txt: the caption is not UTF-8 text \(byte 0xe9 at offset 3\)"):
+        SourceSpec(folder).scan()
+    shards = tmp_path / "wds"
+    shards.mkdir()
+    with tarfile.open(shards / "00000.tar", "w") as tar:
+        for name, data in (("0001.jpg", _jpeg()), ("0001.txt", b"\xff\xfe")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(UsageError, match=r"00000\.tar:0001\.txt: the caption is not UTF-8 text"):
+        SourceSpec(shards).scan()
+
+
+def test_a_parquet_image_column_of_another_type_is_one_line(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"jpg": ["not bytes"], "caption": ["a cat"]}), tmp_path / "00000.parquet")
+    with pytest.raises(UsageError, match=r"00000\.parquet: its image column 'jpg' holds string, not image bytes"):
+        SourceSpec(tmp_path).scan()

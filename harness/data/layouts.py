@@ -50,6 +50,15 @@ def damaged(path: Path, err: BaseException) -> UsageError:
                       f"download it again (or remove it from the source)")
 
 
+def caption_text(data: bytes, where: str) -> str:
+    """A caption file's text; one that is not UTF-8 is one line naming it (`where`: the file or tar member)."""
+    try:
+        return data.decode("utf-8").strip()
+    except UnicodeDecodeError as err:
+        raise UsageError(f"data source file {where}: the caption is not UTF-8 text (byte 0x{data[err.start]:02x} "
+                         f"at offset {err.start}); save it as UTF-8, or remove the sample from the source") from None
+
+
 def walk_files(root: Path) -> Iterator[Path]:
     """Every regular file under root, depth first, names sorted (one directory listing in memory at a time)."""
     with os.scandir(root) as it:
@@ -90,7 +99,7 @@ def _files_records(root: Path) -> Iterator[Record]:
         stem = p.with_suffix("")
         txt = stem.with_name(stem.name + ".txt")
         if txt.is_file():
-            caption = txt.read_bytes().decode("utf-8").strip()
+            caption = caption_text(txt.read_bytes(), str(txt))
         else:
             meta = stem.with_name(stem.name + ".json")
             caption = _json_caption(meta.read_bytes() if meta.is_file() else None)
@@ -130,7 +139,7 @@ def _shard_records(shard: Path, tar: tarfile.TarFile) -> Iterator[Record]:
             return tar.extractfile(m).read() if m is not None else None
 
         txt = get("txt")
-        caption = txt.decode("utf-8").strip() if txt is not None else _json_caption(get("json"))
+        caption = caption_text(txt, f"{shard}:{key}.txt") if txt is not None else _json_caption(get("json"))
         embs = {name: get(f"{name}.npy") for name in ("image_emb", "text_emb")}
         yield Record(where, tar.extractfile(image).read(), caption,
                      *(np.load(io.BytesIO(b)) if b is not None else None for b in embs.values()))
@@ -164,11 +173,16 @@ def _parquet_image_files(root: Path) -> list[Path]:
 
 
 def _parquet_file_records(path: Path) -> Iterator[Record]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
     image = image_column(names)
+    kind = pf.schema_arrow.field(image).type
+    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        raise UsageError(f"data source file {path}: its image column {image!r} holds {kind}, not image bytes; "
+                         f"write the images' encoded bytes (binary), as img2dataset does")
     columns = [image] + [c for c in ("txt", "caption", "image_emb", "text_emb", "key", "status") if c in names]
     row = 0
     for batch in pf.iter_batches(batch_size=64, columns=columns, use_threads=False):
