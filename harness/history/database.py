@@ -47,6 +47,7 @@ def _stage_columns(db: sqlite3.Connection) -> sqlite3.Connection:
     return db
 
 
+LOCK_WAIT_S = 30.0  # how long a writer waits for another's lock before it says so
 STORE = FileFormat("history store", STORE_VERSION, STORE_HISTORY, {1: _stage_columns})
 REMEDY = "pass another --history file, or move this one aside and add the run directories again (history add)"
 
@@ -101,23 +102,46 @@ def open_store(path: str | Path, fmt: FileFormat = STORE, create: bool = True) -
     try:
         if create:
             path.parent.mkdir(parents=True, exist_ok=True)
-        db = sqlite3.connect(path, timeout=30)
-        found = _version(db, f"history store {path}")
+        db = sqlite3.connect(path, timeout=LOCK_WAIT_S, isolation_level=None)  # transactions begun below
+        _settle_version(db, fmt, f"history store {path}")
+    except sqlite3.OperationalError as err:
+        raise _locked_or_damaged(path, err) from None
     except sqlite3.DatabaseError as err:
         raise ResultsError(f"history store {path} cannot be read as SQLite ({err}); {REMEDY}") from None
     except OSError as err:
         raise ResultsError(f"history store {path} cannot be opened ({err.strerror or err}); pass a writable "
                            f"path") from None
+    db.isolation_level = ""  # from here the module's default: `with db:` is one transaction
     db.row_factory = sqlite3.Row
-    with db:
+    return db
+
+
+def _settle_version(db: sqlite3.Connection, fmt: FileFormat, where: str) -> None:
+    """Create or upgrade the store under a write lock taken before its version is read, so that two processes
+    opening one new (or old) store at once create (or upgrade) it once."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        found = _version(db, where)
         if found is None:  # version 1's tables, then the steps every older store takes
-            db.executescript(TABLES)
+            sql = "\n".join(line for line in TABLES.splitlines() if not line.lstrip().startswith("--"))
+            for statement in filter(str.strip, sql.split(";")):  # one by one: executescript would commit
+                db.execute(statement)
             db.execute("INSERT INTO meta VALUES (?, ?)", (VERSION_KEY, "1"))
             found = 1
         if found < fmt.version:
             fmt.upgrade(db, found)  # each step a connection at version v to one at v + 1
             db.execute("UPDATE meta SET value = ? WHERE key = ?", (str(fmt.version), VERSION_KEY))
-    return db
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _locked_or_damaged(path: Path, err: sqlite3.OperationalError) -> ResultsError:
+    if "locked" in str(err) or "busy" in str(err):
+        return ResultsError(f"history store {path} is locked by another process (waited {LOCK_WAIT_S:g} s); "
+                            f"run again when that process has finished")
+    return ResultsError(f"history store {path} cannot be read as SQLite ({err}); {REMEDY}")
 
 
 def has_run(db: sqlite3.Connection, run_key: str) -> bool:
@@ -125,9 +149,22 @@ def has_run(db: sqlite3.Connection, run_key: str) -> bool:
 
 
 def insert_run(db: sqlite3.Connection, run: dict, visits: list[dict], effects: list[dict]) -> int | None:
-    """One run with its visits and effects, in one transaction; None when the run is in the store already."""
+    """One run with its visits and effects, in one transaction; None when the run is in the store already (also
+    when another process added it a moment ago). A store locked longer than LOCK_WAIT_S is a ResultsError."""
     if has_run(db, run["run_key"]):
         return None
+    try:
+        return _insert(db, run, visits, effects)
+    except sqlite3.IntegrityError:
+        if has_run(db, run["run_key"]):  # another writer added the same run first
+            return None
+        raise
+    except sqlite3.OperationalError as err:
+        path = db.execute("PRAGMA database_list").fetchone()[2]
+        raise _locked_or_damaged(Path(path), err) from None
+
+
+def _insert(db: sqlite3.Connection, run: dict, visits: list[dict], effects: list[dict]) -> int:
     with db:
         cur = db.execute(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
                          [run[c] for c in RUN_COLUMNS])
