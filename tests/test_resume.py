@@ -113,3 +113,47 @@ def test_resume_with_a_changed_option_is_refused_before_anything_runs(tmp_path, 
     err = capsys.readouterr().err
     assert "settings differ" in err and "steps 3 -> 4" in err
     assert not (run / "cells.jsonl").exists()
+
+
+def _recorded_run(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A run directory whose env.json holds what a run of `argv` records (settings as typed values)."""
+    from harness.config import scenario
+    from harness.config.matrix import expand
+
+    out = tmp_path / "out"
+    argv = ["--scenario", "smoke", "--steps", "3", "--out", str(out), "--data-dir", str(tmp_path / "d"),
+            "--order-seed", "7"]
+    sc = scenario.load("smoke", {"steps": 3})
+    settings = resume.settings_of(cli.bench_request(cli.build_parser().parse_args(argv), argv, None), sc,
+                                  expand(sc), "emulated", bench.comparable_of(sc, "emulated", "as-is"))
+    run = out / "run"
+    run.mkdir(parents=True)
+    rundir.write_json(run / "env.json", {"settings": settings, "argv": argv})
+    return run, argv
+
+
+@pytest.mark.parametrize("edit", [["--plugin", "planted_on_import"], ["--out", "/tmp/elsewhere"],
+                                  ["--data", "s3://someone/else"]])
+def test_a_hand_edited_command_line_is_refused_before_a_plugin_is_imported(tmp_path, capsys, monkeypatch, edit):
+    """env.json's argv edited by hand (code to import, another output folder, another bucket): the replay is
+    checked against the settings the run recorded, and refused before anything is imported or measured."""
+    import sys
+
+    (tmp_path / "planted_on_import.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run, argv = _recorded_run(tmp_path)
+    env = json.loads((run / "env.json").read_text())
+    rundir.write_json(run / "env.json", {**env, "argv": [*argv, *edit]})
+    assert cli.main(["--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "resume: replaying the run's command line: run_bench.py --scenario smoke" in err  # shown first
+    assert "settings differ from the run's" in err and "Traceback" not in err
+    assert not (tmp_path / "imported").exists() and "planted_on_import" not in sys.modules
+    assert not (run / "cells.jsonl").exists()
+
+
+def test_the_recorded_line_itself_replays(tmp_path):
+    run, argv = _recorded_run(tmp_path)
+    _, replayed = cli.resume_argv(["--resume", str(run)], cli.build_parser())
+    request = cli.bench_request(cli.build_parser().parse_args(replayed), replayed, run)
+    resume.check_replay(run, request)  # nothing differs: no error

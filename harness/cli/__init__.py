@@ -63,6 +63,7 @@ from harness.config.request import BenchRequest
 from harness.errors import EXIT_BASELINE, EXIT_USAGE, UsageError
 from harness.results.baseline import BaselineError
 from harness.results.rundir import ResultsError
+from harness.run import resume
 
 __all__ = ["bench_request", "build_parser", "main", "resume_argv"]
 
@@ -102,6 +103,8 @@ def read_default(argv: list[str]) -> tuple[str, Any]:
     if not ns.scenario:
         raise UsageError("give --scenario NAME (see --list), --list, --self-test, report or compare")
     request = bench_request(ns, argv, resume_dir)
+    if resume_dir is not None:  # the replayed line asks for what the run recorded, before a plugin is imported
+        resume.check_replay(resume_dir, request)
     load_plugins(request.plugins)
     if ns.check_predictions:
         return "check-predictions", check_predictions_request_of(request)

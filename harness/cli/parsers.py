@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where generated datasets are kept and reused (default: data/)")
     p.add_argument("--out", type=Path, default=REPO / "results", help="where run directories go")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help="import a module that registers extra strategies (repeatable)")
+                   help="import a module that registers extra strategies (repeatable; trusted code: it runs "
+                        "with your rights)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     add_debug_option(p)
     cells = p.add_argument_group("selecting cells of the matrix")

@@ -24,14 +24,33 @@ from harness.results.environment import Environment, utc_now
 FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate", "--history"}
 
 
+REPLAY_KEYS = ("out", "data")  # recorded since these were checked; a run from before lacks them
+
+
+def replay_settings(request: BenchRequest) -> dict:
+    """The settings a command line alone decides (no scenario read, nothing imported): what a resume's replayed
+    line is checked against before anything runs, its plugins included."""
+    order = {"order": "random", "order_seed": request.order_seed} if request.order == "random" else {}
+    return {"repeats": request.repeats, "cache_state": request.cache_state, "decompose": request.decompose,
+            "profile": request.profile, "plugins": list(request.plugins),
+            "data_dir": str(Path(request.data_dir).resolve()), "out": str(Path(request.out).resolve()),
+            "data": None if request.data.path is None else str(request.data.path), **order}
+
+
 def settings_of(request: BenchRequest, sc, cells, device: str, comparable: dict) -> dict:
     """What a resumed run must share with the run it completes (a fixed order adds nothing: runs made before
     the random order existed resume with --order fixed)."""
-    order = {"order": "random", "order_seed": request.order_seed} if request.order == "random" else {}
-    return {"scenario": sc.name, "comparable": comparable, "cells": [c.id for c in cells],
-            "repeats": request.repeats, "cache_state": request.cache_state, "decompose": request.decompose,
-            "profile": request.profile, "plugins": list(request.plugins), "device": device,
-            "data_dir": str(Path(request.data_dir).resolve()), **order}
+    return {"scenario": sc.name, "comparable": comparable, "cells": [c.id for c in cells], "device": device,
+            **replay_settings(request)}
+
+
+def check_replay(run_dir: Path, request: BenchRequest) -> None:
+    """Before a resumed line loads a plugin or reads anything: what it asks for is what the run recorded as typed
+    values (a hand-edited env.json argv, a --plugin, --out or --data the run did not have, is refused)."""
+    recorded = read_run_env(run_dir).settings
+    now = replay_settings(request)
+    check_settings(run_dir, {k: v for k, v in recorded.items() if k in now},
+                   {k: v for k, v in now.items() if k in recorded or k not in REPLAY_KEYS})
 
 
 def recorded_order_seed(run_dir: Path) -> int | None:
@@ -54,8 +73,11 @@ def read_run_env(run_dir: Path) -> Environment:
 
 
 def check_settings(run_dir: Path, recorded: dict, now: dict) -> None:
-    """A one-line UsageError naming the first setting that differs from the run's."""
-    for key in recorded.keys() | now.keys():
+    """A one-line UsageError naming the first setting that differs from the run's (a key of REPLAY_KEYS that a
+    run from before did not record is not compared)."""
+    for key in sorted(recorded.keys() | now.keys()):
+        if key in REPLAY_KEYS and key not in recorded:
+            continue
         if recorded.get(key) != now.get(key):
             if key == "comparable":
                 diff = sorted(k for k in recorded[key].keys() | now[key].keys()
