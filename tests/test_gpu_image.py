@@ -156,3 +156,17 @@ def test_the_check_dry_run_passes_without_the_four_libraries(image_env, tmp_path
     summary = (tmp_path / "summary.txt").read_text()
     for stage in ("matrix", "extras", "profile", "torchrun"):
         assert re.search(rf"^{stage} +PASS ", summary, re.M), summary
+
+
+@pytest.mark.slow  # runs run_bench.py as a process
+def test_a_shipped_scenario_runs_the_cells_it_can_and_names_what_it_left_out(image_env, tmp_path):
+    """After the main job's install the documented `--scenario formats` stopped on the first missing package;
+    a scenario of the project's leaves those cells out with a line each and runs the rest (a user's own still
+    stops: the test above)."""
+    done = run(image_env, "run_bench.py", "--scenario", "formats", "--dry-run", "--out", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^formats: leaves out storage=webdataset: .*pip install webdataset", done.stderr, re.M)
+    assert re.search(r"^formats: leaves out storage=lmdb: .*pip install lmdb", done.stderr, re.M)
+    listed = [line.split()[1] for line in done.stdout.splitlines() if line.strip()]
+    assert listed and not any("webdataset" in c or "lmdb" in c for c in listed)
+    assert any("storage=hdf5" in c for c in listed)

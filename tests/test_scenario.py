@@ -206,3 +206,16 @@ def test_a_matrix_no_budget_can_run_is_refused_before_it_is_listed(tmp_path):
     (tmp_path / "s.toml").write_text(text + f'[matrix]\ncache = [{lru}]\nbatching = [{batching}]\n')
     with pytest.raises(UsageError, match=r"\[matrix\] makes 5000 cells, more than 4096"):
         scenario.load(str(tmp_path / "s.toml"))
+
+
+def test_runnable_keeps_the_cells_this_machine_can_run_and_says_why_it_left_the_others():
+    from harness.config.matrix import Cell, runnable
+    from harness.config.matrixload import StrategyChoice
+
+    ok, gone = StrategyChoice("storage", "raw"), StrategyChoice("storage", "lmdb", unavailable="s.toml: matrix."
+                                                                "storage: the lmdb storage needs the lmdb package")
+    cells = [Cell((ok, StrategyChoice("cache", "none"))), Cell((gone, StrategyChoice("cache", "none")))]
+    kept, notes = runnable(cells)
+    assert kept == cells[:1] and notes == ["leaves out storage=lmdb: the lmdb storage needs the lmdb package"]
+    with pytest.raises(UsageError, match="needs the lmdb package"):
+        runnable(cells[1:])  # nothing left to run: the first reason, as before

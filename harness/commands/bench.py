@@ -12,7 +12,7 @@ from harness.analysis import baselinegate
 from harness.analysis.gateinput import run_as_baseline
 from harness.config import datasetup, scenario, target
 from harness.config.datasetup import CC3M_SAMPLES, full_scale, with_source
-from harness.config.matrix import expand, select
+from harness.config.matrix import expand, runnable, select
 from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
 from harness.device.devices import ranks_per_gpu, run_device_name
@@ -108,7 +108,12 @@ def main(request: BenchRequest) -> int:
     run_target = target.of_scenario(sc, r.target)  # a mistake in it stops here, before anything runs
     local_ranks = r.torchrun.local_world_size if r.torchrun else sc.world_size
     device = launch.resolve_device(r.device, local_ranks, r.torchrun, share_gpu=r.share_gpu)
-    cells = select(expand(sc), list(r.only), list(r.exclude))
+    shipped = sc.path is not None and Path(sc.path).resolve().parent == scenario.SCENARIO_DIR.resolve()
+    cells = select(expand(sc), list(r.only), list(r.exclude), check=not shipped)
+    if shipped:  # a scenario of the project's runs the cells this machine can, and says what it left out
+        cells, notes = runnable(cells)
+        for note in notes:
+            print(f"{sc.name}: {note} (the other cells run)", file=sys.stderr)
     rundir.check_writable_dir(r.out, "--out")  # the output paths, before anything is measured
     if r.gate.save_baseline:
         rundir.check_writable_file(r.gate.save_baseline, "--save-baseline")

@@ -51,8 +51,9 @@ def parse_filter(text: str, flag: str) -> tuple[str, set[str]]:
     return axis, {v.strip() for v in values.split(",") if v.strip()}
 
 
-def select(cells: list[Cell], only: list[str], exclude: list[str]) -> list[Cell]:
-    """Keep cells matching every --only filter and no --exclude filter (by strategy name or label)."""
+def select(cells: list[Cell], only: list[str], exclude: list[str], check: bool = True) -> list[Cell]:
+    """Keep cells matching every --only filter and no --exclude filter (by strategy name or label); `check`:
+    a strategy this machine cannot run is a UsageError (else the caller leaves its cells out: `runnable`)."""
     def matches(cell: Cell, axis: str, names: set[str]) -> bool:
         c = cell.choice(axis)
         return c.name in names or c.label in names
@@ -70,8 +71,19 @@ def select(cells: list[Cell], only: list[str], exclude: list[str]) -> list[Cell]
             cells = [cell for cell in cells if matches(cell, axis, names) == keep]
     if not cells:
         raise UsageError("the --only/--exclude filters leave no cell to run; loosen them (see --dry-run)")
-    check_available(c for cell in cells for c in cell.choices)
+    if check:
+        check_available(c for cell in cells for c in cell.choices)
     return cells
+
+
+def runnable(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
+    """The cells whose every strategy this machine can run, and one line per strategy left out and why (a
+    shipped scenario runs what it can; a strategy of a user's own scenario stops the run: select)."""
+    missing = list(dict.fromkeys(c for cell in cells for c in cell.choices if c.unavailable))
+    kept = [cell for cell in cells if not any(c.unavailable for c in cell.choices)]
+    if missing and not kept:
+        check_available(missing)
+    return kept, [f"leaves out {c.axis}={c.label}: {c.unavailable.split(': ', 2)[-1]}" for c in missing]
 
 
 def check_available(choices, remedy: bool = True) -> None:
