@@ -114,3 +114,37 @@ def test_a_scenarios_dataset_source_may_be_a_bucket(bucket, tmp_path):
     (tmp_path / "s.toml").write_text(text)
     sc = scenario.load(str(tmp_path / "s.toml"))
     assert sc.dataset.root == (tmp_path / "mirror" / "dlbench" / "mine").resolve()
+
+
+def test_a_key_that_is_also_a_folder_is_named_and_nothing_is_fetched(bucket, tmp_path):
+    """It was blamed on "the url, the endpoint and the credentials"."""
+    bucket.put_object(Bucket="dlbench", Key="both/a", Body=b"x")
+    bucket.put_object(Bucket="dlbench", Key="both/a/b.txt", Body=b"y")
+    with pytest.raises(UsageError, match=r"^--data s3://dlbench/both: the object 'a' is also the folder of 'a/b\.txt'"):
+        SourceSpec("s3://dlbench/both")
+    assert not [p for p in (tmp_path / "mirror").rglob("*") if p.is_file() and not p.name.startswith(".")]
+
+
+def test_a_failed_download_leaves_no_part_file(bucket, tmp_path, monkeypatch):
+    from harness.remote import bucket as bucket_mod
+
+    def broken(self, bucket_name, key, filename, *args, **kwargs):
+        Path(filename).write_bytes(b"half")
+        raise OSError("connection reset")
+
+    monkeypatch.setattr("boto3.s3.inject.download_file", broken)
+    with pytest.raises(UsageError, match="reading the bucket failed"):
+        bucket_mod.mirror("s3://dlbench/mine")
+    assert not list((tmp_path / "mirror").rglob("*.part"))
+
+
+def test_the_free_space_is_checked_before_anything_is_fetched(bucket, tmp_path, monkeypatch):
+    import shutil as shutil_mod
+
+    from harness.remote import bucket as bucket_mod
+
+    usage = shutil_mod.disk_usage(tmp_path)
+    monkeypatch.setattr(bucket_mod.shutil, "disk_usage", lambda p: usage._replace(free=10))
+    with pytest.raises(UsageError, match=r"still to mirror take 0\.00 GB and .* has 0\.00 GB free"):
+        bucket_mod.mirror("s3://dlbench/mine")
+    assert not [p for p in (tmp_path / "mirror").rglob("*") if p.is_file()]

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 from pathlib import Path
 
 from harness.errors import UsageError
 from strategies.remote.s3client import parse_url
 
 MIRROR_ENV = "DLBENCH_S3_MIRROR"
+TIMEOUT_S = 20.0  # each request to the endpoint: connect and read, two attempts
 INDEX = ".s3-mirror.json"
 
 
@@ -48,6 +51,7 @@ def mirror_root(url: str) -> Path:
 def mirror(url: str, progress=None) -> Path:
     """The prefix's objects in the local mirror (fetched where missing or changed); the mirror's folder."""
     import boto3
+    from botocore.config import Config
 
     try:
         bucket, prefix = parse_url(url)
@@ -57,7 +61,10 @@ def mirror(url: str, progress=None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     known = _read_index(root)
     before = dict(known)
-    client = boto3.client("s3")
+    client = boto3.client("s3", config=Config(connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S,
+                                              retries={"max_attempts": 2}))
+    print(f"bucket: listing {url} at {client.meta.endpoint_url} (each request waits at most {TIMEOUT_S:g} s)",
+          file=sys.stderr)
     try:
         listed = [o for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
                   for o in page.get("Contents", []) if not o["Key"].endswith("/")]
@@ -65,20 +72,14 @@ def mirror(url: str, progress=None) -> Path:
         if not objects:
             raise UsageError(f"--data {url}: no object under this prefix at {client.meta.endpoint_url}; give the "
                              f"prefix that holds the dataset's files (s3://BUCKET/PREFIX)")
-        for k, (o, rel) in enumerate(objects):
-            target = root / rel
-            etag = o.get("ETag", "")
-            if known.get(rel) == etag and target.is_file() and target.stat().st_size == o["Size"]:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f".{target.name}.part")
-            client.download_file(bucket, o["Key"], str(partial))
-            stamp = o["LastModified"].timestamp()
-            os.utime(partial, (stamp, stamp))
-            os.replace(partial, target)
-            known[rel] = etag
+        check_layout(url, [rel for _, rel in objects])
+        todo = [(o, rel) for o, rel in objects if not _mirrored(root, known, o, rel)]
+        check_space(url, root, sum(o["Size"] for o, _ in todo))
+        for k, (o, rel) in enumerate(todo):
+            _fetch(client, bucket, o, root / rel)
+            known[rel] = o.get("ETag", "")
             if progress is not None:
-                progress(k + 1, len(objects))
+                progress(k + 1, len(todo))
     except UsageError:
         raise
     except Exception as err:  # noqa: BLE001 - botocore's ClientError, EndpointConnectionError, NoCredentials
@@ -89,6 +90,42 @@ def mirror(url: str, progress=None) -> Path:
         if known != before:
             _write_index(root, known)
     return root
+
+
+def _mirrored(root: Path, known: dict[str, str], obj: dict, rel: str) -> bool:
+    target = root / rel
+    return known.get(rel) == obj.get("ETag", "") and target.is_file() and target.stat().st_size == obj["Size"]
+
+
+def _fetch(client, bucket: str, obj: dict, target: Path) -> None:
+    """One object into its file: downloaded beside it and renamed into place; a failed download leaves nothing."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f".{target.name}.part")
+    try:
+        client.download_file(bucket, obj["Key"], str(partial))
+        stamp = obj["LastModified"].timestamp()
+        os.utime(partial, (stamp, stamp))
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def check_layout(url: str, rels: list[str]) -> None:
+    """No key is both an object and a folder of other objects (``a`` and ``a/b``): a folder cannot hold both."""
+    files = set(rels)
+    for rel in rels:
+        parts = rel.split("/")
+        clash = next(("/".join(parts[:i]) for i in range(1, len(parts)) if "/".join(parts[:i]) in files), None)
+        if clash is not None:
+            raise UsageError(f"--data {url}: the object {clash!r} is also the folder of {rel!r}; a local mirror "
+                             f"cannot hold both: rename one of them in the bucket")
+
+
+def check_space(url: str, root: Path, needed: int) -> None:
+    free = shutil.disk_usage(root).free
+    if needed > free:
+        raise UsageError(f"--data {url}: the objects still to mirror take {needed / 1e9:.2f} GB and {root} has "
+                         f"{free / 1e9:.2f} GB free; free some space, or set {MIRROR_ENV} to a larger disk")
 
 
 def under_prefix(prefix: str, key: str) -> bool:
