@@ -375,3 +375,26 @@ def test_a_parquet_image_column_of_another_type_is_one_line(tmp_path):
     pq.write_table(pa.table({"jpg": ["not bytes"], "caption": ["a cat"]}), tmp_path / "00000.parquet")
     with pytest.raises(UsageError, match=r"00000\.parquet: its image column 'jpg' holds string, not image bytes"):
         SourceSpec(tmp_path).scan()
+
+
+def test_an_image_above_the_pixel_limit_is_counted_and_skipped_without_a_warning(tmp_path, recwarn):
+    """An 11000 x 11000 PNG of a few hundred KB passed PIL's hard limit, printed its DecompressionBombWarning,
+    took 648 MB to scan and was decoded whole each epoch: the harness's own limit counts it as unusable."""
+    import io
+
+    from PIL import Image
+
+    from harness.data.embeddings import MAX_PIXELS
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "ok.jpg").write_bytes(_jpeg())
+    (folder / "ok.txt").write_text("a cat")
+    buf = io.BytesIO()
+    Image.new("L", (11000, 11000)).save(buf, "PNG")
+    (folder / "huge.png").write_bytes(buf.getvalue())
+    (folder / "huge.txt").write_text("a field")
+    stats = SourceSpec(folder).scan()
+    assert 11000 * 11000 > MAX_PIXELS and stats.corrupt == 1 and stats.candidates == 2
+    assert "huge.png: 11000 x 11000 pixels, above the harness's limit" in stats.corrupt_keys[0]
+    assert not [w for w in recwarn if "DecompressionBomb" in type(w.message).__name__]

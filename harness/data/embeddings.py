@@ -7,6 +7,7 @@ import functools
 import hashlib
 import io
 import re
+import warnings
 
 import numpy as np
 from PIL import Image
@@ -50,18 +51,25 @@ def text_embedding(caption: str) -> np.ndarray:
 
 
 SUPPORTED_FORMATS = ("JPEG", "WEBP", "PNG")  # what img2dataset's --encode_format writes
+MAX_PIXELS = 40_000_000  # an image above this (e.g. 11000 x 11000) is counted as unusable, never decoded whole
 
 
 def decode_checked(data: bytes) -> tuple[np.ndarray, tuple[int, int], str]:
     """(uint8[32, 32, 3], (height, width) of the source image, its format: "JPEG", "WEBP" or "PNG"), or
     ValueError saying why it is not usable (another format, truncated, garbage). JPEGs are decoded in
-    libjpeg's reduced-size draft mode; webp and PNG have none and are decoded whole."""
+    libjpeg's reduced-size draft mode; webp and PNG have none and are decoded whole. An image of more than
+    MAX_PIXELS is not decoded: unusable (PIL's own, larger bomb limit would warn, then decode it whole)."""
     try:
-        img = Image.open(io.BytesIO(data))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
         if img.format not in SUPPORTED_FORMATS:
             raise ValueError(f"not a JPEG, webp or PNG ({img.format})")
         fmt = img.format
         width, height = img.size
+        if width * height > MAX_PIXELS:
+            raise ValueError(f"{width} x {height} pixels, above the harness's limit of {MAX_PIXELS / 1e6:g} "
+                             f"megapixels per image (embeddings.MAX_PIXELS)")
         if fmt == "JPEG":
             img.draft("RGB", (PROJECTION_SIDE, PROJECTION_SIDE))  # libjpeg's reduced-size decode
         small = img.convert("RGB").resize((PROJECTION_SIDE, PROJECTION_SIDE), Image.BILINEAR)
