@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -146,3 +147,24 @@ def test_session_sets_and_restores_the_environment():
         assert "object store: moto at" in s.header()[0]
     assert os.environ.get("AWS_ENDPOINT_URL") == before
     assert leftovers(os.getpid()) == []
+
+
+@needs_link
+def test_a_killed_runs_namespace_link_and_log_are_removed_by_the_next_run():
+    """SIGKILL (or the OOM killer) runs no exit handler: the namespace dlbench-<pid>, its veth and the moto log
+    stayed. The next run's link (and server) remove what a dead run left, and never a live run's."""
+    from harness.remote.server import remove_dead_logs
+
+    child = _child({"bandwidth_mb_s": 50})
+    first = child.stdout.readline().split()
+    assert first[1] == f"dlbench-{child.pid}"
+    child.kill()  # SIGKILL: no handler runs
+    child.wait(30)
+    assert leftovers(child.pid), "a SIGKILLed run should have left its namespace (else this test tests nothing)"
+    logs = list(Path(tempfile.gettempdir()).glob(f"dlbench-moto-{child.pid}-*.log"))
+    assert logs
+    with ShapedLink(Shape(bandwidth_mb_s=25)) as shaped:  # the next run
+        assert leftovers(child.pid) == [] and leftovers(os.getpid())  # the dead run's gone, this run's kept
+        assert shaped.created
+    remove_dead_logs()
+    assert not any(p.exists() for p in logs)

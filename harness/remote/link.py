@@ -22,6 +22,7 @@ import atexit
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 
 from harness.errors import UsageError
@@ -122,6 +123,8 @@ class ShapedLink:
         self.created = False
 
     def create(self) -> ShapedLink:
+        for what in remove_dead():  # a killed run's namespace and link, before this one takes an address
+            print(f"remote: removed {what}, left by a run that was killed", file=sys.stderr)
         k = _subnet_index(os.getpid())
         self.host_ip, self.server_ip = f"{SUBNET}.{k}.1", f"{SUBNET}.{k}.2"
         atexit.register(self.remove)
@@ -178,6 +181,35 @@ class ShapedLink:
 
     def __exit__(self, *exc) -> None:
         self.remove()
+
+
+def alive(pid: int) -> bool:
+    """A process of this pid exists (another user's too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_dead() -> list[str]:
+    """The namespaces and links of runs whose process is gone (a SIGKILL or the OOM killer leaves them: no exit
+    handler ran), removed; what was removed. A live run's are never touched."""
+    removed = []
+    for name in _ip("netns", "list", check=False).stdout.split():
+        pid = name[len(PREFIX):]
+        if name.startswith(PREFIX) and pid.isdigit() and not alive(int(pid)):
+            _ip("netns", "del", name, check=False)
+            removed.append(f"namespace {name}")
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        pid = name[len(LINK_PREFIX):-1]
+        if name.startswith(LINK_PREFIX) and pid.isdigit() and not alive(int(pid)):
+            _ip("link", "del", name, check=False)
+            removed.append(f"link {name}")
+    return removed
 
 
 def leftovers(pid: int | None = None) -> list[str]:

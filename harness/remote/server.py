@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.remote.link import alive
 
 START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
@@ -77,6 +78,7 @@ class ObjectServer:
                 "AWS_EC2_METADATA_DISABLED": "true"}
 
     def start(self) -> ObjectServer:
+        remove_dead_logs()
         try:
             import moto.server  # noqa: F401
             import werkzeug  # noqa: F401  (moto's server mode)
@@ -151,6 +153,17 @@ class ObjectServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def remove_dead_logs() -> list[Path]:
+    """The moto logs of runs whose process is gone (``dlbench-moto-<pid>-<port>.log``), removed."""
+    removed = []
+    for log in Path(tempfile.gettempdir()).glob("dlbench-moto-*-*.log"):
+        pid = log.name.split("-")[2]
+        if pid.isdigit() and not alive(int(pid)):
+            log.unlink(missing_ok=True)
+            removed.append(log)
+    return removed
 
 
 def _die_with_parent() -> None:
