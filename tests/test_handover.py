@@ -62,14 +62,17 @@ def _same(a: dict, b: dict) -> bool:
 
 
 @pytest.mark.slow
-def test_a_workers_batches_equal_the_in_process_ones_its_arenas_reused_and_kept_ones_left_alone():
+@pytest.mark.parametrize("normalise", [False, True])  # True: the host normalisation replaces the uint8 images
+def test_a_workers_batches_equal_the_in_process_ones_its_arenas_reused_and_kept_ones_left_alone(normalise):
+    """With normalise the arenas were taken for good (16 mappings, 32 fds against 4 and 10): reuse holds on
+    every transform path."""
     from torch.utils.data import DataLoader
 
     ds = _dataset()
     batches = [list(range(k, 96, 12))[:6] for k in range(12)] * 3
-    want = [Collate()(ds.__getitems__(b)) for b in batches]
-    loader = DataLoader(ds, batch_sampler=batches, num_workers=1, collate_fn=ArenaCount(), prefetch_factor=2,
-                        multiprocessing_context="forkserver")
+    want = [Collate(normalise)(ds.__getitems__(b)) for b in batches]
+    loader = DataLoader(ds, batch_sampler=batches, num_workers=1, collate_fn=ArenaCount(normalise),
+                        prefetch_factor=2, multiprocessing_context="forkserver")
     kept, arenas = [], []
     for i, batch in enumerate(loader):
         assert _same(batch, want[i]), i  # a reused arena: the padding of an earlier, larger batch is gone

@@ -174,6 +174,21 @@ class BatchAlloc:
         return out
 
 
+    def release_unused(self, batch: dict) -> None:
+        """Free the arenas whose tensor the batch no longer holds (a transform replaced it, e.g. the host
+        normalisation's float32 images): never handed to the rank, they would stay taken for good."""
+        held = {v.untyped_storage().data_ptr() for v in _tensors(batch)}
+        for slab in [s for s in self.slabs if s.tensors and s.tensors[0].untyped_storage().data_ptr() not in held]:
+            slab.tensors = []
+            slab.map[0] = FREE
+            self.slabs.remove(slab)
+
+
+def _tensors(batch: dict) -> list[torch.Tensor]:
+    values = [x for v in batch.values() for x in (v if isinstance(v, list) else [v])]
+    return [v for v in values if isinstance(v, torch.Tensor)]
+
+
 class SlabTensor:
     """A tensor in a worker's arena as it crosses the queue: the arena's descriptor and the tensor's layout.
     Unpickled on the rank as a plain tensor over the rank's own mapping (rebuild)."""

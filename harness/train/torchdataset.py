@@ -230,6 +230,7 @@ class Collate:
         if not (self.normalise and "images" in batch):
             return batch, collated - start, 0.0
         batch["images"] = normalise(batch["images"])
+        alloc.release_unused(batch)  # the uint8 images' arena: free again at once, not left taken for good
         return batch, collated - start, time.thread_time() - collated
 
 
