@@ -78,3 +78,21 @@ def test_a_store_locked_by_another_process_waits_then_says_so(tmp_path, monkeypa
     finally:
         holder.execute("ROLLBACK")
     database.open_store(path).close()  # free again
+
+
+def test_a_foreign_layout_or_a_damaged_page_is_the_stores_own_line(tmp_path):
+    """Not a test of processes: kept beside the other store-safety tests."""
+    foreign = tmp_path / "foreign.sqlite"
+    db = sqlite3.connect(foreign)
+    db.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('schema', '2');"
+                     "CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT);")
+    db.close()
+    with pytest.raises(ResultsError, match=r"foreign\.sqlite has a table runs without the columns run_key"):
+        database.open_store(foreign)
+    damaged = tmp_path / "damaged.sqlite"
+    database.open_store(damaged).close()
+    data = bytearray(damaged.read_bytes())
+    data[4096: 4096 + 512] = b"\xff" * 512  # the header and cells of a table's page overwritten
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(ResultsError, match=r"damaged\.sqlite (is damaged|cannot be read as SQLite)"):
+        database.open_store(damaged)

@@ -104,6 +104,7 @@ def open_store(path: str | Path, fmt: FileFormat = STORE, create: bool = True) -
             path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(path, timeout=LOCK_WAIT_S, isolation_level=None)  # transactions begun below
         _settle_version(db, fmt, f"history store {path}")
+        _check_layout(db, f"history store {path}")
     except sqlite3.OperationalError as err:
         raise _locked_or_damaged(path, err) from None
     except sqlite3.DatabaseError as err:
@@ -135,6 +136,20 @@ def _settle_version(db: sqlite3.Connection, fmt: FileFormat, where: str) -> None
     except BaseException:
         db.execute("ROLLBACK")
         raise
+
+
+def _check_layout(db: sqlite3.Connection, where: str) -> None:
+    """The store's pages read back (quick_check) and its tables hold the columns this harness writes: a damaged
+    file or another program's tables under the same names is one line, not an error at the first query."""
+    if db.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
+        raise ResultsError(f"{where} is damaged (SQLite's quick_check fails); {REMEDY}")
+    for table, columns in (("runs", RUN_COLUMNS), ("visits", VISIT_COLUMNS + OPTIONAL_VISIT_COLUMNS),
+                           ("effects", EFFECT_COLUMNS)):
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        lacking = [c for c in columns if c not in have]
+        if lacking:
+            raise ResultsError(f"{where} has a table {table} without the columns {', '.join(lacking)}: not a "
+                               f"dlbench history store's layout; {REMEDY}")
 
 
 def _locked_or_damaged(path: Path, err: sqlite3.OperationalError) -> ResultsError:
