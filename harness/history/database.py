@@ -143,8 +143,8 @@ def _check_layout(db: sqlite3.Connection, where: str) -> None:
     file or another program's tables under the same names is one line, not an error at the first query."""
     if db.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
         raise ResultsError(f"{where} is damaged (SQLite's quick_check fails); {REMEDY}")
-    for table, columns in (("runs", RUN_COLUMNS), ("visits", VISIT_COLUMNS + OPTIONAL_VISIT_COLUMNS),
-                           ("effects", EFFECT_COLUMNS)):
+    first = tuple(c for c in VISIT_COLUMNS if c not in OPTIONAL_VISIT_COLUMNS)  # what every version's visits hold
+    for table, columns in (("runs", RUN_COLUMNS), ("visits", first), ("effects", EFFECT_COLUMNS)):
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         lacking = [c for c in columns if c not in have]
         if lacking:
