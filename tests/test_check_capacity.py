@@ -14,9 +14,9 @@ from harness.errors import EXIT_OK, EXIT_REGRESSION
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def rows(predicted: list[float], measured: list[float]) -> list[dict]:
-    return [{"workload": "pixels", "world_size": ws, "predicted_au_pct": p, "measured_au_pct": m}
-            for ws, p, m in zip(check_capacity.SIZES, predicted, measured)]
+def rows(predicted: list[float], measured: list[float], outside: list[float] = (0.0, 0.0, 0.0)) -> list[dict]:
+    return [{"workload": "pixels", "world_size": ws, "predicted_au_pct": p, "measured_au_pct": m,
+             "other_cpu_pct": o} for ws, p, m, o in zip(check_capacity.SIZES, predicted, measured, outside)]
 
 
 def test_the_capacity_is_the_largest_size_fed_with_every_smaller_one():
@@ -30,6 +30,16 @@ def test_predicted_and_measured_capacity_can_disagree_and_then_the_check_fails()
     assert differs and "predicted 2, measured 1: DISAGREE" in line
     line, differs = check_capacity.verdict(rows([99, 95, 60], [97, 92, 55]))
     assert not differs and "predicted 2, measured 2: agree" in line and "cannot tell" not in line
+
+
+def test_a_disagreement_under_outside_load_is_inconclusive_with_its_own_exit_code():
+    """A loaded machine is not a wrong model: exit 4 and the load named; a quiet disagreement stays exit 1."""
+    line, differs = check_capacity.verdict(rows([99, 95, 60], [99, 85, 50], outside=[2.0, 35.0, 40.0]))
+    assert differs and "inconclusive: outside load 40% in 2 of 3 launches" in line and "DISAGREE" not in line
+    loaded = check_capacity.inconclusive(rows([99, 95, 60], [99, 85, 50], outside=[2.0, 35.0, 40.0]))
+    assert check_capacity.exit_code([(True, loaded), (False, False)]) == 4
+    assert check_capacity.exit_code([(True, loaded), (True, False)]) == EXIT_REGRESSION  # one quiet miss
+    assert check_capacity.exit_code([(False, True), (False, False)]) == EXIT_OK
 
 
 def test_a_host_that_feeds_every_size_or_none_cannot_tell_and_says_so():

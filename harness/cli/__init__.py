@@ -30,8 +30,9 @@ Exit codes:
        not taken for a regression
     3  a baseline (or, for `compare`, either run directory) missing, incomplete (no env.json, probe.jsonl
        or cells.jsonl) or not comparable
-    4  --self-test inconclusive: a figure missed only in regimes measured while other processes used the
-       machine (outside load above 10%), and it stayed so when measured again; never a FAIL of the harness
+    4  inconclusive: --self-test's figures missed only in regimes measured while other processes used the
+       machine (outside load above 10%), and it stayed so when measured again; check-capacity's predicted
+       and measured capacity differ only for workloads with a launch under such load; never a FAIL
 """
 from __future__ import annotations
 

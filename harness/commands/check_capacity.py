@@ -25,8 +25,9 @@ from harness.analysis.checkcases import Bench, CheckCase, measured_at, predict_c
 from harness.analysis.targetmodel import AU_TARGET_PCT, capacity
 from harness.config import scenario as scenario_mod
 from harness.config.target import Target
-from harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from harness.measure import hostload
+from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.results import rundir
 from harness.run.calibration import launch_group, materialise_storages
 
@@ -77,7 +78,8 @@ def fed(rows: list[dict], key: str) -> int:
 
 
 def verdict(rows: list[dict]) -> tuple[str, bool]:
-    """One workload's line and whether prediction and measurement disagree."""
+    """One workload's line and whether prediction and measurement disagree (on a quiet machine: a disagreement
+    while a launch ran under outside load above OUTSIDE_LOAD_PCT is inconclusive, `inconclusive`)."""
     wl, predicted, measured = rows[0]["workload"], fed(rows, "predicted_au_pct"), fed(rows, "measured_au_pct")
     sizes = ", ".join(str(r["world_size"]) for r in rows)
     if measured == predicted:
@@ -86,10 +88,27 @@ def verdict(rows: list[dict]) -> tuple[str, bool]:
             said += (f" (but this host feeds {'none' if measured == 0 else 'all'} of the sizes: the check cannot "
                      "tell a model that over- or under-predicts here; give a scenario whose accelerator this host "
                      "feeds at some sizes and not others, e.g. scenarios/capacity.toml)")
+    elif inconclusive(rows):
+        loaded = [r["other_cpu_pct"] for r in rows if r["other_cpu_pct"] > OUTSIDE_LOAD_PCT]
+        said = (f"inconclusive: outside load {max(loaded):.0f}% in {len(loaded)} of {len(rows)} launches (measure "
+                "again on a quieter machine)")
     else:
         said = "DISAGREE"
     return (f"{wl}: kept at AU >= {AU_TARGET_PCT:.0f}% among {sizes} ranks: predicted {predicted}, measured "
             f"{measured}: {said}"), measured != predicted
+
+
+def inconclusive(rows: list[dict]) -> bool:
+    """A workload's launches of which one ran under outside load: its disagreement is not the model's."""
+    return any(r["other_cpu_pct"] > OUTSIDE_LOAD_PCT for r in rows)
+
+
+def exit_code(verdicts: list[tuple[bool, bool]]) -> int:
+    """(disagrees, inconclusive) per workload: 1 for a disagreement on a quiet machine, else 4 for one under
+    load, else 0."""
+    if any(d and not i for d, i in verdicts):
+        return EXIT_REGRESSION
+    return EXIT_INCONCLUSIVE if any(d for d, _ in verdicts) else EXIT_OK
 
 
 def main(request: Request) -> int:
@@ -100,7 +119,7 @@ def main(request: Request) -> int:
     cores = max(1, int(hostload.cpu_allowance() or 1))  # the whole CPUs the run may use, as check-predictions
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-capacity")
     tr = sc.training
-    rows, lines, disagree = [], [], False
+    rows, lines, verdicts = [], [], []
     for workload in ("pixels", "features"):
         scw = dataclasses.replace(sc, training=dataclasses.replace(tr, workload=workload))
         base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder)
@@ -118,13 +137,13 @@ def main(request: Request) -> int:
         lines.append(f"{line}; on this host with the best workers per rank the model keeps "
                      f"{capacity(calib, idle, sc.accelerator, most=16)}")
         rows += mine
-        disagree |= differs
+        verdicts.append((differs, inconclusive(mine)))
     for row in rows:
         rundir.append_line(run_dir / "capacity.jsonl", row)
     print(table(rows, sc.accelerator.name, cores))
     print("\n".join(lines))
     print(f"results: {run_dir}", file=sys.stderr)
-    return EXIT_REGRESSION if disagree else EXIT_OK
+    return exit_code(verdicts)
 
 
 def table(rows: list[dict], accelerator: str, cores: int) -> str:
