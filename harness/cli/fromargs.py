@@ -4,8 +4,6 @@ identity. Imports no argparse: it reads the parsed options by name."""
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -86,10 +84,7 @@ def resume_argv(argv: list[str], parser) -> tuple[Path, list[str]]:
         if any(a == "--scenario" or a.startswith("--scenario=") for a in rest):
             return run_dir, rest
         _same_options(run_dir, parser, recorded, rest)
-    replayed = recorded + [a for a in rest if a not in recorded]
-    print(f"resume: replaying the run's command line: run_bench.py {shlex.join(replayed)} (checked against the "
-          f"settings it recorded before anything runs)", file=sys.stderr)
-    return run_dir, replayed
+    return run_dir, recorded + [a for a in rest if a not in recorded]
 
 
 def _same_options(run_dir: Path, parser, recorded: list[str], given: list[str]) -> None:

@@ -47,10 +47,10 @@ def settings_of(request: BenchRequest, sc, cells, device: str, comparable: dict)
 def check_replay(run_dir: Path, request: BenchRequest) -> None:
     """Before a resumed line loads a plugin or reads anything: what it asks for is what the run recorded as typed
     values (a hand-edited env.json argv, a --plugin, --out or --data the run did not have, is refused)."""
-    recorded = read_run_env(run_dir).settings
+    recorded = {"plugins": [], **read_run_env(run_dir).settings}  # a run without plugins: none may be imported
     now = replay_settings(request)
     check_settings(run_dir, {k: v for k, v in recorded.items() if k in now},
-                   {k: v for k, v in now.items() if k in recorded or k not in REPLAY_KEYS})
+                   {k: v for k, v in now.items() if k in recorded})
 
 
 def recorded_order_seed(run_dir: Path) -> int | None:
@@ -106,6 +106,8 @@ def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cel
         rundir.read_results(request.resume)  # now: a damaged line is one line naming it, a cut last line a warning
         check_settings(request.resume, env.settings, settings)
         run_dir = Path(request.resume)
+        print(f"resume: replaying the run's command line, checked against the settings it recorded: run_bench.py "
+              f"{shlex.join(request.argv)}", file=sys.stderr)
         env.resumed = [*(env.resumed or []), utc_now()]
     else:
         argv = list(request.argv)
