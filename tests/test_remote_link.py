@@ -163,8 +163,25 @@ def test_a_killed_runs_namespace_link_and_log_are_removed_by_the_next_run():
     assert leftovers(child.pid), "a SIGKILLed run should have left its namespace (else this test tests nothing)"
     logs = list(Path(tempfile.gettempdir()).glob(f"dlbench-moto-{child.pid}-*.log"))
     assert logs
-    with ShapedLink(Shape(bandwidth_mb_s=25)) as shaped:  # the next run
+    with ShapedLink(Shape(bandwidth_mb_s=25)) as shaped:  # the next remote run
         assert leftovers(child.pid) == [] and leftovers(os.getpid())  # the dead run's gone, this run's kept
         assert shaped.created
     remove_dead_logs()
     assert not any(p.exists() for p in logs)
+
+
+@needs_link
+def test_any_run_removes_what_a_killed_remote_run_left(monkeypatch):
+    """Not only the next remote run: every run (harness.run.remoterun.with_remote, local scenarios included)."""
+    from types import SimpleNamespace
+
+    from harness.run import remoterun
+
+    child = _child({"bandwidth_mb_s": 50})
+    child.stdout.readline()
+    child.kill()
+    child.wait(30)
+    assert leftovers(child.pid)
+    assert remoterun.with_remote(SimpleNamespace(remote=None), False, Path("."), lambda folder: 0) == 0
+    assert leftovers(child.pid) == []
+    assert not list(Path(tempfile.gettempdir()).glob(f"dlbench-moto-{child.pid}-*.log"))

@@ -26,8 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.remote.link import Shape, ShapedLink
-from harness.remote.server import ENV_KEYS, ObjectServer, RequestCost, request_cost, stop_on_signals
+from harness.remote.link import Shape, ShapedLink, missing_tools, remove_dead
+from harness.remote.server import (
+    ENV_KEYS,
+    ObjectServer,
+    RequestCost,
+    remove_dead_logs,
+    request_cost,
+    stop_on_signals,
+)
 
 FIELDS: dict[str, tuple[type, Any]] = {"latency_ms": (float, 0.0), "bandwidth_mb_s": (float, 0.0),
                                        "loss_pct": (float, 0.0), "bucket": (str, "dlbench"),
@@ -121,3 +128,10 @@ def session(remote: RemoteSettings, measure_cost: bool = True) -> Iterator[Sessi
                     os.environ[key] = value
             if link is not None:
                 link.remove()
+
+
+def remove_dead_runs() -> list[str]:
+    """What killed remote runs left (their namespaces and links where this process may remove them: root with
+    ip; their moto logs), removed before any run; one line each. A live run's are never touched."""
+    removed = [] if missing_tools() else remove_dead()
+    return removed + [f"log {p}" for p in remove_dead_logs()]

@@ -21,7 +21,10 @@ from strategies.remote.s3client import RemoteError
 def with_remote(sc: Scenario, torchrun: bool, run_dir: Path, run: Callable[[Path | None], int]) -> int:
     """`run(folder)` inside the scenario's remote session where it has a [remote] table, ``folder`` the
     readers' counters folder; without one, `run(None)` as it is. `torchrun`: this process is a torchrun rank
-    (refused: one process must own the store)."""
+    (refused: one process must own the store). Any run first removes what a killed remote run left."""
+    if not torchrun:
+        for what in tier.remove_dead_runs():
+            print(f"remote: removed {what}, left by a run that was killed", file=sys.stderr)
     if sc.remote is None:
         return run(None)
     if torchrun:
