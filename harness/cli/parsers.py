@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from harness.commands import check_capacity, check_predictions, check_remote, history, oomcheck
-from harness.config import scenario
+from harness.config import scenariofields
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS
 from harness.errors import EXIT_USAGE
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     knobs.add_argument("--batch-size", type=int, help="samples per rank per step")
     knobs.add_argument("--workers", type=int, help="DataLoader workers per rank")
     knobs.add_argument("--world-size", type=int, help="number of ranks")
-    knobs.add_argument("--workload", choices=scenario.WORKLOADS, help="pixels (decode JPEGs) or features")
+    knobs.add_argument("--workload", choices=scenariofields.WORKLOADS, help="pixels (decode JPEGs) or features")
     p.add_argument("--device", choices=("auto", "cuda", "emulated"), default="auto",
                    help="auto: real GPUs when there are enough for every rank, else emulate (default)")
     p.add_argument("--share-gpu", action="store_true",

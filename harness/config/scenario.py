@@ -5,7 +5,6 @@ and the remedy.
 """
 from __future__ import annotations
 
-import math
 import sys
 import tomllib
 from dataclasses import dataclass, field, replace
@@ -14,10 +13,11 @@ from typing import Any
 
 from harness.config.accelerators import Accelerator, get_accelerator
 from harness.config.matrixload import StrategyChoice, parse_matrix
+from harness.config.scenariofields import batch_fits_share, check_values, typed_sections
 from harness.data import decoders
-from harness.data.decoders import DECODERS, DEFAULT_DECODER
-from harness.data.generator import PROFILES, DatasetSpec
-from harness.data.importer import LAYOUTS, SourceSpec
+from harness.data.decoders import DEFAULT_DECODER
+from harness.data.generator import DatasetSpec
+from harness.data.importer import SourceSpec
 from harness.errors import UsageError
 from harness.remote import bucket, tier
 
@@ -25,28 +25,6 @@ __all__ = ["Scenario", "StrategyChoice", "Training", "load"]
 
 SCENARIO_DIR = Path(__file__).resolve().parents[2] / "scenarios"
 NOT_SCENARIOS = {"accelerators"}
-WORKLOADS = ("pixels", "features")
-
-# section -> field -> (type, default); a default of REQUIRED must be given in the file.
-REQUIRED = object()
-SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
-    "hardware": {"accelerator": (str, REQUIRED), "count": (int, REQUIRED), "memory_gb": (float, 0.0)},
-    # samples: required unless source is set (then it limits the import to the first N samples)
-    "dataset": {"samples": (int, 0), "seed": (int, 0), "profile": (str, "cc3m"),
-                "image_scale": (float, 1.0), "source": (str, ""), "format": (str, ""), "strict": (bool, False)},
-    "training": {"workload": (str, "pixels"), "batch_size": (int, REQUIRED), "image_size": (int, 160),
-                 "warmup_steps": (int, 3), "steps": (int, 0), "epochs": (int, 0), "workers": (int, 1),
-                 "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
-                 "seed": (int, 0), "cell_timeout_s": (float, 0.0), "decoder": (str, DEFAULT_DECODER)},
-    # budget_s: the default run's time budget (passes until the answer is decided; --quick: one pass)
-    "run": {"budget_s": (float, 0.0)},
-}
-# [accelerators.NAME] (catalogue entries of the scenario's own, keys as in scenarios/accelerators.toml) and
-# [target] are kept as raw tables on the Scenario (accelerators_extra, target); other modules interpret them.
-TOP_LEVEL = {"description", "hardware", "dataset", "training", "run", "matrix", "accelerators", "target",
-             "remote"}
-MAX_INT = 2**63 - 1  # what a 64-bit counter holds; a larger integer in a scenario is a mistake
-
 # command-line flag -> (section, field)
 OVERRIDES = {
     "samples": ("dataset", "samples"), "steps": ("training", "steps"), "epochs": ("training", "epochs"),
@@ -159,11 +137,11 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
 
     if isinstance(raw.get("hardware"), dict) and raw["hardware"].get("count") == "auto":
         raw["hardware"]["count"] = _visible_gpu_count(path)  # the `gpu` scenario: every visible GPU
-    values = _typed_sections(path, raw, where)
+    values = typed_sections(path, raw, where)
     if not values["dataset"]["source"] and "samples" not in raw.get("dataset", {}):
         raise UsageError(f"{path}: missing required field [dataset] samples (or set [dataset] source to "
                          f"import a dataset)")
-    _check_values(path, values, where)
+    check_values(path, values, where)
     hw, ds, tr = values["hardware"], values["dataset"], values["training"]
     if tr["workload"] == "pixels" and "decoder" not in raw.get("training", {}):
         _note_decoder_fallback()
@@ -246,16 +224,6 @@ def source_spec(data: Path | str, layout: str | None, strict: bool, limit: int |
         raise UsageError(f"{where}: {err}") from None
 
 
-def batch_fits_share(batch_size: int, samples: int, ranks: int, where: str) -> None:
-    """A batch no larger than one rank's share of the dataset (every step would read the share, and the
-    report would state a batch size no step had)."""
-    share = -(-samples // ranks)
-    if batch_size > share:
-        raise UsageError(f"{where} = {batch_size} exceeds each rank's share of the dataset ({share} samples: "
-                         f"{samples} over {ranks} ranks), so no step could read {batch_size}; lower it to "
-                         f"{share} or less, or use more samples")
-
-
 def checked_source_size(sc: Scenario, where: str = "the data source", limit_from: str = "--samples",
                         batch_from: str = "--batch-size") -> None:
     """After the source's scan: as many samples as the limit asked for (``limit_from`` names where it was
@@ -278,110 +246,3 @@ def _visible_gpu_count(path: Path) -> int:
         raise UsageError(f'{path}: [hardware] count = "auto" runs on every visible GPU and none is visible '
                          f'here; run a scenario that names its accelerator (e.g. 1xH200) to emulate one')
     return count
-
-
-def _typed_sections(path: Path, raw: dict[str, Any], where) -> dict[str, dict[str, Any]]:
-    """Every section's fields, typed, defaults filled in; unknown or missing fields are errors."""
-    unknown = set(raw) - TOP_LEVEL
-    if unknown:
-        raise UsageError(f"{path}: unknown section or field {sorted(unknown)[0]!r}; "
-                         f"known: {', '.join(sorted(TOP_LEVEL))}")
-    values: dict[str, dict[str, Any]] = {}
-    for section, fields in SCHEMA.items():
-        given = raw.get(section, {})
-        if not isinstance(given, dict):
-            raise UsageError(f"{path}: [{section}] must be a table")
-        extra = set(given) - set(fields)
-        if extra:
-            raise UsageError(f"{path}: unknown field [{section}] {sorted(extra)[0]}; "
-                             f"known: {', '.join(fields)}")
-        values[section] = {}
-        for key, (kind, default) in fields.items():
-            if key not in given:
-                if default is REQUIRED:
-                    raise UsageError(f"{path}: missing required field [{section}] {key}")
-                values[section][key] = default
-                continue
-            values[section][key] = _typed(given[key], kind, where(section, key))
-    return values
-
-
-POSITIVE_FLOATS = {("training", "lr"), ("dataset", "image_scale")}  # > 0; every other float field >= 0
-
-
-def _check_floats(values: dict[str, dict[str, Any]], where) -> None:
-    """Every float field finite (TOML writes nan and inf; an infinite cell_timeout_s would switch the hang guard
-    off) and in range: the positive ones above zero, the others zero or more."""
-    for section, spec in SCHEMA.items():
-        for key, (kind, _) in spec.items():
-            value = values[section][key]
-            if kind is not float:
-                continue
-            if not math.isfinite(value):
-                raise UsageError(f"{where(section, key)} = {value} must be a finite number")
-            if (section, key) in POSITIVE_FLOATS and value <= 0 or value < 0:
-                bound = "above zero" if (section, key) in POSITIVE_FLOATS else "zero or more"
-                raise UsageError(f"{where(section, key)} = {value:g} must be {bound}")
-
-
-def _check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
-    """Ranges and choices of the typed fields."""
-    _check_floats(values, where)
-    hw, ds, tr = values["hardware"], values["dataset"], values["training"]
-    for key in ("format", "strict"):
-        if ds[key] and not ds["source"]:
-            raise UsageError(f"{where('dataset', key)} applies to an imported dataset only: set [dataset] "
-                             f"source too, or remove {key}")
-    if ds["format"] and ds["format"] not in LAYOUTS:
-        raise UsageError(f"{where('dataset', 'format')} = {ds['format']!r}; choose one of: {', '.join(LAYOUTS)} "
-                         f"(or leave it out to detect it)")
-    for section, key in (("hardware", "count"), ("dataset", "samples"), ("training", "batch_size"),
-                         ("training", "image_size"), ("training", "prefetch_factor")):
-        if section == "dataset" and ds["source"] and not ds["samples"]:
-            continue  # every sample of the source
-        if values[section][key] <= 0:
-            raise UsageError(f"{where(section, key)} = {values[section][key]} must be a positive integer")
-    for section, key in (("training", "warmup_steps"), ("training", "steps"), ("training", "epochs"),
-                         ("training", "workers")):
-        if values[section][key] < 0:
-            raise UsageError(f"{where(section, key)} = {values[section][key]} must be zero or more")
-    if tr["steps"] and tr["epochs"]:
-        raise UsageError(f"{path}: set either steps or epochs in [training], not both "
-                         f"(pass only one of --steps and --epochs)")
-    if not tr["steps"] and not tr["epochs"]:
-        raise UsageError(f"{where('training', 'steps')}: give steps > 0 or epochs > 0")
-    if tr["workload"] not in WORKLOADS:
-        raise UsageError(f"{where('training', 'workload')} = {tr['workload']!r}; "
-                         f"choose one of: {', '.join(WORKLOADS)}")
-    if tr["decoder"] not in DECODERS:
-        raise UsageError(f"{where('training', 'decoder')} = {tr['decoder']!r}; "
-                         f"choose one of: {', '.join(DECODERS)}")
-    if not decoders.installed(tr["decoder"]):  # named in the file: the default is always installed
-        raise UsageError(f"{where('training', 'decoder')} = {tr['decoder']!r} needs the {tr['decoder']} "
-                         f"package, which is not installed: pip install {tr['decoder']}, or set "
-                         f"decoder = \"pil\"")
-    if ds["profile"] not in PROFILES:
-        raise UsageError(f"{where('dataset', 'profile')} = {ds['profile']!r}; "
-                         f"choose one of: {', '.join(PROFILES)}")
-    if ds["image_scale"] <= 0:
-        raise UsageError(f"{where('dataset', 'image_scale')} must be > 0")
-    if ds["samples"] and hw["count"] > ds["samples"]:  # a source's own size is checked once it is scanned
-        raise UsageError(f"{where('hardware', 'count')} = {hw['count']} ranks exceeds "
-                         f"{ds['samples']} samples; use more samples or fewer ranks")
-    if ds["samples"] and not ds["source"]:  # a source's size is known once it is scanned
-        batch_fits_share(tr["batch_size"], ds["samples"], hw["count"], where("training", "batch_size"))
-    if tr["cell_timeout_s"] < 0:
-        raise UsageError(f"{where('training', 'cell_timeout_s')} must be >= 0 (0: derived from the steps)")
-    if hw["memory_gb"] < 0:
-        raise UsageError(f"{where('hardware', 'memory_gb')} must be > 0 (or left out for the catalogue's)")
-
-
-def _typed(value: Any, kind: type, where: str) -> Any:
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if kind is int and isinstance(value, bool) or not isinstance(value, kind):
-        raise UsageError(f"{where} = {value!r} must be of type {kind.__name__}")
-    if kind is int and abs(value) > MAX_INT:
-        raise UsageError(f"{where} = {value} is beyond 2^63 - 1; give a realistic value")
-    return value
-
