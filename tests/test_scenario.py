@@ -175,7 +175,8 @@ def test_each_repeat_visits_the_cells_in_its_own_recorded_order():
     ("hardware", "memory_gb = nan", "[hardware] memory_gb = nan must be a finite number"),
     ("dataset", "image_scale = inf", "[dataset] image_scale = inf must be a finite number"),
     ("training", "cell_timeout_s = inf", "[training] cell_timeout_s = inf must be a finite number"),  # no hang guard
-    ("training", "cell_timeout_s = -1.0", "[training] cell_timeout_s = -1 must be zero or more"),
+    ("training", "cell_timeout_s = -1.0", "[training] cell_timeout_s must be >= 0 (0: derived from the steps)"),
+    ("dataset", "image_scale = -1.0", "[dataset] image_scale must be > 0"),
     ("training", "lr = nan", "[training] lr = nan must be a finite number"),
     ("training", "lr = 0.0", "[training] lr = 0 must be above zero"),
 ])

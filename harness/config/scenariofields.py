@@ -62,12 +62,15 @@ def typed_sections(path: Path, raw: dict[str, Any], where) -> dict[str, dict[str
     return values
 
 
-POSITIVE_FLOATS = {("training", "lr"), ("dataset", "image_scale")}  # > 0; every other float field >= 0
+# the float fields whose range no check in check_values owns (image_scale, cell_timeout_s and memory_gb have
+# their own lines there, with their remedies): > 0, and >= 0
+POSITIVE_FLOATS = {("training", "lr")}
+NON_NEGATIVE_FLOATS = {("run", "budget_s")}
 
 
 def _check_floats(values: dict[str, dict[str, Any]], where) -> None:
     """Every float field finite (TOML writes nan and inf; an infinite cell_timeout_s would switch the hang guard
-    off) and in range: the positive ones above zero, the others zero or more."""
+    off), and the ranges of the fields listed above."""
     for section, spec in SCHEMA.items():
         for key, (kind, _) in spec.items():
             value = values[section][key]
@@ -75,9 +78,10 @@ def _check_floats(values: dict[str, dict[str, Any]], where) -> None:
                 continue
             if not math.isfinite(value):
                 raise UsageError(f"{where(section, key)} = {value} must be a finite number")
-            if (section, key) in POSITIVE_FLOATS and value <= 0 or value < 0:
-                bound = "above zero" if (section, key) in POSITIVE_FLOATS else "zero or more"
-                raise UsageError(f"{where(section, key)} = {value:g} must be {bound}")
+            if (section, key) in POSITIVE_FLOATS and value <= 0:
+                raise UsageError(f"{where(section, key)} = {value:g} must be above zero")
+            if (section, key) in NON_NEGATIVE_FLOATS and value < 0:
+                raise UsageError(f"{where(section, key)} = {value:g} must be zero or more")
 
 
 def check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
