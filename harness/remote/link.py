@@ -203,13 +203,21 @@ def remove_dead() -> list[str]:
         if name.startswith(PREFIX) and pid.isdigit() and not alive(int(pid)):
             _ip("netns", "del", name, check=False)
             removed.append(f"namespace {name}")
-    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        pid = name[len(LINK_PREFIX):-1]
-        if name.startswith(LINK_PREFIX) and pid.isdigit() and not alive(int(pid)):
+    for name, pid in _project_links():
+        if not alive(int(pid)):
             _ip("link", "del", name, check=False)
             removed.append(f"link {name}")
     return removed
+
+
+def _project_links() -> list[tuple[str, str]]:
+    """(name, pid) of every link named like the project's veth ends (dlb<pid>h, dlb<pid>n)."""
+    out = []
+    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
+        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
+        if name.startswith(LINK_PREFIX) and name[len(LINK_PREFIX):-1].isdigit():
+            out.append((name, name[len(LINK_PREFIX):-1]))
+    return out
 
 
 def leftovers(pid: int | None = None) -> list[str]:
@@ -217,11 +225,7 @@ def leftovers(pid: int | None = None) -> list[str]:
     tag = "" if pid is None else str(pid)
     out = [f"namespace {n}" for n in _ip("netns", "list", check=False).stdout.split()
            if n.startswith(PREFIX + tag) and (pid is None or n == f"{PREFIX}{pid}")]
-    for line in _ip("-o", "link", "show", check=False).stdout.splitlines():
-        name = line.split(":")[1].strip().split("@")[0] if ":" in line else ""
-        if name.startswith(LINK_PREFIX) and name[len(LINK_PREFIX):-1].isdigit() and name[len(LINK_PREFIX):-1]\
-                .startswith(tag) and (pid is None or name[len(LINK_PREFIX):-1] == tag):
-            out.append(f"link {name}")
+    out += [f"link {name}" for name, owner in _project_links() if pid is None or owner == tag]
     lo = _tc("qdisc", "show", "dev", "lo").stdout
     if "netem" in lo or "tbf" in lo:
         out.append(f"qdisc on lo: {lo.strip()}")
