@@ -154,7 +154,8 @@ def test_reporting_depends_one_way():
     assert "harness.report.report" not in graph["harness.report.articles"] | graph["harness.report.plots"]
     assert "harness.report.articles" not in graph["harness.report.plots"]
     assert "harness.report.plots" not in graph["harness.report.articles"]
-    assert graph["harness.results.cellresult"] <= {"harness.results.metrics", "harness.results.cellparts",
+    assert graph["harness.results.cellresult"] <= {"harness.results.metrics", "harness.results.cellorder",
+                                                   "harness.results.cellparts",
                                                    "harness.results.cellsversions", "harness.measure.rankrecord",
                                                    "harness.measure.jsonrecord", "strategies.storage.advice"}
     assert graph["harness.results.repeats"] <= {"harness.results.cellresult", "harness.results.stats"}

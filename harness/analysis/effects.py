@@ -13,6 +13,14 @@ pair of levels together differs from the product of their main effects. Their in
 (Bonferroni over the m interaction terms: each at 1 - 0.05 / m), so that "an interval excludes 1" is a 5% false
 alarm for the whole set, not for each of a dozen terms.
 
+The order figures (ORDER_FIGURES: harness.results.cellorder's ratios, 1 for an ideal shuffle) are fitted the same
+way, main effects only (`order_effects`), so that a level's cost in randomness reads beside its speed. A cell's
+order is a pure function of its seeds, so its repeats give the same figure and the fit's residuals miss that
+the order is one random draw: each interval is widened by that draw's noise, the ideal shuffle's sd of the
+figure (`with_noise_floor`). Whether one cell is as random as a shuffle is decided against the ideal shuffle's
+own spread (harness.results.orderquality.decision). A figure of 0 (a fully sequential order's position mixing)
+has no log and leaves its visit out of that figure's fit.
+
 An Effect is one line of effects.jsonl; the file's format version is EFFECTS_VERSION (harness.results.fileformat
 reads and writes it: EFFECTS).
 """
@@ -37,6 +45,10 @@ EFFECTS_HISTORY = {
        "visits, `kind` (main or interaction); the `schema` key added within version 1 (a line without it is "
        "version 1)",
 }
+# effects.jsonl's order figures -> (the Figures attribute, the label in tables)
+ORDER_FIGURES = {"order_units": ("order_units_ratio", "units/batch vs shuffle"),
+                 "order_position": ("order_position_mixing", "position mixing (1 - |rho|)"),
+                 "order_labels": ("order_label_ratio", "label mixing vs shuffle")}
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
 MIN_EFFECT = 0.05  # the smallest effect that matters, when a run records none (--min-effect sets it)
@@ -286,3 +298,49 @@ def whole_passes(results: list[CellResult]) -> int:
 def disturbed(result: CellResult) -> bool:
     """Outside load above the threshold during the visit (harness.measure.hostload)."""
     return (result.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT
+
+
+def order_effects(results: list[CellResult], order: dict[str, list[str]]) -> list[Effect]:
+    """Each axis level's main effect on each order figure of ORDER_FIGURES (none for lines without them), its
+    interval widened by the order's own sampling noise (`with_noise_floor`)."""
+    out = []
+    for figure, (attribute, _) in ORDER_FIGURES.items():
+        fitted = fit_effects(observations(results, attribute), order, figure, interactions=False)
+        out += [with_noise_floor(e, results, attribute) for e in fitted]
+    return out
+
+
+def _log_sd(f, attribute: str) -> float | None:
+    """The sd of the log of an order figure that one draw of the order carries: the ideal shuffle's sd of the
+    figure's mean over the window (harness.results.orderquality) relative to the figure's value."""
+    sd, value = {"order_units_ratio": (f.order_units_ideal_sd, f.order_units_per_batch),
+                 "order_position_mixing": (f.order_position_ideal_sd, f.order_position_mixing),
+                 "order_label_ratio": (f.order_label_tv_ideal_sd, f.order_label_tv)}[attribute]
+    return sd / value if sd is not None and value else None
+
+
+def _floor_var(results: list[CellResult], attribute: str, axis: str, level: str) -> float | None:
+    """The mean over the level's cells of the log figure's noise variance, over their number: the variance the
+    draw of the order adds to the level's mean log figure (a cell's repeats share one draw: one cell, once)."""
+    per_cell: dict[str, float] = {}
+    for r in results:
+        sd = _log_sd(r.figures, attribute) if r.measured and r.strategies.get(axis) == level else None
+        if sd is not None:
+            per_cell[r.cell] = sd * sd
+    return sum(per_cell.values()) / len(per_cell) ** 2 if per_cell else None
+
+
+def with_noise_floor(e: Effect, results: list[CellResult], attribute: str, z: float = 1.959964) -> Effect:
+    """An order effect whose interval also holds the noise of the order's draw. A cell's order is a pure
+    function of its seeds, so its repeats do not vary and the fit's residuals miss that one permutation is one
+    draw: the level's and the reference's noise variances (_floor_var) are added in quadrature to the fit's
+    half-width, at z (95%)."""
+    if e.level == e.reference:
+        return e
+    floors = [_floor_var(results, attribute, e.axis, lv) for lv in (e.level, e.reference)]
+    if any(v is None for v in floors):
+        return e
+    fit = math.log(e.high / e.ratio)
+    half = math.sqrt(fit * fit + z * z * sum(floors))
+    return Effect(e.figure, e.axis, e.level, e.reference, e.ratio, e.ratio * math.exp(-half),
+                  e.ratio * math.exp(half), e.n, e.kind)

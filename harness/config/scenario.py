@@ -209,7 +209,7 @@ def _dataset(path: Path, ds: dict[str, Any], where) -> DatasetSpec | SourceSpec:
     relative to the scenario file)."""
     if not ds["source"]:
         return DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
-                           image_scale=ds["image_scale"])
+                           image_scale=ds["image_scale"], classes=ds["classes"])
     data = ds["source"] if bucket.url_of(ds["source"]) else path.parent / Path(ds["source"]).expanduser()
     return source_spec(data, ds["format"] or None, ds["strict"], ds["samples"] or None, where("dataset", "source"))
 

@@ -21,7 +21,8 @@ SCHEMA: dict[str, dict[str, tuple[type, Any]]] = {
     "hardware": {"accelerator": (str, REQUIRED), "count": (int, REQUIRED), "memory_gb": (float, 0.0)},
     # samples: required unless source is set (then it limits the import to the first N samples)
     "dataset": {"samples": (int, 0), "seed": (int, 0), "profile": (str, "cc3m"),
-                "image_scale": (float, 1.0), "source": (str, ""), "format": (str, ""), "strict": (bool, False)},
+                "image_scale": (float, 1.0), "source": (str, ""), "format": (str, ""), "strict": (bool, False),
+                "classes": (int, 0)},
     "training": {"workload": (str, "pixels"), "batch_size": (int, REQUIRED), "image_size": (int, 160),
                  "warmup_steps": (int, 3), "steps": (int, 0), "epochs": (int, 0), "workers": (int, 1),
                  "prefetch_factor": (int, 2), "persistent_workers": (bool, True), "lr": (float, 0.01),
@@ -92,6 +93,7 @@ def check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
         if ds[key] and not ds["source"]:
             raise UsageError(f"{where('dataset', key)} applies to an imported dataset only: set [dataset] "
                              f"source too, or remove {key}")
+    check_classes(ds, where)
     if ds["format"] and ds["format"] not in LAYOUTS:
         raise UsageError(f"{where('dataset', 'format')} = {ds['format']!r}; choose one of: {', '.join(LAYOUTS)} "
                          f"(or leave it out to detect it)")
@@ -134,6 +136,19 @@ def check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
         raise UsageError(f"{where('training', 'cell_timeout_s')} must be >= 0 (0: derived from the steps)")
     if hw["memory_gb"] < 0:
         raise UsageError(f"{where('hardware', 'memory_gb')} must be > 0 (or left out for the catalogue's)")
+
+
+def check_classes(ds: dict[str, Any], where) -> None:
+    """[dataset] classes: 0 (none), or 2 to samples classes of a generated dataset (clustered in storage order)."""
+    classes = ds["classes"]
+    if not classes:
+        return
+    if ds["source"]:
+        raise UsageError(f"{where('dataset', 'classes')} applies to a generated dataset only: an imported source "
+                         f"has no classes; remove classes")
+    if classes < 2 or classes > ds["samples"]:
+        raise UsageError(f"{where('dataset', 'classes')} = {classes} must be 0 (no classes) or 2 to "
+                         f"{ds['samples']} (the samples)")
 
 
 def _typed(value: Any, kind: type, where: str) -> Any:

@@ -5,6 +5,12 @@ Every sample is a pure function of ``(spec, index)``: it draws from
 on its own (for verification, or by any rank) without generating the others.
 The image sides are the first draws of that stream, which lets
 :func:`image_sides` compute every sample's size without encoding a JPEG.
+
+With ``classes = C`` (default 0: none) every sample has a class, laid out in clusters in storage order as real
+downloads are (sorted by source, domain or class): sample i is of class ``i * C // samples``
+(:func:`class_labels`, a pure function of the spec, like the image sides; the storages do not store it). The
+class is learnable: each sample's image embedding leans towards its class's centroid (CLASS_SIGNAL). The
+other fields, and the draws of every sample's stream, are those of the dataset without classes.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM, Sample
 GENERATOR_VERSION = 1
 
 JPEG_QUALITY = 85
+CLASS_SIGNAL = 0.5  # the weight of the class centroid in a sample's image embedding (before normalising)
 CONTENTS = ("all", "features")
 MIN_SIDE = 16
 
@@ -90,8 +97,11 @@ class DatasetSpec:
     profile: str = "cc3m"
     image_scale: float = 1.0
     content: str = "all"  # "features": embeddings and captions only, no JPEG (the features workload at scale)
+    classes: int = 0  # classes clustered in storage order (class_labels); 0: none
 
     def __post_init__(self) -> None:
+        if self.classes and not 2 <= self.classes <= self.samples:
+            raise ValueError(f"classes must be 0 (none) or 2 to samples ({self.samples}), got {self.classes}")
         if self.content not in CONTENTS:
             raise ValueError(f"unknown dataset content {self.content!r}; known: {', '.join(CONTENTS)}")
         if self.profile not in PROFILES:
@@ -105,6 +115,8 @@ class DatasetSpec:
         out = asdict(self)
         if self.content == "all":
             del out["content"]  # as before the field existed
+        if not self.classes:
+            del out["classes"]
         return out
 
     def key(self) -> str:
@@ -118,6 +130,8 @@ class DatasetSpec:
         }
         if self.content != "all":  # absent at the default: the keys of existing datasets do not change
             doc["content"] = self.content
+        if self.classes:  # likewise
+            doc["classes"] = int(self.classes)
         canon = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canon.encode("utf-8")).hexdigest()[:12]
 
@@ -192,7 +206,32 @@ def generate_sample(spec: DatasetSpec, index: int) -> Sample:
     caption = _caption(rng, profile)
     image_emb = _unit(rng, IMAGE_EMB_DIM)
     text_emb = _unit(rng, TEXT_EMB_DIM)
+    if spec.classes:
+        image_emb = _towards(image_emb, class_centroid(spec, class_of(spec, index)))
     return Sample(index=int(index), jpeg=jpeg, caption=caption, image_emb=image_emb, text_emb=text_emb)
+
+
+def class_of(spec: DatasetSpec, index: int) -> int:
+    """The class of sample ``index``: clusters of consecutive indices, ``index * classes // samples``."""
+    return int(index) * spec.classes // spec.samples
+
+
+def class_labels(spec) -> np.ndarray | None:
+    """int64[samples]: every sample's class (clusters in storage order), or None for a dataset without classes
+    (an imported source has none)."""
+    if not isinstance(spec, DatasetSpec) or not spec.classes:
+        return None
+    return np.arange(spec.samples, dtype=np.int64) * spec.classes // spec.samples
+
+
+def class_centroid(spec: DatasetSpec, label: int) -> np.ndarray:
+    """A class's unit centroid in the image-embedding space, from its own stream (not any sample's)."""
+    return _unit(np.random.default_rng([int(spec.seed), int(spec.samples) + int(label), 1]), IMAGE_EMB_DIM)
+
+
+def _towards(v: np.ndarray, centroid: np.ndarray) -> np.ndarray:
+    out = v + np.float32(CLASS_SIGNAL) * centroid
+    return out / np.float32(np.linalg.norm(out))
 
 
 def iter_samples(spec: DatasetSpec, start: int = 0, stop: int | None = None) -> Iterator[Sample]:

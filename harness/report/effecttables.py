@@ -23,6 +23,7 @@ from harness.analysis.effects import (
     fit_effects,
     level_order,
     observations,
+    order_effects,
 )
 from harness.report.tables import Table
 from harness.results import fileformat
@@ -39,7 +40,7 @@ def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) ->
     out = []
     for figure, (attribute, _) in FIGURES.items():
         out += fit_effects(observations(results, attribute), order, figure)
-    return out
+    return out + order_effects(results, order)  # the order figures (none for lines without them)
 
 
 def write_effects(run_dir: Path, effects: list[Effect]) -> Path:

@@ -30,6 +30,8 @@ from harness.report.tables import (
     interval_header,
     interval_label_of,
     mark,
+    order_effects_table,
+    order_table,
     render_lines,
     render_tables,
     repeats_text,
@@ -239,7 +241,7 @@ def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) 
     """The per-cell tables of a run (tables without rows are left out when rendered)."""
     if not cells:
         return []
-    return [throughput_table(cells), utilisation_table(cells), balance_table(cells, what_if_cores),
+    return [throughput_table(cells), order_table(cells), utilisation_table(cells), balance_table(cells, what_if_cores),
             memory_io_table(cells), batching_table(cells), decomposition_table(cells), remote_table(cells)]
 
 
@@ -275,7 +277,7 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     if fitted:
         table = effecttables.effects_table(fitted, any(c.emulated for c in cells), m,
                                            level_order(results, env.cell_ids if env else None), whole_passes(results))
-        parts += render_tables([table], fmt, level=2)
+        parts += render_tables([table, order_effects_table(fitted, m, whole_passes(results))], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     parts += render_tables(stagetable.tables(results, target), fmt, level=2)
     if cells:

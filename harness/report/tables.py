@@ -1,5 +1,6 @@
 """What every table of results shares: the Table type, the one renderer (terminal text or markdown), number
-formatting, the throughput's interval and ties, and how a cell's strategies are labelled. The report, the
+formatting, the throughput's interval and ties, how a cell's strategies are labelled, and the order tables (how
+random a cell's batches were beside its samples/s, and each choice's effect on both). The report, the
 articles' tables and the plots import this module; none imports another's helpers.
 """
 from __future__ import annotations
@@ -8,8 +9,10 @@ from dataclasses import dataclass, field
 
 from tabulate import tabulate
 
+from harness.analysis.effects import MIN_EFFECT, ORDER_FIGURES, Effect
 from harness.analysis.intervals import Interval, ahead, interval_of, tied
 from harness.results.cellresult import CellResult
+from harness.results.orderquality import AS_SHUFFLE, OrderFigures
 from harness.results.repeats import CellSummary
 from strategies.registry import AXES
 
@@ -146,3 +149,75 @@ def repeats_text(cell: CellSummary) -> str:
     if not failed:
         return str(repeats)
     return f"{repeats} of {repeats + failed} ({failed} failed)"
+
+
+# --- the order's randomness beside samples/s ---------------------------------------------------------------
+
+ORDER_NOTE = ("How random each cell's order was over its measured window, each figure against the ideal shuffle's "
+              "mean +- sd (of the mean over the window's batches; harness.results.orderquality): units = the "
+              "storage's shards, chunks or row groups (blocks of 64 positions for a storage without them) met per "
+              "batch; rho = Spearman's rank correlation of storage position against position in the epoch (0 "
+              "for a shuffle); TV = the batches' total-variation distance from the dataset's class mix (data with "
+              "[dataset] classes, clustered in storage order). as a shuffle: within mean +- 1.96 sd; less mixed / "
+              "more even: beyond it. The ideal's TV spread is a seeded Monte-Carlo; the other references are exact")
+
+
+def order_decisions(f) -> dict[str, str | None]:
+    """A cell's order figures decided against the ideal shuffle (harness.results.orderquality.decision)."""
+    return OrderFigures(0, 0, f.order_units_per_batch, f.order_units_ideal, f.order_units_ideal_sd,
+                        f.order_position_rho, f.order_position_ideal_sd, f.order_label_tv, f.order_label_tv_ideal,
+                        f.order_label_tv_ideal_sd).decisions()
+
+
+def _against(value: float | None, mean: float | None, sd: float | None, word: str | None, spec: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:{spec}} vs {mean:{spec}} +- {sd:{spec}} {word}"
+
+
+def _order_values(c: CellSummary) -> list[str] | None:
+    f = c.figures
+    if f.order_units_per_batch is None:
+        return None
+    d = order_decisions(f)
+    words = [w for w in d.values() if w is not None]
+    verdict = "yes" if all(w == AS_SHUFFLE for w in words) else "no: " + ", ".join(
+        name for name, w in d.items() if w not in (None, AS_SHUFFLE))
+    return [fmt_throughput(c) if c.measured else short_error(c),
+            _against(f.order_units_per_batch, f.order_units_ideal, f.order_units_ideal_sd, d["units"], ".2f"),
+            _against(f.order_position_rho, 0.0, f.order_position_ideal_sd, d["position"], ".3f"),
+            _against(f.order_label_tv, f.order_label_tv_ideal, f.order_label_tv_ideal_sd, d["labels"], ".3f"),
+            verdict]
+
+
+def order_table(cells: list[CellSummary]) -> Table:
+    """Each cell's samples/s beside how random its order was (cells that recorded no order have no row)."""
+    axes = shown_axes(cells)
+    headers = [*axes, f"samples/s{mark(cells[:1])}", "units/batch vs shuffle", "position rho vs shuffle",
+               "label TV vs shuffle", "as a shuffle?"]
+    rows = [[display_name(cells, c, a) for a in axes] + shown for c in cells
+            if (shown := _order_values(c)) is not None]
+    return Table("Order: how random each cell's batches were, beside its speed", headers, rows, [ORDER_NOTE])
+
+
+def order_effects_table(effects: list[Effect], min_effect: float = MIN_EFFECT, passes: int | None = None) -> Table:
+    """Each axis level's effect on samples/s and on the order figures, on one screen (rows only where an
+    order figure was fitted)."""
+    figures = ["throughput", *(f for f in ORDER_FIGURES if any(e.figure == f for e in effects))]
+    by = {(e.figure, e.axis, e.level): e for e in effects if e.kind == "main"}
+    levels = list(dict.fromkeys((e.axis, e.level, e.reference) for e in effects
+                                if e.kind == "main" and e.figure in ORDER_FIGURES and e.level != e.reference))
+    rows = []
+    for axis, level, ref in levels:
+        cells = [by.get((f, axis, level)) for f in figures]
+        rows.append([axis, level, f"vs {ref}"] + ["-" if e is None else
+                                                  f"x{e.ratio:.2f} [{e.low:.2f}, {e.high:.2f}] "
+                                                  f"{e.decision(min_effect, passes)}" for e in cells])
+    headers = ["axis", "level", "against", "samples/s", *(ORDER_FIGURES[f][1] for f in figures[1:])]
+    notes = ["the order figures' ratios are 1 for an ideal shuffle and lower for a more ordered read: units met "
+             "per batch / the shuffle's, 1 - |rho|, the shuffle's TV distance / the batches'; each level's effect "
+             "against the axis's first level as in the effects table, main effects only; a cell's order is a "
+             "pure function of its seeds, so its repeats agree: each interval also holds the noise of the "
+             "order's one draw (the ideal shuffle's sd of the figure). 'as a shuffle?' in the order table "
+             "decides each cell against the shuffle's own spread"]
+    return Table("Effect of each choice on speed and on the order's randomness", headers, rows, notes)

@@ -1,7 +1,7 @@
 """The parts of a cells.jsonl line beside its figures, each a small record that owns its JSON
 (harness.measure.jsonrecord.JsonRecord: unknown keys kept, a line read writes back what it read):
 `coverage` (Coverage, per epoch EpochCoverage), `cache` (CacheFigures), `page_cache` (PageCache, its probe
-read PageCacheCheck) and `decomposition` (Decomposition). docs/results-format.md lists their keys.
+read PageCacheCheck), `decomposition` (Decomposition) and `order` (OrderQuality, per rank RankOrderQuality). docs/results-format.md lists their keys.
 """
 from __future__ import annotations
 
@@ -97,3 +97,39 @@ class Decomposition(JsonRecord):
     compute_bound_samples_s: float | None = None
     warm_samples_s: float | None = None
     cold_samples_s: float | None = None
+
+
+@dataclass
+class RankOrderQuality(JsonRecord):
+    """One rank's order over its measured window, against the ideal shuffle (harness.results.orderquality):
+    units met per batch, Spearman's rho of storage position against epoch position, the batches' TV distance
+    from the dataset's class mix; each beside the ideal's mean and sd (of the mean over the batches)."""
+
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("label_tv", "label_tv_ideal", "label_tv_ideal_sd")
+
+    rank: int = 0
+    batches: int = 0
+    samples: int = 0
+    units_per_batch: float | None = None
+    units_ideal: float | None = None
+    units_ideal_sd: float | None = None
+    position_rho: float | None = None
+    position_ideal_sd: float | None = None
+    label_tv: float | None = None
+    label_tv_ideal: float | None = None
+    label_tv_ideal_sd: float | None = None
+
+
+@dataclass
+class OrderQuality(JsonRecord):
+    """How random the cell's order was (harness.results.cellorder): what a unit is ("shards": the storage's own,
+    or "blocks of 64" positions), the dataset's classes (0: none, no label figures), how the ideal's label
+    spread was found, and each rank's figures; the cell's own are `order_*` figures."""
+
+    NESTED: ClassVar[dict] = {"ranks": RankOrderQuality}
+
+    unit: str = ""
+    units: int = 0  # units in the dataset
+    classes: int = 0
+    label_spread: str = ""
+    ranks: list[RankOrderQuality] = field(default_factory=list)

@@ -12,8 +12,8 @@ from typing import ClassVar
 
 from harness.measure.jsonrecord import JsonRecord
 from harness.measure.rankrecord import RankRecord
-from harness.results import metrics
-from harness.results.cellparts import CacheFigures, Coverage, Decomposition, PageCache
+from harness.results import cellorder, metrics
+from harness.results.cellparts import CacheFigures, Coverage, Decomposition, OrderQuality, PageCache
 from harness.results.cellsversions import CELLS, NO_HINT, SCHEMA_VERSION
 
 
@@ -82,6 +82,20 @@ class Figures(JsonRecord):
     remote_wait_ms_per_sample: float | None = None  # a reading worker's wait on the store per sample it read
     disk_hit_pct: float | None = None  # the disk cache tier's hits / lookups in the window
     remote_retries: int | None = None
+    # how random the order was over the window, beside the ideal shuffle's mean and sd (harness.results.cellorder):
+    # units (shards, chunks, row groups, blocks) met per batch, Spearman's rho of storage against epoch position,
+    # the batches' TV distance from the dataset's class mix (data with classes only); the ratios are 1 for a shuffle
+    order_units_per_batch: float | None = None
+    order_units_ideal: float | None = None
+    order_units_ideal_sd: float | None = None
+    order_units_ratio: float | None = None
+    order_position_rho: float | None = None
+    order_position_ideal_sd: float | None = None
+    order_position_mixing: float | None = None
+    order_label_tv: float | None = None
+    order_label_tv_ideal: float | None = None
+    order_label_tv_ideal_sd: float | None = None
+    order_label_ratio: float | None = None
 
     @classmethod
     def known(cls) -> tuple[str, ...]:
@@ -127,9 +141,11 @@ class CellResult(JsonRecord):
     KEYS: ClassVar[tuple[str, ...]] = (
         "schema", "scenario", "cell", "strategies", "params", "names", "device", "emulated", "workload",
         "batch_size", "world_size", "repeat", "elapsed_s", "figures", "coverage", "cache", "page_cache",
-        "decomposition", "error", "ranks", "advice")
+        "decomposition", "error", "ranks", "advice", "order")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("order",)
     NESTED: ClassVar[dict] = {"figures": Figures, "coverage": Coverage, "cache": CacheFigures,
-                              "page_cache": PageCache, "decomposition": Decomposition, "ranks": RankRecord}
+                              "page_cache": PageCache, "decomposition": Decomposition, "ranks": RankRecord,
+                              "order": OrderQuality}
 
     cell: str  # the cell's id: "storage=raw,cache=none,batching=fixed,sampler=default"
     scenario: str = ""
@@ -153,6 +169,7 @@ class CellResult(JsonRecord):
     # the access hint the storage's readers gave the kernel (strategies.storage.advice): random, sequential,
     # normal; None for a storage without one (a plugin's). Lines written before hints existed: "normal".
     advice: str | None = None
+    order: OrderQuality | None = None  # the order's figures per rank (absent: not recorded, as in older lines)
     schema: int = SCHEMA_VERSION
     # figures whose value keeps the meaning of the older schema the line was written in (`upgrade`; not written)
     legacy_figures: frozenset[str] = frozenset()
@@ -272,17 +289,19 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
     of_visit)."""
     errors = sorted({r.error for r in records if r.error})
     page_cache = records[0].page_cache
+    order_figures, order = cellorder.of_cell(records, scenario.dataset, cell.id)
     result = CellResult.of_cell(
         scenario, cell, device_name, emulated, world_size=len(records), repeat=repeat,
         elapsed_s=round(elapsed, 3),
         figures=with_visit_figures(Figures.from_json(metrics.cell_figures(records)), elapsed, outside).replace(
-            **(remote or {})),
+            **(remote or {}), **order_figures),
         coverage=metrics.coverage(records, scenario.dataset.samples),
         cache=metrics.cache_figures(records),
         page_cache=PageCache.from_json(page_cache) if page_cache is not None else None,
         decomposition=metrics.decomposition(records),
         error="; ".join(errors) or None,
         ranks=list(records),
+        order=order,
     )
     return result.to_json()
 

@@ -20,6 +20,7 @@ from harness.config.matrix import Cell
 from harness.data.decoders import decoded_pixels, resized_shapes
 from harness.data.fields import FIELDS_FOR
 from harness.data.generator import image_sides
+from harness.data.storageunits import note as note_units
 from harness.train.devprep import DevicePrep
 from harness.train.nodesloader import NodesPipeline
 from harness.train.spdlloader import SpdlPipeline
@@ -131,6 +132,7 @@ def build(ctx, cell: Cell) -> Pipeline:
     storage_choice = cell.choice("storage")
     storage, data_path = storage_choice.create(), ctx.data_paths[storage_choice.label]
     reader = storage.open(data_path, fields=FIELDS_FOR[tr.workload])
+    note_units(cell.id, storage, data_path)  # for the cell's order figures (harness.data.storageunits)
     if ctx.remote_counters is not None and hasattr(reader, "count_into"):  # a remote reader's counters
         reader.count_into(ctx.remote_counters)
     cache = cell.choice("cache").create()
