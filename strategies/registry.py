@@ -47,6 +47,7 @@ _BUILTINS = (
     "strategies.batching.adaptive",
     "strategies.sampler.default",
     "strategies.sampler.balanced",
+    "strategies.sampler.shufflebuffer",  # storage order through a bounded shuffle buffer
     "strategies.precision.fp32",
     "strategies.precision.amp",
     "strategies.precision.bf16",
