@@ -12,13 +12,15 @@ workers per rank, prefetch, decoder, host or device preprocessing, and what limi
 - preprocessing: "device" when the loader still binds with the recommended workers and decode + transform
   are at least half of the loader: predicted with those stages off the host and the accelerator's decode
   time (the catalogue's jpeg_decode_mpix_per_s, `source_pixels_per_sample` when known) added to the step.
+  That rate is an assumption of the catalogue, never measured by a run: where the device time is a real
+  GPU's (measured), the advice says the decode on it is assumed (targetmodel.assumed_decode).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
 
-from harness.analysis.targetmodel import Costs, device_seconds, io_seconds, predict
+from harness.analysis.targetmodel import Costs, assumed_decode, device_seconds, io_seconds, predict
 from harness.config.accelerators import Accelerator
 from harness.config.target import Target
 
@@ -100,6 +102,9 @@ def recommend(costs: Costs, target: Target, accelerator: Accelerator, decode_rat
         q = predict(trial, best, accelerator, advise=False)
         if q.samples_per_s > p.samples_per_s:
             chosen, preprocess, decoder, p = trial, "device", "keep", q
+            if assumed_decode(trial):
+                notes.append(f"the device's decode at the catalogue's assumed {accelerator.jpeg_decode_mpix_per_s:.0f} "
+                             f"Mpix/s for {accelerator.name}, not measured on this GPU")
             if not source_pixels_per_sample:
                 notes.append("the device's decode costed at the decoded size, a lower bound: the source "
                              "images' size is unknown here" if costs.padded_pixels_per_sample else

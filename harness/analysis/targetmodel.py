@@ -59,7 +59,9 @@ class Costs:
     cold_read_extra_s: float = 0.0  # extra CPU seconds per sample a cold read costs (the kernel's work)
     rate: str = "amp"  # the catalogue rate the cell's precision selects
     device_s: float | None = None  # measured device seconds per sample (a real GPU): used for the same kind
-    device_extra_s: float = 0.0  # device seconds per sample added to the step (device preprocessing)
+    # device seconds per sample added to the step (device preprocessing): modelled from the catalogue's
+    # assumed decode rate, also where device_s is measured (assumed_decode)
+    device_extra_s: float = 0.0
 
     def at_idle(self) -> Costs:
         """The costs brought back to an idle host (divided by the contention factor at busy_share)."""
@@ -92,6 +94,12 @@ def device_seconds(costs: Costs, accelerator: Accelerator, batch_size: int) -> f
     pixels = int(costs.padded_pixels_per_sample * batch_size)
     return accelerator.step_seconds(costs.workload, batch_size, pixels, costs.rate) / batch_size \
         + costs.device_extra_s
+
+
+def assumed_decode(costs: Costs) -> bool:
+    """A measured (real GPU) device time with a modelled decode added: the catalogue's assumed decode rate,
+    not the device's own, so what is shown must say so."""
+    return costs.device_s is not None and costs.device_extra_s > 0
 
 
 def requests_at_once(costs: Costs, target: Target) -> float:

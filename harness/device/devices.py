@@ -15,11 +15,16 @@ CPU either way. On CUDA the memory budget of dynamic batching is measured (`set_
 
 Both devices answer `timed_compute_s()`: the seconds the accelerator computed since `start_timer()`,
 modelled on the emulated device, CUDA-event time on a GPU. That is the `device` part of a step.
+
+Both count in `waits` (WaitClock) the CPU seconds the calling thread spends waiting for the device: on CUDA
+the host spins in a stream or event synchronisation by default, and that spin is not the rank's own work
+(the rank's CPU figure leaves it out); the emulated device sleeps for its compute, which costs no CPU.
 """
 from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 
 import torch
 
@@ -35,6 +40,36 @@ def run_device_name(accelerator: str, device: str, sharing: int = 1) -> str:
         names = dict.fromkeys(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         return ("+".join(names) or "cuda") + (f", {sharing} ranks per GPU" if sharing > 1 else "")
     return f"{accelerator} (emulated)"
+
+
+class WaitClock:
+    """CPU seconds the calling thread spent inside the device's waits (`with clock.waiting():`): what a
+    host that spins while it waits for the GPU burns, to be left out of the rank's own CPU."""
+
+    def __init__(self):
+        self.cpu_s = 0.0
+
+    @contextmanager
+    def waiting(self):
+        started = time.thread_time()
+        try:
+            yield
+        finally:
+            self.cpu_s += time.thread_time() - started
+
+
+def wait_cpu_s(device) -> float:
+    """The CPU seconds `device` has counted in its waits (0 for a device without a WaitClock)."""
+    waits = getattr(device, "waits", None)
+    return waits.cpu_s if isinstance(waits, WaitClock) else 0.0
+
+
+def uuid_text(uuid) -> str:
+    """A device UUID as comparable text: NVML writes `GPU-1A2b...` (bytes in old bindings), torch prints
+    `1a2b...`; both are lower-cased without the `GPU-` prefix. MIG UUIDs keep their `mig-` prefix."""
+    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+    text = text.strip().lower()
+    return text[4:] if text.startswith("gpu-") else text
 
 
 class EmulatedDevice:
@@ -53,6 +88,7 @@ class EmulatedDevice:
         self.rate = "amp"  # the catalogue rate the cell's precision selects
         self.preprocess = "host"
         self._pending_s = 0.0  # modelled device preprocessing, added to the next begin_step
+        self.waits = WaitClock()  # a sleep: about no CPU
 
     def configure(self, rate: str = "amp", preprocess: str = "host") -> None:
         self.rate, self.preprocess = rate, preprocess
@@ -117,7 +153,8 @@ class EmulatedDevice:
             self.overruns += 1
 
     def synchronize(self) -> None:
-        self.pad()  # the end of the step: wait out the rest of the modelled time
+        with self.waits.waiting():
+            self.pad()  # the end of the step: wait out the rest of the modelled time
 
     nvml_index = None  # no NVML telemetry for an emulated device
 
@@ -163,6 +200,7 @@ class CudaDevice:
         self._step_peak = 0
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        self.waits = WaitClock()  # the host's spin in this device's synchronisations
         self.memory_model = None  # (base bytes, bytes per unit, budget bytes) measured by a probe, or None
         self.oom_units: float | None = None  # the smallest batch (padded pixels or samples) that ran out
         # No autotuning: batch shapes vary (padding to each batch's largest image, dynamic batch sizes), and
@@ -207,7 +245,8 @@ class CudaDevice:
     def timed_compute_s(self) -> float:
         """GPU time between start_timer() and stop_timer() (waits for the end event); the step's memory
         peak is read here, once."""
-        self._end.synchronize()
+        with self.waits.waiting():
+            self._end.synchronize()
         self._step_peak = torch.cuda.max_memory_allocated(self.torch_device)
         return self._start.elapsed_time(self._end) / 1e3
 
@@ -250,7 +289,13 @@ class CudaDevice:
 
     def synchronize(self) -> None:
         """Wait for this rank's compute stream only: a side stream copying the next batch goes on."""
-        torch.cuda.current_stream(self.torch_device).synchronize()
+        with self.waits.waiting():
+            torch.cuda.current_stream(self.torch_device).synchronize()
+
+    def wait_event(self, event) -> None:
+        """Wait for one recorded event alone (a side-stream batch's copy), counted with the device's waits."""
+        with self.waits.waiting():
+            event.synchronize()
 
     def reset_peak(self) -> None:
         self._window_peak = self._step_peak = 0
@@ -284,11 +329,9 @@ def nvml_index_of(cuda_index: int) -> int | None:
         import pynvml
 
         pynvml.nvmlInit()
-        uuid = str(torch.cuda.get_device_properties(cuda_index).uuid)
+        uuid = uuid_text(torch.cuda.get_device_properties(cuda_index).uuid)
         for i in range(pynvml.nvmlDeviceGetCount()):
-            nvml_uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-            nvml_uuid = nvml_uuid.decode() if isinstance(nvml_uuid, bytes) else nvml_uuid
-            if nvml_uuid.removeprefix("GPU-") == uuid.removeprefix("GPU-"):
+            if uuid_text(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))) == uuid:
                 return i
     except Exception:  # noqa: BLE001 - no NVML: no utilisation telemetry, the figures say so
         return None

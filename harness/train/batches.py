@@ -263,7 +263,7 @@ def to_device(batch: dict, device) -> dict:
         for t in tensors.values():
             t.record_stream(current)
         current.wait_event(batch["_copied"])  # the step's kernels start after this batch's copy
-        batch["_copied"].synchronize()  # and the host waits for it alone (timed as h2d), not the next one's
+        device.wait_event(batch["_copied"])  # and the host waits for it alone (timed as h2d), not the next one's
         return tensors
     tensors = {k: batch[k].to(device.torch_device, non_blocking=True) for k in TENSOR_KEYS if k in batch}
     device.synchronize()

@@ -27,7 +27,10 @@ plan or from its memory of an earlier OOM (CudaDevice.note_oom) raised nothing: 
 
 Precision: a StepPrecision runs forward under autocast (float16 or bfloat16) and, for float16, scales the
 loss with a GradScaler. Only on CUDA: the emulated device's stand-in runs fp32 on the CPU whatever the
-precision strategy (its precision changes the modelled time and memory only). None: plain fp32.
+precision strategy (its precision changes the modelled time and memory only). None: plain fp32. GradScaler's
+inf check reads a GPU tensor (.item()), so the host waits for the GPU there: the step makes that wait the
+device's own synchronize (after unscale_, before the check), so its spin is counted as a wait for the device,
+not as the rank's CPU (harness.device.devices.WaitClock).
 """
 from __future__ import annotations
 
@@ -74,10 +77,15 @@ class StepPrecision:
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def step(self, optimizer) -> None:
+    def step(self, optimizer, wait=None) -> None:
+        """The optimizer step; with loss scaling, `wait` (the device's synchronize) runs between unscale_ and
+        the inf check, where the host would otherwise wait for the GPU inside .item()."""
         if self.scaler is None:
             optimizer.step()
             return
+        self.scaler.unscale_(optimizer)
+        if wait is not None:
+            wait()
         self.scaler.step(optimizer)  # skipped when the scaled gradients overflowed, as AMP does
         self.scaler.update()
 
@@ -179,8 +187,11 @@ def _backward(loss: torch.Tensor, precision: StepPrecision | None) -> None:
     precision.backward(loss) if precision is not None else loss.backward()
 
 
-def _step(optimizer, precision: StepPrecision | None) -> None:
-    precision.step(optimizer) if precision is not None else optimizer.step()
+def _step(optimizer, precision: StepPrecision | None, device=None) -> None:
+    if precision is None:
+        optimizer.step()
+        return
+    precision.step(optimizer, wait=device.synchronize if device is not None else None)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -237,9 +248,9 @@ def _synced_pass(ddp, device, tensors: dict, samples: int, padded_pixels: int, w
     return "backward", error
 
 
-def _optimizer_step(optimizer, precision: StepPrecision | None) -> None:
+def _optimizer_step(optimizer, precision: StepPrecision | None, device=None) -> None:
     try:
-        _step(optimizer, precision)
+        _step(optimizer, precision, device)
     except Exception as err:  # noqa: BLE001
         raise StepFailed("optimizer step", err, oom=is_oom(err), joined=True) from None
 
@@ -284,7 +295,7 @@ def _split_step(ddp, optimizer, device, tensors: dict, samples: int, per_sample_
         device.note_oom(_ceil_div(samples, parts), _ceil_div(samples, parts) * per_sample_pixels)
         parts *= 2
         device.empty_cache()  # only after a real OOM: a planned split needs no emptied cache
-    _optimizer_step(optimizer, precision)
+    _optimizer_step(optimizer, precision, device)
     return raised
 
 
@@ -307,12 +318,12 @@ def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixel
     if parts == 1 or not split_on_oom:
         failed = _synced_pass(ddp, device, tensors, samples, padded_pixels, 1.0, precision)
         if failed is None:
-            _optimizer_step(optimizer, precision)
+            _optimizer_step(optimizer, precision, device)
             return 0
         device.note_oom(samples, padded_pixels)
         phase, message = failed
         if phase == "backward":
-            _optimizer_step(optimizer, precision)  # the replica stays identical to its peers'
+            _optimizer_step(optimizer, precision, device)  # the replica stays identical to its peers'
             if not split_on_oom:
                 raise StepFailed("backward", message, oom=True, joined=True)
             return 1
@@ -354,6 +365,6 @@ def shadow_step(ddp, optimizer, device, tensors: dict, precision: StepPrecision 
         arrivals_of(ddp).begin()
         device.begin_step(0, 0)
         _backward(_forward(ddp, tiny(tensors), precision) * 0.0, precision)
-        _step(optimizer, precision)
+        _step(optimizer, precision, device)
     except Exception as err:  # noqa: BLE001 - nothing can mend the collective sequence now
         raise _broken("the shadow step failed", err) from None

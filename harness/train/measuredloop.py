@@ -15,6 +15,11 @@ gradient allreduce), so every rank takes the same number of steps. A failed step
 `except` block that caught it, so that its graph is freed before the shadow step that joins the peers; an
 error that breaks the collective sequence (a failed shadow step or finish_reduction, a distributed-backend
 error) aborts the process group and ends the rank (harness.train.ddpstep).
+
+The rank's CPU (`rank_cpu_s`) is its process's CPU over the window less what its main thread spent waiting
+for the device (harness.device.devices.WaitClock): a CUDA host spins in stream and event synchronisation
+by default, and that spin is the GPU's time, not the rank's work. Its other threads (receiving batches, a
+thread loader's, the pin-memory thread) stay in it, as before.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.device.devices import wait_cpu_s
 from harness.measure.rankrecord import Nvml, RankRecord
 from harness.measure.steprecorder import CacheTally, StepRecorder
 from harness.measure.telemetry import MemorySampler, NvmlSampler
@@ -69,6 +75,7 @@ class MeasuredLoop:
         self.window_start: float | None = None
         self.window_end: float | None = None
         self.cpu_start: float | None = None  # this process's CPU clock at the window's start
+        self.wait_cpu_start = 0.0  # the device's wait CPU (harness.device.devices.wait_cpu_s) at that start
         self.t_prev = 0.0
 
     def run(self, memory: MemorySampler, nvml: NvmlSampler, prof=None) -> None:
@@ -94,6 +101,7 @@ class MeasuredLoop:
         nvml.mark_window()
         self.t_prev = self.window_start = time.perf_counter()
         self.cpu_start = time.process_time()
+        self.wait_cpu_start = wait_cpu_s(self.device)
         self.loader_cpu_start = self.source.loader_thread_cpu_s()
 
     def _one_step(self) -> str:
@@ -194,6 +202,13 @@ class MeasuredLoop:
             return 0.0
         return float(self.costs[batch["index"].numpy()].sum())
 
+    def rank_cpu_s(self) -> float:
+        """The rank process's CPU seconds over the window, less its waits for the device (module docstring)."""
+        if self.cpu_start is None:
+            return 0.0
+        waited = wait_cpu_s(self.device) - self.wait_cpu_start
+        return max(0.0, time.process_time() - self.cpu_start - waited)
+
     def _thread_cpu_s(self) -> float:
         """CPU seconds of a thread loader's threads over the window (0 for worker processes)."""
         return self.source.loader_thread_cpu_s() - self.loader_cpu_start if self.cpu_start is not None else 0.0
@@ -210,7 +225,7 @@ class MeasuredLoop:
             disk_read_bytes=memory.disk_read_bytes,
             loader_cpu_s=memory.loader_cpu_s + self._thread_cpu_s(),
             loader_thread_cpu_s=self._thread_cpu_s(),
-            rank_cpu_s=time.process_time() - self.cpu_start if self.cpu_start is not None else 0.0,
+            rank_cpu_s=self.rank_cpu_s(),
             device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
             overruns=device.overruns, oom_events=self.oom_events, shadow_steps=self.shadow_steps,
             cache=self.tally.record(), error=self.error, consumed=source.consumed,

@@ -64,8 +64,8 @@ def nvml_index_of(torch_index: int) -> int | None:
 
 
 def uuid_text(uuid) -> str:
-    """A device UUID as comparable text: NVML writes `GPU-1a2b...` (bytes in old bindings), torch prints
-    `1a2b...`; both are lower-cased without the `GPU-` prefix. MIG UUIDs keep their `MIG-` prefix."""
-    text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
-    text = text.strip().lower()
-    return text[4:] if text.startswith("gpu-") else text
+    """A device UUID as comparable text, the harness's own spelling (harness.device.devices.uuid_text:
+    lower-cased, without NVML's `GPU-` prefix), so that the checks and the harness match devices alike."""
+    from harness.device.devices import uuid_text as harness_uuid_text
+
+    return harness_uuid_text(uuid)
