@@ -1,5 +1,5 @@
 """scripts/gpu_check.sh and its micro-checks (scripts/gpu/), on a machine without a GPU: the script parses, its
-stage timeouts fit 8 minutes, every Python check imports and answers --help, skips cleanly without CUDA, and
+stage timeouts fit 9 minutes, every Python check imports and answers --help, skips cleanly without CUDA, and
 the parts that need no GPU (the JPEG cases, the run-directory assertions, the harness calls the checks make)
 do what they say."""
 from __future__ import annotations
@@ -38,6 +38,14 @@ def module(name: str):
     return importlib.import_module(name)
 
 
+def archived(out: Path, name: str) -> str:
+    """A file of the work folder the script archived into OUT/gpu-check.tar.gz (OUT holds no other logs)."""
+    import tarfile
+
+    with tarfile.open(out / "gpu-check.tar.gz") as archive:
+        return archive.extractfile(f"gpu-check/{name}").read().decode()
+
+
 def run_check(name: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(CHECKS / f"{name}.py"), *args], cwd=ROOT, env=env(),
                           capture_output=True, text=True, timeout=120)
@@ -53,7 +61,7 @@ def test_stage_timeouts_fit_the_budget():
     rows = [line.split() for line in listed.splitlines()]
     stages = {name: int(seconds) for name, seconds, *_ in rows[:-1]}
     assert rows[-1][0] == "total" and int(rows[-1][1]) == sum(stages.values())
-    assert sum(stages.values()) <= 480
+    assert sum(stages.values()) < 540
     # the one place they are set: the LIMIT table, one entry per stage of STAGES, nothing else
     text = SCRIPT.read_text()
     table = re.search(r"declare -A LIMIT=\((.*?)\)\n", text, re.S).group(1)
@@ -285,7 +293,7 @@ def test_a_stage_skipped_without_cuda_is_not_a_pass(tmp_path):
     assert re.match(r"events +SKIP +\d+ s +SKIP events: no CUDA device visible", summary[2])
     assert [line.split()[0] for line in summary[1:-1]] == re.search(
         r"^STAGES=\((.*?)\)", SCRIPT.read_text(), re.M).group(1).split()  # one line per stage
-    assert (tmp_path / "events.log").is_file()
+    assert archived(tmp_path, "events.log").startswith("== events (timeout ")
 
 
 @pytest.mark.slow
@@ -310,7 +318,7 @@ def test_dry_run_lists_the_cells_of_every_run_stage(tmp_path):
     summary = (tmp_path / "summary.txt").read_text()
     for stage, cells in (("matrix", 6), ("extras", 4), ("profile", 1), ("torchrun", 1)):
         assert re.search(rf"^{stage} +PASS .* {cells} cells listed", summary, re.M), summary
-    extras = (tmp_path / "extras.log").read_text()
+    extras = archived(tmp_path, "extras.log")
     assert "batching=dynamic" in extras and "loader=threads" in extras and "side_stream=True" in extras
 
 

@@ -16,10 +16,16 @@ same window steps. Their gap is reported; it fails the cell only when --kernel-p
 is a figure to read, not a tolerance known in advance). The traces are recorded without memory profiling
 (harness.measure.profiling), which slowed the profiled steps.
 The result goes to <--out>/<--name>.json (one file per stage of scripts/gpu_check.sh).
-Exit 0 when everything holds, 1 otherwise, 2 when the directory has no cells.jsonl."""
+Exit 0 when everything holds, 1 otherwise, 2 when the directory has no cells.jsonl.
+
+With --steps-for-window S it checks nothing: it prints the measured steps that make an S-second window at
+the run's step time (the fastest cell's median step: the profile stage sizes its window from the matrix
+stage's run so), within --steps-between; exit 2 when the run has no measured step."""
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -112,6 +118,31 @@ def check_profile(run: Path, result, args, notes: list[str]) -> list[str]:
         f"points (> {args.kernel_points}) on steps {got['steps']}"]
 
 
+def fastest_step_s(results) -> float | None:
+    """The fastest cell's median step seconds (all its ranks' measured steps); None without a step."""
+    medians = [statistics.median(steps) for r in results
+               if (steps := [s for rank in r.ranks for s in (rank.step or [])])]
+    return min(medians) if medians else None
+
+
+def steps_for_window(step_s: float, window_s: float, least: int, most: int) -> int:
+    """Steps of `step_s` seconds that last at least `window_s`, within [least, most]."""
+    return max(least, min(most, math.ceil(window_s / step_s)))
+
+
+def sized_steps(args) -> int:
+    """--steps-for-window: print the steps (exit 0), or why there are none to time (stderr, exit 2)."""
+    from harness.results.rundir import read_results
+
+    run = run_dir_of(args.run)
+    step_s = fastest_step_s(read_results(run)) if run is not None else None
+    if not step_s or step_s <= 0:
+        print(f"no measured step in {args.run} to size a window from", file=sys.stderr)
+        return 2
+    print(steps_for_window(step_s, args.steps_for_window, *args.steps_between))
+    return 0
+
+
 def parse(argv: list[str] | None):
     p = gpucommon.parser(__doc__)
     p.add_argument("run", type=Path, help="the run directory, or the --out folder that holds it")
@@ -125,11 +156,17 @@ def parse(argv: list[str] | None):
     p.add_argument("--nvml-points", type=float, default=15.0, help="most AU points between AU and NVML")
     p.add_argument("--nvml-min-window", type=float, default=2.0, help="shortest window compared with NVML (s)")
     p.add_argument("--require-nvml", action="store_true", help="fail when no cell was compared with NVML")
+    p.add_argument("--steps-for-window", type=float, default=None, metavar="S",
+                   help="check nothing: print the steps that make an S-second window at the run's step time")
+    p.add_argument("--steps-between", type=int, nargs=2, default=(100, 1500), metavar=("LEAST", "MOST"),
+                   help="the bounds of --steps-for-window's answer (default 100 1500)")
     return p.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.steps_for_window is not None:
+        return sized_steps(args)
     from harness.results.rundir import read_results
 
     run = run_dir_of(args.run)
