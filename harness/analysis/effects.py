@@ -47,7 +47,7 @@ EFFECTS_HISTORY = {
 }
 # effects.jsonl's order figures -> (the Figures attribute, the label in tables)
 ORDER_FIGURES = {"order_units": ("order_units_ratio", "units/batch vs shuffle"),
-                 "order_position": ("order_position_mixing", "position mixing (1 - |rho|)"),
+                 "order_position": ("order_position_mixing", "position mixing (1 - abs rho)"),
                  "order_labels": ("order_label_ratio", "label mixing vs shuffle")}
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
