@@ -33,7 +33,8 @@ def make_run(path: Path, factors: dict[str, float] | None = None, repeats: int =
             lines.append(line)
     (path / "cells.jsonl").write_text("".join(json.dumps(c) + "\n" for c in lines))
     (path / "probe.jsonl").write_text("".join(json.dumps({"repeat": r, "ideal_samples_per_s": probe,
-                                                          "memcpy_gb_s": 5.0}) + "\n" for r in range(repeats)))
+                                                          "ideal_cpu_samples_per_s": probe, "memcpy_gb_s": 5.0})
+                                              + "\n" for r in range(repeats)))
     env = {"scenario": "4xV100", "comparable": dict(COMPARABLE, world_size=world_size),
            "versions": {"torch": "2.13.0"}, "cpu_count": 2, "cpu_model": cpu_model, "memory_gb": 24,
            "cpu_affinity": 2, "hostname": hostname,
@@ -69,19 +70,20 @@ def test_planted_regression_fails_with_exit_1(tmp_path, capsys):
 
 @pytest.mark.parametrize("flags", [(), ("--raw",), ("--gate-metric", "cpu")])
 def test_a_run_from_another_machine_is_not_comparable_for_every_metric(tmp_path, capsys, flags):
-    """Another CPU model (the issue: an AMD EPYC run against an Intel Xeon baseline), or the same one twice as
-    fast in the probe and in every cell: exit 3 in one line naming what differs, for every metric (normalised
-    throughput carried across machines before; raw only warned)."""
+    """Another CPU model (the issue: an AMD EPYC run against an Intel Xeon baseline), or the same one three
+    times as fast in the probe (beyond its measured x2.7) and in every cell: exit 3 in one line naming what
+    differs, for every metric (normalised throughput carried across machines before; raw only warned)."""
     a = make_run(tmp_path / "a", cpu_model="Intel(R) Xeon(R) Processor")
     b = make_run(tmp_path / "b", cpu_model="AMD EPYC")
     code, out, err = main(capsys, "compare", a, b, *flags)
     assert code == 3 and out == "" and len(err.strip().splitlines()) == 1, out + err
     assert "CPU model Intel(R) Xeon(R) Processor there, AMD EPYC here" in err and "scripts/ci_gate.sh" in err
-    fast = make_run(tmp_path / "fast", {c["cell"]: 2.0 for c in CELLS}, probe=2000.0, cpu_model="Intel(R) Xeon(R) "
+    fast = make_run(tmp_path / "fast", {c["cell"]: 3.0 for c in CELLS}, probe=3000.0, cpu_model="Intel(R) Xeon(R) "
                     "Processor")
     code, out, err = main(capsys, "compare", a, fast, *flags)
     assert code == 3 and len(err.strip().splitlines()) == 1
-    assert "ideal-loader probe 1000 samples/s there, 2000 here (x2.00; beyond its noise, x1.10 between" in err
+    assert "ideal-loader probe 1000 samples per CPU s there, 3000 here (x3.00; beyond its noise on one machine, " \
+           "x2.70)" in err
 
 
 def test_a_fresh_hostname_alone_is_the_same_machine(tmp_path, capsys):

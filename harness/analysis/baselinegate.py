@@ -16,12 +16,15 @@ Verdicts per cell (union of the baseline's and the run's cell ids):
   "error": errored in this run.
 
 A baseline from another machine is not comparable at all, for every metric (BaselineError, exit 3;
-check_machine): the CPU model, the CPU count or the cores the run was allowed differ, or a figure of the machine
-probe differs beyond its noise. The probe's noise is the largest factor between any repeat's figure and its own
-side's median, on either side, but at least 1 + PROBE_FLOOR (x1.10); "beyond" is a ratio of the two medians
-outside [1 / noise, noise]. The hostname and the memory size are not checked: CI machines of one kind have
-fresh hostnames, and memory does not change the code's CPU cost per sample. A and B of one job on one
-machine (harness.commands.ab_gate) skip the check: there the probe is code under test too.
+check_machine; check_baseline makes it with the settings' check): the CPU model, the CPU count or the cores the
+run was allowed differ, or a figure of the machine probe that tells machines apart differs beyond its measured
+spread between runs on one machine (PROBE_SPREAD: the ideal loader per CPU second and the memory copy; the
+ideal loader's wall-clock samples/s is the host's load as much as the machine, so it is not checked). The
+tolerance of a figure is the largest of its PROBE_SPREAD and the factor between any repeat's figure and its own
+side's median, on either side; "beyond" is a ratio of the two medians outside [1 / tolerance, tolerance]. The
+hostname and the memory size are not checked: CI machines of one kind have fresh hostnames, and memory does not
+change the code's CPU cost per sample. A and B of one job on one machine (harness.commands.ab_gate) skip the
+check: there the probe is code under test too.
 
 Exit code of a comparison: 1 when a cell is "slower", or errored now where the baseline had a result; with
 `strict`, also when a cell is "inconclusive"; else 0 (an inconclusive cell then adds one warning line). A
@@ -42,14 +45,22 @@ METRIC_NAMES = {"normalised": "normalised throughput", "throughput": "raw throug
 LOWER_IS_BETTER = {"cpu_s_per_sample"}  # a rise of these is the regression
 VERDICTS = ("slower", "error", "faster", "unchanged", "inconclusive", "not comparable", "new", "missing")
 MACHINE_NAMES = {"cpu_model": "CPU model", "cpu_count": "CPU count", "cpu_affinity": "cores allowed"}
-PROBE_NAMES = {"ideal_samples_per_s": ("ideal-loader probe", "samples/s"), "memcpy_gb_s": ("memory-copy probe", "GB/s")}
-# the least noise a probe figure is granted (x1.10): a side of 1 or 2 repeats shows no scatter of its own, and a
-# machine 10% slower moves the CPU per sample by less than the gate's 15% minimum effect (docs/ci-gate.md)
-PROBE_FLOOR = 0.10
+PROBE_NAMES = {"ideal_samples_per_s": ("ideal-loader probe", "samples/s"),
+               "ideal_cpu_samples_per_s": ("ideal-loader probe", "samples per CPU s"),
+               "memcpy_gb_s": ("memory-copy probe", "GB/s")}
+# The probe figures the machine check compares, each with the largest factor between two runs' figures measured
+# on one machine (max / min over fresh-process probes, scripts/probe_spread.py), rounded up: a same-machine
+# baseline within it is accepted. Measured 2026-12-03 on the 2-core AMD EPYC KVM development machine beside
+# other engineers' work (load average 2.8-13.9), 99 probes of the ci scenario, 39 of them beside a one-core
+# hog besides: the ideal loader 1,160 .. 3,035 samples per CPU second (x2.62; 1,890 .. 3,035 but for that one
+# probe), the memory copy 6.91 .. 10.3 GB/s (x1.49). Left out: a 100th probe, at load average 13.0, x8 slower
+# per CPU second in both figures (refused: "or this one under heavy load"). The wall-clock ideal loader
+# strayed x13 in the same probes (x39 in an earlier 20), so it is not checked. docs/ci-gate.md has the table.
+PROBE_SPREAD = {"ideal_cpu_samples_per_s": 2.7, "memcpy_gb_s": 1.5}
 MACHINE_REMEDY = ("the CPU cost and the throughput of two machines are not comparable: regenerate the baseline on "
                   "this machine with --save-baseline, or gate this commit against its parent on this machine "
                   "(bash scripts/ci_gate.sh)")
-__all__ = ["BaselineError", "Comparison", "Row", "check_comparable", "check_machine", "compare"]
+__all__ = ["BaselineError", "Comparison", "Row", "check_baseline", "check_comparable", "check_machine", "compare"]
 
 
 @dataclass
@@ -125,16 +136,22 @@ def probe_scatter(values: list[float]) -> float:
     return max(max(x / med, med / x) for x in values)
 
 
+def probe_tolerance(key: str, cur: list[float], base: list[float]) -> float:
+    """The factor within which two sides' medians of a probe figure are one machine's: its measured spread
+    between runs (PROBE_SPREAD), or either side's own scatter where that is larger."""
+    return max(PROBE_SPREAD[key], probe_scatter(cur), probe_scatter(base))
+
+
 def _probe_differs(key: str, cur: list[float], base: list[float]) -> str | None:
     if not cur or not base or min(cur + base) <= 0:
         return None
     ratio = stats.median(cur) / stats.median(base)
-    noise = max(1 + PROBE_FLOOR, probe_scatter(cur), probe_scatter(base))
-    if 1 / noise <= ratio <= noise:
+    tolerance = probe_tolerance(key, cur, base)
+    if 1 / tolerance <= ratio <= tolerance:
         return None
     name, unit = PROBE_NAMES[key]
     return (f"{name} {stats.median(base):.4g} {unit} there, {stats.median(cur):.4g} here (x{ratio:.2f}; beyond "
-            f"its noise, x{noise:.2f} between a repeat and its median)")
+            f"its noise on one machine, x{tolerance:.2f})")
 
 
 def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) -> list[str]:
@@ -146,19 +163,29 @@ def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) 
     shared = [k for k in known if base.get(k) not in (None, "")]
     diffs = [f"{MACHINE_NAMES[k]} {_show(base[k])} there, {_show(machine[k])} here"
              for k in shared if machine[k] != base[k]]
-    probes = [d for k in PROBE_NAMES if probe is not None
+    probes = [d for k in PROBE_SPREAD if probe is not None
               and (d := _probe_differs(k, getattr(probe, k), getattr(baseline.probe, k)))]
     if diffs or probes:
         who = "another machine" if diffs else "another machine (or this one under heavy load)"
         raise BaselineError(f"the baseline is from {who}: {'; '.join(diffs + probes)}; {MACHINE_REMEDY}")
     # recorded on one side only (an older side): not checked; recorded on neither: nothing to say
     unchecked = [MACHINE_NAMES[k] for k in MACHINE_KEYS if (k in known) != (base.get(k) not in (None, ""))]
-    if probe is not None and bool(probe.ideal_samples_per_s) != bool(baseline.probe.ideal_samples_per_s):
-        unchecked.append("machine probe")
+    if probe is not None:
+        one_side = [k for k in PROBE_SPREAD if bool(getattr(probe, k)) != bool(getattr(baseline.probe, k))]
+        if one_side:
+            unchecked.append("machine probe" if len(one_side) == len(PROBE_SPREAD) else "machine probe ("
+                             + ", ".join(f"{PROBE_NAMES[k][0]} in {PROBE_NAMES[k][1]}" for k in one_side) + ")")
     if unchecked:
         return [f"the {', '.join(unchecked)} of the machine recorded on one side only (an older baseline): not "
                 f"checked; {REMEDY} to check them"]
     return []
+
+
+def check_baseline(scenario: str, comparable: dict, machine: dict, probe: ProbeSeries | None,
+                   baseline: Baseline) -> list[str]:
+    """Whether a run may be compared with `baseline` at all: its settings (check_comparable), then its machine
+    (check_machine); a one-line BaselineError (exit 3) when not, else the warnings of both."""
+    return check_comparable(scenario, comparable, baseline) + check_machine(machine, probe, baseline)
 
 
 def needed_repeats(n_other: int, alpha: float, limit: int = 1000) -> int | None:
@@ -170,7 +197,7 @@ def needed_repeats(n_other: int, alpha: float, limit: int = 1000) -> int | None:
     return None
 
 
-def _params_differ(cur: BaselineCell, base: BaselineCell) -> str | None:
+def params_differ(cur: BaselineCell, base: BaselineCell) -> str | None:
     """A note naming the axes whose parameters differ, or None (also when a side does not record them)."""
     a, b = cur.params, base.params
     if a is None or b is None or a == b:
@@ -184,14 +211,17 @@ def _params_differ(cur: BaselineCell, base: BaselineCell) -> str | None:
     return "parameters differ: " + "; ".join(f"{k} baseline {b.get(k)}, this run {a.get(k)}" for k in axes)
 
 
-def _compare_cell(cid: str, cur: BaselineCell | None, base: BaselineCell | None, key: str, min_effect: float,
-                  alpha: float) -> Row:
+_params_differ = params_differ  # its older name (tests/test_loader_axis.py)
+
+
+def compare_cell(cid: str, cur: BaselineCell | None, base: BaselineCell | None, key: str, min_effect: float,
+                 alpha: float) -> Row:
     b = base.samples(key) if base is not None else []
     if cur is None:
         return Row(cid, _med(b), None, None, None, "missing", "not run")
     a = cur.samples(key)
     if base is not None:
-        differ = _params_differ(cur, base)
+        differ = params_differ(cur, base)
         if differ:
             return Row(cid, _med(b), _med(a), None, None, "not comparable", differ)
     if cur.error:
@@ -220,20 +250,30 @@ def _med(xs) -> float | None:
     return stats.median(xs) if xs else None
 
 
+def metric_key(metric: str, raw: bool = False) -> str:
+    """The baseline samples a gate metric compares: "cpu" -> loader + rank CPU per sample, "throughput" ->
+    throughput normalised by the probe (raw samples/s with `raw`)."""
+    return "cpu_s_per_sample" if metric == "cpu" else ("throughput" if raw else "normalised")
+
+
 def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: float = 0.05,
             alpha: float = 0.05, strict: bool = False, metric: str = "throughput",
-            same_machine: bool = False) -> Comparison:
+            same_machine: bool = False, tested: dict[str, Row] | None = None) -> Comparison:
     """Compare a run (as a Baseline, Baseline.from_run) with a baseline. `metric`: "throughput" (normalised
     by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per sample). A baseline from
     another machine raises BaselineError (check_machine), unless `same_machine`: both sides were measured in
-    one job on this machine (the A/B gate)."""
-    warnings = check_comparable(current.scenario, current.comparable, baseline)
-    if not same_machine:
-        warnings += check_machine(current.machine, current.probe, baseline)
-    key = "cpu_s_per_sample" if metric == "cpu" else ("throughput" if raw else "normalised")
+    one job on this machine (the A/B gate). `tested`: rows already judged by another test (the A/B gate's
+    paired test), used for their cells instead of the rank test."""
+    if same_machine:
+        warnings = check_comparable(current.scenario, current.comparable, baseline)
+    else:
+        warnings = check_baseline(current.scenario, current.comparable, current.machine, current.probe, baseline)
+    key = metric_key(metric, raw)
     cur_cells, base_cells = current.cells, baseline.cells
     ids = list(base_cells) + [c for c in cur_cells if c not in base_cells]
-    rows = [_compare_cell(c, cur_cells.get(c), base_cells.get(c), key, min_effect, alpha) for c in ids]
+    tested = tested or {}
+    rows = [tested.get(c) or compare_cell(c, cur_cells.get(c), base_cells.get(c), key, min_effect, alpha)
+            for c in ids]
     both = [c for c in ids if c in cur_cells and c in base_cells]
     if both and any(side[c].params is None for c in both for side in (cur_cells, base_cells)):
         warnings.append("the baseline (or this run) does not record the strategies' parameters per cell "
@@ -245,7 +285,7 @@ def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect
     if differ:
         warnings.append(f"{len(differ)} cell(s) not compared: their strategies' parameters differ from the "
                         f"baseline's ({differ[0].cell})")
-    inconclusive = [r for r in rows if r.verdict == "inconclusive"]
+    inconclusive = [r for r in rows if r.verdict == "inconclusive" and r.cell not in tested]
     if inconclusive:
         warnings.append(inconclusive_warning(inconclusive, current, baseline, key, alpha, strict))
     return Comparison(rows, key, min_effect, alpha, warnings, strict)

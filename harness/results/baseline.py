@@ -215,8 +215,10 @@ def merge(parts: list[Baseline], where: str = "the runs") -> Baseline:
                 continue
             for key in SAMPLES:
                 into.samples(key).extend(cell.samples(key))
+    cpu = [p.probe.ideal_cpu_samples_per_s for p in parts]
     probe = ProbeSeries([x for p in parts for x in p.probe.ideal_samples_per_s],
-                        [x for p in parts for x in p.probe.memcpy_gb_s])
+                        [x for p in parts for x in p.probe.memcpy_gb_s],
+                        [x for xs in cpu for x in xs] if all(cpu) else [])  # only when every part has it
     commits = {p.git.get("commit") for p in parts}
     return Baseline(scenario=first.scenario, comparable=dict(first.comparable), cells=cells,
                     created=max(p.created for p in parts), machine=dict(first.machine),
