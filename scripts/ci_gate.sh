@@ -9,14 +9,14 @@
 # 2. Then the A/B gate (harness/commands/ab_gate.py): this commit and its parent (HEAD^, checked out with
 #    `git worktree add` into a temp dir, removed on any exit), single-repeat runs of the ci scenario each,
 #    interleaved parent/current/current/parent/..., in this job on this machine, one --data-dir for both trees;
-#    exit 1 only on a significant regression of this commit against its parent (a rise of 15% or more,
-#    p < 0.05 / 6 in a cell). No parent (a shallow clone) or a parent that cannot run the ci scenario: one line, exit 0,
-#    the gate marked NOT RUN.
+#    exit 1 only on a significant regression of this commit against its parent (a rise of 15% or more of a cell's
+#    paired ratios, p < 0.05 for the cells together by an exact sign-flip test over the pairs). No parent (a
+#    shallow clone) or a parent that cannot run the ci scenario: one line, exit 0, the gate marked NOT RUN.
 #
 # CI_GATE_BASELINE (default results/baselines/ci.json) and CI_GATE_AB_RUNS (runs per side, default 6: 12 runs
 # of 21-28 s each on the quiet 2-core development machine, about 4.5 minutes; 7.1-8.5 minutes measured there
 # while other test suites loaded the same 2 cores, 16 at load average 12-27; below 5 runs a side the A/B can
-# never fail, each cell being tested at 0.05 / 6) override the defaults; CI_GATE_DATA_DIR the data directory
+# never fail: 4 pairs reach at best p = 1/16) override the defaults; CI_GATE_DATA_DIR the data directory
 # (default: this checkout's data/).
 set -uo pipefail
 cd "$(dirname "$0")/.."

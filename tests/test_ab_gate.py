@@ -108,10 +108,10 @@ def test_the_same_code_passes(tmp_path, capsys):
     assert gate(tmp_path, runner) == 0
     assert runner.calls == abruns.interleaved(6)
     out, err = capsys.readouterr()
-    assert "0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%, alpha 0.0166667)" \
-        in out
-    assert "passed" in err.splitlines()[-1] and "against its parent abc123, 6 against 6 single-repeat runs" in err
-    assert "alpha 0.05 over 3 cells, 0.017 each" in err
+    assert "0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%, alpha 0.05)" in out
+    assert "passed" in err.splitlines()[-1]
+    assert "against its parent abc123, 6 against 6 single-repeat runs in 6 interleaved pairs" in err
+    assert "paired sign-flip test, max over cells, alpha 0.05 over the 3 cells together" in err
     assert (tmp_path / "out" / "comparison.md").read_text().startswith("**0 slower")
 
 
@@ -299,12 +299,67 @@ def test_a_python_error_in_the_gate_is_exit_2_never_1(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_each_cell_is_tested_at_alpha_over_the_cells(tmp_path, capsys):
-    """Bonferroni: a rise that 6 against 6 runs call significant at 0.05 but not at 0.05 / 3 is no failure.
-    One cell of the current side 30% dearer in 4 of its 6 runs: Mann-Whitney p = 0.025 (not < 0.0167)."""
+def test_the_family_of_cells_is_tested_together(tmp_path, capsys):
+    """One cell 30% dearer in 4 of its 6 pairs, the other cells unchanged: S = 4a / sqrt(4 a^2) = 2, reached
+    by the 2^2 patterns whose first four signs are +1 (the unchanged cells' S is 0 under every pattern):
+    p = 4/64 = 0.0625, not < 0.05; at alpha 0.1 it is slower."""
     parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(6)]
     current = [write_run(tmp_path / f"c{i}", {CELLS[1]: 1.3 if i < 4 else 1.0}, seq=i) for i in range(6)]
     assert ab_gate.judge(parent, current, tmp_path / "out") == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(CELLS[1]))
-    assert "unchanged" in row and " 0.0246 " in row
-    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.15) == 1  # 0.05 per cell: slower
+    assert "unchanged" in row and " 0.0625 " in row
+    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.1) == 1
+
+
+def test_a_pairs_shared_load_cancels(tmp_path):
+    """Each pair's two runs under one load (x0.8 .. x1.5, as a shared machine's minutes differ), this commit
+    20% dearer in one cell: the paired ratios are all x1.2 (p = 1/64, slower); paired with the wrong
+    neighbours, the load does not cancel and the same runs show nothing."""
+    loads = [1.0, 1.5, 0.8, 1.3, 0.9, 1.2]
+    parent = [write_run(tmp_path / f"p{i}", {c: x for c in CELLS}, seq=i) for i, x in enumerate(loads)]
+    current = [write_run(tmp_path / f"c{i}", {c: x * (1.2 if c == CELLS[1] else 1.0) for c in CELLS}, seq=i)
+               for i, x in enumerate(loads)]
+    j = abjudgement.judge(parent, current)
+    rows = {r.cell: r for r in j.comparison.rows}
+    assert j.exit_code == 1 and j.pairs == 6
+    assert rows[CELLS[1]].verdict == "slower" and rows[CELLS[1]].p == pytest.approx(1 / 64)
+    assert rows[CELLS[1]].ratio == pytest.approx(1.2)
+    assert {rows[c].verdict for c in (CELLS[0], CELLS[2])} == {"unchanged"}
+    shifted = abjudgement.judge(parent, current[1:] + current[:1])
+    assert shifted.exit_code == 0
+
+
+def test_fewer_than_five_pairs_cannot_fail(tmp_path):
+    """4 pairs reach at best p = 1/16 = 0.0625: inconclusive at 0.05, exit 0 even for a 50% rise."""
+    parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(4)]
+    current = [write_run(tmp_path / f"c{i}", {CELLS[1]: 1.5}, seq=i) for i in range(4)]
+    j = abjudgement.judge(parent, current)
+    assert j.exit_code == 0 and {r.verdict for r in j.comparison.rows} == {"inconclusive"}
+    assert j.comparison.rows[1].note == "4 pairs: a sign-flip test cannot reach p<0.05"
+    assert abjudgement.judge(parent, current[:3]).error.startswith("4 runs of the parent against 3 of this commit")
+
+
+@pytest.mark.parametrize("d, p", [
+    ([[0.1]] * 6, [1 / 64]),  # all six pairs agree: only the observed pattern reaches it
+    ([[0.1]] * 5 + [[-0.1]], [7 / 64]),  # sum 0.4: the patterns with at least 5 of 6 signs agreeing, 6 + 1
+    ([[0.3], [0.1], [0.2], [-0.05], [0.4], [0.25]], [2 / 64]),  # the observed, and the one flipping -0.05
+    ([[-0.1]] * 6, [1 / 64]),  # the other direction alike (the all -1 pattern)
+    # two cells: A agrees in all six pairs, B in the first three: A's 1/64 alone, 2/64 in the family (B's
+    # pattern +++--- reaches A's statistic sqrt(6) too); B's S is 0, and the max stays below 0 only where the
+    # first three signs sum to -3 and the last three to -1 or +1 (2 x 3 patterns): 58/64
+    ([[0.1, 0.1]] * 3 + [[0.1, -0.1]] * 3, [2 / 64, 58 / 64]),
+    ([[0.0]] * 6, [1.0]),  # no change at all
+])
+def test_the_sign_flip_p_by_hand(d, p):
+    """2^6 = 64 sign patterns over 6 pairs, counted by hand."""
+    _, got = abjudgement.sign_flip_p(d)
+    assert list(got) == pytest.approx(p)
+
+
+def test_many_pairs_sample_the_patterns():
+    """Beyond EXACT_PAIRS pairs, seeded random patterns: the all-agreeing case's p is about 1 / (patterns)."""
+    n = abjudgement.EXACT_PAIRS + 4
+    assert abjudgement.sign_patterns(n).shape == (abjudgement.SAMPLED_PATTERNS + 1, n)
+    _, p = abjudgement.sign_flip_p([[0.1]] * n)
+    assert p[0] < 3 / abjudgement.SAMPLED_PATTERNS
+    assert abjudgement.sign_patterns(3).tolist()[0] == [1, 1, 1] and len(abjudgement.sign_patterns(3)) == 8

@@ -1,11 +1,11 @@
 """`run_bench.py ab-gate` and `run_bench.py gate-precheck`: the A/B regression gate, for a machine that the
 committed baseline is not of (scripts/ci_gate.sh falls back to it when the baseline gate exits 3): this
 commit's tree and its parent's, measured in one job on this machine (harness.run.abruns: single-repeat runs
-interleaved), judged by ratio as the gate judges (harness.analysis.abjudgement: each side merged, each cell at
-alpha / cells). Exit 1 only on a significant regression of this commit against its parent (or when this
-commit's own run fails as a gate run would: a crashed rank, a broken sampler contract); a parent that cannot
-run the scenario, or runs it with other settings, gives exit 0 with the gate marked as NOT RUN in one line:
-never a false failure.
+interleaved in pairs), judged on the paired log ratios (harness.analysis.abjudgement: an exact sign-flip test
+over the pairs, alpha over all cells together). Exit 1 only on a significant regression of this commit against
+its parent (or when this commit's own run fails as a gate run would: a crashed rank, a broken sampler
+contract); a parent that cannot run the scenario, or runs it with other settings, gives exit 0 with the gate
+marked as NOT RUN in one line: never a false failure.
 
 `precheck` is the machine half of the baseline gate's check (analysis.baselinegate.check_machine without the
 probe), made before anything runs, so that a machine of another CPU model does not spend a whole gate run on
@@ -108,9 +108,9 @@ def judge(parent_dirs: list[Path], current_dirs: list[Path], out_dir: Path, min_
     code = gatetable.show(j.comparison, Path(out_dir) / "comparison.md")
     verdict = "FAILED (a significant regression against the parent)" if code else "passed"
     print(f"{PREFIX} (A/B: this commit against its parent {parent_label}, {len(current_dirs)} against "
-          f"{len(parent_dirs)} single-repeat runs, interleaved on this machine, {wall_s:.0f} s; alpha {alpha:g} "
-          f"over {j.cells} cells, {alpha / j.cells:.2g} each): {verdict}: {j.comparison.summary_line()}",
-          file=sys.stderr)
+          f"{len(parent_dirs)} single-repeat runs in {j.pairs} interleaved pairs on this machine, {wall_s:.0f} s; "
+          f"{abjudgement.TEST_NAME}, alpha {alpha:g} over the {j.cells} cells together): {verdict}: "
+          f"{j.comparison.summary_line()}", file=sys.stderr)
     return code
 
 
