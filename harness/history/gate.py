@@ -1,7 +1,7 @@
 """The history gate: a run's cells against the same cells in the last K comparable runs of the store (same
 scenario, machine fingerprint and settings hash, earlier in time), each cell by the lookback test
-(harness.history.lookback) at alpha / cells (Bonferroni, as the A/B gate: with unchanged code the chance that
-any cell is called slower stays under alpha).
+(harness.history.lookback) at alpha / cells (Bonferroni: with unchanged code the chance that any cell is called
+slower stays under alpha, the family-wise rate the A/B gate's sign-flip maximum over cells holds too).
 
 The figure it gates on by default (DEFAULT, "stages/decode") is the loader's timed stages' CPU per sample over
 its decode stage's, both measured in the same visit by the same thread clocks (harness.train.stagetimer): a
