@@ -38,6 +38,7 @@ from harness.report.tables import (
     short_error,
     shown_axes,
 )
+from harness.report.trainingtable import training_table
 from harness.results import rundir as run_files
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
@@ -241,8 +242,9 @@ def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) 
     """The per-cell tables of a run (tables without rows are left out when rendered)."""
     if not cells:
         return []
-    return [throughput_table(cells), order_table(cells), utilisation_table(cells), balance_table(cells, what_if_cores),
-            memory_io_table(cells), batching_table(cells), decomposition_table(cells), remote_table(cells)]
+    return [throughput_table(cells), order_table(cells), training_table(cells), utilisation_table(cells),
+            balance_table(cells, what_if_cores), memory_io_table(cells), batching_table(cells),
+            decomposition_table(cells), remote_table(cells)]
 
 
 def in_matrix_order(results: list[CellResult], env: Environment | None) -> list[CellResult]:

@@ -8,6 +8,9 @@ The figures go into the cell's `figures` (ORDER_FIGURES, over every rank's batch
 into its `order` part (harness.results.cellparts.OrderQuality). The ratios are the forms fitted as effects, 1
 for an ideal shuffle: `order_units_ratio` (units met / the ideal's), `order_position_mixing` (1 - |rho|),
 `order_label_ratio` (the ideal's TV distance / the batches').
+
+On data with classes the cell's order is also trained on (harness.results.ordertraining: a softmax classifier of
+the class, the window's steps, against the ideal shuffle's over the same seeds): TRAIN_FIGURES, `order_train_*`.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from harness.data.generator import class_labels
 from harness.data.storageunits import noted
 from harness.measure.rankrecord import RankRecord
 from harness.results import orderquality as oq
+from harness.results import ordertraining as ot
 from harness.results.cellparts import OrderQuality, RankOrderQuality
 
 # the cell's figures: Figures name -> orderquality.OrderFigures attribute
@@ -25,6 +29,12 @@ ORDER_FIGURES = {
     "order_label_tv_ideal": "label_tv_ideal", "order_label_tv_ideal_sd": "label_tv_ideal_sd"}
 RATIOS = ("order_units_ratio", "order_position_mixing", "order_label_ratio")  # fitted as effects
 DIGITS = 6
+# what training on the order did: Figures name -> ordertraining.TrainingFigures attribute
+TRAIN_FIGURES = {
+    "order_train_steps": "steps", "order_train_seeds": "seeds", "order_train_loss": "loss",
+    "order_train_loss_shuffle": "loss_shuffle", "order_train_ratio": "ratio", "order_train_ratio_low": "ratio_low",
+    "order_train_ratio_high": "ratio_high", "order_train_accuracy": "accuracy",
+    "order_train_accuracy_shuffle": "accuracy_shuffle"}
 
 
 def cell_layout(dataset, cell_id: str) -> oq.Layout:
@@ -46,6 +56,17 @@ def figures_of(f: oq.OrderFigures) -> dict:
     tv, tv_ideal = f.label_tv, f.label_tv_ideal
     out["order_label_ratio"] = _rounded(tv_ideal / tv) if tv and tv_ideal is not None else None
     return {k: v for k, v in out.items() if v is not None}
+
+
+def training_of(orders: list[oq.RankOrder], dataset) -> dict:
+    """The `order_train_*` figures of the ranks' window orders; {} without classes or a step."""
+    if class_labels(dataset) is None:
+        return {}
+    f = ot.training_figures(ot.task_of(dataset), ot.order_steps(orders))
+    if f is None:
+        return {}
+    return {name: getattr(f, attr) if isinstance(getattr(f, attr), int) else _rounded(getattr(f, attr))
+            for name, attr in TRAIN_FIGURES.items()}
 
 
 def _rank_part(rank: int, f: oq.OrderFigures) -> RankOrderQuality:
@@ -72,4 +93,4 @@ def of_cell(records: list[RankRecord], dataset, cell_id: str) -> tuple[dict, Ord
     part = OrderQuality(unit=lay.unit_name, units=int(lay.unit_sizes().size),
                         classes=0 if sizes is None else int(sizes.size),
                         label_spread=oq.LABEL_SPREAD if cell.label_tv is not None else "", ranks=ranks)
-    return figures_of(cell), part
+    return {**figures_of(cell), **training_of([o for _, o in orders], dataset)}, part

@@ -96,6 +96,18 @@ class Figures(JsonRecord):
     order_label_tv_ideal: float | None = None
     order_label_tv_ideal_sd: float | None = None
     order_label_ratio: float | None = None
+    # what the order did to training (data with classes: harness.results.ordertraining): a softmax classifier
+    # trained for the window's steps with the order and with the ideal shuffle, the mean held-out loss over the
+    # seeds, the loss ratio (order / shuffle) and its 95% interval (1 inside: trains as a shuffle)
+    order_train_steps: int | None = None
+    order_train_seeds: int | None = None
+    order_train_loss: float | None = None
+    order_train_loss_shuffle: float | None = None
+    order_train_ratio: float | None = None
+    order_train_ratio_low: float | None = None
+    order_train_ratio_high: float | None = None
+    order_train_accuracy: float | None = None
+    order_train_accuracy_shuffle: float | None = None
 
     @classmethod
     def known(cls) -> tuple[str, ...]:
