@@ -10,6 +10,7 @@ command's own `Request`), settled once, and this module dispatches the request t
     run_bench.py check-predictions --scenario NAME   (or --scenario NAME --check-predictions) the target model
     run_bench.py check-capacity --scenario NAME      how many accelerators this host keeps at AU >= 90%
     run_bench.py check-remote [--bandwidths MB_S ...]  the target model's storage bounds on the shaped store (root)
+    run_bench.py check-resume --scenario NAME        a restart's time to the first batch, a resume's repeats and drops
     run_bench.py target-report RUN_DIR               the stage and target tables of any run directory
     run_bench.py oomcheck [--real]                   an OOM on one rank neither hangs nor crashes the other
     run_bench.py ab-gate --parent DIR                this commit against its parent, interleaved (CI's gate)
@@ -53,6 +54,7 @@ from harness.commands import (
     check_capacity,
     check_predictions,
     check_remote,
+    check_resume,
     compare_runs,
     history,
     list_scenarios,
@@ -155,6 +157,7 @@ COMMANDS = {  # the one dispatch table: name -> Command
     "check-predictions": Command(check_predictions.main, reader("check-predictions", check_predictions.Request)),
     "check-capacity": Command(check_capacity.main, reader("check-capacity", check_capacity.Request)),
     "check-remote": Command(check_remote.main, reader("check-remote", check_remote.CheckRemoteRequest)),
+    "check-resume": Command(check_resume.main, reader("check-resume", check_resume.CheckResumeRequest)),
     "target-report": Command(target_report.main, reader("target-report", target_report.Request)),
     "oomcheck": Command(oomcheck.main, reader("oomcheck", oomcheck.Request)),
 }

@@ -6,7 +6,7 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.commands import check_capacity, check_predictions, check_remote, history, oomcheck
+from harness.commands import check_capacity, check_predictions, check_remote, check_resume, history, oomcheck
 from harness.config import scenariofields
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS
@@ -232,6 +232,18 @@ def define_check_remote(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=d.samples, help=f"the dataset's samples ({d.samples})")
 
 
+def define_check_resume(p: argparse.ArgumentParser) -> None:
+    d = check_resume.CheckResumeRequest
+    p.add_argument("--scenario", required=True, help="a name from scenarios/ or a path to a TOML file")
+    _paths(p, d)
+    p.add_argument("--loader", dest="loaders", action="append", default=[], metavar="NAME",
+                   help="only this loader of the scenario (repeatable; litdata: litdata's own loader)")
+    p.add_argument("--stop", type=int, default=d.stop, help="batches read before the stop (0: half the epoch)")
+    p.add_argument("--in-process", action="store_true", help="restart in this process, not a fresh one")
+    p.add_argument("--samples", type=int, help="the dataset's samples (default: the scenario's)")
+    p.add_argument("--workload", choices=scenariofields.WORKLOADS, help="the fields read (default: the scenario's)")
+
+
 def define_target_report(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", type=Path)
     p.add_argument("--target", type=Path, metavar="FILE",
@@ -304,6 +316,9 @@ DEFINE = {  # name: (what its parser adds, its description): every command named
     "check-remote": (define_check_remote, "the target model's storage bounds against the project's own shaped "
                      "store (root): one reading process per case, an unshaped calibration and each shaped "
                      "bandwidth, predicted and measured"),
+    "check-resume": (define_check_resume, "what a restart costs per loader and storage: time to the first batch "
+                     "(page cache warm and cold) and the samples a mid-epoch resume repeats or drops, from the "
+                     "loader's own state, the harness's position or nothing; writes resume.jsonl"),
     "target-report": (define_target_report, "the per-stage table, plots/stages.png and, with a target, each "
                       "cell's prediction there and the configuration to use, from a run directory alone"),
     "oomcheck": (define_oomcheck, "an OOM on one rank of a 2-rank DDP run must neither hang nor crash the other"),

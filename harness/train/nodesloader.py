@@ -3,13 +3,26 @@ the batch sampler's index lists (IterableWrapper) -> ParallelMapper(method="thre
 thread preparing whole batches (the Dataset's __getitems__ and the collate) -> PinMemory on a GPU ->
 Prefetcher -> Loader. It keeps the sampler contract (every batch once, in order) and the thread loader's CPU
 accounting (harness.train.threadloader.BatchThreadPool: per-thread CPU clock around each batch, reported as
-the loader's), so a cell differs from loader = "threads" by the pipeline library alone."""
+the loader's), so a cell differs from loader = "threads" by the pipeline library alone.
+
+Resumable: while it iterates, ``state_dict()`` is the nodes Loader's own state; a pipeline given that state as
+``initial_state`` before its iteration restores it (torchdata.nodes fast-forwards the index lists), which is
+how harness.run.resumecost measures a mid-epoch resume."""
 from __future__ import annotations
 
 from harness.train.threadloader import BatchThreadPool
 
 
 class NodesPipeline(BatchThreadPool):
+    initial_state: dict | None = None  # a Loader state_dict() to resume from (harness.run.resumecost)
+    _loader = None  # the nodes Loader while an iteration runs
+
+    def state_dict(self) -> dict:
+        """The running nodes Loader's state (after the batches delivered so far)."""
+        if self._loader is None:
+            raise RuntimeError("state_dict() of a nodes pipeline that is not iterating")
+        return self._loader.state_dict()
+
     def __iter__(self):
         from torchdata import nodes  # optional: the loader axis excludes this strategy without it
 
@@ -18,9 +31,13 @@ class NodesPipeline(BatchThreadPool):
                                     method="thread")  # its own queue: in flight at most its workers' batches
         node = nodes.Prefetcher(node, prefetch_factor=self.depth)  # threads x prefetch batches ready
         loader = nodes.Loader(node, restart_on_stop_iteration=False)
+        if self.initial_state is not None:
+            loader.load_state_dict(self.initial_state)
+        self._loader = loader
         try:
             yield from loader
         finally:  # closed early (a cell that stopped): the mapper's threads stop when it is collected
+            self._loader = None
             del loader, node
 
     def _prepare(self, indices: list[int]) -> dict:

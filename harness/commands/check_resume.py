@@ -1,0 +1,48 @@
+"""What a restart costs per loader and storage: time to the first batch (page cache warm and cold) and the
+samples repeated or dropped by a mid-epoch resume from each loader's own state, the harness's position, or
+nothing (harness.run.resumecost measures; harness.results.resumeorder counts and prints). Writes resume.jsonl
+in a new run directory; docs/resume-cost.md has a measured table.
+
+    python run_bench.py check-resume --scenario loaders --samples 512
+    python run_bench.py check-resume --scenario formats --loader workers --in-process
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.config import scenario as scenario_mod
+from harness.errors import EXIT_OK, UsageError
+from harness.results import resumeorder, rundir
+from harness.run import resumecost
+
+
+@dataclass(frozen=True)
+class CheckResumeRequest:
+    """`run_bench.py check-resume --scenario NAME [--loader NAME ...] [--stop N] [--in-process]`."""
+
+    scenario: str
+    data_dir: Path = Path("data")
+    out: Path = Path("results")
+    loaders: tuple[str, ...] = ()  # only these loaders of the scenario (litdata: litdata's own loader)
+    stop: int = 0  # batches read before the stop (0: half the epoch)
+    in_process: bool = False  # restart in this process, not a fresh one
+    samples: int | None = None
+    workload: str | None = None
+
+
+Request = CheckResumeRequest  # what harness.cli builds
+
+
+def main(request: CheckResumeRequest) -> int:
+    if request.stop < 0:
+        raise UsageError(f"--stop {request.stop}: give a number of batches >= 0 (0: half the epoch)")
+    overrides = {k: v for k, v in (("samples", request.samples), ("workload", request.workload)) if v is not None}
+    sc = scenario_mod.load(request.scenario, overrides)
+    resumecost.jobs(sc, request.data_dir, request.loaders)  # bad input fails here, before a run directory
+    run_dir = rundir.new_run_dir(request.out, f"{sc.name}-resume")
+    rows = resumecost.run(sc, request.data_dir, request.loaders, request.stop, not request.in_process,
+                          on_row=lambda row: rundir.append_line(run_dir / "resume.jsonl", row))
+    print("\n".join(resumeorder.table(rows)))
+    print(f"rows: {run_dir / 'resume.jsonl'}")
+    return EXIT_OK

@@ -1,0 +1,89 @@
+"""check-resume: the repeated/dropped arithmetic against hand-computed orders, and a real DataLoader (worker
+processes) stopped in the middle of an epoch and resumed each way, its order recorded across the stop."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.config import scenario
+from harness.results import resumeorder
+from harness.run import resumecost
+
+
+def test_an_exact_resume_repeats_and_drops_nothing():
+    c = resumeorder.count([3, 1, 4, 0, 2], [3, 1], [4, 0, 2])
+    assert (c.repeated, c.dropped, c.same_order, c.expected, c.before, c.after) == (0, 0, True, 5, 2, 3)
+
+
+def test_a_restart_from_the_start_repeats_what_was_read():
+    c = resumeorder.count([3, 1, 4, 0, 2], [3, 1], [3, 1, 4, 0, 2])
+    assert (c.repeated, c.dropped, c.same_order) == (2, 0, False)
+
+
+def test_a_resume_past_the_stop_drops_what_it_skipped():
+    c = resumeorder.count([3, 1, 4, 0, 2], [3, 1], [2])
+    assert (c.repeated, c.dropped) == (0, 2)
+
+
+def test_padding_repeats_count_as_a_multiset():
+    # the epoch repeats 3 once as padding: delivering it twice is no repeat, three times is one
+    ref = [3, 1, 4, 0, 2, 3]
+    assert resumeorder.count(ref, [3, 1, 4], [0, 2, 3]).repeated == 0
+    c = resumeorder.count(ref, [3, 1, 4], [3, 0, 2, 3])
+    assert (c.repeated, c.dropped) == (1, 0)
+    c = resumeorder.count(ref, [3, 1, 4], [0, 2])
+    assert (c.repeated, c.dropped) == (0, 1)
+
+
+def test_a_reordered_resume_is_complete_but_not_the_same_order():
+    c = resumeorder.count([0, 1, 2, 3], [0, 1], [3, 2])
+    assert (c.repeated, c.dropped, c.same_order) == (0, 0, False)
+
+
+def test_the_table_names_each_row_and_the_unverified_cold_drop():
+    row = {"loader": "threads", "storage": "raw", "sampler": "default", "method": "none",
+           "resumable": "no state", "stop_batches": 2, "epoch_batches": 4, "first_batch_warm_s": 0.01,
+           "first_batch_cold_s": 0.02, "cold_verified": False, "repeated": 64, "dropped": 0, "same_order": False}
+    lines = resumeorder.table([row])
+    assert "threads" in lines[1] and "0.020?" in lines[1] and " 64 " in lines[1] and "2/4" in lines[1]
+
+
+def _scenario(tmp_path: Path, matrix: str) -> Path:
+    path = tmp_path / "resume.toml"
+    path.write_text('description = "resume test"\n[hardware]\naccelerator = "V100-16GB"\ncount = 2\n'
+                    '[dataset]\nsamples = 96\nseed = 0\nprofile = "cc3m"\nimage_scale = 0.25\n'
+                    '[training]\nworkload = "features"\nbatch_size = 8\nimage_size = 64\nwarmup_steps = 1\n'
+                    f'steps = 2\nworkers = 1\nprefetch_factor = 2\n[matrix]\n{matrix}\n')
+    return path
+
+
+def test_a_scenario_without_a_loader_or_storage_axis_is_one_line(tmp_path, capsys):
+    path = _scenario(tmp_path, 'sampler = ["default"]')
+    code = cli.main(["check-resume", "--scenario", str(path), "--data-dir", str(tmp_path / "data"),
+                     "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "neither a loader nor a storage axis" in err and "Traceback" not in err
+
+
+def test_an_unknown_loader_is_one_line(tmp_path, capsys):
+    path = _scenario(tmp_path, 'storage = ["raw"]')
+    code = cli.main(["check-resume", "--scenario", str(path), "--loader", "bogus", "--data-dir",
+                     str(tmp_path / "data"), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "loader 'bogus'" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_real_dataloader_stopped_mid_epoch_counts_each_way(tmp_path):
+    sc = scenario.load(str(_scenario(tmp_path, 'storage = ["raw"]\nloader = ["workers"]')))
+    jobs = resumecost.jobs(sc, tmp_path / "data")
+    assert [j.method for j in jobs] == ["none", "position", "state"]
+    reference = resumecost.epoch(jobs[0])
+    assert len(reference) == 6  # 48 samples of one of 2 ranks, batches of 8
+    rows = {j.method: resumecost.measure(j, reference, stop=2, fresh=j.method == "state") for j in jobs}
+    assert (rows["none"]["repeated"], rows["none"]["dropped"]) == (16, 0)  # the 2 batches read again
+    for method in ("position", "state"):  # the state one restarted in a fresh process
+        assert (rows[method]["repeated"], rows[method]["dropped"], rows[method]["same_order"]) == (0, 0, True)
+    assert rows["state"]["fresh_process"] and rows["state"]["after"] == 32
