@@ -41,7 +41,7 @@ def bench_request(ns, argv: list[str], resume_dir: Path | None) -> BenchRequest:
         only=tuple(ns.only), exclude=tuple(ns.exclude), dry_run=ns.dry_run, resume=resume_dir,
         verify_data=ns.verify_data, regenerate=ns.regenerate, cache_state=ns.cache_state, decompose=ns.decompose,
         loader_only=ns.loader_only, profile=ns.profile, repeats=ns.repeats, order=ns.order, budget_s=ns.budget,
-        quick=ns.quick,
+        quick=ns.quick, order_tolerance=ns.order_tolerance,
         what_if_cores=ns.what_if_cores, target=ns.target, torchrun=Torchrun.from_env())
 
 

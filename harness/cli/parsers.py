@@ -99,6 +99,10 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                            "scenario's [run] budget_s, e.g. 4xV100's; none with --repeats)")
     gate.add_argument("--quick", action="store_true",
                       help="one pass over the cells and no budget: a first look that decides no effect")
+    gate.add_argument("--order-tolerance", type=order_tolerance, metavar="F", default=0.10,
+                      help="how much less random than an ideal shuffle a cell's order may be (each order figure's "
+                           "ratio to a shuffle's, or its training loss) before FASTEST names its cost and ROLL OUT "
+                           "passes it over for a cell within it (0.10: 10%%; 1: never); docs/order-quality.md")
     gate.add_argument("--order-seed", type=int, metavar="N",
                       help="the seed of the random order (default: drawn, and recorded in env.json)")
     gate.add_argument("--save-baseline", type=Path, metavar="FILE", help="write this run as a baseline")
@@ -136,6 +140,17 @@ def alpha(text: str) -> float:
     value = float(text)
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be a number strictly between 0 and 1 (e.g. 0.05)")
+    return value
+
+
+def order_tolerance(text: str) -> float:
+    """--order-tolerance: a fraction in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1 (0.10: 10%)")
     return value
 
 

@@ -99,6 +99,7 @@ class BenchRequest:
     order: str = "random"
     budget_s: float | None = None  # --budget; None: the scenario's [run] budget_s unless --repeats or --quick
     quick: bool = False  # --quick: one pass, no budget
+    order_tolerance: float = 0.10  # --order-tolerance: how much less random than a shuffle an order may be
     what_if_cores: float | None = None
     target: Path | None = None  # --target FILE (default: the scenario's [target] table)
     torchrun: Torchrun | None = field(default=None)

@@ -19,7 +19,7 @@ from harness.analysis.effects import MIN_EFFECT, Effect, level_order, whole_pass
 from harness.analysis.intervals import leader_and_tied
 from harness.analysis.loaddependence import load_dependence
 from harness.measure.rankrecord import SHOWN_PARTS
-from harness.report import articles, effecttables, plots, rollout, stagetable, verdict, whatif
+from harness.report import articles, effecttables, ordercost, plots, rollout, stagetable, verdict, whatif
 from harness.report.header import header_lines, outside_load_lines
 from harness.report.remotetable import remote_table
 from harness.report.tables import (
@@ -270,10 +270,11 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     m = min_effect_of(env)
     if cells and fitted is not None:
         leader, tied = leader_and_tied(cells)
-        roll = rollout.rollout_lines(cells, results, [leader, *tied] if leader else [], target, m)
+        tolerance = ordercost.tolerance_of(env)
+        roll = rollout.rollout_lines(cells, results, [leader, *tied] if leader else [], target, m, tolerance)
         load = load_dependence(results, level_order(results, env.cell_ids if env else None))
         parts += render_lines(verdict.verdict_lines(cells, fitted, env.run_cpus if env else None,
-                                                    whole_passes(results), m, roll, load), fmt) + [""]
+                                                    whole_passes(results), m, roll, load, tolerance), fmt) + [""]
     parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results)
                           + ([target.describe()] if target is not None else []), fmt)
     if fitted:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from harness.analysis.recommend import Recommendation, recommend
 from harness.config.accelerators import get_accelerator
 from harness.config.target import Target
+from harness.report.ordercost import TOLERANCE, cost_text, order_costs
 from harness.report.stagetable import target_costs
 from harness.report.tables import shown_axes, stack_label
 from harness.results.cellresult import CellResult
@@ -83,8 +84,10 @@ def _names(cells: list[CellSummary], shown: list[Predicted], axes: list[str]) ->
 
 
 def rollout_lines(cells: list[CellSummary], results: list[CellResult], tied_here: list[CellSummary],
-                  target: Target | None, min_effect: float) -> list[str]:
-    """The ROLL OUT line and what becomes of the cells tied here; `tied_here`: the leader and its ties."""
+                  target: Target | None, min_effect: float, tolerance: float = TOLERANCE) -> list[str]:
+    """The ROLL OUT line and what becomes of the cells tied here; `tied_here`: the leader and its ties. The
+    fastest cell there whose order is within `tolerance` of a shuffle's (harness.report.ordercost); a faster
+    one passed over for its order is named."""
     measured = [c for c in cells if c.measured]
     target = target or (stated_host(measured[0]) if measured else None)
     if target is None:
@@ -93,10 +96,19 @@ def rollout_lines(cells: list[CellSummary], results: list[CellResult], tied_here
                                                     target)) is not None]
     if not found:
         return [f"ROLL OUT on {_where(target)}: no prediction (no cell recorded the costs the model needs)"]
-    best, axes = max(found, key=lambda p: p.middle), shown_axes(measured)
+    axes = shown_axes(measured)
+    fastest = max(found, key=lambda p: p.middle)
+    random_enough = [p for p in found if not order_costs(p.cell, tolerance)]
+    best = max(random_enough, key=lambda p: p.middle) if random_enough else fastest
     lines = [f"ROLL OUT on {_where(target)}: {stack_label(measured, best.cell, axes)} with {best.settings()}: "
              f"{_band(best.samples_per_s, ' samples/s')}, AU {_band(best.au_pct, '%')}, then "
              f"{best.advice.next_limit} binds (modelled from this run's costs)"]
+    if costs := order_costs(best.cell, tolerance):  # every cell's order costs something
+        lines.append(f"  its order: {cost_text(costs, tolerance)}; no cell's order is within it")
+    elif fastest is not best:
+        lines.append(f"  passed over: {stack_label(measured, fastest.cell, axes)}, about "
+                     f"{fastest.middle / best.middle:.2f}x faster there, for its order: "
+                     f"{cost_text(order_costs(fastest.cell, tolerance), tolerance)}")
     here = [p for p in found if any(p.cell.cell == t.cell for t in tied_here) and p is not best]
     stay = [p for p in here if _tied_there(best, p, min_effect)]
     apart = [p for p in here if p not in stay]

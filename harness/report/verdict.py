@@ -16,6 +16,7 @@ from harness.analysis.effects import HIGHER, IDENTICAL, LOWER, MIN_EFFECT, NO_EF
 from harness.analysis.intervals import leader_and_tied
 from harness.analysis.loaddependence import LoadDependence
 from harness.report.effecttables import verdict_word
+from harness.report.ordercost import TOLERANCE, cost_text, order_costs
 from harness.report.tables import interval, shown_axes, stack_label
 from harness.results.repeats import CellSummary
 
@@ -23,7 +24,9 @@ DEVICE_BOUND_AU_PCT = 80.0  # a median AU at least this high: the device is what
 SHOWN_TIED = 4  # tied cells named in the verdict (the rest are counted)
 
 
-def fastest_lines(cells: list[CellSummary]) -> list[str]:
+def fastest_lines(cells: list[CellSummary], tolerance: float = TOLERANCE) -> list[str]:
+    """FASTEST and its ties; the leader's order cost where it is less random than a shuffle beyond `tolerance`
+    (harness.report.ordercost)."""
     leader, tied = leader_and_tied(cells)
     if leader is None:
         return ["FASTEST: no cell was measured"]
@@ -38,6 +41,8 @@ def fastest_lines(cells: list[CellSummary]) -> list[str]:
         f" and {len(tied) - SHOWN_TIED} more" if len(tied) > SHOWN_TIED else "")
     band = f" [{lead.low:.0f}, {lead.high:.0f}] ({lead.label})" if lead else ""
     lines = [f"FASTEST: {name(leader)} at {leader.figures.throughput:.0f} samples/s{band}"]
+    if costs := order_costs(leader, tolerance):
+        lines.append(f"  its order: {cost_text(costs, tolerance)}")
     lines.append(f"  tied with it (intervals overlap): {len(tied)} of {len(measured) - 1} other cells"
                  + (f": {shown}" if tied else ""))
     return lines
@@ -107,8 +112,8 @@ def binds_line(cells: list[CellSummary], cpu_count: float | None) -> str:
 
 def verdict_lines(cells: list[CellSummary], effects: list[Effect], cpu_count: int | None,
                   passes: int = 1, min_effect: float = MIN_EFFECT, rollout: list[str] | None = None,
-                  load: list[LoadDependence] | None = None) -> list[str]:
+                  load: list[LoadDependence] | None = None, tolerance: float = TOLERANCE) -> list[str]:
     """FASTEST, then `rollout` (harness.report.rollout: the configuration to use on the target), EFFECTS with
     each effect that depends on the outside load (`load`, harness.analysis.loaddependence), BINDS."""
-    return (fastest_lines(cells) + (rollout or []) + effect_lines(effects, passes, min_effect)
+    return (fastest_lines(cells, tolerance) + (rollout or []) + effect_lines(effects, passes, min_effect)
             + [d.line() for d in load or []] + [binds_line(cells, cpu_count)])

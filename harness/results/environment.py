@@ -135,6 +135,7 @@ class Environment:
     imported: dict | None = None  # JSON "import": an imported source's scan (config.runsetup.import_env)
     resumed: list[str] | None = None  # UTC times of each --resume
     min_effect: float | None = None  # --min-effect: the smallest effect that matters, for the run's decisions
+    order_tolerance: float | None = None  # --order-tolerance: how much less random than a shuffle an order may be
     extra: dict = field(default_factory=dict)  # keys this harness does not know, kept as they were
 
     @property

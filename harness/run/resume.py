@@ -117,7 +117,7 @@ def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cel
         env = dataclasses.replace(env, scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
                                   cache_state=request.cache_state, repeats=request.repeats, settings=settings,
                                   argv=argv, imported=datasetup.import_env(sc),  # an imported source's scan
-                                  min_effect=request.gate.min_effect)
+                                  min_effect=request.gate.min_effect, order_tolerance=request.order_tolerance)
     env.write(run_dir)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
     print(f"{sc.name}: {n_cells} cells x {request.repeats} repeats x {sc.world_size} ranks on {note}; "
