@@ -15,10 +15,16 @@ from harness.results.repeats import merge_repeats
 
 SHUFFLE = {"order_units_per_batch": 7.55, "order_units_ideal": 7.6, "order_units_ideal_sd": 0.05,
            "order_position_rho": 0.01, "order_position_ideal_sd": 0.02, "order_label_tv": 0.30,
-           "order_label_tv_ideal": 0.31, "order_label_tv_ideal_sd": 0.01}
+           "order_label_tv_ideal": 0.31, "order_label_tv_ideal_sd": 0.01,
+           "order_train_ratio": 1.0, "order_train_ratio_low": 0.98, "order_train_ratio_high": 1.02,
+           **{"order_train_steps": 16, "order_train_seeds": 8, "order_train_loss": 1.0, "order_train_loss_shuffle": 1.0,
+              "order_train_accuracy": 0.7, "order_train_accuracy_shuffle": 0.7}}
 STREAM = {"order_units_per_batch": 1.2, "order_units_ideal": 7.6, "order_units_ideal_sd": 0.05,
           "order_position_rho": 0.2, "order_position_ideal_sd": 0.02, "order_label_tv": 0.85,
-          "order_label_tv_ideal": 0.31, "order_label_tv_ideal_sd": 0.01}
+          "order_label_tv_ideal": 0.31, "order_label_tv_ideal_sd": 0.01,
+          "order_train_ratio": 1.7, "order_train_ratio_low": 1.68, "order_train_ratio_high": 1.72,
+          **{"order_train_steps": 16, "order_train_seeds": 8, "order_train_loss": 1.7, "order_train_loss_shuffle": 1.0,
+             "order_train_accuracy": 0.4, "order_train_accuracy_shuffle": 0.7}}
 
 
 def ratios(f: dict) -> dict:
@@ -58,6 +64,8 @@ def test_the_order_effects_are_fitted_and_written_to_effects_jsonl(tmp_path):
     assert units.reference == "default" and units.ratio == pytest.approx(1.2 / 7.55, rel=0.02) and units.high < 1
     assert main[("throughput", "sampler", "shards")].low > 1.3  # faster ...
     assert main[("order_labels", "sampler", "shards")].ratio == pytest.approx(0.31 / 0.85 / (0.31 / 0.30), rel=0.02)
+    training = main[("order_training", "sampler", "shards")]  # the held-out loss: x1.7 a shuffle's, decided
+    assert training.ratio == pytest.approx(1.7, rel=0.01) and training.low > 1.5
     effecttables.write_effects(tmp_path, fitted)
     assert effecttables.read_effects(tmp_path) == fitted
     table = tables.order_effects_table(fitted, passes=2)

@@ -48,7 +48,9 @@ EFFECTS_HISTORY = {
 # effects.jsonl's order figures -> (the Figures attribute, the label in tables)
 ORDER_FIGURES = {"order_units": ("order_units_ratio", "units/batch vs shuffle"),
                  "order_position": ("order_position_mixing", "position mixing (1 - abs rho)"),
-                 "order_labels": ("order_label_ratio", "label mixing vs shuffle")}
+                 "order_labels": ("order_label_ratio", "label mixing vs shuffle"),
+                 # the held-out loss after the window's steps over the shuffle's: 1 for a shuffle, higher is worse
+                 "order_training": ("order_train_ratio", "training loss vs shuffle")}
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
 MIN_EFFECT = 0.05  # the smallest effect that matters, when a run records none (--min-effect sets it)
@@ -313,6 +315,9 @@ def order_effects(results: list[CellResult], order: dict[str, list[str]]) -> lis
 def _log_sd(f, attribute: str) -> float | None:
     """The sd of the log of an order figure that one draw of the order carries: the ideal shuffle's sd of the
     figure's mean over the window (harness.results.orderquality) relative to the figure's value."""
+    if attribute == "order_train_ratio":  # its 95% interval over the seeds (harness.results.ordertraining)
+        low, high, value = f.order_train_ratio_low, f.order_train_ratio_high, f.order_train_ratio
+        return (high - low) / (2 * 1.959964) / value if None not in (low, high) and value else None
     sd, value = {"order_units_ratio": (f.order_units_ideal_sd, f.order_units_per_batch),
                  "order_position_mixing": (f.order_position_ideal_sd, f.order_position_mixing),
                  "order_label_ratio": (f.order_label_tv_ideal_sd, f.order_label_tv)}[attribute]
