@@ -14,13 +14,13 @@ import pytest
 from harness.config.matrix import Cell
 from harness.config.matrixload import StrategyChoice
 from harness.data import generator
-from harness.measure.rankrecord import RankRecord
 from harness.report.trainingtable import training_table
 from harness.results import orderquality as oq
 from harness.results import ordertraining as ot
 from harness.results.cellresult import CellResult, cell_line
 from harness.results.repeats import merge_repeats
 from strategies.sample import IMAGE_EMB_DIM
+from tests.test_order_cells import rank_record
 
 # the test's small setting: 512 samples in 4 classes (clusters of 128), 2 ranks x 8 steps of 16
 SPEC = generator.DatasetSpec(samples=512, profile="tiny", classes=4, content="features")
@@ -132,14 +132,6 @@ def test_the_held_out_set_is_fresh_and_drawn_from_the_mix(task):
     again = ot.held_out(SPEC)
     assert np.array_equal(again[0], task.held_features) and np.array_equal(again[1], task.held_labels)
     assert ot.task_of(generator.DatasetSpec(samples=64, profile="tiny")) is None  # no classes, no task
-
-
-def rank_record(rank: int, consumed: dict, batch_sizes: list[int]) -> RankRecord:
-    n = len(batch_sizes)
-    return RankRecord(rank=rank, wait=[0.01] * n, h2d=[0.0] * n, peer_wait=[0.0] * n, device=[0.02] * n,
-                      overhead=[0.0] * n, cost=[1.0] * n, step=[0.03] * n, steps=n, window_s=0.03 * n,
-                      samples=sum(batch_sizes), batch_sizes=batch_sizes, workers=1, page_cache={"state": "as-is"},
-                      consumed=consumed)
 
 
 def test_the_training_figures_are_in_the_cells_line_and_the_report():
