@@ -2,6 +2,7 @@
 the visit's cells.jsonl line and the report's remote table; a line without them reads and reports as before."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -52,6 +53,15 @@ def test_a_visit_s_figures_cover_its_window_only(stats):
     assert got["remote_wait_ms_per_sample"] == pytest.approx(5.0)
     assert got["disk_hit_pct"] == pytest.approx(100 * 26 / 32)
     assert got["remote_retries"] == 0 and got["remote_lists_per_sample"] == 0
+
+
+def test_rank_0s_own_stamp_of_the_window_end_is_used_where_the_record_carries_it(stats):
+    # the record and the samplers' stop took 3 s after the window under load: the gather then ended at 108, and
+    # `now` less close and gather would put the window at 103-107, after most of its reads
+    late = dataclasses.replace(_rank(), window_end_at=104.0)
+    assert counters.visit_window([late], now=108.0) == (100.0, 104.0)
+    assert counters.of_visit(stats, [late], now=108.0) == counters.of_visit(stats, [_rank()], now=105.0)
+    assert "window_end_at" not in late.to_json()  # it crosses to rank 0 and is never written
 
 
 def test_no_figures_without_the_counters_folder_or_a_window(stats):

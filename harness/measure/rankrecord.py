@@ -104,7 +104,7 @@ class RankRecord(JsonRecord):
     stages over the window, window_stages) is taken from the stage log `consumed` carries when the record is
     built, unless given."""
 
-    LOCAL: ClassVar[tuple[str, ...]] = ("consumed",)
+    LOCAL: ClassVar[tuple[str, ...]] = ("consumed", "window_end_at")
     OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s", "launch")
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"cache": RankCache, "nvml": Nvml}
 
@@ -159,6 +159,9 @@ class RankRecord(JsonRecord):
     # the loader's stages over the window: {"s": {stage: CPU seconds}, "samples", "batches", "processes"}
     stages: dict | None = None
     consumed: dict[int, list[int]] = field(default_factory=dict)
+    # the window's end as a perf_counter stamp (one clock for the machine's processes): crosses to rank 0 for
+    # the remote counters' window (harness.remote.counters.visit_window), never written
+    window_end_at: float | None = None
 
     def __post_init__(self) -> None:
         log = getattr(self.consumed, "stages", None)  # harness.train.batches.ConsumedIndices

@@ -177,12 +177,16 @@ def figures(folder: Path | str, label: str | None = None,
 
 
 def visit_window(records, now: float) -> tuple[float, float] | None:
-    """The measured window of a visit as perf_counter stamps, from the records gathered on rank 0 right
-    after the gather (``now``): rank 0's window ended its pipeline's ``close`` and the ``gather`` before now
-    and lasted ``window_s``. None for a visit without one (no step, or --decompose's several phases)."""
+    """The measured window of a visit as perf_counter stamps: rank 0's own stamp of its end where the record
+    carries it (`window_end_at`), else from the records gathered on rank 0 right after the gather (``now``):
+    its window ended at least its pipeline's ``close`` and the ``gather`` before now (what ran between, the
+    record and the samplers' stop, is not counted: a window found so lies late by that much). It lasted
+    ``window_s``. None for a visit without one (no step, or --decompose's several phases)."""
     first = records[0] if records else None
     if first is None or not first.window_s or first.phases:
         return None
+    if getattr(first, "window_end_at", None) is not None:
+        return first.window_end_at - first.window_s, first.window_end_at
     end = now - first.setup_s.get("gather", 0.0) - first.setup_s.get("close", 0.0)
     return end - first.window_s, end
 

@@ -220,6 +220,7 @@ class MeasuredLoop:
             **self.recorder.as_record(),
             rank=rank,
             window_s=(self.window_end - self.window_start) if self.window_end and self.window_start else 0.0,
+            window_end_at=self.window_end,
             steps=self.recorder.n,
             host_pss_peak=memory.peak_pss, host_rss_peak=memory.peak_rss, memory_samples=memory.samples,
             disk_read_bytes=memory.disk_read_bytes,
