@@ -16,6 +16,7 @@ command's own `Request`), settled once, and this module dispatches the request t
     run_bench.py ab-gate --parent DIR                this commit against its parent, interleaved (CI's gate)
     run_bench.py gate-precheck BASELINE              may the baseline be of this machine (0) or not (3)
     run_bench.py history ACTION ...                  the history store: add, list, show, compare, gate, steps, html
+    run_bench.py ci-history --gate-exit N            after the CI gate: the history gate against a CI cache
 
 Every command also takes --debug: an error then prints its full traceback instead of one line; the exit
 code stays the same (2 or 3), so --debug in CI never turns an error into "1, a regression".
@@ -55,6 +56,7 @@ from harness.commands import (
     check_predictions,
     check_remote,
     check_resume,
+    ci_history,
     compare_runs,
     history,
     list_scenarios,
@@ -153,6 +155,7 @@ COMMANDS = {  # the one dispatch table: name -> Command
     "compare": Command(compare_runs.main, reader("compare", compare_runs.CompareRequest)),
     "history": Command(history.main, reader("history", history.HistoryRequest)),
     "ab-gate": Command(ab_gate.ab_gate_request, reader("ab-gate", ab_gate.AbGateRequest)),
+    "ci-history": Command(ci_history.main, reader("ci-history", ci_history.CiHistoryRequest)),
     "gate-precheck": Command(ab_gate.precheck_request, reader("gate-precheck", ab_gate.GatePrecheckRequest)),
     "check-predictions": Command(check_predictions.main, reader("check-predictions", check_predictions.Request)),
     "check-capacity": Command(check_capacity.main, reader("check-capacity", check_capacity.Request)),

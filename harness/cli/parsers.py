@@ -6,7 +6,15 @@ import argparse
 import os
 from pathlib import Path
 
-from harness.commands import check_capacity, check_predictions, check_remote, check_resume, history, oomcheck
+from harness.commands import (
+    check_capacity,
+    check_predictions,
+    check_remote,
+    check_resume,
+    ci_history,
+    history,
+    oomcheck,
+)
 from harness.config import scenariofields
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS
@@ -312,6 +320,25 @@ def define_history(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=alpha, default=d.alpha, help=f"gate: over all cells ({d.alpha})")
 
 
+def ci_cache_default() -> Path | None:
+    """The CI cache directory when --cache is not given: $DLBENCH_CI_CACHE (None when unset or empty)."""
+    return Path(os.environ["DLBENCH_CI_CACHE"]) if os.environ.get("DLBENCH_CI_CACHE") else None
+
+
+def define_ci_history(p: argparse.ArgumentParser) -> None:
+    d = ci_history.CiHistoryRequest
+    p.add_argument("--gate-exit", type=int, choices=range(256), required=True, metavar="N",
+                   help="the A/B or baseline gate's exit code (scripts/ci_gate.sh's)")
+    p.add_argument("--cache", type=Path, default=ci_cache_default(), metavar="DIR",
+                   help="the directory the CI keeps between jobs ($DLBENCH_CI_CACHE; none: the gate stands alone)")
+    p.add_argument("--job-history", type=Path, default=history_default(REPO / "results" / "ci-history.sqlite"),
+                   metavar="FILE", help="this job's history store ($DLBENCH_HISTORY, else results/ci-history.sqlite)")
+    p.add_argument("--commit", default=d.commit, help="the commit under test (default: this checkout's HEAD)")
+    p.add_argument("--last", type=int, default=d.last, help=f"the last K comparable runs ({d.last})")
+    p.add_argument("--min-effect", type=min_effect, default=d.min_effect, help=f"({d.min_effect})")
+    p.add_argument("--alpha", type=alpha, default=d.alpha, help=f"over all cells ({d.alpha})")
+
+
 DEFINE = {  # name: (what its parser adds, its description): every command named by its first word
     "report": (define_report, "Rebuild the tables, summary.csv, report.md and plots of a run from its cells.jsonl "
                "alone."),
@@ -320,6 +347,8 @@ DEFINE = {  # name: (what its parser adds, its description): every command named
                 "the last comparable runs, change points, a static HTML dashboard (docs/history.md)"),
     "ab-gate": (define_ab_gate, "this commit's tree against its parent's, single-repeat runs interleaved on this "
                 "machine, compared on the gate metric; exit 1 only on a significant regression"),
+    "ci-history": (define_ci_history, "after the CI gate: the history gate against the history a CI cache keeps "
+                   "between jobs, both verdicts and which binds in one line, the job's exit code (docs/ci-gate.md)"),
     "gate-precheck": (define_gate_precheck, "0 when a baseline may be of this machine (CPU model, count, cores "
                       "allowed), else 3"),
     "check-predictions": (define_check_predictions, "the target model (nothing fitted) calibrated on one "
