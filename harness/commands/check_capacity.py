@@ -1,13 +1,16 @@
 """The capacity figure checked here (MLPerf Storage's measure: how many accelerators this host keeps at AU >=
-90%), where prediction and measurement can disagree: per workload (pixels, features), a 1-rank calibration
-and runs at 1, 2 and 4 ranks, each a real launch of the harness's cells (raw storage, the scenario's workers).
-The model predicts each size's AU from the calibration's costs on the run's CPUs (its allowance: nothing
-fitted to a measured figure); beside it, labelled, the shared-host correction less the outside load measured
-in that launch. The capacity among the sizes, predicted against measured, is the check: it fails (exit 1)
-where they differ. `scenarios/capacity.toml` defines an accelerator slow enough that the 2-core development
-host feeds one or two and not four; on a scenario whose accelerator this host feeds at no size (or at every
-size) the check says that it cannot tell. Writes capacity.jsonl, prints the table; docs/measurements/prediction.md has
-a measured one.
+90%), where prediction and measurement can disagree: per workload (pixels, features), calibrations at 1 and 2
+ranks and runs at 1, 2 and 4 ranks, each a real launch of the harness's cells (raw storage, the scenario's
+workers). The model predicts each size's AU from the 1-rank calibration's costs on the run's CPUs (its
+allowance) and, from 2 ranks on, the ranks' wait for each other that the 2-rank calibration measured, carried
+to the size by harness.analysis.rankwait's laws (nothing fitted to a measured case: the calibrations are
+launches of their own, and a size a calibration ran at is a repeat of it, so marked). Beside it, labelled:
+the model without the ranks' wait (the 1-rank costs alone) and the shared-host correction less the outside
+load measured in that launch. The capacity among the sizes, predicted against measured, is the check: it
+fails (exit 1) where they differ. `scenarios/capacity.toml` defines an accelerator slow enough that the
+2-core development host feeds one or two and not four; on a scenario whose accelerator this host feeds at no
+size (or at every size) the check says that it cannot tell. Writes capacity.jsonl, prints the table;
+docs/measurements/prediction.md has measured ones. The calibrations cost two launches per workload.
 
     python run_bench.py check-capacity --scenario capacity [--steps 40]
 """
@@ -20,18 +23,19 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import stages
+from harness.analysis import rankwait, stages
 from harness.analysis.checkcases import Bench, CheckCase, measured_at, predict_case
-from harness.analysis.targetmodel import AU_TARGET_PCT, capacity
+from harness.analysis.targetmodel import AU_TARGET_PCT, Costs, capacity
 from harness.config import scenario as scenario_mod
 from harness.config.target import Target
 from harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from harness.measure import hostload
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.results import rundir
-from harness.run.calibration import launch_group, materialise_storages
+from harness.run.calibration import launch_group, materialise_storages, samples_of
 
 SIZES = (1, 2, 4)
+CALIBRATED = (1, 2)  # the calibrations' rank counts: the costs at 1, the ranks' wait at 2
 NO_BENCH = Bench({}, {}, {})  # the cases change only the ranks: no side measurement scales a cost
 
 
@@ -55,16 +59,43 @@ def _calibration(visit, workload: str, cores: int):
                        float(f.get("other_cpu_pct") or 0))
 
 
-def _row(workload: str, case: CheckCase, visit, calib, base: CheckCase, sc, cores: int) -> dict:
-    """The launch's measured AU and samples/s beside the model's (absolute, and less the outside load)."""
+def _row(workload: str, case: CheckCase, visit, model: Model, base: CheckCase, sc, cores: int) -> dict:
+    """The launch's measured AU and samples/s beside the model's (with the ranks' wait; without it; less the
+    outside load)."""
     f = visit.line.figures
     outside = float(f.get("other_cpu_pct") or 0.0)
-    p = predict_case(calib, base, case, NO_BENCH, sc.accelerator, cores)
-    shared = predict_case(calib, base, case, NO_BENCH, sc.accelerator, cores, outside)
+    alone = predict_case(model.calib, base, case, NO_BENCH, sc.accelerator, cores)
+    p = model.predict(base, case, sc, cores)
+    shared = model.predict(base, case, sc, cores, outside)
     return {"workload": workload, "world_size": case.world_size, "other_cpu_pct": round(outside, 1),
-            "predicted_au_pct": round(p.au_pct, 1), "predicted_shared_au_pct": round(shared.au_pct, 1),
+            "predicted_au_pct": round(p.au_pct, 1), "predicted_alone_au_pct": round(alone.au_pct, 1),
+            "predicted_shared_au_pct": round(shared.au_pct, 1),
             "measured_au_pct": round(float(f.get("au_pct") or 0), 1), "predicted": round(p.samples_per_s, 1),
-            "measured": round(float(f.get("throughput") or 0), 1), "binds": p.binds}
+            "measured": round(float(f.get("throughput") or 0), 1), "binds": p.binds,
+            "repeat": case.world_size in CALIBRATED}
+
+
+@dataclass(frozen=True)
+class Model:
+    """The 1-rank calibration's costs and the 2-rank calibration's ranks' wait (None: not measured)."""
+
+    calib: Costs  # the 1-rank calibration's
+    wait: rankwait.RankWait | None
+    samples: int  # the dataset's samples per epoch (the epoch starts' law)
+
+    def predict(self, base: CheckCase, case: CheckCase, sc, cores: int, outside: float | None = None):
+        """The size's prediction: the CPU bounds with the rank's CPU at that size, and the step no shorter
+        than the ranks' wait makes it (the AU the smaller of the two)."""
+        n = case.world_size
+        if self.wait is None or n < 2:
+            return predict_case(self.calib, base, case, NO_BENCH, sc.accelerator, cores, outside)
+        costs = dataclasses.replace(self.calib, rank_s=rankwait.rank_cpu_s(self.calib.rank_s, self.wait, n))
+        p = predict_case(costs, base, case, NO_BENCH, sc.accelerator, cores, outside)
+        au = rankwait.au_pct(self.wait, n, case.batch_size, self.samples)
+        if au >= p.au_pct:
+            return p
+        return dataclasses.replace(p, au_pct=au, samples_per_s=p.samples_per_s * au / max(p.au_pct, 1e-9),
+                                   per_rank=p.per_rank * au / max(p.au_pct, 1e-9), binds="ranks' wait")
 
 
 def fed(rows: list[dict], key: str) -> int:
@@ -111,8 +142,18 @@ def exit_code(verdicts: list[tuple[bool, bool]]) -> int:
     return EXIT_INCONCLUSIVE if any(d for d, _ in verdicts) else EXIT_OK
 
 
+def _calibrate(scw, base: CheckCase, workload: str, run_dir: Path, data_dir: Path, steps: int,
+               cores: int) -> Model:
+    """The calibrations, launches of their own: the costs at 1 rank, the ranks' wait at 2."""
+    one, two = (dataclasses.replace(base, name=f"{workload} calibration x{n}", world_size=n) for n in CALIBRATED)
+    v1 = launch_group(scw, [one], run_dir / "runs" / f"{workload}-calibration-1", data_dir, steps)[one.name]
+    v2 = launch_group(scw, [two], run_dir / "runs" / f"{workload}-calibration-2", data_dir, steps)[two.name]
+    calib = _calibration(v1, workload, cores)
+    return Model(calib, rankwait.measure(v2.line.ranks, calib.rank_s), samples_of(scw))
+
+
 def main(request: Request) -> int:
-    """Per workload: the calibration and the runs at 1, 2 and 4 ranks, capacity.jsonl, the table; exit 1
+    """Per workload: the calibrations and the runs at 1, 2 and 4 ranks, capacity.jsonl, the table; exit 1
     where the predicted capacity among the sizes is not the measured one."""
     data_dir, steps = request.data_dir, request.steps
     sc = scenario_mod.load(request.scenario)
@@ -124,18 +165,20 @@ def main(request: Request) -> int:
         scw = dataclasses.replace(sc, training=dataclasses.replace(tr, workload=workload))
         base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder)
         materialise_storages(scw, base, ["raw"], run_dir, data_dir, steps, progress=False)
+        model = _calibrate(scw, base, workload, run_dir, data_dir, steps, cores)
         visits = {}
         for ws in SIZES:
             case = dataclasses.replace(base, name=f"{workload} x{ws}", world_size=ws)
             visits[case] = launch_group(scw, [case], run_dir / "runs" / f"{workload}-{ws}", data_dir,
                                         steps)[case.name]
-        calib = _calibration(visits[next(iter(visits))], workload, cores)
-        mine = [_row(workload, case, visit, calib, base, scw, cores) for case, visit in visits.items()]
+        mine = [_row(workload, case, visit, model, base, scw, cores) for case, visit in visits.items()]
         line, differs = verdict(mine)
         idle = Target(gpus_per_node=1, cores_per_node=float(cores), accelerator=sc.accelerator.name,
                       workers_per_rank=base.workers, batch_size=base.batch_size)
-        lines.append(f"{line}; on this host with the best workers per rank the model keeps "
-                     f"{capacity(calib, idle, sc.accelerator, most=16)}")
+        wait = rankwait.summary(model.wait) if model.wait else "the ranks' wait not measured"
+        lines.append(f"{line}; without the ranks' wait the model says {fed(mine, 'predicted_alone_au_pct')}; "
+                     f"{workload}'s ranks' wait {wait}; on this host with the best workers per rank the 1-rank "
+                     f"costs alone keep {capacity(model.calib, idle, sc.accelerator, most=16)}")
         rows += mine
         verdicts.append((differs, inconclusive(mine)))
     for row in rows:
@@ -147,18 +190,24 @@ def main(request: Request) -> int:
 
 
 def table(rows: list[dict], accelerator: str, cores: int) -> str:
-    """Every launch: the outside load, the AU predicted (absolute; shared-host correction) and measured, the
-    samples/s predicted and measured, what binds."""
-    out = [f"{accelerator} on {cores} CPUs (the run's allowance); predicted: the calibration's costs, nothing "
-           "fitted; shared: less the launch's measured outside load",
-           f"{'workload':<9} {'ranks':>5} {'outside %':>9} {'AU % predicted':>14} {'shared':>6} {'measured':>8} "
-           f"{'samples/s predicted':>19} {'measured':>8}  binds"]
+    """Every launch: the outside load, the AU predicted (with the ranks' wait; without it; shared-host
+    correction) and measured, the samples/s predicted and measured, what binds; a size a calibration ran at
+    marked as its repeat."""
+    out = [f"{accelerator} on {cores} CPUs (the run's allowance); predicted: the 1-rank calibration's costs and "
+           "the 2-rank calibration's ranks' wait, nothing fitted; alone: without the ranks' wait; shared: less "
+           "the launch's measured outside load; * a repeat of a calibration's size",
+           f"{'workload':<9} {'ranks':>5} {'outside %':>9} {'AU % predicted':>14} {'alone':>6} {'shared':>6} "
+           f"{'measured':>8} {'samples/s predicted':>19} {'measured':>8}  binds"]
     for r in rows:
-        out.append(f"{r['workload']:<9} {r['world_size']:>5} {r['other_cpu_pct']:>9.1f} {r['predicted_au_pct']:>14.1f} "
+        mark = "*" if r.get("repeat") else " "
+        out.append(f"{r['workload']:<9} {r['world_size']:>4}{mark} {r['other_cpu_pct']:>9.1f} "
+                   f"{r['predicted_au_pct']:>14.1f} {r.get('predicted_alone_au_pct', r['predicted_au_pct']):>6.1f} "
                    f"{r['predicted_shared_au_pct']:>6.1f} {r['measured_au_pct']:>8.1f} {r['predicted']:>19.1f} "
                    f"{r['measured']:>8.1f}  {r['binds']}")
     errors = [abs(r["predicted_au_pct"] - r["measured_au_pct"]) for r in rows]
-    out.append(f"AU predicted - measured: median {statistics.median(errors):.1f} points, max {max(errors):.1f}")
+    alone = [abs(r.get("predicted_alone_au_pct", r["predicted_au_pct"]) - r["measured_au_pct"]) for r in rows]
+    out.append(f"AU predicted - measured: median {statistics.median(errors):.1f} points, max {max(errors):.1f} "
+               f"(without the ranks' wait: median {statistics.median(alone):.1f}, max {max(alone):.1f})")
     return "\n".join(out)
 
 

@@ -105,7 +105,8 @@ class RankRecord(JsonRecord):
     built, unless given."""
 
     LOCAL: ClassVar[tuple[str, ...]] = ("consumed", "window_end_at")
-    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s", "launch")
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s", "launch",
+                                           "epoch_starts")
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"cache": RankCache, "nvml": Nvml}
 
     rank: int = 0
@@ -121,6 +122,9 @@ class RankRecord(JsonRecord):
     # Python, DDP's hooks and the launches beside the event-timed device); None where not recorded
     launch: list[float] | None = None
     batch_sizes: list[int] = field(default_factory=list)  # 0 on shadow steps
+    # the window's steps (indices into the lists above) whose wait began a new epoch (its iterator, its
+    # first batch); None where not recorded
+    epoch_starts: list[int] | None = None
     samples: int = 0
     padded_pixels: int = 0
     real_pixels: int = 0

@@ -77,6 +77,7 @@ class MeasuredLoop:
         self.cpu_start: float | None = None  # this process's CPU clock at the window's start
         self.wait_cpu_start = 0.0  # the device's wait CPU (harness.device.devices.wait_cpu_s) at that start
         self.t_prev = 0.0
+        self.epoch_starts: list[int] = []  # window steps whose wait began a new epoch's iterator
 
     def run(self, memory: MemorySampler, nvml: NvmlSampler, prof=None) -> None:
         self.t_prev = time.perf_counter()
@@ -87,6 +88,8 @@ class MeasuredLoop:
             if outcome == "stop":
                 break
             if outcome == "new epoch":
+                if self.window_start is not None:
+                    self.epoch_starts.append(self.recorder.n)  # the next recorded step waits for it
                 continue
             if prof is not None:
                 prof.step()
@@ -232,6 +235,7 @@ class MeasuredLoop:
             cache=self.tally.record(), error=self.error, consumed=source.consumed,
             nvml=Nvml.from_json(nvml_figures) if nvml_figures is not None else None,
             completed_epochs=source.completed_epochs,
+            epoch_starts=[i for i in self.epoch_starts if i < self.recorder.n],
         )
 
 
