@@ -94,7 +94,8 @@ def test_lines_have_every_key_of_the_format_and_round_trip(smoke_run):
         assert set(line["figures"]) == set(reference["figures"]) | visit | order
         assert set(line["coverage"]) == set(reference["coverage"]) and line["page_cache"] == {"state": "as-is"}
         for rank in line["ranks"]:
-            assert set(rank) == set(reference["ranks"][0]) | {"setup_s", "stages", "launch"}
+            # and the steps that began an epoch (harness.analysis.rankwait)
+            assert set(rank) == set(reference["ranks"][0]) | {"setup_s", "stages", "launch", "epoch_starts"}
             assert set(rank["setup_s"]) >= {"verify", "model", "pipeline", "page_cache", "warmup", "close"}
         assert 0 < line["figures"]["window_share_pct"] <= 100 and line["figures"]["other_cpu_pct"] >= 0
 
