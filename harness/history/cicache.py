@@ -64,10 +64,7 @@ def judge(cache_db: sqlite3.Connection, job_db: sqlite3.Connection, runs: list[s
     result = gate.gate(cache_db, newest, visits, gate.DEFAULT, last, min_effect, alpha)
     if not result.ran:
         return not_run(_why_not(cache_db, newest, result))
-    summary = gate.render(result).splitlines()
-    line = next(ln for ln in summary if ln.startswith("history gate:"))
-    counts = line.removeprefix("history gate: ").rsplit(": ", 1)[0]  # without its ": passed" / ": FAILED"
-    return CacheVerdict(True, result.exit_code, len(result.history), counts, "\n".join(summary))
+    return CacheVerdict(True, result.exit_code, len(result.history), gate.summary(result), gate.render(result))
 
 
 def _why_not(cache_db: sqlite3.Connection, run: dict, result: gate.HistoryGate) -> str:

@@ -132,7 +132,6 @@ def gate(db: sqlite3.Connection, run: dict, visits: list, metric: str = DEFAULT,
 
 def render(result: HistoryGate) -> str:
     """The gate's table and its summary line, as text."""
-    _, _, name = METRICS[result.metric]
     lines = [f"{'cell':60s} {'now':>10s} {'history':>10s} {'ratio':>8s} {'t':>6s} {'band':>15s}  verdict"]
     for r in result.rows:
         res = r.result
@@ -141,14 +140,19 @@ def render(result: HistoryGate) -> str:
         lines.append(f"{r.cell[:60]:60s} {_num(r.value):>10s} {_num(geo):>10s} "
                      f"{(f'x{res.ratio:.3f}' if res and res.ratio else ''):>8s} "
                      f"{(f'{res.t:+.2f}' if res and res.t is not None else ''):>6s} {band:>15s}  {r.verdict}")
+    lines.append(f"history gate: {summary(result)}: {'FAILED' if result.exit_code else 'passed'}")
+    return "\n".join(lines + result.warnings)
+
+
+def summary(result: HistoryGate) -> str:
+    """The verdicts counted and what they were judged on, without the gate's pass or fail."""
+    _, _, name = METRICS[result.metric]
     counts = {v: sum(r.verdict == v for r in result.rows) for v in ("slower", "faster", "unchanged", "inconclusive",
                                                                     "error", "new", "missing")}
     shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n or v in ("slower", "faster", "unchanged"))
     each = result.alpha / max(1, sum(r.value is not None for r in result.rows))
-    lines.append(f"history gate: {shown} (metric: {name}, against the last {len(result.history)} comparable "
-                 f"runs, min effect {result.min_effect:.0%}, alpha {result.alpha:g} over the cells, {each:.2g} "
-                 f"each): {'FAILED' if result.exit_code else 'passed'}")
-    return "\n".join(lines + result.warnings)
+    return (f"{shown} (metric: {name}, against the last {len(result.history)} comparable runs, min effect "
+            f"{result.min_effect:.0%}, alpha {result.alpha:g} over the cells, {each:.2g} each)")
 
 
 def _num(v) -> str:
