@@ -20,6 +20,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
+from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from harness.history import database, gate
 from harness.history.lookback import MIN_RUNS
 
@@ -115,7 +116,8 @@ def binding(verdict: CacheVerdict) -> str:
 
 def gate_words(code: int) -> str:
     """The A/B or baseline gate's exit code in words."""
-    return {0: "passed", 1: "FAILED (a regression)", 2: "a run error", 3: "not comparable"}.get(code, "stopped")
+    return {EXIT_OK: "passed", EXIT_REGRESSION: "FAILED (a regression)", EXIT_USAGE: "a run error",
+            EXIT_BASELINE: "not comparable"}.get(code, "stopped")
 
 
 def append(cache_db: sqlite3.Connection, job_db: sqlite3.Connection, runs: list[sqlite3.Row]) -> int:
