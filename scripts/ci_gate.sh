@@ -2,21 +2,24 @@
 # The CI regression gate (.ci/run runs `bash scripts/ci_gate.sh`; docs/ci-gate.md).
 #
 # 1. The baseline gate: 5 interleaved repeats of the ci scenario against results/baselines/ci.json, compared on
-#    the loader's and the rank's CPU seconds per sample. Its exit code is the gate's, unless it is 3: the
+#    the gate's three figures, each at its own minimum effect and with its own verdict line (--gate-metric
+#    figures: the loader's timed stages over its decode stage, the decode stage over a reference decode, the
+#    rank's CPU over a reference step, each reference timed in the same visit: the machine's load cancels). Its exit code is the gate's, unless it is 3: the
 #    baseline is not comparable here (another CPU model, CPU count or allowed cores, or a machine probe that
 #    differs beyond its noise; a missing baseline too). A machine of another CPU model is told before anything
 #    runs (the precheck), so it does not spend a gate run on a baseline that would be refused.
 # 2. Then the A/B gate (harness/commands/ab_gate.py): this commit and its parent (HEAD^, checked out with
 #    `git worktree add` into a temp dir, removed on any exit), single-repeat runs of the ci scenario each,
 #    interleaved parent/current/current/parent/..., in this job on this machine, one --data-dir for both trees;
-#    exit 1 only on a significant regression of this commit against its parent (a rise of 15% or more of a cell's
-#    paired ratios, p < 0.05 for the cells together by an exact sign-flip test over the pairs). No parent (a
+#    exit 1 only on a significant regression of this commit against its parent in one of the gate's figures (a
+#    rise of the figure's own minimum effect or more of a cell's paired ratios, p < 0.05 for the cells together
+#    by an exact sign-flip test over the pairs, each figure tested alone). No parent (a
 #    shallow clone) or a parent that cannot run the ci scenario: one line, exit 0, the gate marked NOT RUN.
 #
 # CI_GATE_BASELINE (default results/baselines/ci.json) and CI_GATE_AB_RUNS (runs per side, default 6: 12 runs
 # of 21-28 s each on the quiet 2-core development machine, about 4.5 minutes; 7.1-8.5 minutes measured there
-# while other test suites loaded the same 2 cores, 16 at load average 12-27; below 5 runs a side the A/B can
-# never fail: 4 pairs reach at best p = 1/16) override the defaults; CI_GATE_DATA_DIR the data directory
+# while other test suites loaded the same 2 cores, 16 at load average 12-27; below 6 runs a side the A/B can
+# never fail: 5 pairs reach at best p = 1/32, above 0.05 / 3 for each of the three figures) override the defaults; CI_GATE_DATA_DIR the data directory
 # (default: this checkout's data/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -35,8 +38,8 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 3 ]; then
     exit 2
 fi
 if [ "$rc" -eq 0 ]; then
-    python run_bench.py --scenario ci --repeats 5 --quiet --baseline "$baseline" --min-effect 0.15 \
-        --gate-metric cpu --data-dir "$data_dir"
+    python run_bench.py --scenario ci --repeats 5 --quiet --baseline "$baseline" --gate-metric figures \
+        --data-dir "$data_dir"
     rc=$?
 fi
 if [ "$rc" -ne 3 ]; then

@@ -155,7 +155,7 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
             pairs = list(zip(_groups(dirs[0.0], ab_runs), _groups(dirs[kind], ab_runs)))
         else:
             pairs = [(g[0::2], g[1::2]) for g in _groups(dirs[0.0], 2 * ab_runs)]
-        codes = [ab_code(abjudgement.judge(parent, current), out / "ab" / f"{kind:g}-{i}")
+        codes = [ab_code(abjudgement.judge(parent, current, metric="cpu"), out / "ab" / f"{kind:g}-{i}")
                  for i, (parent, current) in enumerate(pairs)]
         print(f"  {_kind(kind)}: {sum(c == 1 for c in codes)} of {len(codes)} A/B exit 1 (exits {codes})")
     path = REPO / "results" / "baselines" / "ci.json"
@@ -179,10 +179,10 @@ def ab_code(judgement, table_dir: Path) -> int:
     """The A/B gate's exit code of a judgement; its table, as the gate writes it, in TABLE_DIR/comparison.md."""
     from harness.report import gatetable
 
-    if judgement.comparison is not None:
+    if judgement.verdict is not None:
         table_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            gatetable.show(judgement.comparison, table_dir / "comparison.md")
+            gatetable.show(judgement.verdict, table_dir / "comparison.md")
     return judgement.exit_code
 
 

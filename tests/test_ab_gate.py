@@ -22,13 +22,15 @@ from harness.results.environment import Environment
 from harness.run import abruns
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=dynamic"]
+GATE_FIGURES = {"loader_vs_decode": 1.4, "decode_vs_reference": 0.25, "rank_vs_reference": 0.5}
 COMPARABLE = {"dataset_key": "k", "world_size": 2, "workload": "pixels", "batch_size": 16,
               "accelerator": "V100-16GB", "emulated": True}
 
 
 def write_run(path: Path, cpu: dict[str, float] | None = None, seq: int = 0, comparable: dict | None = None,
               errors: tuple[str, ...] = (), cpu_model: str = "AMD EPYC", probe: float = 1.0) -> Path:
-    """A single-repeat run directory: each cell's loader + rank CPU per sample 0.6 ms x cpu[cell], +-3% by
+    """A single-repeat run directory: each cell's loader + rank CPU per sample 0.6 ms x cpu[cell], and the gate's
+    three figures (loader / decode 1.4, decode / reference 0.25, rank / reference 0.5) x cpu[cell], +-3% by
     `seq` (deterministic), throughput 1000 samples/s, the probe 4000 samples/s x `probe`."""
     path.mkdir(parents=True)
     noise = 1 + 0.01 * (seq * 7 % 7 - 3)
@@ -36,7 +38,7 @@ def write_run(path: Path, cpu: dict[str, float] | None = None, seq: int = 0, com
     for i, cell in enumerate(CELLS):
         c = 0.0006 * (cpu or {}).get(cell, 1.0) * noise * (1 + 0.002 * i)
         figures = {"throughput": 1000.0 / noise, "step_p50_ms": 16.0, "loader_cpu_s_per_sample": c / 2,
-                   "rank_cpu_s_per_sample": c / 2}
+                   "rank_cpu_s_per_sample": c / 2, **{k: v * c / 0.0006 for k, v in GATE_FIGURES.items()}}
         lines.append({"cell": cell, "repeat": 0, "error": "OOM" if cell in errors else None,
                       "figures": {} if cell in errors else figures, "params": {"storage": {}}})
     (path / "cells.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
@@ -108,10 +110,14 @@ def test_the_same_code_passes(tmp_path, capsys):
     assert gate(tmp_path, runner) == 0
     assert runner.calls == abruns.interleaved(6)
     out, err = capsys.readouterr()
-    assert "0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%, alpha 0.05)" in out
-    assert "passed" in err.splitlines()[-1]
+    for line in ("0 slower, 0 faster, 3 unchanged (metric: loader: timed stages / decode stage, min effect 10%, "
+                 "alpha 0.0167)", "0 slower, 0 faster, 3 unchanged (metric: decode: decode stage / reference decode, "
+                 "min effect 15%, alpha 0.0167)", "0 slower, 0 faster, 3 unchanged (metric: rank: rank CPU / "
+                 "reference step, min effect 15%, alpha 0.0167)"):
+        assert f"- passed: {line}" in out and f"  {line}" in err
+    assert "passed" in err.splitlines()[-4]
     assert "against its parent abc123, 6 against 6 single-repeat runs in 6 interleaved pairs" in err
-    assert "paired sign-flip test, max over cells, alpha 0.05 over the 3 cells together" in err
+    assert "paired sign-flip test, max over cells, alpha 0.05 over the 3 cells and 3 figures together" in err
     assert (tmp_path / "out" / "comparison.md").read_text().startswith("**0 slower")
 
 
@@ -120,11 +126,21 @@ def test_a_planted_loader_slowdown_fails_and_a_small_one_does_not(tmp_path, caps
     out, err = capsys.readouterr()
     row = next(line for line in out.splitlines() if line.startswith(CELLS[1]))
     assert "slower" in row and "+30.0%" in row and "FAILED (a significant regression" in err
-    assert gate(tmp_path / "small", FakeRunner({"current": {CELLS[1]: 1.1}})) == 0  # below the 15% min effect
+    # below every figure's own minimum effect (10%, 15%, 15%)
+    assert gate(tmp_path / "small", FakeRunner({"current": {CELLS[1]: 1.06}})) == 0
     # faster is no failure; the probe is not checked between the two sides of one job (a commit may change it)
     assert gate(tmp_path / "fast", FakeRunner({"current": {c: 0.5 for c in CELLS}}, probe={"current": 2.0})) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "passed" in err[-4] and all(line.startswith("  0 slower, 3 faster") for line in err[-3:])
+
+
+def test_the_cpu_metric_is_one_line_and_its_own_min_effect(tmp_path, capsys):
+    """--gate-metric cpu: one figure at --min-effect (a 10% rise is below 15%), one verdict line."""
+    runner = FakeRunner({"current": {CELLS[1]: 1.1}})
+    assert ab_gate.main(tmp_path / "p", tmp_path / "c", tmp_path / "d", tmp_path / "out", metric="cpu",
+                        runner=runner) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "passed: 0 slower, 3 faster" in last
+    assert "passed: 0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%" in last
 
 
 @pytest.mark.parametrize("rc", [1, 2])
@@ -212,13 +228,13 @@ def test_the_judgement_says_why_there_is_no_verdict(tmp_path):
     good = [write_run(tmp_path / f"g{i}", seq=i) for i in range(2)]
     other = [write_run(tmp_path / "o", comparable=dict(COMPARABLE, batch_size=8))]
     j = abjudgement.judge([tmp_path / "missing"], good, parent_label="abc")
-    assert j.comparison is None and j.exit_code == 0 and j.not_run.startswith("the parent commit abc's runs")
+    assert j.verdict is None and j.exit_code == 0 and j.not_run.startswith("the parent commit abc's runs")
     j = abjudgement.judge(good, [tmp_path / "missing"])
-    assert j.comparison is None and j.exit_code == 2 and "is not a directory" in j.error
+    assert j.verdict is None and j.exit_code == 2 and "is not a directory" in j.error
     j = abjudgement.judge(other, good, parent_label="abc")
     assert j.exit_code == 0 and "runs the scenario with other settings" in j.not_run
     j = abjudgement.judge(good, good)
-    assert j.cells == 3 and j.comparison.exit_code == j.exit_code == 0 and not (j.error or j.not_run)
+    assert j.cells == 3 and j.verdict.exit_code == j.exit_code == 0 and not (j.error or j.not_run)
 
 
 def test_the_gate_power_script_judges_as_the_gate_does(tmp_path, capsys):
@@ -302,13 +318,16 @@ def test_a_python_error_in_the_gate_is_exit_2_never_1(tmp_path):
 def test_the_family_of_cells_is_tested_together(tmp_path, capsys):
     """One cell 30% dearer in 4 of its 6 pairs, the other cells unchanged: S = 4a / sqrt(4 a^2) = 2, reached
     by the 2^2 patterns whose first four signs are +1 (the unchanged cells' S is 0 under every pattern):
-    p = 4/64 = 0.0625, not < 0.05; at alpha 0.1 it is slower."""
+    p = 4/64 = 0.0625, not < 0.05; at alpha 0.1 it is slower. The gate's three figures are a family too: each
+    is tested at alpha / 3, so the same runs fail them only at alpha 0.2 (0.067 each)."""
     parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(6)]
     current = [write_run(tmp_path / f"c{i}", {CELLS[1]: 1.3 if i < 4 else 1.0}, seq=i) for i in range(6)]
-    assert ab_gate.judge(parent, current, tmp_path / "out") == 0
+    assert ab_gate.judge(parent, current, tmp_path / "out", metric="cpu") == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(CELLS[1]))
     assert "unchanged" in row and " 0.0625 " in row
-    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.1) == 1
+    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.1, metric="cpu") == 1
+    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.1) == 0
+    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.2) == 1
 
 
 def test_a_pairs_shared_load_cancels(tmp_path):
@@ -319,13 +338,13 @@ def test_a_pairs_shared_load_cancels(tmp_path):
     parent = [write_run(tmp_path / f"p{i}", {c: x for c in CELLS}, seq=i) for i, x in enumerate(loads)]
     current = [write_run(tmp_path / f"c{i}", {c: x * (1.2 if c == CELLS[1] else 1.0) for c in CELLS}, seq=i)
                for i, x in enumerate(loads)]
-    j = abjudgement.judge(parent, current)
-    rows = {r.cell: r for r in j.comparison.rows}
+    j = abjudgement.judge(parent, current, metric="cpu")
+    rows = {r.cell: r for r in j.verdict.comparisons[0].rows}
     assert j.exit_code == 1 and j.pairs == 6
     assert rows[CELLS[1]].verdict == "slower" and rows[CELLS[1]].p == pytest.approx(1 / 64)
     assert rows[CELLS[1]].ratio == pytest.approx(1.2)
     assert {rows[c].verdict for c in (CELLS[0], CELLS[2])} == {"unchanged"}
-    shifted = abjudgement.judge(parent, current[1:] + current[:1])
+    shifted = abjudgement.judge(parent, current[1:] + current[:1], metric="cpu")
     assert shifted.exit_code == 0
 
 
@@ -334,8 +353,8 @@ def test_fewer_than_five_pairs_cannot_fail(tmp_path):
     parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(4)]
     current = [write_run(tmp_path / f"c{i}", {CELLS[1]: 1.5}, seq=i) for i in range(4)]
     j = abjudgement.judge(parent, current)
-    assert j.exit_code == 0 and {r.verdict for r in j.comparison.rows} == {"inconclusive"}
-    assert j.comparison.rows[1].note == "4 pairs: a sign-flip test cannot reach p<0.05"
+    assert j.exit_code == 0 and {r.verdict for c in j.verdict.comparisons for r in c.rows} == {"inconclusive"}
+    assert j.verdict.comparisons[0].rows[1].note == "4 pairs: a sign-flip test cannot reach p<0.0167"
     assert abjudgement.judge(parent, current[:3]).error.startswith("4 runs of the parent against 3 of this commit")
 
 

@@ -87,6 +87,8 @@ def test_lines_have_every_key_of_the_format_and_round_trip(smoke_run):
         # ratio and the host's own launch time per step (each rank's `launch` list)
         visit = {"setup_s", "window_share_pct", "other_cpu_pct", "steal_pct", "read_amplification",
                  "decode_limit_ratio", "launch_ms_p50"}
+        # the gate's figures, each over work timed in the same visit (harness.results.metrics.against_reference)
+        visit |= {"loader_vs_decode", "decode_vs_reference", "rank_vs_reference"}
         # and the order's randomness (harness.results.cellorder): without classes, no label or training figure
         order = {"order_units_per_batch", "order_units_ideal", "order_units_ideal_sd", "order_units_ratio",
                  "order_position_rho", "order_position_ideal_sd", "order_position_mixing"}
@@ -94,8 +96,10 @@ def test_lines_have_every_key_of_the_format_and_round_trip(smoke_run):
         assert set(line["figures"]) == set(reference["figures"]) | visit | order
         assert set(line["coverage"]) == set(reference["coverage"]) and line["page_cache"] == {"state": "as-is"}
         for rank in line["ranks"]:
-            # and the steps that began an epoch (harness.analysis.rankwait)
-            assert set(rank) == set(reference["ranks"][0]) | {"setup_s", "stages", "launch", "epoch_starts"}
+            # and the steps that began an epoch (harness.analysis.rankwait), the reference work's readings and
+            # the main thread's CPU (the gate's rank figure)
+            assert set(rank) == set(reference["ranks"][0]) | {"setup_s", "stages", "launch", "epoch_starts",
+                                                              "reference", "rank_main_cpu_s"}
             assert set(rank["setup_s"]) >= {"verify", "model", "pipeline", "page_cache", "warmup", "close"}
         assert 0 < line["figures"]["window_share_pct"] <= 100 and line["figures"]["other_cpu_pct"] >= 0
 

@@ -68,7 +68,7 @@ def test_planted_regression_fails_with_exit_1(tmp_path, capsys):
     assert "-20" in row
 
 
-@pytest.mark.parametrize("flags", [(), ("--raw",), ("--gate-metric", "cpu")])
+@pytest.mark.parametrize("flags", [(), ("--raw",), ("--gate-metric", "cpu"), ("--gate-metric", "figures")])
 def test_a_run_from_another_machine_is_not_comparable_for_every_metric(tmp_path, capsys, flags):
     """Another CPU model (the issue: an AMD EPYC run against an Intel Xeon baseline), or the same one three
     times as fast in the probe (beyond its measured x2.7) and in every cell: exit 3 in one line naming what

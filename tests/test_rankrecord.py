@@ -41,10 +41,10 @@ def test_a_record_built_in_code_writes_every_key_but_the_consumed_indices():
     r = a_record()
     out = r.to_json()
     assert "consumed" not in out and "phases" not in out  # phases only with --decompose
-    # phases only with --decompose; the kernel-busy time only when profiled on a GPU; launch and the
-    # epoch starts where recorded
+    # phases only with --decompose; the kernel-busy time only when profiled on a GPU; launch, the epoch starts
+    # and the reference readings and the main thread's CPU where recorded
     assert set(out) == set(RankRecord.json_keys()) - {"phases", "stages", "kernel_busy_s", "kernel_span_s", "launch",
-                                                      "epoch_starts"}
+                                                      "epoch_starts", "reference", "rank_main_cpu_s"}
     assert out["step"] == [round(0.001 + 0.002 + 0.05 + 0.003 + 0.01 * i, 6) for i in range(3)]
     assert out["cache"] == {"hits": 3.0, "misses": 1.0, "evictions": 0.0, "resident_bytes": 0.0, "processes": 2,
                             "scope": "worker"}

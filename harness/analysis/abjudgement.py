@@ -21,7 +21,10 @@ cells alike, which a Bonferroni split of alpha ignores and pays for in power). n
 EXACT_PAIRS pairs, SAMPLED_PATTERNS seeded random patterns and the observed one stand in for all of them.
 
 A cell is "slower" when p < alpha and the geometric mean of its paired ratios has risen by at least the
-minimum effect (for throughput, fallen). The two sides are one job on one machine: the probe is the code under
+minimum effect (for throughput, fallen). With the gate's figures (metric "figures") each figure is tested so,
+alone, at its own minimum effect (harness.analysis.baselinegate.FIGURES) and at alpha / 3, so that alpha
+holds for the figures and cells together (6 pairs reach p = 1/64 = 0.016, below 0.05 / 3).
+The two sides are one job on one machine: the probe is the code under
 test there, not the machine's, so it is not checked. Cells that cannot be paired (errored, missing, other
 parameters, a run without the figure) are judged as the baseline gate judges them
 (harness.analysis.baselinegate.compare_cell).
@@ -50,11 +53,11 @@ TEST_NAME = "paired sign-flip test, max over cells"
 
 @dataclass(frozen=True)
 class AbJudgement:
-    """The comparison of this commit's runs against its parent's (None: no verdict), the cells it tested,
+    """The verdict on this commit's runs against its parent's (None: no verdict), the cells it tested,
     the pairs, and why there is no verdict: `not_run` (the parent's side; exit 0) or `error` (this commit's;
     exit 2)."""
 
-    comparison: baselinegate.Comparison | None = None
+    verdict: baselinegate.Verdict | None = None
     cells: int = 0
     not_run: str = ""
     error: str = ""
@@ -64,7 +67,7 @@ class AbJudgement:
     def exit_code(self) -> int:
         if self.error:
             return EXIT_USAGE
-        return EXIT_OK if self.comparison is None else self.comparison.exit_code
+        return EXIT_OK if self.verdict is None else self.verdict.exit_code
 
 
 def sign_patterns(n: int, seed: int = 0) -> np.ndarray:
@@ -116,7 +119,7 @@ def paired_rows(parent: Baseline, current: Baseline, key: str, n: int, min_effec
         ratio = math.exp(d[:, j].mean())
         if 2.0 ** -n >= alpha:
             rows[c] = baselinegate.Row(c, stats.median(b), stats.median(a), ratio, None, "inconclusive",
-                                       f"{n} pairs: a sign-flip test cannot reach p<{alpha:g}")
+                                       f"{n} pairs: a sign-flip test cannot reach p<{alpha:.3g}")
             continue
         significant = p[j] < alpha and abs(ratio - 1) >= min_effect
         note = "" if significant else ("below min effect" if p[j] < alpha else "not significant")
@@ -128,7 +131,7 @@ def paired_rows(parent: Baseline, current: Baseline, key: str, n: int, min_effec
 
 
 def judge(parent_dirs: list[Path], current_dirs: list[Path], min_effect: float = 0.15, alpha: float = 0.05,
-          metric: str = "cpu", parent_label: str = "HEAD^") -> AbJudgement:
+          metric: str = "figures", parent_label: str = "HEAD^") -> AbJudgement:
     """This commit's runs (`current_dirs`) against its parent's, the k-th of each a pair, alpha over all cells."""
     try:
         parent = merged(parent_dirs, "the parent")
@@ -146,10 +149,9 @@ def judge(parent_dirs: list[Path], current_dirs: list[Path], min_effect: float =
     if len(parent_dirs) != n:
         return AbJudgement(error=f"{len(parent_dirs)} runs of the parent against {n} of this commit: the paired "
                                  f"test needs one of each per pair")
-    key = baselinegate.metric_key(metric)
     cells = max(1, len(set(parent.cells) & set(current.cells)))
     # one job on one machine: the probe is the code under test here, not the machine's (same_machine)
-    comparison = baselinegate.compare(current, parent, min_effect=min_effect, alpha=alpha, metric=metric,
-                                      same_machine=True, tested=paired_rows(parent, current, key, n, min_effect,
-                                                                            alpha))
-    return AbJudgement(comparison, cells, pairs=n)
+    verdict = baselinegate.judge(current, parent, min_effect=min_effect, alpha=alpha, metric=metric,
+                                 same_machine=True,
+                                 tested=lambda key, effect, each: paired_rows(parent, current, key, n, effect, each))
+    return AbJudgement(verdict, cells, pairs=n)

@@ -26,6 +26,14 @@ hostname and the memory size are not checked: CI machines of one kind have fresh
 change the code's CPU cost per sample. A and B of one job on one machine (harness.commands.ab_gate) skip the
 check: there the probe is code under test too.
 
+The gate's figures (`metric` "figures", scripts/ci_gate.sh's): three comparisons, each of one figure at its own
+minimum effect (FIGURES) and at alpha / 3 (alpha holds for the three together), one verdict line each
+(Verdict): the loader's timed stages over its decode stage, the decode stage over the reference decode, the
+rank's CPU over the reference step (harness.results.metrics.against_reference). Each is a CPU cost over work
+timed in the same visit, so that the machine's load of that minute cancels in it; together they see a
+regression in the loader, in decode and in the rank (docs/ci-gate.md has their measured spreads, from which
+the minimum effects are set).
+
 Exit code of a comparison: 1 when a cell is "slower", or errored now where the baseline had a result; with
 `strict`, also when a cell is "inconclusive"; else 0 (an inconclusive cell then adds one warning line). A
 "missing" or "not comparable" cell is reported but is NOT a regression: filtering cells with --only is
@@ -36,13 +44,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.results import stats
-from harness.results.baseline import MACHINE_KEYS, REMEDY, Baseline, BaselineCell, BaselineError
+from harness.results.baseline import MACHINE_KEYS, OPTIONAL_SAMPLES, REMEDY, Baseline, BaselineCell, BaselineError
 from harness.results.probeline import ProbeSeries
 from strategies.registry import ADDED_AXES
 
 METRIC_NAMES = {"normalised": "normalised throughput", "throughput": "raw throughput",
-                "cpu_s_per_sample": "loader + rank CPU s/sample"}
-LOWER_IS_BETTER = {"cpu_s_per_sample"}  # a rise of these is the regression
+                "cpu_s_per_sample": "loader + rank CPU s/sample",
+                "loader_vs_decode": "loader: timed stages / decode stage",
+                "decode_vs_reference": "decode: decode stage / reference decode",
+                "rank_vs_reference": "rank: rank CPU / reference step"}
+# the gate's figures (metric "figures"), each with its own minimum effect: about three times the figure's
+# spread between same-code runs on this 2-core machine, quiet and beside a one-core hog (docs/ci-gate.md)
+FIGURES = {"loader_vs_decode": 0.10, "decode_vs_reference": 0.15, "rank_vs_reference": 0.15}
+LOWER_IS_BETTER = {"cpu_s_per_sample", *FIGURES}  # a rise of these is the regression
 VERDICTS = ("slower", "error", "faster", "unchanged", "inconclusive", "not comparable", "new", "missing")
 MACHINE_NAMES = {"cpu_model": "CPU model", "cpu_count": "CPU count", "cpu_affinity": "cores allowed"}
 PROBE_NAMES = {"ideal_samples_per_s": ("ideal-loader probe", "samples/s"),
@@ -60,7 +74,8 @@ PROBE_SPREAD = {"ideal_cpu_samples_per_s": 2.7, "memcpy_gb_s": 1.5}
 MACHINE_REMEDY = ("the CPU cost and the throughput of two machines are not comparable: regenerate the baseline on "
                   "this machine with --save-baseline, or gate this commit against its parent on this machine "
                   "(bash scripts/ci_gate.sh)")
-__all__ = ["BaselineError", "Comparison", "Row", "check_baseline", "check_comparable", "check_machine", "compare"]
+__all__ = ["BaselineError", "Comparison", "Row", "Verdict", "check_baseline", "check_comparable", "check_machine",
+           "compare", "judge"]
 
 
 @dataclass
@@ -98,7 +113,27 @@ class Comparison:
         parts = [f"{n} {v}" for v, n in counts.items() if n or v in ("slower", "faster", "unchanged")]
         metric = METRIC_NAMES[self.metric]
         return (f"{', '.join(parts)} (metric: {metric}, min effect {self.min_effect:.0%}, "
-                f"alpha {self.alpha:g}{', strict' if self.strict else ''})")
+                f"alpha {self.alpha:.3g}{', strict' if self.strict else ''})")
+
+
+@dataclass
+class Verdict:
+    """The gate's verdict: one comparison per figure judged (one for a single metric), each with its own line;
+    the exit code is the worst of theirs."""
+
+    comparisons: list[Comparison]
+
+    @property
+    def exit_code(self) -> int:
+        return max((c.exit_code for c in self.comparisons), default=0)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Every comparison's warnings, each once, in order."""
+        return list(dict.fromkeys(w for c in self.comparisons for w in c.warnings))
+
+    def summary_lines(self) -> list[str]:
+        return [c.summary_line() for c in self.comparisons]
 
 
 def _show(v) -> str:
@@ -237,7 +272,7 @@ def compare_cell(cid: str, cur: BaselineCell | None, base: BaselineCell | None, 
     ratio = ma / mb if mb > 0 else (float("inf") if ma > 0 else 1.0)
     if len(a) < 2 or len(b) < 2 or stats.min_attainable_p(len(a), len(b)) >= alpha:
         return Row(cid, mb, ma, ratio, None, "inconclusive",
-                   f"{len(b)} vs {len(a)} repeats: no rank test can reach p<{alpha:g}")
+                   f"{len(b)} vs {len(a)} repeats: no rank test can reach p<{alpha:.3g}")
     _, p = stats.mann_whitney_u(a, b)
     significant = p < alpha and abs(ratio - 1) >= min_effect
     note = "" if significant else ("below min effect" if p < alpha else "not significant")
@@ -251,24 +286,54 @@ def _med(xs) -> float | None:
 
 
 def metric_key(metric: str, raw: bool = False) -> str:
-    """The baseline samples a gate metric compares: "cpu" -> loader + rank CPU per sample, "throughput" ->
-    throughput normalised by the probe (raw samples/s with `raw`)."""
+    """The baseline samples a single gate metric compares: "cpu" -> loader + rank CPU per sample,
+    "throughput" -> throughput normalised by the probe (raw samples/s with `raw`)."""
     return "cpu_s_per_sample" if metric == "cpu" else ("throughput" if raw else "normalised")
+
+
+def metric_keys(metric: str, min_effect: float, raw: bool = False) -> dict[str, float]:
+    """The baseline samples a gate metric compares, each with its minimum effect: "figures" -> the gate's
+    figures at their own (FIGURES), any other metric -> its one key at `min_effect`."""
+    return dict(FIGURES) if metric == "figures" else {metric_key(metric, raw): min_effect}
 
 
 def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: float = 0.05,
             alpha: float = 0.05, strict: bool = False, metric: str = "throughput",
             same_machine: bool = False, tested: dict[str, Row] | None = None) -> Comparison:
-    """Compare a run (as a Baseline, Baseline.from_run) with a baseline. `metric`: "throughput" (normalised
-    by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per sample). A baseline from
-    another machine raises BaselineError (check_machine), unless `same_machine`: both sides were measured in
-    one job on this machine (the A/B gate). `tested`: rows already judged by another test (the A/B gate's
-    paired test), used for their cells instead of the rank test."""
+    """Compare a run (as a Baseline, Baseline.from_run) with a baseline on one metric: "throughput"
+    (normalised by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per sample). A
+    baseline from another machine raises BaselineError (check_machine), unless `same_machine`: both sides were
+    measured in one job on this machine (the A/B gate). `tested`: rows already judged by another test (the A/B
+    gate's paired test), used for their cells instead of the rank test."""
+    warnings = _admit(current, baseline, same_machine)
+    return compare_key(current, baseline, metric_key(metric, raw), min_effect, alpha, strict, tested, warnings)
+
+
+def judge(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: float = 0.05, alpha: float = 0.05,
+          strict: bool = False, metric: str = "throughput", same_machine: bool = False,
+          tested=None) -> Verdict:
+    """The gate's verdict on every figure of `metric` (metric_keys), each compared as `compare` compares one, at
+    alpha over the figures together (alpha / the figures for each: Bonferroni, so that unchanged code fails
+    the gate with a chance of at most alpha whichever figure would call it). `tested(key, min_effect, alpha)`:
+    the rows another test judged for that figure (the A/B gate's), or None."""
+    warnings = _admit(current, baseline, same_machine)
+    keys = metric_keys(metric, min_effect, raw)
+    each = alpha / len(keys)
+    return Verdict([compare_key(current, baseline, key, effect, each, strict,
+                                tested(key, effect, each) if tested else None, list(warnings))
+                    for key, effect in keys.items()])
+
+
+def _admit(current: Baseline, baseline: Baseline, same_machine: bool) -> list[str]:
+    """Whether the two may be compared at all (BaselineError when not); the warnings of the check."""
     if same_machine:
-        warnings = check_comparable(current.scenario, current.comparable, baseline)
-    else:
-        warnings = check_baseline(current.scenario, current.comparable, current.machine, current.probe, baseline)
-    key = metric_key(metric, raw)
+        return check_comparable(current.scenario, current.comparable, baseline)
+    return check_baseline(current.scenario, current.comparable, current.machine, current.probe, baseline)
+
+
+def compare_key(current: Baseline, baseline: Baseline, key: str, min_effect: float, alpha: float,
+                strict: bool, tested: dict[str, Row] | None, warnings: list[str]) -> Comparison:
+    """The comparison of one figure (a key of the baselines' samples), after `_admit`."""
     cur_cells, base_cells = current.cells, baseline.cells
     ids = list(base_cells) + [c for c in cur_cells if c not in base_cells]
     tested = tested or {}
@@ -278,9 +343,9 @@ def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect
     if both and any(side[c].params is None for c in both for side in (cur_cells, base_cells)):
         warnings.append("the baseline (or this run) does not record the strategies' parameters per cell "
                         f"(an older baseline): cells are matched by id alone; {REMEDY}")
-    if key == "cpu_s_per_sample" and any(not c.samples(key) and not c.error for c in base_cells.values()):
-        warnings.append(f"the baseline records no loader + rank CPU per sample (an older baseline): its cells "
-                        f"show as new; {REMEDY}")
+    if key in OPTIONAL_SAMPLES and any(not c.samples(key) and not c.error for c in base_cells.values()):
+        warnings.append(f"the baseline records no {METRIC_NAMES[key]} (an older baseline): its cells show as "
+                        f"new; {REMEDY}")
     differ = [r for r in rows if r.verdict == "not comparable"]
     if differ:
         warnings.append(f"{len(differ)} cell(s) not compared: their strategies' parameters differ from the "
@@ -304,5 +369,5 @@ def inconclusive_warning(rows: list[Row], current: Baseline, baseline: Baseline,
     worst = min((r.ratio for r in rows if r.ratio is not None), default=None)
     change = f"; largest drop {(worst - 1) * 100:+.1f}%, not tested" if worst is not None and worst < 1 else ""
     outcome = "fails under --strict" if strict else "passes (use --strict to fail)"
-    return (f"{len(rows)} cell(s) inconclusive: {n_base} vs {n_cur} repeats cannot reach p<{alpha:g}; "
+    return (f"{len(rows)} cell(s) inconclusive: {n_base} vs {n_cur} repeats cannot reach p<{alpha:.3g}; "
             f"{remedy}{change}; the gate {outcome}")

@@ -18,9 +18,7 @@ import numpy as np
 
 from harness.analysis.targetmodel import Costs
 from harness.data.fields import FIELDS_FOR
-from harness.measure.rankrecord import RANK_STAGES, STAGES, RankRecord
-
-LOADER_STAGES = tuple(s for s in STAGES if s not in RANK_STAGES)
+from harness.measure.rankrecord import LOADER_STAGES, STAGES, RankRecord
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from harness.errors import EXIT_USAGE
 from harness.run.oominject import MODELS as OOM_MODELS
 
 REPO = Path(__file__).resolve().parent.parent.parent
+GATE_METRICS = ("throughput", "cpu", "figures")  # harness.analysis.baselinegate.metric_keys
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -176,13 +177,17 @@ def add_debug_option(parser) -> None:
 
 
 def add_compare_options(group) -> None:
-    group.add_argument("--gate-metric", choices=("throughput", "cpu"), default="throughput",
+    group.add_argument("--gate-metric", choices=GATE_METRICS, default="throughput",
                        help="throughput (default): samples/s normalised by the machine probe; cpu: the loader's and "
-                            "the rank's CPU seconds per sample (steadier on a shared runner)")
+                            "the rank's CPU seconds per sample (steadier on a shared runner); figures: three "
+                            "figures in which the machine's load cancels (the loader over its decode stage, decode "
+                            "and the rank over reference work timed in the same visit), each at its own minimum "
+                            "effect (docs/ci-gate.md)")
     group.add_argument("--raw", action="store_true",
                        help="compare raw samples/s instead of samples/s relative to the machine probe")
     group.add_argument("--min-effect", type=min_effect, default=0.05,
-                       help="smallest relative change that counts, >= 0 (0.05: 5%%)")
+                       help="smallest relative change that counts, >= 0 (0.05: 5%%); with --gate-metric figures "
+                            "each figure has its own")
     group.add_argument("--alpha", type=alpha, default=0.05,
                        help="significance level of the rank test, in (0, 1) (0.05)")
     group.add_argument("--strict", action="store_true",
@@ -289,9 +294,12 @@ def define_ab_gate(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-dir", type=Path, default=REPO / "data", help="one data directory for both trees")
     p.add_argument("--out", type=Path, default=REPO / "results" / "ci-gate-ab", help="where the runs go")
     p.add_argument("--parent-label", default="HEAD^", help="the parent's name in the lines printed")
-    p.add_argument("--min-effect", type=min_effect, default=0.15, help="smallest rise that counts (0.15)")
+    p.add_argument("--min-effect", type=min_effect, default=0.15,
+                   help="smallest rise that counts (0.15); with --gate-metric figures each figure has its own")
     p.add_argument("--alpha", type=alpha, default=0.05, help="significance level over all cells (0.05)")
-    p.add_argument("--gate-metric", choices=("throughput", "cpu"), default="cpu", help="what is compared (cpu)")
+    p.add_argument("--gate-metric", choices=GATE_METRICS, default="figures",
+                   help="what is compared (figures: the loader over its decode stage, decode and the rank over "
+                        "reference work; as for run_bench.py --gate-metric)")
 
 
 def define_gate_precheck(p: argparse.ArgumentParser) -> None:

@@ -42,7 +42,7 @@ class AbGateRequest:
     scenario: str = "ci"
     min_effect: float = 0.15
     alpha: float = 0.05
-    gate_metric: str = "cpu"
+    gate_metric: str = "figures"
     parent_label: str = "HEAD^"
 
 
@@ -79,7 +79,7 @@ def _failed(side: str, o: abruns.Outcome, parent_label: str) -> int:
 
 
 def main(parent_root: Path, current_root: Path, data_dir: Path, out_dir: Path, runs: int = 6,
-         scenario: str = "ci", min_effect: float = 0.15, alpha: float = 0.05, metric: str = "cpu",
+         scenario: str = "ci", min_effect: float = 0.15, alpha: float = 0.05, metric: str = "figures",
          parent_label: str = "HEAD^", runner: Runner | None = None) -> int:
     """This commit (`current_root`) against its parent (`parent_root`): `runs` single-repeat runs each,
     interleaved, then judged (judge). Exit 0, or 1 on a significant regression (or a failed run of this commit),
@@ -95,22 +95,24 @@ def main(parent_root: Path, current_root: Path, data_dir: Path, out_dir: Path, r
 
 
 def judge(parent_dirs: list[Path], current_dirs: list[Path], out_dir: Path, min_effect: float = 0.15,
-          alpha: float = 0.05, metric: str = "cpu", parent_label: str = "HEAD^", wall_s: float = 0.0) -> int:
+          alpha: float = 0.05, metric: str = "figures", parent_label: str = "HEAD^", wall_s: float = 0.0) -> int:
     """The judgement (harness.analysis.abjudgement) printed: the table to stdout and OUT_DIR/comparison.md,
     the verdict in one line on stderr."""
     j = abjudgement.judge(parent_dirs, current_dirs, min_effect, alpha, metric, parent_label)
     if j.error:
         print(f"{PREFIX}: error: {j.error}", file=sys.stderr)
         return j.exit_code
-    if j.comparison is None:
+    if j.verdict is None:
         return _not_run(j.not_run)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    code = gatetable.show(j.comparison, Path(out_dir) / "comparison.md")
+    code = gatetable.show(j.verdict, Path(out_dir) / "comparison.md")
     verdict = "FAILED (a significant regression against the parent)" if code else "passed"
+    lines = j.verdict.summary_lines()
+    per_figure = "" if len(lines) == 1 else f" and {len(lines)} figures"
     print(f"{PREFIX} (A/B: this commit against its parent {parent_label}, {len(current_dirs)} against "
           f"{len(parent_dirs)} single-repeat runs in {j.pairs} interleaved pairs on this machine, {wall_s:.0f} s; "
-          f"{abjudgement.TEST_NAME}, alpha {alpha:g} over the {j.cells} cells together): {verdict}: "
-          f"{j.comparison.summary_line()}", file=sys.stderr)
+          f"{abjudgement.TEST_NAME}, alpha {alpha:g} over the {j.cells} cells{per_figure} together): {verdict}: "
+          + ("; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)), file=sys.stderr)
     return code
 
 

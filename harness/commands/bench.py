@@ -70,8 +70,8 @@ def finish_run(request: BenchRequest, run_dir: Path, env: Environment, baseline:
             current.save(gate.save_baseline)
             print(f"baseline written: {gate.save_baseline}", file=sys.stderr)
         if baseline is not None:
-            code = max(code, gatetable.show(baselinegate.compare(current, baseline, gate.raw, gate.min_effect,
-                                                            gate.alpha, gate.strict, gate.metric),
+            code = max(code, gatetable.show(baselinegate.judge(current, baseline, gate.raw, gate.min_effect,
+                                                          gate.alpha, gate.strict, gate.metric),
                                             run_dir / "comparison.md"))
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return code

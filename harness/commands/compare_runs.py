@@ -27,9 +27,9 @@ def main(request: CompareRequest) -> int:
     r = request
     baseline = run_as_baseline(r.run_a, "run A (the baseline)")
     current = run_as_baseline(r.run_b, "run B")
-    comparison = baselinegate.compare(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
+    verdict = baselinegate.judge(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
     if r.markdown:
-        print(gatetable.render(comparison, "markdown"))
-        return comparison.exit_code
-    return gatetable.show(comparison, None)
+        print(gatetable.render_verdict(verdict, "markdown"))
+        return verdict.exit_code
+    return gatetable.show(verdict, None)
 

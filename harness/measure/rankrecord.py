@@ -43,6 +43,7 @@ SHOWN_PARTS = tuple(next(p for p in PARTS if p.name == name)
 STAGES = ("read", "cache", "decode", "transform", "collate", "send", "queue", "receive")
 # where they run: in the loader (a worker process, a loader thread) or in the rank process
 RANK_STAGES = ("receive",)
+LOADER_STAGES = tuple(s for s in STAGES if s not in RANK_STAGES)
 
 
 def window_stages(log, batch_sizes: list[int]) -> dict | None:
@@ -106,7 +107,7 @@ class RankRecord(JsonRecord):
 
     LOCAL: ClassVar[tuple[str, ...]] = ("consumed", "window_end_at")
     OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s", "launch",
-                                           "epoch_starts")
+                                           "epoch_starts", "reference", "rank_main_cpu_s")
     NESTED: ClassVar[dict[str, type[JsonRecord]]] = {"cache": RankCache, "nvml": Nvml}
 
     rank: int = 0
@@ -138,6 +139,7 @@ class RankRecord(JsonRecord):
     loader_cpu_s: float = 0.0
     loader_thread_cpu_s: float = 0.0
     rank_cpu_s: float = 0.0
+    rank_main_cpu_s: float | None = None  # of rank_cpu_s, the main thread's (None where not recorded)
     device_peak_bytes: int = 0
     device_capacity_bytes: int = 0
     overruns: int = 0
@@ -162,6 +164,9 @@ class RankRecord(JsonRecord):
     kernel_span_s: float | None = None
     # the loader's stages over the window: {"s": {stage: CPU seconds}, "samples", "batches", "processes"}
     stages: dict | None = None
+    # the fixed reference work timed in the rank before and after its window (harness.measure.reference):
+    # {"decode_s", "rank_s": thread CPU seconds per piece, "readings", "version"}; None where not taken
+    reference: dict | None = None
     consumed: dict[int, list[int]] = field(default_factory=dict)
     # the window's end as a perf_counter stamp (one clock for the machine's processes): crosses to rank 0 for
     # the remote counters' window (harness.remote.counters.visit_window), never written

@@ -1,11 +1,12 @@
 """A comparison of a run with a baseline (harness.analysis.baselinegate) as text or markdown: the one-line verdict
-summary, then the table (a pull-request comment in markdown)."""
+summary, then the table (a pull-request comment in markdown); a verdict of several figures as one such block
+per figure, then one line per figure."""
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from harness.analysis.baselinegate import Comparison
+from harness.analysis.baselinegate import FIGURES, Comparison, Verdict
 from harness.report.tables import Table, render_tables
 
 
@@ -18,7 +19,8 @@ def render(comparison: Comparison, fmt: str = "text") -> str:
     if fmt not in ("text", "markdown"):
         raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
     md = fmt == "markdown"
-    unit = {"normalised": "normalised", "throughput": "samples/s"}.get(comparison.metric, "CPU s/sample")
+    unit = {"normalised": "normalised", "throughput": "samples/s",
+            **{k: "ratio" for k in FIGURES}}.get(comparison.metric, "CPU s/sample")
     rows = []
     for r in comparison.rows:
         change = "-" if r.ratio is None else f"{(r.ratio - 1) * 100:+.1f}%"
@@ -36,12 +38,24 @@ def render(comparison: Comparison, fmt: str = "text") -> str:
     return "\n".join(lines)
 
 
-def show(comparison: Comparison, markdown_path: Path | None) -> int:
-    """The text table on stdout, each warning as one line on stderr, the markdown table written to
-    `markdown_path` (None: not written); the comparison's exit code."""
-    print("\n" + render(comparison, "text"))
-    for warning in comparison.warnings:
+def render_verdict(verdict: Verdict, fmt: str = "text") -> str:
+    """Each figure's comparison (render); with several figures, then one line per figure."""
+    blocks = [render(c, fmt) for c in verdict.comparisons]
+    if len(verdict.comparisons) > 1:
+        lines = [f"- {'FAILED' if c.exit_code else 'passed'}: {c.summary_line()}" for c in verdict.comparisons]
+        blocks.append("\n".join(["Verdict, one line per figure:" if fmt == "text" else "**Verdict, one line per "
+                                  "figure:**", *lines]))
+    return "\n\n".join(blocks)
+
+
+def show(verdict: Verdict | Comparison, markdown_path: Path | None) -> int:
+    """The text tables on stdout, each warning as one line on stderr, the markdown written to `markdown_path`
+    (None: not written); the verdict's exit code."""
+    if isinstance(verdict, Comparison):
+        verdict = Verdict([verdict])
+    print("\n" + render_verdict(verdict, "text"))
+    for warning in verdict.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     if markdown_path is not None:
-        markdown_path.write_text(render(comparison, "markdown") + "\n")
-    return comparison.exit_code
+        markdown_path.write_text(render_verdict(verdict, "markdown") + "\n")
+    return verdict.exit_code

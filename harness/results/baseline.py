@@ -29,6 +29,10 @@ harnesses read):
 - `cpu_s_per_sample[i]` (optional, added later in version 1): the loader's and the rank's CPU seconds per
   sample in repeat i, the second gate metric (`--gate-metric cpu`): it moves with the code's cost, not with
   how much of a shared runner's CPU the run got.
+- `loader_vs_decode[i]`, `decode_vs_reference[i]`, `rank_vs_reference[i]` (optional, added later in version
+  1): the gate's figures of repeat i (harness.results.metrics.against_reference; `--gate-metric figures`),
+  CPU costs over work timed in the same visit, in which the machine's load cancels; the reference work's
+  version is a `comparable` key (`reference`).
 - `machine` and `probe` decide whether a baseline was made on this kind of machine (analysis.compare): the CPU
   model, its CPU count and the cores the run was allowed (`cpu_affinity`, added later in version 1) must be
   equal, and the probe's figures must not differ beyond their noise; `hostname` and `memory_gb` are recorded
@@ -61,7 +65,10 @@ BASELINE_HISTORY = {
 BASELINE = FileFormat("baseline", BASELINE_VERSION, BASELINE_HISTORY)
 REQUIRED = ("scenario", "comparable", "cells")
 REMEDY = "regenerate it with --save-baseline"
-SAMPLES = ("throughput", "normalised", "step_p50_ms", "cpu_s_per_sample")
+SAMPLES = ("throughput", "normalised", "step_p50_ms", "cpu_s_per_sample", "loader_vs_decode",
+           "decode_vs_reference", "rank_vs_reference")
+OPTIONAL_SAMPLES = SAMPLES[3:]  # added later in version 1: written only where measured
+FIGURE_SAMPLES = SAMPLES[4:]  # the gate's figures, each a figure of the cell's line (cells.jsonl)
 # what must be equal for a baseline to be of this machine (analysis.compare); hostname and memory_gb are not
 MACHINE_KEYS = ("cpu_model", "cpu_count", "cpu_affinity")
 
@@ -81,11 +88,14 @@ class BaselineCell:
     normalised: list[float] = field(default_factory=list)
     step_p50_ms: list[float] = field(default_factory=list)
     cpu_s_per_sample: list[float] = field(default_factory=list)  # loader + rank CPU per sample (added later)
+    loader_vs_decode: list[float] = field(default_factory=list)  # the gate's figures (added later)
+    decode_vs_reference: list[float] = field(default_factory=list)
+    rank_vs_reference: list[float] = field(default_factory=list)
     error: str | None = None
     params: dict | None = None  # None: an older baseline that does not record them
 
     def samples(self, metric: str) -> list[float]:
-        """The per-repeat values of one metric ("throughput", "normalised" or "step_p50_ms")."""
+        """The per-repeat values of one metric (one of SAMPLES)."""
         return getattr(self, metric)
 
     @classmethod
@@ -93,7 +103,7 @@ class BaselineCell:
         return cls(**{k: list(obj.get(k) or []) for k in SAMPLES}, error=obj.get("error"), params=obj.get("params"))
 
     def to_json(self) -> dict:
-        out = {k: list(self.samples(k)) for k in SAMPLES if k != "cpu_s_per_sample" or self.cpu_s_per_sample}
+        out = {k: list(self.samples(k)) for k in SAMPLES if k not in OPTIONAL_SAMPLES or self.samples(k)}
         out["error"] = self.error
         if self.params is not None:
             out["params"] = self.params
@@ -243,4 +253,7 @@ def _cell(cid: str, reps: dict[int, CellResult]) -> BaselineCell:
         f = c.figures
         if f.loader_cpu_s_per_sample is not None and f.rank_cpu_s_per_sample is not None:
             cell.cpu_s_per_sample.append(float(f.loader_cpu_s_per_sample + f.rank_cpu_s_per_sample))
+        for key in FIGURE_SAMPLES:
+            if f.get(key) is not None:
+                cell.samples(key).append(float(f.get(key)))
     return cell

@@ -47,6 +47,10 @@ class Figures(JsonRecord):
     device_samples_per_s: float | None = None  # per rank, when never starved (modelled on an emulated device)
     cores_to_feed: float | None = None
     decode_limit_ratio: float | None = None  # the loader's CPU per sample / its decode stage's (1: decode alone)
+    # the gates' figures (harness.results.metrics.against_reference): CPU costs over work timed in the same visit
+    loader_vs_decode: float | None = None  # the loader's timed stages / its decode stage
+    decode_vs_reference: float | None = None  # the decode stage per sample / the reference decode
+    rank_vs_reference: float | None = None  # the rank's main thread's CPU per sample / the reference step
     kernel_au_pct: float | None = None  # --profile on a GPU: kernels running over the profiled steps' span
     launch_ms_p50: float | None = None  # median host time per step from the agreement to the last launch
     imbalance: float | None = None  # schema 1 only: the window-total figure, now window_imbalance

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.measure.rankrecord import PARTS, RankRecord
+from harness.measure.rankrecord import LOADER_STAGES, PARTS, RankRecord
 from harness.results import stats
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, EpochCoverage
 
@@ -78,6 +78,47 @@ def feeding(records: list[RankRecord]) -> dict:
     rate = float(np.mean(rates))
     return {"loader_cpu_s_per_sample": loader, "rank_cpu_s_per_sample": rank, "device_samples_per_s": rate,
             "cores_to_feed": (loader + rank) * rate, **decode_limit(records, loader)}
+
+
+def against_reference(records: list[RankRecord]) -> dict:
+    """The gates' figures: CPU costs over work timed in the same visit, so that what the machine's load does to
+    every instruction cancels in the ratio (docs/ci-gate.md, "The gate's figures"), each pooled over the ranks:
+
+    - `loader_vs_decode`: the loader's timed stages (all but receive) per sample over its decode stage's: the
+      loader's own code against the decode library's work in the same batches;
+    - `decode_vs_reference`: the decode stage per sample over the reference decode (harness.measure.reference,
+      the rank's reading): the harness's decode code against the library's fixed work;
+    - `rank_vs_reference`: the rank's main thread's CPU per sample over the reference step (the main thread
+      alone: the process's other threads move its CPU by about 20% between same-code runs, harness.train.
+      measuredloop; with workers = 0 less the wait, in which that thread loads the batches).
+
+    A figure is left out where its parts were not measured: no timed decode stage (the features workload),
+    no rank with a reference reading (older lines)."""
+    out = {}
+    timed = [r for r in records if r.stages and r.stages.get("samples")]
+    samples = sum(int(r.stages["samples"]) for r in timed)
+    stage = {s: sum(float(r.stages["s"].get(s, 0.0)) for r in timed) / samples if samples else 0.0
+             for s in LOADER_STAGES}
+    refs = [r.reference for r in records if r.reference]
+    ref = {k: float(np.mean([x[k] for x in refs])) for k in ("decode_s", "rank_s")} if len(refs) == len(records) \
+        else {}
+    if stage["decode"] > 0:
+        out["loader_vs_decode"] = sum(stage.values()) / stage["decode"]
+        if ref.get("decode_s"):
+            out["decode_vs_reference"] = stage["decode"] / ref["decode_s"]
+    all_samples = sum(r.samples for r in records)
+    if ref.get("rank_s") and all_samples and all(r.rank_main_cpu_s is not None for r in records):
+        out["rank_vs_reference"] = sum(_main_cpu_s(r) for r in records) / all_samples / ref["rank_s"]
+    return out
+
+
+def _main_cpu_s(record: RankRecord) -> float:
+    """The rank's main thread's own CPU over the window: with no workers (and no thread loader) less its wait,
+    in which it loads the batches (as _cpu_s)."""
+    main = float(record.rank_main_cpu_s)
+    if record.workers == 0 and record.loader != "threads":
+        return max(0.0, main - float(np.sum(record.wait)))
+    return main
 
 
 def kernel_au(records: list[RankRecord]) -> dict:
@@ -152,6 +193,7 @@ def cell_figures(records: list[RankRecord]) -> dict:
         **accounting(records),
         **balance(records),
         **feeding(records),
+        **against_reference(records),
         **kernel_au(records),
         **launch_time(records),
         host_pss_peak_mb=max(r.host_pss_peak for r in records) / 1e6,

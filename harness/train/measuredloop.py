@@ -20,6 +20,14 @@ The rank's CPU (`rank_cpu_s`) is its process's CPU over the window less what its
 for the device (harness.device.devices.WaitClock): a CUDA host spins in stream and event synchronisation
 by default, and that spin is the GPU's time, not the rank's work. Its other threads (receiving batches, a
 thread loader's, the pin-memory thread) stay in it, as before.
+
+The rank's main thread's CPU (`rank_main_cpu_s`: the training steps, the agreement, the harness's per-step
+work; less its waits for the device, as above) is read from its own thread clock beside it: steadier than the
+process's, whose other threads (receiving batches ahead, the telemetry sampler, the collectives' helpers) move
+it by about 20% between same-code runs. The fixed reference work (harness.measure.reference) is timed twice a
+visit on that thread: before the window's clocks start and after the record's clocks are read, so that it is in
+no figure of the window. The gates divide the main thread's and the decode stage's CPU by it
+(harness.results.metrics.against_reference).
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from harness.device.devices import wait_cpu_s
+from harness.measure import reference
 from harness.measure.rankrecord import Nvml, RankRecord
 from harness.measure.steprecorder import CacheTally, StepRecorder
 from harness.measure.telemetry import MemorySampler, NvmlSampler
@@ -76,8 +85,10 @@ class MeasuredLoop:
         self.window_end: float | None = None
         self.cpu_start: float | None = None  # this process's CPU clock at the window's start
         self.wait_cpu_start = 0.0  # the device's wait CPU (harness.device.devices.wait_cpu_s) at that start
+        self.main_cpu_start: float | None = None  # this (the main) thread's CPU clock at the window's start
         self.t_prev = 0.0
         self.epoch_starts: list[int] = []  # window steps whose wait began a new epoch's iterator
+        self.references: list[dict[str, float]] = []  # the reference work's readings (module docstring)
 
     def run(self, memory: MemorySampler, nvml: NvmlSampler, prof=None) -> None:
         self.t_prev = time.perf_counter()
@@ -97,13 +108,16 @@ class MeasuredLoop:
                 self.progress(self.step, self.total_steps)
 
     def _start_window(self, memory: MemorySampler, nvml: NvmlSampler) -> None:
-        """Warm-up is over: peaks, cache counters and disk reads count from here."""
+        """Warm-up is over: peaks, cache counters and disk reads count from here (after the first reading of
+        the reference work)."""
+        self.references.append(reference.measure())
         self.device.reset_peak()
         self.tally.mark_window()
         memory.mark_window()
         nvml.mark_window()
         self.t_prev = self.window_start = time.perf_counter()
         self.cpu_start = time.process_time()
+        self.main_cpu_start = time.thread_time()
         self.wait_cpu_start = wait_cpu_s(self.device)
         self.loader_cpu_start = self.source.loader_thread_cpu_s()
 
@@ -212,6 +226,13 @@ class MeasuredLoop:
         waited = wait_cpu_s(self.device) - self.wait_cpu_start
         return max(0.0, time.process_time() - self.cpu_start - waited)
 
+    def rank_main_cpu_s(self) -> float | None:
+        """The main thread's CPU seconds over the window, less its waits for the device (None: no window)."""
+        if self.main_cpu_start is None:
+            return None
+        waited = wait_cpu_s(self.device) - self.wait_cpu_start
+        return max(0.0, time.thread_time() - self.main_cpu_start - waited)
+
     def _thread_cpu_s(self) -> float:
         """CPU seconds of a thread loader's threads over the window (0 for worker processes)."""
         return self.source.loader_thread_cpu_s() - self.loader_cpu_start if self.cpu_start is not None else 0.0
@@ -219,6 +240,9 @@ class MeasuredLoop:
     def record(self, rank: int, memory: MemorySampler, nvml: NvmlSampler) -> RankRecord:
         device, source = self.device, self.source
         nvml_figures = nvml.figures()
+        rank_cpu_s, main_cpu_s, thread_cpu_s = self.rank_cpu_s(), self.rank_main_cpu_s(), self._thread_cpu_s()
+        if self.window_start is not None:  # the second reading: after the window's clocks are read
+            self.references.append(reference.measure())
         return RankRecord(
             **self.recorder.as_record(),
             rank=rank,
@@ -227,15 +251,16 @@ class MeasuredLoop:
             steps=self.recorder.n,
             host_pss_peak=memory.peak_pss, host_rss_peak=memory.peak_rss, memory_samples=memory.samples,
             disk_read_bytes=memory.disk_read_bytes,
-            loader_cpu_s=memory.loader_cpu_s + self._thread_cpu_s(),
-            loader_thread_cpu_s=self._thread_cpu_s(),
-            rank_cpu_s=self.rank_cpu_s(),
+            loader_cpu_s=memory.loader_cpu_s + thread_cpu_s,
+            loader_thread_cpu_s=thread_cpu_s,
+            rank_cpu_s=rank_cpu_s, rank_main_cpu_s=main_cpu_s,
             device_peak_bytes=int(device.peak_bytes), device_capacity_bytes=int(device.capacity_bytes),
             overruns=device.overruns, oom_events=self.oom_events, shadow_steps=self.shadow_steps,
             cache=self.tally.record(), error=self.error, consumed=source.consumed,
             nvml=Nvml.from_json(nvml_figures) if nvml_figures is not None else None,
             completed_epochs=source.completed_epochs,
             epoch_starts=[i for i in self.epoch_starts if i < self.recorder.n],
+            reference=reference.combine(self.references),
         )
 
 
