@@ -79,6 +79,18 @@ def verdict_lines(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def changes(stdout: str) -> dict[str, list[float]]:
+    """Each figure's change per cell (%), from the tables the gate prints (a table's title is its summary)."""
+    out: dict[str, list[float]] = {}
+    figure = None
+    for line in stdout.splitlines():
+        if "(metric: " in line and not line.lstrip().startswith("-"):
+            figure = figure_of(line)
+        elif figure and line.startswith("storage=") and (m := re.search(r"\s([+-]\d+\.\d)%\s", line)):
+            out.setdefault(figure, []).append(float(m.group(1)))
+    return out
+
+
 def one_try(tree: Path, ab: bool, hog: bool) -> dict:
     env = dict(os.environ, CI_GATE_DATA_DIR=str(REPO / "data"))
     if ab:
@@ -94,7 +106,7 @@ def one_try(tree: Path, ab: bool, hog: bool) -> dict:
     out = done.stdout + done.stderr
     slower = sorted({m.group(1) for m in re.finditer(r"^(\S+)\s.*\bslower\b", done.stdout, re.M)})
     return {"exit": done.returncode, "wall_s": round(time.monotonic() - start, 1), "lines": verdict_lines(out),
-            "slower_rows": slower, "tail": out.strip().splitlines()[-1:]}
+            "slower_rows": slower, "changes": changes(done.stdout), "tail": out.strip().splitlines()[-1:]}
 
 
 def run(args) -> int:
@@ -134,8 +146,9 @@ def table(args) -> int:
     groups: dict[tuple, list[dict]] = {}
     for t in tries:
         groups.setdefault((t["gate"], t["hog"], t["plant"]), []).append(t)
-    print("| gate | load | plant | tries | exit 1 | per figure: tries it called slower | wall, median |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| gate | load | plant | tries | exit 1 | per figure: tries it called slower | per figure: median change "
+          "over cells and tries | wall, median |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for (gate, hog, name), ts in sorted(groups.items()):
         per: dict[str, int] = {}
         for t in ts:
@@ -144,9 +157,16 @@ def table(args) -> int:
                 per[figure_of(line)] = per.get(figure_of(line), 0)
             for figure in called:
                 per[figure] += 1
+        moved: dict[str, list[float]] = {}
+        for t in ts:
+            for figure, values in t.get("changes", {}).items():
+                moved.setdefault(figure, []).extend(values)
+        medians = "; ".join(f"{k.split(':')[0]} {sorted(v)[len(v) // 2]:+.1f}%" for k, v in moved.items() if v)
         walls = sorted(t["wall_s"] for t in ts)
+        called = "; ".join(f"{k.split(':')[0]} {v}" for k, v in per.items())
         print(f"| {gate} | {'one-core hog' if hog else 'quiet'} | {name} | {len(ts)} | "
-              f"{sum(t['exit'] == 1 for t in ts)} | {'; '.join(f'{k} {v}' for k, v in per.items())} | "
+              f"{sum(t['exit'] == 1 for t in ts)} | {called} | "
+              f"{medians} | "
               f"{walls[len(walls) // 2]:.0f} s |")
     return 0
 

@@ -112,7 +112,7 @@ def test_the_same_code_passes(tmp_path, capsys):
     out, err = capsys.readouterr()
     for line in ("0 slower, 0 faster, 3 unchanged (metric: loader: timed stages / decode stage, min effect 10%, "
                  "alpha 0.0167)", "0 slower, 0 faster, 3 unchanged (metric: decode: decode stage / reference decode, "
-                 "min effect 15%, alpha 0.0167)", "0 slower, 0 faster, 3 unchanged (metric: rank: rank CPU / "
+                 "min effect 15%, alpha 0.0167)", "0 slower, 0 faster, 3 unchanged (metric: rank: main thread CPU / "
                  "reference step, min effect 15%, alpha 0.0167)"):
         assert f"- passed: {line}" in out and f"  {line}" in err
     assert "passed" in err.splitlines()[-4]

@@ -190,7 +190,7 @@ def test_a_baseline_keeps_the_figures_and_an_older_one_warns():
     assert "rank_vs_reference" not in old.to_json()["cells"]["storage=raw"]
     verdict = baselinegate.judge(b, old, metric="figures", same_machine=True)
     assert verdict.exit_code == 0 and {r.verdict for c in verdict.comparisons for r in c.rows} == {"new"}
-    assert any("the baseline records no rank: rank CPU / reference step" in w for w in verdict.warnings)
+    assert any("the baseline records no rank: main thread CPU / reference step" in w for w in verdict.warnings)
 
 
 def test_every_stage_is_in_the_loader_figure_but_receive():

@@ -52,7 +52,7 @@ METRIC_NAMES = {"normalised": "normalised throughput", "throughput": "raw throug
                 "cpu_s_per_sample": "loader + rank CPU s/sample",
                 "loader_vs_decode": "loader: timed stages / decode stage",
                 "decode_vs_reference": "decode: decode stage / reference decode",
-                "rank_vs_reference": "rank: rank CPU / reference step"}
+                "rank_vs_reference": "rank: main thread CPU / reference step"}
 # the gate's figures (metric "figures"), each with its own minimum effect: about three times the figure's
 # spread between same-code runs on this 2-core machine, quiet and beside a one-core hog (docs/ci-gate.md)
 FIGURES = {"loader_vs_decode": 0.10, "decode_vs_reference": 0.15, "rank_vs_reference": 0.15}
