@@ -32,7 +32,8 @@ PREDICTIONS_HISTORY = {
        "in the case's visits), `measured`, `error_pct` and `error_shared_pct`, `flag` (calibration, copy or "
        "empty) and `scored`, `binds`, `visits`, `spread_pct`, `loader_ms`, `rank_ms`, `note`; "
        "`predicted_idle_host` is `predicted` now, and version 1's fitted `predicted` reads as "
-       "`predicted_fitted`",
+       "`predicted_fitted`. Added within version 2: `outside_pct` (the outside load the case's visits saw, "
+       "their mean); the check's headline became `predicted_shared` (issue 38), the keys kept their meaning",
 }
 
 

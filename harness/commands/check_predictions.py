@@ -2,8 +2,9 @@
 on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache, its decoder, batch and
 image size), and with 2 CPUs or more on the same configuration confined to 1 CPU; it predicts configurations
 that each change one thing, and across the 1-CPU boundary both ways (harness.analysis.checkcases.cases and
-pairings), with the absolute model (nothing fitted to a measured samples/s; beside it, labelled, a shared-host
-correction from the outside load measured in each case's visits), then measures them: every configuration is
+pairings), with the model on the CPUs each case's visits had (the allowance less the outside load measured in
+them: nothing fitted to a measured samples/s), beside it the absolute model (the whole allowance: what it
+predicts for another machine, or this one quiet), then measures them: every configuration is
 a real run of the harness's cells (harness.run.calibration.launch_group), visited in `rounds` interleaved
 passes, so drift of this shared machine falls on all of them. Beside the cells it measures what the
 predictions need (harness.run.calibration.side_bench): the disk's cold read rate and latency, the CPU-cost
@@ -145,10 +146,11 @@ def _throughputs(visits: list[Visit]) -> list[float]:
 
 def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
           allowance: int) -> list[dict]:
-    """One row per pairing (checkcases.pairings) whose case and calibration were measured: the absolute
-    model's prediction from the calibration's costs on the case's CPUs (nothing fitted), the shared-host
-    correction beside it (less the outside load measured in the case's own visits), against the mean of the
-    case's visits' samples/s; a calibration's own row and a case its calibration predicts the same (a copy)
+    """One row per pairing (checkcases.pairings) whose case and calibration were measured: the model's
+    prediction from the calibration's costs on the CPUs the case's visits had (`predicted_shared`: the
+    allowance less the outside load measured in them, the headline on this host) and on the case's whole
+    allowance (`predicted`, the absolute model: another machine's prediction), nothing fitted, against the mean
+    of the case's visits' samples/s; a calibration's own row and a case its calibration predicts the same (a copy)
     are flagged and not scored."""
     by_name, calibs, rows = {c.name: c for c in all_cases}, {}, []
     for pair in pairings(all_cases, allowance):
@@ -171,7 +173,8 @@ def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], benc
                      "measured": round(m, 1), "error_pct": round(error_pct(x.samples_per_s, m), 1),
                      "error_shared_pct": round(error_pct(shared, m), 1), "flag": flag, "scored": not flag,
                      "null_error_pct": round(error_pct(statistics.mean(_throughputs(measured[pair.source])), m), 1),
-                     "binds": x.binds, "visits": [_visit_row(g, v) for g, v in zip(got, visits)],
+                     "binds": x.binds, "outside_pct": round(outside, 1),
+                     "visits": [_visit_row(g, v) for g, v in zip(got, visits)],
                      "spread_pct": round(_spread(got), 1) if m else None,
                      **_costs_seen(case_costs(calib, source, case, bench), visits)})
     for row in rows:
@@ -190,8 +193,9 @@ def _costs_seen(predicted, visits: list[Visit]) -> dict:
 
 
 def _note(row: dict, calib_spread: float) -> str:
-    """Why a case misses (|error| > 15%), from its figures: noise, or a cost the model held that changed."""
-    if abs(row["error_pct"] or 0) <= 15:
+    """Why a case misses (|error| > 15% on this host), from its figures: noise, or a cost the model held that
+    changed, or outside load that the absolute model does not take out."""
+    if abs(row["error_shared_pct"] or 0) <= 15:
         return ""
     why = []
     for key, what in (("loader_ms", "loader"), ("rank_ms", "rank's own")):
@@ -202,37 +206,49 @@ def _note(row: dict, calib_spread: float) -> str:
         why.append(f"noise: the calibration's visits spread {calib_spread:.0f}%, this case's {row['spread_pct']:.0f}%")
     outside = max((v.get("other_cpu_pct") or 0.0) for v in row["visits"]) if row["visits"] else 0.0
     if outside > hostload.OUTSIDE_LOAD_PCT:
-        why.append(f"other processes used up to {outside:.0f}% of the CPUs during its visits (the shared-host "
-                   f"column, which takes that out, is {row['error_shared_pct']:+.1f}% off)")
+        why.append(f"other processes used up to {outside:.0f}% of the CPUs during its visits (taken out as their "
+                   f"mean; the absolute model, which leaves it in, is {row['error_pct']:+.1f}% off)")
     return "; ".join(why) or "the bound model: no cost it holds changed, and the host was quiet: outside its range"
 
 
+HEADLINE = ("the model on this host as it ran (the calibration's costs on the CPUs each case's visits had: "
+            "the allowance less the outside load measured in them; nothing fitted)")
+ABSOLUTE = "the absolute model (the whole allowance: what it predicts for another machine, or this one quiet)"
+
+
 def table(rows: list[dict]) -> str:
-    """Every prediction (the calibrations first among them): the absolute model, then the shared-host
-    correction (labelled); the flags, the notes on the scored cases that miss, and the summaries over the
-    scored cases: the model's, the correction's, and a predictor that answers the calibration's measured
-    samples/s for every case (what the model must beat)."""
-    lines = [f"{'configuration':<34} {'predicted':>9} {'measured':>9} {'error %':>8} {'shared':>9} {'error %':>8} "
-             f"{'spread %':>8}  {'flag':<11} binds"]
+    """Every prediction (the calibrations first among them): the headline, the model on the CPUs the case's
+    visits had, then the absolute model (labelled) and the outside load each case saw; the flags, the notes on
+    the scored cases that miss, and the summaries over the scored cases: the headline's, the absolute model's,
+    and a predictor that answers the calibration's measured samples/s for every case (what the model must
+    beat); then the outside load the scored cases ran beside."""
+    lines = [f"{'configuration':<34} {'predicted':>9} {'measured':>9} {'error %':>8} {'absolute':>9} {'error %':>8} "
+             f"{'load %':>6} {'spread %':>8}  {'flag':<11} binds"]
     for r in rows:
-        lines.append(f"{r['config']:<34} {r['predicted']:>9.1f} {r['measured']:>9.1f} {r['error_pct']:>+8.1f} "
-                     f"{r['predicted_shared']:>9.1f} {r['error_shared_pct']:>+8.1f} {r['spread_pct'] or 0:>8.1f}  "
-                     f"{r['flag'] or '-':<11} {r['binds']}")
+        lines.append(f"{r['config']:<34} {r['predicted_shared']:>9.1f} {r['measured']:>9.1f} "
+                     f"{r['error_shared_pct']:>+8.1f} {r['predicted']:>9.1f} {r['error_pct']:>+8.1f} "
+                     f"{r.get('outside_pct') or 0:>6.1f} {r['spread_pct'] or 0:>8.1f}  {r['flag'] or '-':<11} "
+                     f"{r['binds']}")
     lines += [f"  {r['config']}: {r['note']}" for r in rows if r.get("note")]
     scored = [r for r in rows if r["scored"]]
-    for key, what in (("error_pct", "the model (absolute: the calibration's costs on the case's CPUs, nothing "
-                                    "fitted)"),
-                      ("error_shared_pct", "shared-host correction (less the outside load measured in the "
-                                           "case's visits)"),
+    for key, what in (("error_shared_pct", HEADLINE), ("error_pct", ABSOLUTE),
                       ("null_error_pct", "a predictor that answers the calibration's measured samples/s")):
         s = summary([r[key] for r in scored])
         if s["cases"]:
             lines.append(f"{what}: median |error| {s['median_abs_error_pct']:.1f}%, max "
                          f"{s['max_abs_error_pct']:.1f}%, {s['within_15']} of {s['cases']} within 15%")
+    loads = [r.get("outside_pct") or 0.0 for r in scored]
+    if loads:
+        lines.append(f"outside load during the scored cases' visits (processes outside the run, % of the host's "
+                     f"CPUs, each case's mean): median {statistics.median(loads):.1f}%, max {max(loads):.1f}%"
+                     + (" (a quiet host: the two models agree)" if max(loads) <= hostload.OUTSIDE_LOAD_PCT else
+                        " (a loaded host: read the headline; the absolute model is the prediction for another "
+                        "machine)"))
     copies = [r["config"] for r in rows if r["flag"] == "copy"]
     lines.append(f"scored: {len(scored)} cases; not scored: the calibrations, and {len(copies)} predicted as "
                  f"their calibration (copy, within {COPY_PCT:g}%){': ' + ', '.join(copies) if copies else ''} "
-                 "(samples/s, all ranks; spread: max - min of the visits over their mean)")
+                 "(samples/s, all ranks; predicted: on the CPUs the visits had; absolute: on the whole "
+                 "allowance; load: outside load; spread: max - min of the visits over their mean)")
     return "\n".join(lines)
 
 

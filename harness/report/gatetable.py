@@ -48,11 +48,9 @@ def render_verdict(verdict: Verdict, fmt: str = "text") -> str:
     return "\n\n".join(blocks)
 
 
-def show(verdict: Verdict | Comparison, markdown_path: Path | None) -> int:
+def show(verdict: Verdict, markdown_path: Path | None) -> int:
     """The text tables on stdout, each warning as one line on stderr, the markdown written to `markdown_path`
     (None: not written); the verdict's exit code."""
-    if isinstance(verdict, Comparison):
-        verdict = Verdict([verdict])
     print("\n" + render_verdict(verdict, "text"))
     for warning in verdict.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
