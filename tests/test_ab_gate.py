@@ -288,7 +288,7 @@ def run_script(repo: Path, tmp_path: Path, pythonpath: Path = REPO) -> subproces
 def test_the_script_without_a_parent_commit_is_not_run_exit_0(tmp_path):
     proc = run_script(script_repo(tmp_path, None), tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == ("ci gate: NOT RUN: this checkout has no parent commit (a "
+    assert proc.stderr.strip().splitlines()[-1] == ("ci gate: A/B NOT RUN: this checkout has no parent commit (a "
                                                     "shallow clone?) to measure against; exit 0")
 
 
