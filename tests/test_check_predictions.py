@@ -142,3 +142,32 @@ def test_bench_json_reads_back_with_and_without_the_small_files():
                                   "extra_cpu_s_per_file": 3e-5}
     b = bench_of(obj)  # 100 us extra, of which 10 kB at 1000 MB/s is 10 us: 90 us latency
     assert b.disk_latency_ms == pytest.approx(0.09) and b.cold_cpu_s_per_request == 3e-5
+
+
+def _row(config: str, predicted: float, shared: float, measured: float, outside: float, flag: str = "") -> dict:
+    err = lambda p: round(100 * (p / measured - 1), 1)  # noqa: E731
+    return {"config": config, "source": "calibration", "predicted": predicted, "predicted_shared": shared,
+            "measured": measured, "error_pct": err(predicted), "error_shared_pct": err(shared),
+            "null_error_pct": 0.0, "flag": flag, "scored": not flag, "binds": "loader CPU", "spread_pct": 1.0,
+            "outside_pct": outside, "visits": [{"other_cpu_pct": outside}],
+            "loader_ms": {"predicted": 0.3, "measured": 0.3}, "rank_ms": {"predicted": 0.1, "measured": 0.1}}
+
+
+def test_the_headline_is_the_model_on_the_cpus_the_visits_had_and_the_table_names_the_load():
+    """Beside a hog (about one core of two busy), the model on the CPUs the visits had is the headline; the
+    absolute model, which leaves the load in, is beside it; the summary names the load the cases saw."""
+    rows = [_row("calibration", 2000, 1600, 1700, 46.0, "calibration"), _row("storage mmap", 2100, 1730, 1660, 42.0),
+            _row("ranks 1 -> 2", 2960, 1990, 1790, 33.0)]
+    text = check_predictions.table(rows)
+    lines = text.splitlines()
+    assert lines[0].split()[1:6] == ["predicted", "measured", "error", "%", "absolute"]
+    mmap = next(line for line in lines if line.startswith("storage mmap"))
+    assert mmap.split()[2:5] == ["1730.0", "1660.0", "+4.2"] and "+26.5" in mmap and " 42.0 " in mmap
+    headline = next(line for line in lines if line.startswith(check_predictions.HEADLINE))
+    assert "median |error| 7.7%, max 11.2%, 2 of 2 within 15%" in headline
+    assert "max 65.4%, 0 of 2 within 15%" in next(line for line in lines if line.startswith(check_predictions.ABSOLUTE))
+    assert "median 37.5%, max 42.0% (a loaded host" in text
+    rows[1]["note"] = check_predictions._note(rows[1], 1.0)
+    assert rows[1]["note"] == ""  # within 15% on this host: no note, though the absolute model is 26.5% off
+    quiet = check_predictions.table([_row("storage mmap", 2100, 2100, 2050, 0.5)])
+    assert "(a quiet host: the two models agree)" in quiet

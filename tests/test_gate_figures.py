@@ -5,6 +5,7 @@ at its own minimum effect, one line per figure, where the loader + rank CPU figu
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -116,6 +117,9 @@ def test_the_reference_is_fixed_work_on_the_thread_clock():
     assert reference.combine([]) is None
 
 
+SPIN_S = 0.3  # a reading's CPU in the test: more than the 3-step window's own
+
+
 def test_a_real_loop_reads_the_reference_outside_its_window(monkeypatch):
     """A real MeasuredLoop takes two readings, one before its window's clocks start and one after they are read,
     so the rank's CPU over the window holds neither."""
@@ -124,6 +128,9 @@ def test_a_real_loop_reads_the_reference_outside_its_window(monkeypatch):
 
     def reading():
         taken.append(loop.cpu_start)  # None before the window's clocks start
+        start = time.thread_time()
+        while time.thread_time() - start < SPIN_S:  # the reference's CPU: in no figure of the window
+            pass
         return {"decode_s": 0.001, "rank_s": 0.002}
     monkeypatch.setattr(measuredloop.reference, "measure", reading)
     model = build_model("features", False)
@@ -137,6 +144,7 @@ def test_a_real_loop_reads_the_reference_outside_its_window(monkeypatch):
                                 "version": reference.REFERENCE_VERSION}
     assert RankRecord.from_json(json.loads(json.dumps(record.to_json()))).reference == record.reference
     assert 0 < record.rank_main_cpu_s <= record.rank_cpu_s + 0.01  # the main thread's part of the process's
+    assert record.rank_cpu_s < SPIN_S and record.rank_main_cpu_s < SPIN_S  # neither reading is in the window
 
 
 def baseline(loads: list[float], **plant) -> Baseline:
