@@ -8,20 +8,15 @@ import json
 import time
 
 import pytest
-import torch
-from test_rank_cpu import Fixed, SpinningDevice, batches
+from test_rank_cpu import SpinningDevice, measured_loop, run_loop
 
 from harness.analysis import baselinegate
-from harness.device.standin import build_model
 from harness.measure import reference
 from harness.measure.rankrecord import STAGES, RankRecord
-from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.report import gatetable
 from harness.results import metrics
 from harness.results.baseline import Baseline, BaselineCell
 from harness.train import measuredloop
-from harness.train.batches import InMemoryBatches
-from harness.train.measuredloop import MeasuredLoop
 
 # a loader's CPU seconds per sample by stage, the rank's per sample, and the two references (s per piece)
 STAGE_S = {"read": 20e-6, "cache": 0.0, "decode": 180e-6, "transform": 15e-6, "collate": 20e-6, "send": 10e-6,
@@ -123,7 +118,6 @@ SPIN_S = 0.3  # a reading's CPU in the test: more than the 3-step window's own
 def test_a_real_loop_reads_the_reference_outside_its_window(monkeypatch):
     """A real MeasuredLoop takes two readings, one before its window's clocks start and one after they are read,
     so the rank's CPU over the window holds neither."""
-    monkeypatch.setattr(measuredloop, "agree", lambda *values, group=None: list(values))
     taken = []
 
     def reading():
@@ -133,12 +127,8 @@ def test_a_real_loop_reads_the_reference_outside_its_window(monkeypatch):
             pass
         return {"decode_s": 0.001, "rank_s": 0.002}
     monkeypatch.setattr(measuredloop.reference, "measure", reading)
-    model = build_model("features", False)
-    loop = MeasuredLoop(SpinningDevice(sleeps=True), model, torch.optim.SGD(model.parameters(), lr=0.01),
-                        InMemoryBatches(batches()), Fixed(), 1, 3)
-    with MemorySampler() as memory, NvmlSampler(None) as nvml:
-        loop.run(memory, nvml)
-        record = loop.record(0, memory, nvml)
+    loop = measured_loop(SpinningDevice(sleeps=True), monkeypatch, warmup=1, window=3)
+    record = run_loop(loop)
     assert taken[0] is None and taken[1] is not None and len(taken) == 2
     assert record.reference == {"decode_s": 0.001, "rank_s": 0.002, "readings": 2,
                                 "version": reference.REFERENCE_VERSION}

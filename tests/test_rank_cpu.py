@@ -62,15 +62,25 @@ def batches(n: int = 4) -> list[dict]:
              "text_emb": torch.randn(8, 768, generator=g)} for i in range(n)]
 
 
-def measured(device, monkeypatch):
-    """One rank's measured window on `device` (a world of one: the agreement is the rank's own flags)."""
+def measured_loop(device, monkeypatch, source=None, warmup: int = WARMUP, window: int = WINDOW) -> MeasuredLoop:
+    """One rank's loop on `device` over `source` (default: the batches in memory), in a world of one: the
+    agreement is the rank's own flags."""
     monkeypatch.setattr(measuredloop, "agree", lambda *values, group=None: list(values))
     model = build_model("features", False)
-    loop = MeasuredLoop(device, model, torch.optim.SGD(model.parameters(), lr=0.01), InMemoryBatches(batches()),
-                        Fixed(), WARMUP, WINDOW)
+    return MeasuredLoop(device, model, torch.optim.SGD(model.parameters(), lr=0.01),
+                        source or InMemoryBatches(batches()), Fixed(), warmup, window)
+
+
+def run_loop(loop: MeasuredLoop):
+    """The loop run, and its record."""
     with MemorySampler() as memory, NvmlSampler(None) as nvml:
         loop.run(memory, nvml)
         return loop.record(0, memory, nvml)
+
+
+def measured(device, monkeypatch):
+    """One rank's measured window on `device`."""
+    return run_loop(measured_loop(device, monkeypatch))
 
 
 def test_the_rank_cpu_leaves_out_a_device_wait_that_spins(monkeypatch):

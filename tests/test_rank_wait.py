@@ -8,20 +8,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-import torch
-from test_rank_cpu import Fixed, SpinningDevice, batches
+from test_rank_cpu import SpinningDevice, batches, measured_loop, run_loop
 
 from harness.analysis import rankwait
 from harness.analysis.checkcases import CheckCase
 from harness.analysis.targetmodel import Costs
 from harness.commands import check_capacity
 from harness.config import scenario as scenario_mod
-from harness.device.standin import build_model
 from harness.measure.rankrecord import RankRecord
-from harness.measure.telemetry import MemorySampler, NvmlSampler
-from harness.train import measuredloop
 from harness.train.batches import InMemoryBatches
-from harness.train.measuredloop import MeasuredLoop
 
 
 @dataclass
@@ -99,13 +94,7 @@ class Epochs(InMemoryBatches):
 
 def test_the_real_loop_marks_the_steps_that_began_an_epoch(monkeypatch):
     """4 batches an epoch, 1 warm-up step, 8 measured: epochs begin at the window's steps 3 and 7."""
-    monkeypatch.setattr(measuredloop, "agree", lambda *values, group=None: list(values))
-    model = build_model("features", False)
-    loop = MeasuredLoop(SpinningDevice(sleeps=True), model, torch.optim.SGD(model.parameters(), lr=0.01),
-                        Epochs(batches()), Fixed(), 1, 8)
-    with MemorySampler() as memory, NvmlSampler(None) as nvml:
-        loop.run(memory, nvml)
-        record = loop.record(0, memory, nvml)
+    record = run_loop(measured_loop(SpinningDevice(sleeps=True), monkeypatch, Epochs(batches()), 1, 8))
     assert record.epoch_starts == [3, 7] and record.steps == 8
 
 
