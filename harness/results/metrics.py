@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness.measure.rankrecord import LOADER_STAGES, PARTS, RankRecord
+from harness.measure.rankrecord import LOADER_STAGES, PARTS, STAGES, RankRecord
 from harness.results import stats
 from harness.results.cellparts import CacheFigures, Coverage, Decomposition, EpochCoverage
 
@@ -95,10 +95,7 @@ def against_reference(records: list[RankRecord]) -> dict:
     A figure is left out where its parts were not measured: no timed decode stage (the features workload),
     no rank with a reference reading (older lines)."""
     out = {}
-    timed = [r for r in records if r.stages and r.stages.get("samples")]
-    samples = sum(int(r.stages["samples"]) for r in timed)
-    stage = {s: sum(float(r.stages["s"].get(s, 0.0)) for r in timed) / samples if samples else 0.0
-             for s in LOADER_STAGES}
+    stage = {s: v for s, v in stage_per_sample(records).items() if s in LOADER_STAGES}
     refs = [r.reference for r in records if r.reference]
     ref = {k: float(np.mean([x[k] for x in refs])) for k in ("decode_s", "rank_s")} if len(refs) == len(records) \
         else {}
@@ -140,10 +137,16 @@ def decode_limit(records: list[RankRecord], loader_s: float) -> dict:
     """The decode limit ratio: the loader's whole CPU per sample over its decode stage's alone (1.0: the
     loader costs what decoding costs; the rest is read, cache, transform, collate, send, queue, untimed);
     {} without a timed decode stage (the features workload decodes nothing)."""
+    decode = stage_per_sample(records)["decode"]
+    return {"decode_limit_ratio": loader_s / decode} if decode > 0 and loader_s > 0 else {}
+
+
+def stage_per_sample(records: list[RankRecord]) -> dict[str, float]:
+    """Each loader stage's CPU seconds per sample over the ranks' timed batches, pooled (0.0 for every stage
+    where no rank carries stages)."""
     timed = [r for r in records if r.stages and r.stages.get("samples")]
     samples = sum(int(r.stages["samples"]) for r in timed)
-    decode = sum(float(r.stages["s"].get("decode", 0.0)) for r in timed) / samples if samples else 0.0
-    return {"decode_limit_ratio": loader_s / decode} if decode > 0 and loader_s > 0 else {}
+    return {s: sum(float(r.stages["s"].get(s, 0.0)) for r in timed) / samples if samples else 0.0 for s in STAGES}
 
 
 def throughput_interval(records: list[RankRecord]) -> dict:
