@@ -164,7 +164,7 @@ class RankRecord(JsonRecord):
     kernel_span_s: float | None = None
     # the loader's stages over the window: {"s": {stage: CPU seconds}, "samples", "batches", "processes"}
     stages: dict | None = None
-    # the fixed reference work timed in the rank before and after its window (harness.measure.reference):
+    # the fixed reference work timed in the rank right after its window (harness.measure.reference):
     # {"decode_s", "rank_s": thread CPU seconds per piece, "readings", "version"}; None where not taken
     reference: dict | None = None
     consumed: dict[int, list[int]] = field(default_factory=dict)

@@ -17,10 +17,11 @@ runs, so that a change to that code moves the figure and is not divided away:
   STEPS times, with autograd and the dispatcher's per-op cost as in a rank's step.
 
 Each is read from the calling thread's own CPU clock (time.thread_time): what the same instructions cost now,
-not how long the thread waited for a core. `measure()` costs about 10 ms of one core; a rank takes it twice a
-visit (before its window starts and after it ends: harness.train.measuredloop), outside every figure of the
-window. Changing this work changes every figure divided by it, as a change of the code under test would: bump
-REFERENCE_VERSION (each rank record carries it) and regenerate the committed baseline in the same commit.
+not how long the thread waited for a core. `measure()` costs about 12 ms of one core; a rank takes it twice a
+visit, right after its window's clocks are read (harness.train.measuredloop), outside every figure of the
+window and never before it. Changing this work changes every figure divided by it, as a change of the code
+under test would: bump REFERENCE_VERSION (each rank record carries it) and regenerate the committed baseline in
+the same commit.
 """
 from __future__ import annotations
 

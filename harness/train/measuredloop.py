@@ -24,10 +24,10 @@ thread loader's, the pin-memory thread) stay in it, as before.
 The rank's main thread's CPU (`rank_main_cpu_s`: the training steps, the agreement, the harness's per-step
 work; less its waits for the device, as above) is read from its own thread clock beside it: steadier than the
 process's, whose other threads (receiving batches ahead, the telemetry sampler, the collectives' helpers) move
-it by about 20% between same-code runs. The fixed reference work (harness.measure.reference) is timed twice a
-visit on that thread: before the window's clocks start and after the record's clocks are read, so that it is in
-no figure of the window. The gates divide the main thread's and the decode stage's CPU by it
-(harness.results.metrics.against_reference).
+it by about 20% between same-code runs. The fixed reference work (harness.measure.reference) is timed READINGS
+times a visit on that thread, right after the record's clocks are read: in no figure of the window, and
+nothing before the window (a pause there would let the loader run ahead into it). The gates divide the main
+thread's and the decode stage's CPU by it (harness.results.metrics.against_reference).
 """
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ from harness.measure.telemetry import MemorySampler, NvmlSampler
 from harness.train.agreement import GroupAborted, agree
 from harness.train.batches import to_device
 from harness.train.ddpstep import StepFailed, StepPrecision, is_oom, shadow_step, train_step
+
+READINGS = 2  # readings of the reference work a visit, after its window (module docstring)
 
 
 @dataclass
@@ -108,9 +110,7 @@ class MeasuredLoop:
                 self.progress(self.step, self.total_steps)
 
     def _start_window(self, memory: MemorySampler, nvml: NvmlSampler) -> None:
-        """Warm-up is over: peaks, cache counters and disk reads count from here (after the first reading of
-        the reference work)."""
-        self.references.append(reference.measure())
+        """Warm-up is over: peaks, cache counters and disk reads count from here."""
         self.device.reset_peak()
         self.tally.mark_window()
         memory.mark_window()
@@ -241,8 +241,8 @@ class MeasuredLoop:
         device, source = self.device, self.source
         nvml_figures = nvml.figures()
         rank_cpu_s, main_cpu_s, thread_cpu_s = self.rank_cpu_s(), self.rank_main_cpu_s(), self._thread_cpu_s()
-        if self.window_start is not None:  # the second reading: after the window's clocks are read
-            self.references.append(reference.measure())
+        if self.window_start is not None:  # after the window's clocks are read: in no figure of it
+            self.references += [reference.measure() for _ in range(READINGS)]
         return RankRecord(
             **self.recorder.as_record(),
             rank=rank,
