@@ -7,8 +7,9 @@ on real commits").
 `run` makes a worktree of this checkout's HEAD in a temp dir (removed on any exit) and commits the plant there
 on top of HEAD, so that the gate's parent (HEAD^ in the worktree) is this code without it; then N times
 `bash scripts/ci_gate.sh` in the worktree, as .ci/run calls it: the baseline gate against the worktree's
-results/baselines/ci.json, or with --ab the A/B gate (CI_GATE_BASELINE names no file, so the precheck sends it
-to the A/B against the parent). --hog runs a one-core hog beside every try (numpy streaming 16 MB, as a busy
+results/baselines/ci.json and, when it passes, the A/B against the parent (the script's order since issue 40;
+the table's "baseline" rows), or with --ab the A/B alone (CI_GATE_BASELINE names no file, so the precheck sends
+the script straight to the A/B). --hog runs a one-core hog beside every try (numpy streaming 16 MB, as a busy
 neighbour's cache and memory traffic). Each try's exit code, the verdict lines and its wall time are appended to
 OUT/tries.jsonl. The data directory is this checkout's data/ (CI_GATE_DATA_DIR), made once.
 
