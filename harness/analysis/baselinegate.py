@@ -306,8 +306,10 @@ def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect
     baseline from another machine raises BaselineError (check_machine), unless `same_machine`: both sides were
     measured in one job on this machine (the A/B gate). `tested`: rows already judged by another test (the A/B
     gate's paired test), used for their cells instead of the rank test."""
-    warnings = _admit(current, baseline, same_machine)
-    return compare_key(current, baseline, metric_key(metric, raw), min_effect, alpha, strict, tested, warnings)
+    if metric == "figures":
+        raise ValueError("compare judges one metric; the gate's figures are judge's")
+    return judge(current, baseline, raw, min_effect, alpha, strict, metric, same_machine,
+                 tested=lambda *_: tested).comparisons[0]
 
 
 def judge(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: float = 0.05, alpha: float = 0.05,

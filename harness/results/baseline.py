@@ -31,8 +31,8 @@ harnesses read):
   how much of a shared runner's CPU the run got.
 - `loader_vs_decode[i]`, `decode_vs_reference[i]`, `rank_vs_reference[i]` (optional, added later in version
   1): the gate's figures of repeat i (harness.results.metrics.against_reference; `--gate-metric figures`),
-  CPU costs over work timed in the same visit, in which the machine's load cancels; the reference work's
-  version is a `comparable` key (`reference`).
+  CPU costs over work timed in the same visit, in which the machine's load cancels. The reference work's
+  version is not compared (each rank record carries it): a change of it is regenerated with the baseline.
 - `machine` and `probe` decide whether a baseline was made on this kind of machine (analysis.compare): the CPU
   model, its CPU count and the cores the run was allowed (`cpu_affinity`, added later in version 1) must be
   equal, and the probe's figures must not differ beyond their noise; `hostname` and `memory_gb` are recorded

@@ -33,10 +33,16 @@ def _cpu_s(record: RankRecord) -> tuple[float, float]:
     if record.loader == "threads":  # the loader's threads run in the rank: their CPU is the loader's
         threads = float(record.loader_thread_cpu_s)
         return float(record.loader_cpu_s), max(0.0, rank - threads)
-    if record.workers == 0:
+    if loads_inline(record):
         wait = float(np.sum(record.wait))
         return wait, max(0.0, rank - wait)
     return float(record.loader_cpu_s), rank
+
+
+def loads_inline(record: RankRecord) -> bool:
+    """Whether the rank's main thread loads its batches itself (no workers, no thread loader): its wait for a
+    batch is then the loader's CPU, not the rank's."""
+    return record.workers == 0 and record.loader != "threads"
 
 
 def accounting(records: list[RankRecord]) -> dict:
@@ -110,10 +116,9 @@ def against_reference(records: list[RankRecord]) -> dict:
 
 
 def _main_cpu_s(record: RankRecord) -> float:
-    """The rank's main thread's own CPU over the window: with no workers (and no thread loader) less its wait,
-    in which it loads the batches (as _cpu_s)."""
+    """The rank's main thread's own CPU over the window: less its wait where it loads the batches itself."""
     main = float(record.rank_main_cpu_s)
-    if record.workers == 0 and record.loader != "threads":
+    if loads_inline(record):
         return max(0.0, main - float(np.sum(record.wait)))
     return main
 

@@ -90,7 +90,6 @@ class MeasuredLoop:
         self.main_cpu_start: float | None = None  # this (the main) thread's CPU clock at the window's start
         self.t_prev = 0.0
         self.epoch_starts: list[int] = []  # window steps whose wait began a new epoch's iterator
-        self.references: list[dict[str, float]] = []  # the reference work's readings (module docstring)
 
     def run(self, memory: MemorySampler, nvml: NvmlSampler, prof=None) -> None:
         self.t_prev = time.perf_counter()
@@ -241,8 +240,8 @@ class MeasuredLoop:
         device, source = self.device, self.source
         nvml_figures = nvml.figures()
         rank_cpu_s, main_cpu_s, thread_cpu_s = self.rank_cpu_s(), self.rank_main_cpu_s(), self._thread_cpu_s()
-        if self.window_start is not None:  # after the window's clocks are read: in no figure of it
-            self.references += [reference.measure() for _ in range(READINGS)]
+        # after the window's clocks are read: in no figure of it
+        readings = [reference.measure() for _ in range(READINGS)] if self.window_start is not None else []
         return RankRecord(
             **self.recorder.as_record(),
             rank=rank,
@@ -260,7 +259,7 @@ class MeasuredLoop:
             nvml=Nvml.from_json(nvml_figures) if nvml_figures is not None else None,
             completed_epochs=source.completed_epochs,
             epoch_starts=[i for i in self.epoch_starts if i < self.recorder.n],
-            reference=reference.combine(self.references),
+            reference=reference.combine(readings),
         )
 
 
