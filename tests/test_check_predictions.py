@@ -13,6 +13,7 @@ import pytest
 from harness.commands import check_predictions
 from harness.commands.check_predictions import Request
 from harness.errors import UsageError
+from harness.report import predictiontable
 from harness.run.calibration import bench_of
 from strategies import registry
 
@@ -42,6 +43,8 @@ def test_the_check_predicts_without_fitting_and_across_the_one_cpu_boundary(tmp_
     assert bench["disk"]["read_mb_s"] > 0 and set(bench["read_s"]) == {"raw", "mmap", "hdf5"}
     out = capsys.readouterr().out
     assert "storage mmap" in out and "a predictor that answers the calibration's measured samples/s" in out
+    # one round: no spread between visits measured, so no interval is stated (not one made up)
+    assert all(r["interval"] is None and not r["inside"] for r in rows)
 
     # nothing is fitted to a measured samples/s: with the contention factor at 1 (the one place a measured
     # rate enters, the load the costs are undone at), the calibration measured twice as fast predicts the same
@@ -158,16 +161,16 @@ def test_the_headline_is_the_model_on_the_cpus_the_visits_had_and_the_table_name
     absolute model, which leaves the load in, is beside it; the summary names the load the cases saw."""
     rows = [_row("calibration", 2000, 1600, 1700, 46.0, "calibration"), _row("storage mmap", 2100, 1730, 1660, 42.0),
             _row("ranks 1 -> 2", 2960, 1990, 1790, 33.0)]
-    text = check_predictions.table(rows)
+    text = predictiontable.table(rows)
     lines = text.splitlines()
-    assert lines[0].split()[1:6] == ["predicted", "measured", "error", "%", "absolute"]
+    assert lines[0].split()[1:9] == ["predicted", "measured", "error", "%", "90%", "interval", "in", "absolute"]
     mmap = next(line for line in lines if line.startswith("storage mmap"))
     assert mmap.split()[2:5] == ["1730.0", "1660.0", "+4.2"] and "+26.5" in mmap and " 42.0 " in mmap
-    headline = next(line for line in lines if line.startswith(check_predictions.HEADLINE))
+    headline = next(line for line in lines if line.startswith(predictiontable.HEADLINE))
     assert "median |error| 7.7%, max 11.2%, 2 of 2 within 15%" in headline
-    assert "max 65.4%, 0 of 2 within 15%" in next(line for line in lines if line.startswith(check_predictions.ABSOLUTE))
+    assert "max 65.4%, 0 of 2 within 15%" in next(line for line in lines if line.startswith(predictiontable.ABSOLUTE))
     assert "median 37.5%, max 42.0% (a loaded host" in text
-    rows[1]["note"] = check_predictions._note(rows[1], 1.0)
+    rows[1]["note"] = predictiontable.note(rows[1], 1.0)
     assert rows[1]["note"] == ""  # within 15% on this host: no note, though the absolute model is 26.5% off
-    quiet = check_predictions.table([_row("storage mmap", 2100, 2100, 2050, 0.5)])
+    quiet = predictiontable.table([_row("storage mmap", 2100, 2100, 2050, 0.5)])
     assert "(a quiet host: the two models agree)" in quiet

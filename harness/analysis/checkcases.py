@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 
+from harness.analysis import rankwait
 from harness.analysis.targetmodel import Costs, Prediction, predict
 from harness.config.accelerators import Accelerator
 from harness.config.target import Target
@@ -33,7 +34,10 @@ PREDICTIONS_HISTORY = {
        "empty) and `scored`, `binds`, `visits`, `spread_pct`, `loader_ms`, `rank_ms`, `note`; "
        "`predicted_idle_host` is `predicted` now, and version 1's fitted `predicted` reads as "
        "`predicted_fitted`. Added within version 2: `outside_pct` (the outside load the case's visits saw, "
-       "their mean); the check's headline became `predicted_shared` (issue 38), the keys kept their meaning",
+       "their mean); the check's headline became `predicted_shared` (issue 38), the keys kept their meaning; "
+       "`interval` (the headline's 90% interval, [low, high], or null where no spread was measured) and "
+       "`inside` (the measurement fell in it); `flag` calibration also marks the case at one rank more (the "
+       "ranks' wait is measured in it)",
 }
 
 
@@ -91,19 +95,26 @@ ONE_CPU = "calibration on 1 CPU"
 
 def cases(base: CheckCase, other_size: int, other_decoder: str | None = None,
           allowance: int = 1) -> list[CheckCase]:
-    """The calibration (first) and the cases, each changing one thing (other_decoder: the decoder the
-    decoder case switches to; None: no decoder case); with an allowance of 2 CPUs or more, the calibration's
-    configuration confined to 1 CPU, the other calibration of the machine-boundary pairings."""
+    """The calibration (first) and the cases, each changing one thing or two (other_decoder: the decoder the
+    decoder case switches to; None: no decoder case): across the workers (one more, none: the rank loads
+    inline), the ranks (one more, four times), the batch, the image size, the storages, the page cache (cold
+    in each storage), the decoder; with an allowance of 2 CPUs or more, the calibration's configuration
+    confined to 1 CPU, the other calibration of the machine-boundary pairings."""
     out = [replace(base, name="calibration"),
            replace(base, name=f"workers {base.workers} -> {base.workers + 1}", workers=base.workers + 1),
+           replace(base, name=f"workers {base.workers} -> 0 (inline)", workers=0),
            replace(base, name=f"ranks {base.world_size} -> {base.world_size + 1}", world_size=base.world_size + 1),
+           replace(base, name=f"ranks {base.world_size} -> {base.world_size + 2}", world_size=base.world_size + 2),
+           replace(base, name=f"ranks {base.world_size} -> {4 * base.world_size}", world_size=4 * base.world_size),
            replace(base, name=f"batch {base.batch_size} -> {2 * base.batch_size}", batch_size=2 * base.batch_size),
            replace(base, name=f"image size {base.image_size} -> {other_size}", image_size=other_size),
            replace(base, name="storage mmap", storage="mmap"),
            replace(base, name="storage hdf5", storage="hdf5"),
-           replace(base, name="page cache cold", cache_state="cold")]
+           replace(base, name="page cache cold", cache_state="cold"),
+           replace(base, name="page cache cold, storage mmap", storage="mmap", cache_state="cold"),
+           replace(base, name="page cache cold, storage hdf5", storage="hdf5", cache_state="cold")]
     if other_decoder and other_decoder != base.decoder:
-        out.insert(7, replace(base, name=f"decoder {base.decoder} -> {other_decoder}", decoder=other_decoder))
+        out.insert(10, replace(base, name=f"decoder {base.decoder} -> {other_decoder}", decoder=other_decoder))
     if allowance >= 2:
         out.append(replace(base, name=ONE_CPU, cpus=1))
     return out
@@ -123,6 +134,14 @@ def pairings(all_cases: list[CheckCase], allowance: int) -> list[Pairing]:
     return out
 
 
+def ranks_calibration(all_cases: list[CheckCase]) -> str | None:
+    """The case that is the calibration at one rank more (the ranks' wait is measured in it: its own rows
+    are repeats, not predictions); None where the cases have none."""
+    base = all_cases[0]
+    more = replace(base, world_size=base.world_size + 1)
+    return next((c.name for c in all_cases if replace(c, name=base.name) == more), None)
+
+
 @dataclass(frozen=True)
 class Bench:
     """What the check measured beside the cells (harness.measure.sidebench, composed by harness.run.calibration)."""
@@ -138,8 +157,18 @@ class Bench:
     storage_iops: float = 0.0  # the store's requests per second (0: unlimited; harness.analysis.remotecheck's)
 
 
-def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench) -> Costs:
-    """The calibration's costs with what the case changes scaled by the bench's measured ratios."""
+@dataclass(frozen=True)
+class RanksWait:
+    """The ranks' wait a calibration at 2 or more ranks measured (harness.analysis.rankwait), and the
+    dataset's samples per epoch (its epoch starts' law)."""
+
+    wait: rankwait.RankWait
+    samples: int
+
+
+def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, ranks: RanksWait | None = None) -> Costs:
+    """The calibration's costs with what the case changes scaled by the bench's measured ratios; with `ranks`
+    (the calibration at 1 rank), the rank's CPU at the case's ranks (the collectives' CPU by the ring law)."""
     stages = dict(calib.stages)
     if case.storage != base.storage and base.storage in bench.read_s and case.storage in bench.read_s:
         stages["read"] = stages.get("read", 0.0) * bench.read_s[case.storage] / max(bench.read_s[base.storage], 1e-9)
@@ -154,8 +183,11 @@ def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench) -> 
     loader = sum(stages.values()) if stages else calib.loader_s
     cold = (bench.cold_cpu_s_per_request * calib.requests_per_sample if bench.cold_cpu_s_per_request
             else bench.cold_cpu_s_per_byte * calib.bytes_per_sample)
-    return replace(calib, loader_s=loader, stages=stages, padded_pixels_per_sample=calib.padded_pixels_per_sample
-                   * pixels, cold_read_extra_s=cold)
+    rank = calib.rank_s
+    if ranks is not None and case.world_size >= 2 and base.world_size == 1:
+        rank = rankwait.rank_cpu_s(rank, ranks.wait, case.world_size)
+    return replace(calib, loader_s=loader, rank_s=rank, stages=stages, copy_s=calib.copy_s * pixels,
+                   padded_pixels_per_sample=calib.padded_pixels_per_sample * pixels, cold_read_extra_s=cold)
 
 
 def case_target(case: CheckCase, accelerator: Accelerator, cores: float, bench: Bench) -> Target:
@@ -168,15 +200,25 @@ def case_target(case: CheckCase, accelerator: Accelerator, cores: float, bench: 
 
 
 def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, accelerator: Accelerator,
-                 cores: float, outside_pct: float | None = None) -> Prediction:
+                 cores: float, outside_pct: float | None = None, ranks: RanksWait | None = None) -> Prediction:
     """The case's prediction on this host with `cores` CPUs (the absolute model: each process may use a
     whole core); with `outside_pct` (the CPU that processes outside the run used during the case's visits,
     % of those CPUs: the shared-host correction), the run gets the rest, and none of its processes more
-    than that."""
+    than that. With `ranks` (from a calibration at 2 ranks or more; the calibration `calib` at 1 rank), a
+    case at 2 ranks or more has the rank's CPU at its size and a step no shorter than the ranks' wait makes
+    it (the AU the smaller of the two)."""
     got = cores if outside_pct is None else max(0.05, cores * (1.0 - min(95.0, max(0.0, outside_pct)) / 100.0))
-    share = min(1.0, got)
-    return predict(case_costs(calib, base, case, bench), case_target(case, accelerator, got, bench),
-                   accelerator, advise=False, share=share)
+    share, n = min(1.0, got), case.world_size
+    p = predict(case_costs(calib, base, case, bench, ranks), case_target(case, accelerator, got, bench),
+                accelerator, advise=False, share=share)
+    if ranks is None or n < 2 or base.world_size != 1:
+        return p
+    au = rankwait.au_pct(ranks.wait, n, case.batch_size, ranks.samples)
+    if au >= p.au_pct:
+        return p
+    scale = au / max(p.au_pct, 1e-9)
+    return replace(p, au_pct=au, samples_per_s=p.samples_per_s * scale, per_rank=p.per_rank * scale,
+                   binds="ranks' wait")
 
 
 def measured_at(costs: Costs, samples_per_s: float, cpus: float, outside_pct: float) -> Costs:

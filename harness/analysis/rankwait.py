@@ -85,6 +85,20 @@ def measure(records, one_rank_rank_s: float) -> RankWait | None:
                     restart_s=max(0.0, restart), restarts=len(starts), cpu_s=max(0.0, cpu - one_rank_rank_s))
 
 
+def pooled(waits: list[RankWait | None]) -> RankWait | None:
+    """The waits of several launches at one rank count as one (their busy times together, the rest their
+    mean; the epoch starts' cost the mean of those that had one); None without any."""
+    waits = [w for w in waits if w is not None]
+    if not waits:
+        return None
+    started = [w for w in waits if w.restarts]
+    return RankWait(ranks=waits[0].ranks, busy_s=tuple(sorted(x for w in waits for x in w.busy_s)),
+                    device_s=statistics.mean(w.device_s for w in waits),
+                    latency_s=statistics.mean(w.latency_s for w in waits),
+                    restart_s=statistics.mean(w.restart_s for w in started) if started else 0.0,
+                    restarts=sum(w.restarts for w in waits), cpu_s=statistics.mean(w.cpu_s for w in waits))
+
+
 def step_seconds(wait: RankWait, ranks: int, batch_size: int, samples: int) -> float:
     """A step at `ranks` ranks: the slowest of them, the agreement, the epoch starts amortised."""
     restarts = wait.restart_s * ranks * batch_size / samples if samples else 0.0

@@ -85,6 +85,21 @@ def requests_per_sample(storage: str, workload: str) -> float:
     return float(len(FIELDS_FOR.get(workload, ("",)))) if storage == "raw" else 1.0
 
 
+def step_path(records: list[RankRecord]) -> tuple[float, float]:
+    """What a step waits for beside the device, from the ranks' step parts (targetmodel.path_seconds): the
+    host-to-device copy per sample, and per step the rank's overhead plus the ranks' agreement, its least
+    peer wait among the ranks (the last to arrive waits only for the collective itself; the rest of a peer
+    wait is the others' imbalance)."""
+    samples = sum(r.samples for r in records)
+    n = min((len(r.step) for r in records), default=0)
+    if not samples or not n:
+        return 0.0, 0.0
+    copy_s = sum(sum(r.h2d) for r in records) / samples
+    overhead = sum(sum(r.overhead[:n]) for r in records) / (n * len(records))
+    agreement = sum(min(r.peer_wait[i] if i < len(r.peer_wait) else 0.0 for r in records) for i in range(n)) / n
+    return copy_s, overhead + agreement
+
+
 def costs(records: list[RankRecord], figures, workload: str, contention: float = 1.0,
           busy_share: float = 0.0, rate: str = "amp", requests_per_sample: float = 1.0,
           cold_read_extra_s: float = 0.0, measured_device: bool = False, in_flight: int = 1) -> Costs | None:
@@ -109,7 +124,9 @@ def costs(records: list[RankRecord], figures, workload: str, contention: float =
     # ReceiveAhead on an emulated device, the pin-memory thread on a GPU): not on the rank's critical path
     ahead = prof.per_sample.get("receive", 0.0) if prof and all(
         r.loader == "workers" and r.workers > 0 for r in records) else 0.0
+    copy_s, serial_s = step_path(records)
     return Costs(workload=workload, loader_s=loader, rank_s=rank, receive_ahead_s=min(ahead, rank),
+                 copy_s=copy_s, serial_step_s=serial_s,
                  padded_pixels_per_sample=sum(r.padded_pixels for r in records) / samples,
                  bytes_per_sample=sum(r.nbytes for r in records) / samples,
                  requests_per_sample=requests_per_sample, stages=stages,

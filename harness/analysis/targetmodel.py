@@ -4,12 +4,14 @@ measured (`Costs`) and the accelerator catalogue's step-time model. docs/predict
 Per rank, with W workers, k the CPU-cost factor at the node's load (below), l and r the loader's and the
 rank's CPU seconds per sample, d the device seconds per sample, io a cold read's wait per sample:
 
-    device bound    1 / d                             the accelerator
+    device bound    1 / (d + p)                       the accelerator, and p: what a step waits for beside it
+                                                      (the host-to-device copy, the rank's per-step overhead
+                                                      and the ranks' agreement, per sample; measured)
     rank host bound 1 / (r k)                         the rank's own host work per step (emulated: it and the
                                                       modelled device time overlap, so the step is the longer);
                                                       r without what its receiving thread does beside it
     loader bound    W / (l k + io)                    each worker is one process (W = 0: the rank loads inline,
-                                                      rate 1 / (l k + io + max(d, r k)))
+                                                      rate 1 / (l k + io + max(d + p, r k)))
     CPU bound       cores / (ranks per node (l + r) k) the workers and the rank share the node's cores
     storage bound   bandwidth / (all ranks x bytes per sample)      cold page cache only
     ops bound       IOPS / (all ranks x requests per sample)        cold page cache only, with IOPS given
@@ -62,6 +64,11 @@ class Costs:
     # device seconds per sample added to the step (device preprocessing): modelled from the catalogue's
     # assumed decode rate, also where device_s is measured (assumed_decode)
     device_extra_s: float = 0.0
+    # on the step's path beside the device (measured in the rank's step parts, not CPU: the contention factor
+    # leaves them): the host-to-device copy per sample, and per step the rank's own overhead and the ranks'
+    # agreement (its least wait); a step takes the device time plus these
+    copy_s: float = 0.0
+    serial_step_s: float = 0.0
 
     def at_idle(self) -> Costs:
         """The costs brought back to an idle host (divided by the contention factor at busy_share)."""
@@ -96,6 +103,12 @@ def device_seconds(costs: Costs, accelerator: Accelerator, batch_size: int) -> f
         + costs.device_extra_s
 
 
+def path_seconds(costs: Costs, batch_size: int) -> float:
+    """Seconds per sample on the step's path beside the device: the copy, and the per-step overhead and
+    agreement over the batch."""
+    return costs.copy_s + costs.serial_step_s / max(1, batch_size)
+
+
 def assumed_decode(costs: Costs) -> bool:
     """A measured (real GPU) device time with a modelled decode added: the catalogue's assumed decode rate,
     not the device's own, so what is shown must say so."""
@@ -124,16 +137,18 @@ def rank_seconds(costs: Costs, workers: int, k: float, share: float) -> float:
 
 def _bounds(costs: Costs, target: Target, d: float, k: float, workers: int,
             share: float = 1.0) -> dict[str, float]:
+    """Each bound's samples/s per rank; the device's is a step's device time plus its path beside it."""
     cold = target.page_cache == "cold"
     loader = costs.loader_s + (costs.cold_read_extra_s if cold else 0.0)
     io = io_seconds(costs, target)
     host = (loader + costs.rank_s) * k
     rank = rank_seconds(costs, workers, k, share)
     out = {name: math.inf for name in BOUNDS}
-    out["device"] = 1.0 / max(d, 1e-12)
+    out["device"] = 1.0 / max(d + path_seconds(costs, target.batch_size), 1e-12)
     out["rank host"] = 1.0 / rank if rank > 0 else math.inf
     if workers == 0:
-        out["loader workers"] = 1.0 / (loader * k / share + io + max(d, rank) or 1e-12)
+        out["loader workers"] = 1.0 / (loader * k / share + io + max(d + path_seconds(costs, target.batch_size), rank)
+                                       or 1e-12)
     elif loader * k + io > 0:
         out["loader workers"] = workers / (loader * k / share + io)
     if host > 0:
@@ -170,7 +185,7 @@ def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: b
     binds = min(bounds, key=lambda name: (bounds[name], name != "device"))  # a tie: the device binds
     per_rank = bounds[binds] / (max(1.0, costs.step_imbalance) if target.ranks > 1 else 1.0)
     au = min(100.0, per_rank * d * 100.0)
-    step = max(d, rank_seconds(costs, target.workers_per_rank, k, share))
+    step = max(d + path_seconds(costs, target.batch_size), rank_seconds(costs, target.workers_per_rank, k, share))
     return Prediction(samples_per_s=per_rank * target.ranks, per_rank=per_rank, au_pct=au,
                       stall_pct=max(0.0, 100.0 - per_rank * step * 100.0), binds=binds, bounds=bounds,
                       factor=k, workers_for_device=workers_for_device(costs, target, d) if advise else None)

@@ -360,10 +360,12 @@ DEFINE = {  # name: (what its parser adds, its description): every command named
     "gate-precheck": (define_gate_precheck, "0 when a baseline may be of this machine (CPU model, count, cores "
                       "allowed), else 3"),
     "check-predictions": (define_check_predictions, "the target model (nothing fitted) calibrated on one "
-                          "configuration of a scenario, the configurations that each change one thing and the "
-                          "1-CPU pairings predicted and measured here; writes predictions.jsonl"),
+                          "configuration of a scenario (and at 2 ranks, and on 1 CPU), the configurations that each "
+                          "change one thing and the 1-CPU pairings predicted, each with its 90% interval, and "
+                          "measured here; writes predictions.jsonl"),
     "check-capacity": (define_check_capacity, "how many accelerators this host keeps at AU >= 90%: runs at 1, 2 "
-                       "and 4 ranks per workload against the model from the 1-rank run; exit 1 where they differ; "
+                       "and 4 ranks per workload against the model from the 1-rank calibration and the ranks' wait "
+                       "measured at 2; exit 1 where they differ; "
                        "writes capacity.jsonl"),
     "check-remote": (define_check_remote, "the target model's storage bounds against the project's own shaped "
                      "store (root): one reading process per case, an unshaped calibration and each shaped "

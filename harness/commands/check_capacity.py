@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis import rankwait, stages
-from harness.analysis.checkcases import Bench, CheckCase, measured_at, predict_case
+from harness.analysis.checkcases import Bench, CheckCase, RanksWait, measured_at, predict_case
 from harness.analysis.targetmodel import AU_TARGET_PCT, Costs, capacity
 from harness.config import scenario as scenario_mod
 from harness.config.target import Target
@@ -85,17 +85,9 @@ class Model:
 
     def predict(self, base: CheckCase, case: CheckCase, sc, cores: int, outside: float | None = None):
         """The size's prediction: the CPU bounds with the rank's CPU at that size, and the step no shorter
-        than the ranks' wait makes it (the AU the smaller of the two)."""
-        n = case.world_size
-        if self.wait is None or n < 2:
-            return predict_case(self.calib, base, case, NO_BENCH, sc.accelerator, cores, outside)
-        costs = dataclasses.replace(self.calib, rank_s=rankwait.rank_cpu_s(self.calib.rank_s, self.wait, n))
-        p = predict_case(costs, base, case, NO_BENCH, sc.accelerator, cores, outside)
-        au = rankwait.au_pct(self.wait, n, case.batch_size, self.samples)
-        if au >= p.au_pct:
-            return p
-        return dataclasses.replace(p, au_pct=au, samples_per_s=p.samples_per_s * au / max(p.au_pct, 1e-9),
-                                   per_rank=p.per_rank * au / max(p.au_pct, 1e-9), binds="ranks' wait")
+        than the ranks' wait makes it (the AU the smaller of the two; checkcases.predict_case)."""
+        ranks = RanksWait(self.wait, self.samples) if self.wait is not None else None
+        return predict_case(self.calib, base, case, NO_BENCH, sc.accelerator, cores, outside, ranks)
 
 
 def fed(rows: list[dict], key: str) -> int:

@@ -1,17 +1,20 @@
 """--check-predictions: the target model (harness.analysis.targetmodel) checked on this machine. It calibrates
 on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache, its decoder, batch and
-image size), and with 2 CPUs or more on the same configuration confined to 1 CPU; it predicts configurations
-that each change one thing, and across the 1-CPU boundary both ways (harness.analysis.checkcases.cases and
-pairings), with the model on the CPUs each case's visits had (the allowance less the outside load measured in
-them: nothing fitted to a measured samples/s), beside it the absolute model (the whole allowance: what it
+image size), with 2 CPUs or more on the same configuration confined to 1 CPU (it measures the CPU a run can
+use where the CPU binds), and at one rank more (the ranks' wait, harness.analysis.rankwait); it predicts
+configurations that each change one thing, and across the 1-CPU boundary both ways
+(harness.analysis.checkcases.cases and pairings), with the model on the CPUs each case's visits had (the
+allowance less the outside load measured in them: nothing fitted to a measured samples/s) and its 90%
+interval (harness.analysis.predictioninterval), beside it the absolute model (the whole allowance: what it
 predicts for another machine, or this one quiet), then measures them: every configuration is
 a real run of the harness's cells (harness.run.calibration.launch_group), visited in `rounds` interleaved
 passes, so drift of this shared machine falls on all of them. Beside the cells it measures what the
 predictions need (harness.run.calibration.side_bench): the disk's cold read rate and latency, the CPU-cost
 factor with every core busy, and the read and decode stages' costs in the other configurations.
 
-Writes predictions.jsonl (one line per prediction: config, source, predicted, predicted_shared, measured, the
-errors, flag, the visits' figures) and bench.json in its run directory, and prints the table.
+Writes predictions.jsonl (one line per prediction: config, source, predicted, predicted_shared, its interval,
+measured, the errors, flag, the visits' figures) and bench.json in its run directory, and prints the table
+(harness.report.predictiontable).
 docs/measurements/prediction.md has a measured one.
 
     python run_bench.py --scenario 4xV100 --check-predictions
@@ -31,12 +34,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import stages
+from harness.analysis import predictioninterval, rankwait, stages
 from harness.analysis.checkcases import (
-    COPY_PCT,
+    ONE_CPU,
     PREDICTIONS,
     Bench,
     CheckCase,
+    Pairing,
+    RanksWait,
     case_costs,
     cases,
     error_pct,
@@ -44,11 +49,12 @@ from harness.analysis.checkcases import (
     measured_at,
     pairings,
     predict_case,
-    summary,
+    ranks_calibration,
 )
 from harness.config import scenario as scenario_mod
 from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
 from harness.measure import hostload
+from harness.report import predictiontable
 from harness.results import fileformat, rundir
 from harness.run.calibration import (
     STORAGES,
@@ -57,6 +63,7 @@ from harness.run.calibration import (
     launch_group,
     materialise_storages,
     read_visits,
+    samples_of,
     side_bench,
 )
 from strategies import registry
@@ -144,42 +151,115 @@ def _throughputs(visits: list[Visit]) -> list[float]:
     return [float(v.line.figures.get("throughput") or 0.0) for v in visits]
 
 
+@dataclass(frozen=True)
+class _Model:
+    """What every prediction of one check shares: the side bench, the CPU a run can use where the CPU binds
+    (the 1-CPU calibration's), the ranks' wait (the calibration at one rank more), one visit's noise."""
+
+    sc: object
+    bench: Bench
+    allowance: int
+    usable: float | None
+    ranks: RanksWait | None
+    noise: tuple[float, int]
+
+    def cpus(self, case: CheckCase, pair: Pairing) -> float:
+        """The case's CPUs, as much of them as a run can use (not for the 1-CPU calibration's own launch: it
+        would be fitted to its own measurement)."""
+        got = 1.0 if self.usable is None or pair.case == ONE_CPU else self.usable
+        return (case.cpus or self.allowance) * got
+
+    def predict(self, calib, source: CheckCase, case: CheckCase, cpus: float, outside: float | None = None):
+        return predict_case(calib, source, case, self.bench, self.sc.accelerator, cpus, outside, self.ranks)
+
+
+def _model(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
+           allowance: int) -> _Model:
+    calibs = [c.name for c in all_cases if c.name in ("calibration", ONE_CPU) and measured.get(c.name)]
+    noise = predictioninterval.pooled_sd(_throughputs(measured[name]) for name in calibs)
+    ranks = None
+    two = ranks_calibration(all_cases)
+    if two and measured.get(two) and measured.get("calibration"):
+        one_rank = _calibration(measured["calibration"], bench, allowance).rank_s
+        wait = rankwait.pooled([rankwait.measure(v.line.ranks, one_rank) for v in measured[two]])
+        ranks = RanksWait(wait, samples_of(sc)) if wait else None
+    return _Model(sc, bench, allowance, usable_share(measured.get(ONE_CPU) or []), ranks, noise)
+
+
 def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
           allowance: int) -> list[dict]:
     """One row per pairing (checkcases.pairings) whose case and calibration were measured: the model's
     prediction from the calibration's costs on the CPUs the case's visits had (`predicted_shared`: the
-    allowance less the outside load measured in them, the headline on this host) and on the case's whole
-    allowance (`predicted`, the absolute model: another machine's prediction), nothing fitted, against the mean
-    of the case's visits' samples/s; a calibration's own row and a case its calibration predicts the same (a copy)
-    are flagged and not scored."""
+    allowance less the outside load measured in them, the headline on this host) with its interval, and on the
+    case's whole allowance (`predicted`, the absolute model: another machine's prediction), nothing fitted,
+    against the mean of the case's visits' samples/s; a calibration's own row (the 1-rank ones, and the one
+    rank more the ranks' wait is measured in) and a case its calibration predicts the same (a copy) are
+    flagged and not scored."""
     by_name, calibs, rows = {c.name: c for c in all_cases}, {}, []
+    model = _model(sc, all_cases, measured, bench, allowance)
+    repeats = {ranks_calibration(all_cases)} if model.ranks else set()
     for pair in pairings(all_cases, allowance):
         if not measured.get(pair.case) or not measured.get(pair.source):
             continue
         source, case, visits = by_name[pair.source], by_name[pair.case], measured[pair.case]
-        src_cpus, cpus = source.cpus or allowance, case.cpus or allowance
+        src_cpus, cpus = model.cpus(source, pair), model.cpus(case, pair)
         if pair.source not in calibs:
             calibs[pair.source] = _calibration(measured[pair.source], bench, src_cpus)
         calib = calibs[pair.source]
-        x = predict_case(calib, source, case, bench, sc.accelerator, cpus)
+        x = model.predict(calib, source, case, cpus)
         outside = statistics.mean(float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits)
-        shared = predict_case(calib, source, case, bench, sc.accelerator, cpus, outside).samples_per_s
-        own = predict_case(calib, source, source, bench, sc.accelerator, src_cpus).samples_per_s
+        shared = model.predict(calib, source, case, cpus, outside).samples_per_s
+        own = model.predict(calib, source, source, src_cpus).samples_per_s
         got = _throughputs(visits)
         m = statistics.mean(got)
-        flag = "calibration" if pair.case == pair.source else "copy" if is_copy(x.samples_per_s, own) else ""
+        low_high = predictioninterval.interval(shared, _spread_of(model, measured[pair.source], source, case,
+                                                                  (src_cpus, cpus), visits))
+        flag = ("calibration" if pair.case == pair.source or pair.case in repeats
+                else "copy" if is_copy(x.samples_per_s, own) else "")
         rows.append({"config": pair.name, "source": pair.source, "settings": case.config(),
                      "predicted": round(x.samples_per_s, 1), "predicted_shared": round(shared, 1),
                      "measured": round(m, 1), "error_pct": round(error_pct(x.samples_per_s, m), 1),
                      "error_shared_pct": round(error_pct(shared, m), 1), "flag": flag, "scored": not flag,
                      "null_error_pct": round(error_pct(statistics.mean(_throughputs(measured[pair.source])), m), 1),
                      "binds": x.binds, "outside_pct": round(outside, 1),
+                     "interval": [round(v, 1) for v in low_high] if low_high else None,
+                     "inside": bool(low_high and low_high[0] <= m <= low_high[1]),
                      "visits": [_visit_row(g, v) for g, v in zip(got, visits)],
                      "spread_pct": round(_spread(got), 1) if m else None,
-                     **_costs_seen(case_costs(calib, source, case, bench), visits)})
+                     **_costs_seen(case_costs(calib, source, case, bench, model.ranks), visits)})
     for row in rows:
-        row["note"] = _note(row, _spread(_throughputs(measured[row["source"]]))) if row["scored"] else ""
+        calibration_spread = _spread(_throughputs(measured[row["source"]]))
+        row["note"] = predictiontable.note(row, calibration_spread) if row["scored"] else ""
     return rows
+
+
+def _spread_of(model: _Model, calibration: list[Visit], source: CheckCase, case: CheckCase,
+               cpus: tuple[float, float], visits: list[Visit]) -> predictioninterval.Spread:
+    """What the case's headline interval is propagated from (harness.analysis.predictioninterval): the
+    prediction from each calibration visit alone, and at each of the case's visits' outside load."""
+    src_cpus, case_cpus = cpus
+    loads = [float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits]
+    calib = _calibration(calibration, model.bench, src_cpus)
+    per_visit = tuple(model.predict(_calibration([v], model.bench, src_cpus), source, case, case_cpus,
+                                    statistics.mean(loads)).samples_per_s for v in calibration)
+    at_load = tuple(model.predict(calib, source, case, case_cpus, x).samples_per_s for x in loads)
+    return predictioninterval.Spread(costs=per_visit, load=at_load, noise_sd=model.noise[0],
+                                     noise_df=model.noise[1], visits=len(visits))
+
+
+def usable_share(visits: list[Visit]) -> float | None:
+    """The share of its CPUs a run uses where the CPU binds it, measured in the 1-CPU calibration (the CPU
+    binds there): its samples/s x its loader's and rank's CPU per sample over the one CPU less the outside
+    load its visits saw; what is missing is the launcher's, the scheduler's and the harness's own threads'.
+    The mean over its visits, at most 1; None without visits."""
+    used = []
+    for v in visits:
+        f = v.line.figures
+        per_sample = float(f.get("loader_cpu_s_per_sample") or 0.0) + float(f.get("rank_cpu_s_per_sample") or 0.0)
+        had = 1.0 - min(95.0, float(f.get("other_cpu_pct") or 0.0)) / 100.0
+        if per_sample and f.get("throughput"):
+            used.append(float(f.get("throughput")) * per_sample / had)
+    return min(1.0, statistics.mean(used)) if used else None
 
 
 def _costs_seen(predicted, visits: list[Visit]) -> dict:
@@ -190,66 +270,6 @@ def _costs_seen(predicted, visits: list[Visit]) -> dict:
     return {"loader_ms": {"predicted": round(predicted.loader_s * 1e3, 3), "measured": mean_ms(
                 "loader_cpu_s_per_sample")},
             "rank_ms": {"predicted": round(predicted.rank_s * 1e3, 3), "measured": mean_ms("rank_cpu_s_per_sample")}}
-
-
-def _note(row: dict, calib_spread: float) -> str:
-    """Why a case misses (|error| > 15% on this host), from its figures: noise, or a cost the model held that
-    changed, or outside load that the absolute model does not take out."""
-    if abs(row["error_shared_pct"] or 0) <= 15:
-        return ""
-    why = []
-    for key, what in (("loader_ms", "loader"), ("rank_ms", "rank's own")):
-        seen = row[key]
-        if seen["predicted"] and abs(seen["measured"] / seen["predicted"] - 1) > 0.15:
-            why.append(f"{what} CPU {seen['predicted']:.3f} ms/sample predicted, {seen['measured']:.3f} measured")
-    if calib_spread > 15 or (row["spread_pct"] or 0) > 15:
-        why.append(f"noise: the calibration's visits spread {calib_spread:.0f}%, this case's {row['spread_pct']:.0f}%")
-    outside = max((v.get("other_cpu_pct") or 0.0) for v in row["visits"]) if row["visits"] else 0.0
-    if outside > hostload.OUTSIDE_LOAD_PCT:
-        why.append(f"other processes used up to {outside:.0f}% of the CPUs during its visits (taken out as their "
-                   f"mean; the absolute model, which leaves it in, is {row['error_pct']:+.1f}% off)")
-    return "; ".join(why) or "the bound model: no cost it holds changed, and the host was quiet: outside its range"
-
-
-HEADLINE = ("the model on this host as it ran (the calibration's costs on the CPUs each case's visits had: "
-            "the allowance less the outside load measured in them; nothing fitted)")
-ABSOLUTE = "the absolute model (the whole allowance: what it predicts for another machine, or this one quiet)"
-
-
-def table(rows: list[dict]) -> str:
-    """Every prediction (the calibrations first among them): the headline, the model on the CPUs the case's
-    visits had, then the absolute model (labelled) and the outside load each case saw; the flags, the notes on
-    the scored cases that miss, and the summaries over the scored cases: the headline's, the absolute model's,
-    and a predictor that answers the calibration's measured samples/s for every case (what the model must
-    beat); then the outside load the scored cases ran beside."""
-    lines = [f"{'configuration':<34} {'predicted':>9} {'measured':>9} {'error %':>8} {'absolute':>9} {'error %':>8} "
-             f"{'load %':>6} {'spread %':>8}  {'flag':<11} binds"]
-    for r in rows:
-        lines.append(f"{r['config']:<34} {r['predicted_shared']:>9.1f} {r['measured']:>9.1f} "
-                     f"{r['error_shared_pct']:>+8.1f} {r['predicted']:>9.1f} {r['error_pct']:>+8.1f} "
-                     f"{r.get('outside_pct') or 0:>6.1f} {r['spread_pct'] or 0:>8.1f}  {r['flag'] or '-':<11} "
-                     f"{r['binds']}")
-    lines += [f"  {r['config']}: {r['note']}" for r in rows if r.get("note")]
-    scored = [r for r in rows if r["scored"]]
-    for key, what in (("error_shared_pct", HEADLINE), ("error_pct", ABSOLUTE),
-                      ("null_error_pct", "a predictor that answers the calibration's measured samples/s")):
-        s = summary([r[key] for r in scored])
-        if s["cases"]:
-            lines.append(f"{what}: median |error| {s['median_abs_error_pct']:.1f}%, max "
-                         f"{s['max_abs_error_pct']:.1f}%, {s['within_15']} of {s['cases']} within 15%")
-    loads = [r.get("outside_pct") or 0.0 for r in scored]
-    if loads:
-        lines.append(f"outside load during the scored cases' visits (processes outside the run, % of the host's "
-                     f"CPUs, each case's mean): median {statistics.median(loads):.1f}%, max {max(loads):.1f}%"
-                     + (" (a quiet host: the two models agree)" if max(loads) <= hostload.OUTSIDE_LOAD_PCT else
-                        " (a loaded host: read the headline; the absolute model is the prediction for another "
-                        "machine)"))
-    copies = [r["config"] for r in rows if r["flag"] == "copy"]
-    lines.append(f"scored: {len(scored)} cases; not scored: the calibrations, and {len(copies)} predicted as "
-                 f"their calibration (copy, within {COPY_PCT:g}%){': ' + ', '.join(copies) if copies else ''} "
-                 "(samples/s, all ranks; predicted: on the CPUs the visits had; absolute: on the whole "
-                 "allowance; load: outside load; spread: max - min of the visits over their mean)")
-    return "\n".join(lines)
 
 
 def _plan(sc, only: list[str] | None, allowance: int) -> tuple[CheckCase, list[CheckCase]]:
@@ -296,7 +316,7 @@ def analyse(run_dir: Path, sc, all_cases: list[CheckCase], rounds: int, allowanc
     bench = bench_of(json.loads((run_dir / "bench.json").read_text()))
     rows = _rows(sc, all_cases, measured, bench, allowance)
     fileformat.write_lines(run_dir / "predictions.jsonl", rows, PREDICTIONS)  # versioned, replaced atomically
-    print(table(rows))
+    print(predictiontable.table(rows))
     return rows
 
 

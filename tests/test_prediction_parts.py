@@ -1,0 +1,160 @@
+"""What issue 38 added to the check's model, each on numbers worked out by hand: the step's path beside the
+device (harness.analysis.stages.step_path, targetmodel.path_seconds), the ranks' CPU and wait across rank
+counts from the calibration at one rank more (checkcases.case_costs, predict_case), the CPU a run can use
+(check_predictions.usable_share), the cases across the boundaries, and the prediction's interval and its
+coverage (harness.analysis.predictioninterval)."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from harness.analysis import checkcases, predictioninterval, rankwait, stages
+from harness.analysis.targetmodel import Costs, predict
+from harness.commands import check_predictions
+from harness.config.accelerators import get_accelerator
+from harness.config.target import Target
+from harness.measure.rankrecord import RankRecord
+from harness.run.calibration import Visit
+
+V100 = get_accelerator("V100-16GB")
+
+
+def _target(**kw) -> Target:
+    return Target(**{**dict(nodes=1, gpus_per_node=1, cores_per_node=64.0, accelerator="V100-16GB",
+                            workers_per_rank=8, batch_size=32), **kw})
+
+
+def test_a_step_waits_for_its_copy_overhead_and_agreement_beside_the_device():
+    # device 1 ms a sample; 0.1 ms copy a sample and 3.2 ms a step (0.1 ms a sample at 32): 1.2 ms a sample
+    c = Costs(workload="pixels", loader_s=1e-4, rank_s=1e-4, device_s=1e-3, copy_s=1e-4, serial_step_s=3.2e-3)
+    p = predict(c, _target(), V100)
+    assert p.binds == "device" and p.per_rank == pytest.approx(1 / 1.2e-3)
+    assert p.au_pct == pytest.approx(100 / 1.2) and p.stall_pct == pytest.approx(0, abs=1e-9)
+    assert predict(replace(c, copy_s=0.0, serial_step_s=0.0), _target(), V100).per_rank == pytest.approx(1000)
+
+
+def _record(rank: int, h2d, overhead, peer, samples: int = 64) -> RankRecord:
+    n = len(h2d)
+    return RankRecord(rank=rank, wait=[0.0] * n, h2d=list(h2d), peer_wait=list(peer), device=[0.01] * n,
+                      overhead=list(overhead), step=[0.02] * n, samples=samples, steps=n)
+
+
+def test_the_step_path_is_measured_from_the_ranks_step_parts():
+    # two ranks, two steps: the copy per sample; per step the mean overhead plus the least peer wait (the
+    # last to arrive waits for the agreement only; the other rank's longer wait is imbalance)
+    a = _record(0, [0.002, 0.002], [0.001, 0.003], [0.004, 0.0005])
+    b = _record(1, [0.002, 0.002], [0.001, 0.003], [0.0005, 0.006])
+    copy_s, serial_s = stages.step_path([a, b])
+    assert copy_s == pytest.approx(0.008 / 128)
+    assert serial_s == pytest.approx(0.002 + 0.0005)
+    assert stages.step_path([]) == (0.0, 0.0)
+
+
+def _wait(cpu_s: float = 1e-4) -> rankwait.RankWait:
+    """Measured at 2 ranks: busy 10 or 12 ms a step (device 10), no agreement latency, no epoch start."""
+    return rankwait.RankWait(ranks=2, busy_s=(0.010, 0.012), device_s=0.010, latency_s=0.0, restart_s=0.0,
+                             restarts=0, cpu_s=cpu_s)
+
+
+def test_the_ranks_cpu_and_wait_follow_the_ranks_from_the_calibration_at_one_rank_more():
+    base = checkcases.CheckCase("calibration")  # 1 rank, batch 32
+    bench = checkcases.Bench(read_s={}, decode_s={}, area={})
+    ranks = checkcases.RanksWait(_wait(), samples=10_000)
+    c = Costs(workload="pixels", loader_s=4e-4, rank_s=1e-4, device_s=1e-6)
+    two = checkcases.case_costs(c, base, replace(base, world_size=2), bench, ranks)
+    four = checkcases.case_costs(c, base, replace(base, world_size=4), bench, ranks)
+    assert two.rank_s == pytest.approx(2e-4)  # the collectives' CPU measured at 2 ranks
+    assert four.rank_s == pytest.approx(1e-4 + 1.5e-4)  # the ring law: 2 (4-1)/4 = 1.5 of 2 (2-1)/2 = 1
+    assert checkcases.case_costs(c, base, replace(base, storage="mmap"), bench, ranks).rank_s == pytest.approx(1e-4)
+    assert checkcases.case_costs(c, base, replace(base, world_size=2), bench).rank_s == pytest.approx(1e-4)
+    # the CPU bound moves with it: 2 CPUs, 2 ranks, (0.4 + 0.2) ms a sample
+    p = checkcases.predict_case(c, base, replace(base, world_size=2), bench, V100, 2.0, ranks=ranks)
+    assert p.binds == "loader CPU" and p.samples_per_s == pytest.approx(2 / 6e-4)
+    # on 64 CPUs the step binds: E[max of 2 draws of 10 or 12 ms] = 11.5 ms, AU 10 / 11.5
+    fast = replace(c, loader_s=1e-5, device_s=0.010 / 32)  # the device alone: 10 ms a step
+    wide = checkcases.predict_case(fast, base, replace(base, world_size=2), bench, V100, 64.0, ranks=ranks)
+    assert wide.binds == "ranks' wait" and wide.au_pct == pytest.approx(100 * 10 / 11.5)
+
+
+def test_the_calibration_at_one_rank_more_is_found_and_the_waits_of_its_visits_pool():
+    base = checkcases.CheckCase("calibration", workers=1)
+    all_cases = checkcases.cases(base, 224, None, allowance=2)
+    assert checkcases.ranks_calibration(all_cases) == "ranks 1 -> 2"
+    assert checkcases.ranks_calibration([base, replace(base, name="x", world_size=2, storage="mmap")]) is None
+    pooled = rankwait.pooled([_wait(1e-4), None, replace(_wait(3e-4), busy_s=(0.02,), restarts=1, restart_s=0.05)])
+    assert pooled.busy_s == (0.010, 0.012, 0.02) and pooled.cpu_s == pytest.approx(2e-4)
+    assert pooled.restarts == 1 and pooled.restart_s == 0.05  # the mean of those that had one
+    assert rankwait.pooled([None]) is None
+
+
+def _visit(throughput: float, loader: float, rank: float, outside: float) -> Visit:
+    figures = {"throughput": throughput, "loader_cpu_s_per_sample": loader, "rank_cpu_s_per_sample": rank,
+               "other_cpu_pct": outside}
+    return Visit(SimpleNamespace(figures=figures), 0.0)
+
+
+def test_the_cpu_a_run_can_use_is_measured_where_the_cpu_binds_it():
+    # 1500 samples/s x 0.6 ms = 0.9 of the CPU, with 10% of it taken by others: 1.0 of what was left
+    visits = [_visit(1500.0, 5e-4, 1e-4, 10.0), _visit(1400.0, 5e-4, 1e-4, 0.0)]
+    assert check_predictions.usable_share(visits) == pytest.approx(min(1.0, (1.0 + 0.84) / 2))
+    assert check_predictions.usable_share([_visit(1400.0, 5e-4, 1e-4, 0.0)]) == pytest.approx(0.84)
+    assert check_predictions.usable_share([]) is None
+
+
+def test_the_cases_cross_the_workers_ranks_and_page_cache_boundaries():
+    base = checkcases.CheckCase("calibration", workers=1)
+    names = [c.name for c in checkcases.cases(base, 224, "simplejpeg", allowance=2)]
+    assert {"workers 1 -> 2", "workers 1 -> 0 (inline)", "ranks 1 -> 2", "ranks 1 -> 4", "page cache cold",
+            "page cache cold, storage mmap", "page cache cold, storage hdf5", "decoder pil -> simplejpeg"} <= set(names)
+    by = {c.name: c for c in checkcases.cases(base, 224, None, allowance=2)}
+    assert by["workers 1 -> 0 (inline)"].workers == 0 and by["ranks 1 -> 4"].world_size == 4
+    assert by["page cache cold, storage hdf5"].group == by["page cache cold"].group  # one launch
+    pairs = {p.name for p in checkcases.pairings(list(by.values()), 2)}
+    assert {"ranks 1 -> 4 on 2 CPUs (from 1)", "workers 1 -> 0 (inline) on 2 CPUs (from 1)"} <= pairs
+    assert len(pairs) - 1 >= 16  # scored at most: every pairing but the calibration's own row
+
+
+def _spread(**kw) -> predictioninterval.Spread:
+    return predictioninterval.Spread(**{**dict(costs=(1000.0, 1000.0), load=(1000.0,), noise_sd=0.05, noise_df=2,
+                                                visits=2), **kw})
+
+
+def test_the_interval_propagates_each_spread_at_the_t_quantile():
+    t = 2.919986  # two-sided 90%, 2 df
+    assert predictioninterval.half_width(_spread()) == pytest.approx(t * 0.05 / math.sqrt(2), rel=1e-5)
+    costs = _spread(costs=(1000.0, 1000.0 * math.exp(0.04)))  # sd of log 0.04 / sqrt 2, over 2 visits
+    var = (0.04 / math.sqrt(2)) ** 2 / 2 + 0.05 ** 2 / 2
+    assert predictioninterval.half_width(costs) == pytest.approx(t * math.sqrt(var), rel=1e-5)
+    load = _spread(load=(900.0, 1100.0))  # the case's visits' loads move the prediction
+    assert predictioninterval.half_width(load) > predictioninterval.half_width(_spread())
+    low, high = predictioninterval.interval(2000.0, _spread())
+    assert low * high == pytest.approx(2000.0 ** 2) and low < 2000.0 < high  # symmetric in log
+    assert predictioninterval.interval(2000.0, _spread(noise_df=0)) is None  # no measured spread: none stated
+
+
+def test_the_pooled_noise_and_its_degrees_of_freedom():
+    sd, df = predictioninterval.pooled_sd([[100.0, 100.0 * math.exp(0.1)], [50.0, 50.0 * math.exp(-0.1)], [7.0]])
+    assert df == 2 and sd == pytest.approx(0.1 / math.sqrt(2))
+
+
+def test_coverage_counts_the_scored_cases_and_says_when_it_is_far_below_the_level():
+    rows = [{"scored": True, "interval": [1, 2], "inside": i < 7} for i in range(10)]
+    rows.append({"scored": False, "interval": [1, 2], "inside": False})  # a calibration: not counted
+    rows.append({"scored": True, "interval": None, "inside": False})  # no interval stated: not counted
+    assert predictioninterval.coverage(rows) == (7, 10)
+    assert "7 of 10 scored cases (70%; far below the nominal 90%" in predictioninterval.coverage_line(rows)
+    rows[7]["inside"] = True
+    assert "(80%; near the nominal 90%)" in predictioninterval.coverage_line(rows)
+
+
+def test_the_one_cpu_calibrations_share_is_not_used_for_its_own_launch():
+    model = check_predictions._Model(sc=None, bench=checkcases.Bench(read_s={}, decode_s={}, area={}), allowance=2,
+                                     usable=0.9, ranks=None, noise=(0.0, 0))
+    base = checkcases.CheckCase("calibration")
+    one = replace(base, name=checkcases.ONE_CPU, cpus=1)
+    assert model.cpus(base, checkcases.Pairing("x", "calibration", "calibration")) == pytest.approx(1.8)
+    assert model.cpus(one, checkcases.Pairing("1 CPU (from 2)", "calibration", checkcases.ONE_CPU)) == 1.0
+    assert replace(model, usable=None).cpus(base, checkcases.Pairing("x", "calibration", "calibration")) == 2.0
