@@ -108,7 +108,9 @@ def one_try(tree: Path, ab: bool, hog: bool) -> dict:
             hogger.wait()
     out = done.stdout + done.stderr
     slower = sorted({m.group(1) for m in re.finditer(r"^(\S+)\s.*\bslower\b", done.stdout, re.M)})
+    refused = [line.strip() for line in out.splitlines() if "another machine" in line][:1]
     return {"exit": done.returncode, "wall_s": round(time.monotonic() - start, 1), "lines": verdict_lines(out),
+            "refused": refused,
             "slower_rows": slower, "changes": changes(done.stdout), "tail": out.strip().splitlines()[-1:]}
 
 

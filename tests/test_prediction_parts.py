@@ -67,7 +67,7 @@ def test_the_ranks_cpu_and_wait_follow_the_ranks_from_the_calibration_at_one_ran
     two = checkcases.case_costs(c, base, replace(base, world_size=2), bench, ranks)
     four = checkcases.case_costs(c, base, replace(base, world_size=4), bench, ranks)
     assert two.rank_s == pytest.approx(2e-4)  # the collectives' CPU measured at 2 ranks
-    assert four.rank_s == pytest.approx(1e-4 + 1.5e-4)  # the ring law: 2 (4-1)/4 = 1.5 of 2 (2-1)/2 = 1
+    assert four.rank_s == pytest.approx(1e-4 + 3e-4)  # the ring's messages: 2 (4-1) = 6 of 2 (2-1) = 2
     assert checkcases.case_costs(c, base, replace(base, storage="mmap"), bench, ranks).rank_s == pytest.approx(1e-4)
     assert checkcases.case_costs(c, base, replace(base, world_size=2), bench).rank_s == pytest.approx(1e-4)
     # the CPU bound moves with it: 2 CPUs, 2 ranks, (0.4 + 0.2) ms a sample

@@ -65,7 +65,7 @@ def test_the_laws_carry_the_wait_to_n_ranks():
                              restart_s=0.032, restarts=1, cpu_s=0.0001)
     assert rankwait.rank_cpu_s(0.0003, wait, 1) == 0.0003
     assert rankwait.rank_cpu_s(0.0003, wait, 2) == pytest.approx(0.0004)
-    assert rankwait.rank_cpu_s(0.0003, wait, 4) == pytest.approx(0.0003 + 0.0001 * 1.5)
+    assert rankwait.rank_cpu_s(0.0003, wait, 4) == pytest.approx(0.0003 + 0.0001 * 3)  # 2 (4-1) of 2 (2-1) messages
     step4 = rankwait.step_seconds(wait, 4, 32, 2048)
     assert step4 == pytest.approx(rankwait.expected_max(wait.busy_s, 4) + 0.002 + 0.032 * 4 * 32 / 2048)
     assert rankwait.step_seconds(wait, 4, 32, 2048) > rankwait.step_seconds(wait, 2, 32, 2048)

@@ -13,9 +13,10 @@ below; harness.results.fileformat reads and writes it).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from harness.analysis import rankwait
+from harness.analysis.stages import requests_per_sample
 from harness.analysis.targetmodel import Costs, Prediction, predict
 from harness.config.accelerators import Accelerator
 from harness.config.target import Target
@@ -97,9 +98,11 @@ def cases(base: CheckCase, other_size: int, other_decoder: str | None = None,
           allowance: int = 1) -> list[CheckCase]:
     """The calibration (first) and the cases, each changing one thing or two (other_decoder: the decoder the
     decoder case switches to; None: no decoder case): across the workers (one more, none: the rank loads
-    inline), the ranks (one more, four times), the batch, the image size, the storages, the page cache (cold
-    in each storage), the decoder; with an allowance of 2 CPUs or more, the calibration's configuration
+    inline), the ranks (one more: the ranks' wait is measured there; two more; four times), the batch (twice,
+    half), the image size (`other_size`, and x0.7), the storages, the page cache (cold in each storage), the
+    decoder; with an allowance of 2 CPUs or more, the calibration's configuration
     confined to 1 CPU, the other calibration of the machine-boundary pairings."""
+    half, small = max(1, base.batch_size // 2), max(32, base.image_size * 7 // 10 // 16 * 16)
     out = [replace(base, name="calibration"),
            replace(base, name=f"workers {base.workers} -> {base.workers + 1}", workers=base.workers + 1),
            replace(base, name=f"workers {base.workers} -> 0 (inline)", workers=0),
@@ -107,14 +110,16 @@ def cases(base: CheckCase, other_size: int, other_decoder: str | None = None,
            replace(base, name=f"ranks {base.world_size} -> {base.world_size + 2}", world_size=base.world_size + 2),
            replace(base, name=f"ranks {base.world_size} -> {4 * base.world_size}", world_size=4 * base.world_size),
            replace(base, name=f"batch {base.batch_size} -> {2 * base.batch_size}", batch_size=2 * base.batch_size),
+           replace(base, name=f"batch {base.batch_size} -> {half}", batch_size=half),
            replace(base, name=f"image size {base.image_size} -> {other_size}", image_size=other_size),
+           replace(base, name=f"image size {base.image_size} -> {small}", image_size=small),
            replace(base, name="storage mmap", storage="mmap"),
            replace(base, name="storage hdf5", storage="hdf5"),
            replace(base, name="page cache cold", cache_state="cold"),
            replace(base, name="page cache cold, storage mmap", storage="mmap", cache_state="cold"),
            replace(base, name="page cache cold, storage hdf5", storage="hdf5", cache_state="cold")]
     if other_decoder and other_decoder != base.decoder:
-        out.insert(10, replace(base, name=f"decoder {base.decoder} -> {other_decoder}", decoder=other_decoder))
+        out.insert(12, replace(base, name=f"decoder {base.decoder} -> {other_decoder}", decoder=other_decoder))
     if allowance >= 2:
         out.append(replace(base, name=ONE_CPU, cpus=1))
     return out
@@ -155,6 +160,10 @@ class Bench:
     cold_cpu_s_per_request: float = 0.0  # measured on small files: used instead of the per-byte figure
     contention: float = 1.0
     storage_iops: float = 0.0  # the store's requests per second (0: unlimited; harness.analysis.remotecheck's)
+    # per packed storage, measured by reading it cold: the device requests a cold sample makes (its extra wall
+    # over one request's latency) and the extra CPU it costs; a storage without them: the model's defaults
+    cold_requests: dict[str, float] = field(default_factory=dict)
+    cold_cpu_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -167,8 +176,9 @@ class RanksWait:
 
 
 def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, ranks: RanksWait | None = None) -> Costs:
-    """The calibration's costs with what the case changes scaled by the bench's measured ratios; with `ranks`
-    (the calibration at 1 rank), the rank's CPU at the case's ranks (the collectives' CPU by the ring law)."""
+    """The calibration's costs with what the case changes scaled by the bench's measured ratios (a cold read's
+    requests and extra CPU per sample: the storage's measured ones, else its files per sample); with `ranks`
+    (the calibration at 1 rank), the rank's CPU at the case's ranks (the collectives' CPU by the ring's messages)."""
     stages = dict(calib.stages)
     if case.storage != base.storage and base.storage in bench.read_s and case.storage in bench.read_s:
         stages["read"] = stages.get("read", 0.0) * bench.read_s[case.storage] / max(bench.read_s[base.storage], 1e-9)
@@ -181,12 +191,18 @@ def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, ran
         for stage in PIXEL_STAGES:
             stages[stage] = stages.get(stage, 0.0) * pixels
     loader = sum(stages.values()) if stages else calib.loader_s
-    cold = (bench.cold_cpu_s_per_request * calib.requests_per_sample if bench.cold_cpu_s_per_request
-            else bench.cold_cpu_s_per_byte * calib.bytes_per_sample)
+    requests = calib.requests_per_sample
+    if case.storage in bench.cold_requests:
+        requests = bench.cold_requests[case.storage]
+    elif case.storage != base.storage:
+        requests = requests_per_sample(case.storage, calib.workload)
+    cold = bench.cold_cpu_s.get(case.storage, bench.cold_cpu_s_per_request * requests if bench.cold_cpu_s_per_request
+                                else bench.cold_cpu_s_per_byte * calib.bytes_per_sample)
     rank = calib.rank_s
     if ranks is not None and case.world_size >= 2 and base.world_size == 1:
         rank = rankwait.rank_cpu_s(rank, ranks.wait, case.world_size)
     return replace(calib, loader_s=loader, rank_s=rank, stages=stages, copy_s=calib.copy_s * pixels,
+                   requests_per_sample=requests,
                    padded_pixels_per_sample=calib.padded_pixels_per_sample * pixels, cold_read_extra_s=cold)
 
 

@@ -16,8 +16,11 @@ and carries them to N ranks by stated laws:
 
     step(N)   = E[max of N busy times drawn from the measured ones] + latency
                 + restart x N B / samples          (one epoch start every samples / (N B) steps)
-    cpu(N)    = the 1-rank rank CPU + cpu x s(N) / s(ranks),   s(n) = 2 (n - 1) / n
-                                                   (a ring allreduce sends 2 (n-1)/n of the gradient per rank)
+    cpu(N)    = the 1-rank rank CPU + cpu x m(N) / m(ranks),   m(n) = 2 (n - 1)
+                                                   (a ring allreduce's messages per rank and step: for the
+                                                   small gradients of the emulated models each message's
+                                                   fixed cost, a wake-up and a send, outweighs its bytes,
+                                                   which stay about the gradient's size, 2 (n-1)/n of it)
 
 The expected maximum is exact for the empirical distribution: sum over the sorted x_k of
 x_k ((k/m)^N - ((k-1)/m)^N). At N = `ranks` it reproduces the calibration's own mean step, so a case at
@@ -44,9 +47,9 @@ class RankWait:
     cpu_s: float  # rank CPU seconds per sample there less the 1-rank calibration's (>= 0)
 
 
-def ring_share(n: int) -> float:
-    """The share of the gradient a ring allreduce sends per rank: 2 (n - 1) / n (0 at one rank)."""
-    return 2.0 * (n - 1) / n if n > 1 else 0.0
+def ring_messages(n: int) -> float:
+    """The messages a ring allreduce sends per rank and step: 2 (n - 1) (0 at one rank)."""
+    return 2.0 * (n - 1) if n > 1 else 0.0
 
 
 def expected_max(values: tuple[float, ...] | list[float], n: int) -> float:
@@ -112,10 +115,11 @@ def au_pct(wait: RankWait, ranks: int, batch_size: int, samples: int) -> float:
 
 
 def rank_cpu_s(one_rank_s: float, wait: RankWait, ranks: int) -> float:
-    """The rank's CPU seconds per sample at `ranks` ranks: alone, plus the collectives' CPU by the ring law."""
+    """The rank's CPU seconds per sample at `ranks` ranks: alone, plus the collectives' CPU by the ring's
+    messages (module docstring)."""
     if ranks <= 1:
         return one_rank_s
-    return one_rank_s + wait.cpu_s * ring_share(ranks) / ring_share(wait.ranks)
+    return one_rank_s + wait.cpu_s * ring_messages(ranks) / ring_messages(wait.ranks)
 
 
 def summary(wait: RankWait) -> str:

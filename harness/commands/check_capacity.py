@@ -7,7 +7,8 @@ to the size by harness.analysis.rankwait's laws (nothing fitted to a measured ca
 launches of their own, and a size a calibration ran at is a repeat of it, so marked). Beside it, labelled:
 the model without the ranks' wait (the 1-rank costs alone) and the shared-host correction less the outside
 load measured in that launch. The capacity among the sizes, predicted against measured, is the check: it
-fails (exit 1) where they differ. `scenarios/capacity.toml` defines an accelerator slow enough that the
+fails (exit 1) where they differ beyond the AU's noise on this host (the most a calibration and its repeat
+differed by: a size whose AU is within it of the 90% line is at the line and decides nothing). `scenarios/capacity.toml` defines an accelerator slow enough that the
 2-core development host feeds one or two and not four; on a scenario whose accelerator this host feeds at no
 size (or at every size) the check says that it cannot tell. Writes capacity.jsonl, prints the table;
 docs/measurements/prediction.md has measured ones. The calibrations cost two launches per workload.
@@ -20,7 +21,7 @@ import dataclasses
 import shlex
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis import rankwait, stages
@@ -72,7 +73,7 @@ def _row(workload: str, case: CheckCase, visit, model: Model, base: CheckCase, s
             "predicted_shared_au_pct": round(shared.au_pct, 1),
             "measured_au_pct": round(float(f.get("au_pct") or 0), 1), "predicted": round(p.samples_per_s, 1),
             "measured": round(float(f.get("throughput") or 0), 1), "binds": p.binds,
-            "repeat": case.world_size in CALIBRATED}
+            "repeat": case.world_size in CALIBRATED, "calibration_au_pct": model.calibration_au.get(case.world_size)}
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Model:
     calib: Costs  # the 1-rank calibration's
     wait: rankwait.RankWait | None
     samples: int  # the dataset's samples per epoch (the epoch starts' law)
+    calibration_au: dict[int, float] = field(default_factory=dict)  # ranks -> the calibration's measured AU %
 
     def predict(self, base: CheckCase, case: CheckCase, sc, cores: int, outside: float | None = None):
         """The size's prediction: the CPU bounds with the rank's CPU at that size, and the step no shorter
@@ -90,21 +92,43 @@ class Model:
         return predict_case(self.calib, base, case, NO_BENCH, sc.accelerator, cores, outside, ranks)
 
 
-def fed(rows: list[dict], key: str) -> int:
+def fed(rows: list[dict], key: str, target: float = AU_TARGET_PCT) -> int:
     """The largest size whose AU (`key`) is at least the target, every smaller size too (0: not even 1)."""
     best = 0
     for row in sorted(rows, key=lambda r: r["world_size"]):
-        if row[key] < AU_TARGET_PCT:
+        if row[key] < target:
             break
         best = row["world_size"]
     return best
 
 
+def noise(rows: list[dict]) -> float:
+    """The AU's run-to-run noise on this host, in points: the largest difference between a calibration's
+    measured AU and its repeat's (the sizes 1 and 2 run twice; 0 where the rows do not say)."""
+    return max((abs(r["measured_au_pct"] - r["calibration_au_pct"]) for r in rows
+                if r.get("calibration_au_pct") is not None), default=0.0)
+
+
+def fed_band(rows: list[dict], key: str, points: float) -> tuple[int, int]:
+    """The capacity with every AU `points` lower, and with every AU `points` higher."""
+    return fed(rows, key, AU_TARGET_PCT + points), fed(rows, key, AU_TARGET_PCT - points)
+
+
 def verdict(rows: list[dict]) -> tuple[str, bool]:
     """One workload's line and whether prediction and measurement disagree (on a quiet machine: a disagreement
-    while a launch ran under outside load above OUTSIDE_LOAD_PCT is inconclusive, `inconclusive`)."""
+    while a launch ran under outside load above OUTSIDE_LOAD_PCT is inconclusive, `inconclusive`). An AU
+    within the measured noise of the 90% line decides nothing: prediction and measurement agree when their
+    capacities, each taken with the AUs that noise lower and higher, overlap."""
     wl, predicted, measured = rows[0]["workload"], fed(rows, "predicted_au_pct"), fed(rows, "measured_au_pct")
     sizes = ", ".join(str(r["world_size"]) for r in rows)
+    points = noise(rows)
+    (p_low, p_high), (m_low, m_high) = fed_band(rows, "predicted_au_pct", points), fed_band(rows, "measured_au_pct",
+                                                                                           points)
+    if measured != predicted and max(p_low, m_low) <= min(p_high, m_high):
+        said = (f"agree within the noise (an AU within {points:.1f} points of {AU_TARGET_PCT:.0f}%, the most a "
+                "calibration and its repeat differed by: that size is at the line)")
+        return (f"{wl}: kept at AU >= {AU_TARGET_PCT:.0f}% among {sizes} ranks: predicted {predicted}, measured "
+                f"{measured}: {said}"), False
     if measured == predicted:
         said = "agree"
         if measured in (0, SIZES[-1]):
@@ -141,7 +165,8 @@ def _calibrate(scw, base: CheckCase, workload: str, run_dir: Path, data_dir: Pat
     v1 = launch_group(scw, [one], run_dir / "runs" / f"{workload}-calibration-1", data_dir, steps)[one.name]
     v2 = launch_group(scw, [two], run_dir / "runs" / f"{workload}-calibration-2", data_dir, steps)[two.name]
     calib = _calibration(v1, workload, cores)
-    return Model(calib, rankwait.measure(v2.line.ranks, calib.rank_s), samples_of(scw))
+    au = {n: round(float(v.line.figures.get("au_pct") or 0), 1) for n, v in zip(CALIBRATED, (v1, v2))}
+    return Model(calib, rankwait.measure(v2.line.ranks, calib.rank_s), samples_of(scw), au)
 
 
 def main(request: Request) -> int:

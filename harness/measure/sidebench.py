@@ -1,7 +1,8 @@
 """The small measurements the prediction checks make besides their cells (harness.run.calibration composes
 them): a disk's read rate and latency (cold, with the page cache dropped), the extra cost of a cold small
-file, the CPU cost of a reader's batches and of a decode, the CPU-cost factor when every core is busy, and
-the host's runnable tasks outside this process tree while a launch runs (OutsideRunnable).
+file and of a storage's cold sample, the CPU cost of a reader's batches and of a decode, the CPU-cost factor
+when every core is busy, and the host's runnable tasks outside this process tree while a launch runs
+(OutsideRunnable).
 
 Each is timed with the CPU clock of the thread doing the work. What drops a file from the page cache and
 what decodes an image are given by the caller (`drop`, `decode`): this wing imports no other.
@@ -82,6 +83,36 @@ def _sequential(path: Path) -> tuple[int, float, float]:
         while n < SEQUENTIAL_BYTES and (chunk := f.read(CHUNK)):
             n += len(chunk)
     return n, time.perf_counter() - start, time.thread_time() - cpu
+
+
+def cold_read(open_reader: Callable[[], object], files: list[Path], drop: Drop, indices: list[int],
+              batch: int) -> dict:
+    """A storage's reader over `indices` in their order (a shuffled sampler's) in batches, cold (its files
+    dropped from the page cache, the reader opened after) and then warm: the extra wall time and thread CPU
+    a cold sample costs. How many device requests a sample makes cold depends on the layout and the kernel's
+    readahead (a packed file's neighbours come in with a sample's pages): measured here, not assumed."""
+    batches = [indices[i:i + batch] for i in range(0, len(indices), batch)]
+    drop(files)
+    reader = open_reader()
+    try:
+        cold = _batches(reader, batches)
+        warm = _batches(reader, batches)
+    finally:
+        close = getattr(reader, "close", None)
+        if close is not None:
+            close()
+    drop(files)
+    n = len(indices) or 1
+    return {"samples": len(indices), "extra_wall_s_per_sample": max(0.0, cold[0] - warm[0]) / n,
+            "extra_cpu_s_per_sample": max(0.0, cold[1] - warm[1]) / n}
+
+
+def _batches(reader, batches: list[list[int]]) -> tuple[float, float]:
+    """(wall s, thread CPU s) of the reader's read_batch over the batches."""
+    start, cpu = time.perf_counter(), time.thread_time()
+    for b in batches:
+        reader.read_batch(b)
+    return time.perf_counter() - start, time.thread_time() - cpu
 
 
 def read_cost(reader, indices: list[int], batch: int, rounds: int = 3) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import random
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -32,6 +33,8 @@ from harness.run import launch
 from strategies import registry
 
 STORAGES = ("raw", "mmap", "hdf5")
+PACKED = ("mmap", "hdf5")  # storages whose samples lie in a few large files: a cold sample's requests measured
+COLD_READ_SAMPLES = 2048  # about what a launch's window reads (60 steps of 32)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,13 @@ def side_bench(sc: Scenario, base: CheckCase, all_cases: list[CheckCase], data_p
             for size in sorted({c.image_size for c in all_cases})}
     disk = sidebench.disk(storage["hdf5"].files(data_paths["hdf5"]), pagecache.drop)  # one large file
     disk["small_files"] = sidebench.cold_files(storage["raw"].files(data_paths["raw"]), pagecache.drop)
+    order = list(range(samples_of(sc)))
+    random.Random(0).shuffle(order)  # a shuffled sampler's order, over what a launch's window reads
+    disk["cold_reads"] = {s: sidebench.cold_read(partial(storage[s].open, data_paths[s],
+                                                         fields=FIELDS_FOR[sc.training.workload]),
+                                                 storage[s].files(data_paths[s]), pagecache.drop,
+                                                 order[:COLD_READ_SAMPLES], base.batch_size)
+                          for s in PACKED}
     contention = sidebench.contention(partial(decode_resize, image_size=base.image_size, decoder="pil"),
                                       jpegs[:32], cores)
     return {"read_s": read_s, "decode_s": {f"{k[0]}/{k[1]}": v for k, v in decode_s.items()},
@@ -142,15 +152,21 @@ def bench_of(obj: dict) -> Bench:
     """bench.json back as the pure Bench. With the small files' figures (the raw storage: one file, one
     request per sample), a request's latency is a cold file's extra wall time less its bytes at the
     sequential rate, and its extra CPU is per request; else the 4 KiB random reads' latency and the CPU
-    per cold byte of the large file."""
+    per cold byte of the large file. A packed storage's cold sample (`cold_reads`) makes its extra wall time
+    over that latency in requests (its transfer, microseconds, left in), and costs its extra CPU."""
     disk, small = obj["disk"], obj["disk"].get("small_files")
     latency_ms, per_request = disk["latency_ms"], 0.0
     if small and disk["read_mb_s"]:
         transfer = small["bytes_per_file"] / (disk["read_mb_s"] * 1e6)
         latency_ms = max(0.0, small["extra_wall_s_per_file"] - transfer) * 1e3
         per_request = small["extra_cpu_s_per_file"]
+    reads = disk.get("cold_reads") or {}  # the packed storages' cold samples: requests = extra wall / latency
+    cold_requests = {s: read["extra_wall_s_per_sample"] / (latency_ms / 1e3) for s, read in reads.items()
+                     if latency_ms > 0}
     return Bench(read_s=obj["read_s"], decode_s={(int(k.split("/")[0]), k.split("/")[1]): v
                                                  for k, v in obj["decode_s"].items()},
+                 cold_requests=cold_requests,
+                 cold_cpu_s={s: read["extra_cpu_s_per_sample"] for s, read in reads.items()},
                  area={int(k): v for k, v in obj["area"].items()}, disk_mb_s=disk["read_mb_s"],
                  disk_latency_ms=latency_ms, cold_cpu_s_per_byte=disk["cold_cpu_s_per_byte"],
                  cold_cpu_s_per_request=per_request, contention=obj["contention"]["factor"])
