@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,41 @@ def test_the_side_measurements_on_real_files(tmp_path):
     assert outside.mean is None or outside.mean >= 0
 
 
+def test_a_packed_storages_cold_read_is_measured_with_its_own_reader(tmp_path):
+    from harness.data import pagecache
+    from harness.measure import sidebench
+
+    path = tmp_path / "packed.bin"
+    path.write_bytes(bytes(range(256)) * 4096)  # 1 MiB, 256 samples of 4 KiB
+
+    class Reader:
+        def __init__(self):
+            self.f = open(path, "rb", buffering=0)
+
+        def read_batch(self, indices):
+            return [os.pread(self.f.fileno(), 4096, i * 4096) for i in indices]
+
+        def close(self):
+            self.f.close()
+
+    opened = []
+    read = sidebench.cold_read(lambda: opened.append(Reader()) or opened[-1], [path], pagecache.drop,
+                               list(range(255, -1, -3)), batch=8)
+    assert read["samples"] == 86 and read["extra_wall_s_per_sample"] >= 0 and read["extra_cpu_s_per_sample"] >= 0
+    assert len(opened) == 1 and opened[0].f.closed  # opened after the drop, closed after
+
+    class FirstTouchSlow(Reader):  # a device that makes each sample's first read wait 2 ms
+        seen: set = set()
+
+        def read_batch(self, indices):
+            time.sleep(0.002 * len(set(indices) - self.seen))
+            self.seen |= set(indices)
+            return super().read_batch(indices)
+
+    read = sidebench.cold_read(FirstTouchSlow, [path], lambda files: None, list(range(40)), batch=8)
+    assert read["extra_wall_s_per_sample"] >= 0.0015  # the cold pass first, the warm pass after
+
+
 def test_bench_json_reads_back_with_and_without_the_small_files():
     obj = {"read_s": {"raw": 1e-5}, "decode_s": {"160/pil": 4e-4}, "area": {"160": 100.0},
            "disk": {"read_mb_s": 1000.0, "latency_ms": 0.2, "cold_cpu_s_per_byte": 1e-10},
@@ -145,6 +181,11 @@ def test_bench_json_reads_back_with_and_without_the_small_files():
                                   "extra_cpu_s_per_file": 3e-5}
     b = bench_of(obj)  # 100 us extra, of which 10 kB at 1000 MB/s is 10 us: 90 us latency
     assert b.disk_latency_ms == pytest.approx(0.09) and b.cold_cpu_s_per_request == 3e-5
+    assert b.cold_requests == {} and b.cold_cpu_s == {}
+    obj["disk"]["cold_reads"] = {"mmap": {"samples": 2048, "extra_wall_s_per_sample": 9e-6,
+                                          "extra_cpu_s_per_sample": 2e-6}}
+    b = bench_of(obj)  # 9 us a cold sample over a 90 us request: a tenth of a request (readahead)
+    assert b.cold_requests == {"mmap": pytest.approx(0.1)} and b.cold_cpu_s == {"mmap": 2e-6}
 
 
 def _row(config: str, predicted: float, shared: float, measured: float, outside: float, flag: str = "") -> dict:

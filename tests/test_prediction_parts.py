@@ -158,3 +158,16 @@ def test_the_one_cpu_calibrations_share_is_not_used_for_its_own_launch():
     assert model.cpus(base, checkcases.Pairing("x", "calibration", "calibration")) == pytest.approx(1.8)
     assert model.cpus(one, checkcases.Pairing("1 CPU (from 2)", "calibration", checkcases.ONE_CPU)) == 1.0
     assert replace(model, usable=None).cpus(base, checkcases.Pairing("x", "calibration", "calibration")) == 2.0
+
+
+def test_a_cold_case_takes_its_storages_requests_and_cpu():
+    base = checkcases.CheckCase("calibration")  # raw: two files a sample
+    bench = checkcases.Bench(read_s={}, decode_s={}, area={}, cold_cpu_s_per_request=1e-5,
+                             cold_requests={"mmap": 0.1}, cold_cpu_s={"mmap": 2e-6})
+    c = Costs(workload="pixels", loader_s=4e-4, rank_s=1e-4, device_s=1e-6, requests_per_sample=2.0)
+    raw = checkcases.case_costs(c, base, replace(base, cache_state="cold"), bench)
+    assert raw.requests_per_sample == 2.0 and raw.cold_read_extra_s == pytest.approx(2e-5)
+    mmap = checkcases.case_costs(c, base, replace(base, storage="mmap", cache_state="cold"), bench)
+    assert mmap.requests_per_sample == 0.1 and mmap.cold_read_extra_s == 2e-6  # measured, not assumed
+    hdf5 = checkcases.case_costs(c, base, replace(base, storage="hdf5", cache_state="cold"), bench)
+    assert hdf5.requests_per_sample == 1.0  # not measured: one request a sample in a packed file
