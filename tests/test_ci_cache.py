@@ -82,6 +82,22 @@ def test_a_full_cache_binds_a_history_regression(tmp_path):
     assert "slower" in proc.stdout  # the gate's table
 
 
+def test_the_cache_judges_the_three_figures_the_other_gates_judge(tmp_path):
+    """A cell whose every cost rose 30% against its references (decode and the rank slower, the loader's
+    stages over decode unchanged): stages/decode passes it, decode/reference and rank/reference fail it, each
+    figure judged at alpha / 3; the job fails."""
+    cache = cached_history(tmp_path / "cache", 10)
+    parent = write_run(tmp_path / "job-parent", "aaa", 40)
+    current = write_run(tmp_path / "job-current", "ccc", 41, cpu={CELLS[1]: 1.3})
+    proc = ci_history(store_of(tmp_path / "job.sqlite", [parent, current]), 0, cache)
+    line = the_line(proc)
+    assert proc.returncode == 1, line
+    assert "0 slower, 0 faster, 3 unchanged (metric: the loader's timed stages' CPU over its decode" in line
+    assert "1 slower, 0 faster, 2 unchanged (metric: the decode stage's CPU over the reference decode's" in line
+    assert "1 slower, 0 faster, 2 unchanged (metric: the rank's main thread's CPU over the reference step's" in line
+    assert line.count("alpha 0.0166667 over the cells") == 3
+
+
 def test_a_full_cache_passes_same_code_and_keeps_its_runs(tmp_path):
     """The same code against 10 runs: passed, exit 0, and the commit's run (not the parent's) appended."""
     cache = cached_history(tmp_path / "cache", 10)

@@ -40,7 +40,11 @@ def write_run(path: Path, commit: str, minute: int, cpu: dict[str, float] | None
         lines.append({"cell": cell, "repeat": 0, "error": None, "params": {"storage": {}},
                       "figures": {"throughput": 1.0 / (loader + c / 2), "step_p50_ms": 16.0, "au_pct": 50.0,
                                   "throughput_ci": [0.9 / (loader + c / 2), 1.1 / (loader + c / 2)],
-                                  "loader_cpu_s_per_sample": loader, "rank_cpu_s_per_sample": c / 2},
+                                  "loader_cpu_s_per_sample": loader, "rank_cpu_s_per_sample": c / 2,
+                                  # the gates' figures: the references slowed by the load (noise) as the code is
+                                  "loader_vs_decode": loader / (c / 4),
+                                  "decode_vs_reference": c / 4 / (2.5e-4 * noise) * jitter,
+                                  "rank_vs_reference": c / 2 / (5e-4 * noise) * jitter},
                       "ranks": [{"rank": 0, "samples": 100, "stages": stages}]})
     (path / "cells.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     env = {"scenario": scenario, "comparable": {"batch_size": 16}, "cpu_model": cpu_model, "cpu_count": 2,
@@ -126,8 +130,8 @@ def test_a_store_of_a_newer_version_stops_a_run_before_it_measures(tmp_path):
 
 
 def test_an_old_store_is_upgraded_on_open_and_others_are_refused(tmp_path):
-    """A version-1 store (no stage columns) with a run in it opened by this harness (version 2): the step adds
-    the columns, null for the old run, and a new run fills them; a version-3 format made here (one more step)
+    """A version-1 store (no stage columns) with a run in it opened by this harness (version 3): the steps add
+    the columns, null for the old run, and a new run fills them; a version-4 format made here (one more step)
     takes it on; this harness then refuses the newer store; a file that is not SQLite, or not a history store,
     is one line."""
     db_path = tmp_path / "h.sqlite"
@@ -145,23 +149,25 @@ def test_an_old_store_is_upgraded_on_open_and_others_are_refused(tmp_path):
     db = database.open_store(db_path)
     version = db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0]
     assert version == str(database.STORE_VERSION)
-    assert {tuple(r) for r in db.execute("SELECT commit_id, loader_stages_cpu, decode_cpu FROM runs JOIN visits "
-                                         "ON runs.id = visits.run_id")} == {("aaa", None, None)}
+    assert {tuple(r) for r in db.execute("SELECT commit_id, loader_stages_cpu, decode_cpu, loader_vs_decode FROM runs "
+                                         "JOIN visits ON runs.id = visits.run_id")} == {("aaa", None, None, None)}
     later = write_run(tmp_path / "r2", "bbb", 2)
     database.insert_run(db, *runrows.rows_of(later))
-    assert {round(r["loader_stages_cpu"], 9) for r in database.visits_of(db, database.runs(db)[-1]["id"])} == {0.0005}
+    new_visits = database.visits_of(db, database.runs(db)[-1]["id"])
+    assert {round(r["loader_stages_cpu"], 9) for r in new_visits} == {0.0005}
+    assert all(r["loader_vs_decode"] is not None for r in new_visits)  # the cell's own figure, stored
     db.close()
 
     def add_note(db: sqlite3.Connection) -> sqlite3.Connection:
         db.execute("ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT ''")
         return db
 
-    newer = FileFormat("history store", 3, {**database.STORE_HISTORY, 3: "runs.note"},
-                       {**database.STORE.upgrades, 2: add_note})
+    newer = FileFormat("history store", 4, {**database.STORE_HISTORY, 4: "runs.note"},
+                       {**database.STORE.upgrades, 3: add_note})
     db = database.open_store(db_path, newer)
-    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == "3"
+    assert db.execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,)).fetchone()[0] == "4"
     assert [tuple(r) for r in db.execute("SELECT note, commit_id FROM runs")] == [("", "aaa"), ("", "bbb")]
-    with pytest.raises(ResultsError, match="history store version 3; this harness reads up to 2"):
+    with pytest.raises(ResultsError, match="history store version 4; this harness reads up to 3"):
         database.open_store(db_path)
     junk = tmp_path / "junk.sqlite"
     junk.write_text("not a database at all, just text\n" * 100)
@@ -189,7 +195,8 @@ def test_bad_input_is_one_line_exit_2_and_good_runs_are_still_added(tmp_path):
                        (["show", "storage=nosuch"], "history show storage=nosuch: no cell or axis of that name"),
                        (["gate", str(good), "--last", "0"], "--last 0 must be a positive number of runs"),
                        (["gate", str(good), "--figure", "au"],
-                        "the gate compares stages/decode, stages, cpu, throughput; pass one"),
+                        "the gate compares stages/decode, decode/reference, rank/reference, stages, cpu, "
+                        "throughput; pass one"),
                        (["list", "--history", str(tmp_path / "none.sqlite")], "does not exist; add runs to it")]:
         proc = history(*args, *(["--history", str(db_path)] if "--history" not in args else []))
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr

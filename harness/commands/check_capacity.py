@@ -8,8 +8,9 @@ launches of their own, and a size a calibration ran at is a repeat of it, so mar
 the model without the ranks' wait (the 1-rank costs alone) and the shared-host correction less the outside
 load measured in that launch. The capacity among the sizes, predicted against measured, is the check: it
 fails (exit 1) where they differ beyond the AU's noise on this host (the most a calibration and its repeat
-differed by: a size whose AU is within it of the 90% line is at the line and decides nothing). `scenarios/capacity.toml` defines an accelerator slow enough that the
-2-core development host feeds one or two and not four; on a scenario whose accelerator this host feeds at no
+differed by: a size whose AU is within it of the 90% line is at the line and decides nothing).
+`scenarios/capacity.toml` defines an accelerator slow enough that the 2-core development host feeds one or
+two and not four; on a scenario whose accelerator this host feeds at no
 size (or at every size) the check says that it cannot tell. Writes capacity.jsonl, prints the table;
 docs/measurements/prediction.md has measured ones. The calibrations cost two launches per workload.
 

@@ -59,13 +59,18 @@ def job_runs(job_db: sqlite3.Connection, commit: str) -> list[sqlite3.Row]:
 def judge(cache_db: sqlite3.Connection, job_db: sqlite3.Connection, runs: list[sqlite3.Row], last: int = 10,
           min_effect: float = 0.15, alpha: float = 0.05) -> CacheVerdict:
     """The job's runs of the commit (each cell's value: the median of its visits over all of them) against
-    the last `last` comparable runs of the cache, by the history gate."""
+    the last `last` comparable runs of the cache, by the history gate on each of the three figures the A/B and
+    baseline gates judge (gate.FIGURES), each at alpha / 3; a figure the cache's runs lack (an older store's
+    rows) is left out, and the verdict runs on those that remain."""
     newest = dict(runs[-1])
     visits = [v for r in runs for v in database.visits_of(job_db, r["id"])]
-    result = gate.gate(cache_db, newest, visits, gate.DEFAULT, last, min_effect, alpha)
-    if not result.ran:
-        return not_run(_why_not(cache_db, newest, result))
-    return CacheVerdict(True, result.exit_code, len(result.history), gate.summary(result), gate.render(result))
+    results = [gate.gate(cache_db, newest, visits, figure, last, min_effect, alpha / len(gate.FIGURES))
+               for figure in gate.FIGURES]
+    ran = [r for r in results if r.ran]
+    if not ran:
+        return not_run(_why_not(cache_db, newest, results[0]))
+    return CacheVerdict(True, max(r.exit_code for r in ran), len(ran[0].history),
+                        "; ".join(gate.summary(r) for r in ran), "\n\n".join(gate.render(r) for r in ran))
 
 
 def _why_not(cache_db: sqlite3.Connection, run: dict, result: gate.HistoryGate) -> str:

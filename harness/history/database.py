@@ -1,7 +1,7 @@
 """The history store: one SQLite file (the standard library's sqlite3), one row per run, per cell visit and per
 effect, versioned like every file the harness writes (harness.results.fileformat's conventions).
 
-Tables (version 2; version 1 lacked the visits' two stage figures):
+Tables (version 3; version 1 lacked the visits' two stage figures, version 2 their three gate figures):
 
     meta(key, value)      "schema" -> the store's version (VERSION_KEY; a store without it is version 1)
     runs                  one row per run: run_key (unique: a run added twice is skipped), run_dir, commit_id,
@@ -13,7 +13,9 @@ Tables (version 2; version 1 lacked the visits' two stage figures):
                           (throughput_low/high), au_pct, loader_cpu and rank_cpu (s/sample), cpu_per_sample
                           (their sum), step_p50_ms, disturbed (outside load above the threshold), other_cpu_pct
                           (the outside load itself); from version 2 loader_stages_cpu (the loader's timed
-                          stages, CPU s/sample: harness.analysis.stages) and decode_cpu (its decode stage alone)
+                          stages, CPU s/sample: harness.analysis.stages) and decode_cpu (its decode stage alone);
+                          from version 3 loader_vs_decode, decode_vs_reference, rank_vs_reference (the cell's
+                          figures, harness.results.metrics.against_reference)
     effects               one row per effect of effects.jsonl: run_id, figure, axis, level, reference, kind,
                           ratio, low, high, n
 
@@ -30,13 +32,16 @@ from pathlib import Path
 
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 
-STORE_VERSION = 2
+STORE_VERSION = 3
 STORE_HISTORY = {
     1: "the first history store: runs (commit, branch, time, scenario, settings hash, machine fingerprint, verdict, "
        "gate), visits (one per cell visit: throughput and interval, AU, loader and rank CPU per sample), effects",
     2: "visits.loader_stages_cpu and visits.decode_cpu (the loader's timed stages and its decode stage, CPU s per "
        "sample: what the history gate's `stages` figure is made of) and visits.other_cpu_pct (the outside load); "
        "null in the rows of a version-1 store",
+    3: "visits.loader_vs_decode, visits.decode_vs_reference and visits.rank_vs_reference (the gates' three "
+       "figures as the cell's figures hold them, harness.results.metrics.against_reference: what the history "
+       "gate judges since issue 40, as the A/B and baseline gates do); null in the rows of an older store",
 }
 
 
@@ -47,8 +52,16 @@ def _stage_columns(db: sqlite3.Connection) -> sqlite3.Connection:
     return db
 
 
+def _figure_columns(db: sqlite3.Connection) -> sqlite3.Connection:
+    """Version 2 -> 3: the visits' three gate figures, null for the runs already in the store."""
+    for column in FIGURE_COLUMNS:
+        db.execute(f"ALTER TABLE visits ADD COLUMN {column} REAL")
+    return db
+
+
+FIGURE_COLUMNS = ("loader_vs_decode", "decode_vs_reference", "rank_vs_reference")
 LOCK_WAIT_S = 30.0  # how long a writer waits for another's lock before it says so
-STORE = FileFormat("history store", STORE_VERSION, STORE_HISTORY, {1: _stage_columns})
+STORE = FileFormat("history store", STORE_VERSION, STORE_HISTORY, {1: _stage_columns, 2: _figure_columns})
 REMEDY = "pass another --history file, or move this one aside and add the run directories again (history add)"
 
 TABLES = """  -- version 1; open_store takes a new store through the upgrade steps from here
@@ -72,8 +85,9 @@ RUN_COLUMNS = ("run_key", "run_dir", "commit_id", "dirty", "branch", "time_utc",
                "settings", "machine_fp", "machine", "repeats", "verdict", "gate")
 VISIT_COLUMNS = ("cell", "repeat", "error", "throughput", "throughput_low", "throughput_high", "au_pct",
                  "loader_cpu", "rank_cpu", "cpu_per_sample", "step_p50_ms", "disturbed", "loader_stages_cpu",
-                 "decode_cpu", "other_cpu_pct")
-OPTIONAL_VISIT_COLUMNS = ("loader_stages_cpu", "decode_cpu", "other_cpu_pct")  # null where a visit lacks them
+                 "decode_cpu", "other_cpu_pct", *FIGURE_COLUMNS)
+# null where a visit lacks them
+OPTIONAL_VISIT_COLUMNS = ("loader_stages_cpu", "decode_cpu", "other_cpu_pct", *FIGURE_COLUMNS)
 EFFECT_COLUMNS = ("figure", "axis", "level", "reference", "kind", "ratio", "low", "high", "n")
 
 

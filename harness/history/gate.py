@@ -40,13 +40,33 @@ def _column(name: str):
     return lambda visit: visit[name]
 
 
+def _stored_or_ratio(name: str, top: str, bottom: str):
+    """The visit's stored figure (store version 3: the cell's own, harness.results.metrics), or for a row of an
+    older store the same ratio of its two columns."""
+    ratio = _ratio(top, bottom)
+
+    def value(visit):
+        stored = visit[name] if name in visit.keys() else None
+        return stored if stored is not None else ratio(visit)
+    return value
+
+
+def _stored(name: str):
+    return lambda visit: visit[name] if name in visit.keys() else None
+
+
 # figure -> (its value in a visit row, lower is better, what it is)
-METRICS = {"stages/decode": (_ratio("loader_stages_cpu", "decode_cpu"), True,
+METRICS = {"stages/decode": (_stored_or_ratio("loader_vs_decode", "loader_stages_cpu", "decode_cpu"), True,
                              "the loader's timed stages' CPU over its decode stage's"),
+           "decode/reference": (_stored("decode_vs_reference"), True,
+                                "the decode stage's CPU over the reference decode's"),
+           "rank/reference": (_stored("rank_vs_reference"), True,
+                              "the rank's main thread's CPU over the reference step's"),
            "stages": (_column("loader_stages_cpu"), True, "the loader's timed stages, CPU s/sample"),
            "cpu": (_column("cpu_per_sample"), True, "loader + rank CPU s/sample"),
            "throughput": (_column("throughput"), False, "throughput, samples/s")}
 DEFAULT = "stages/decode"
+FIGURES = ("stages/decode", "decode/reference", "rank/reference")  # the A/B's and the baseline gate's three
 
 
 @dataclass

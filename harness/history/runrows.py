@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.analysis import stages
 from harness.analysis.effects import MIN_EFFECT, disturbed, whole_passes
+from harness.history.database import FIGURE_COLUMNS
 from harness.report import verdict
 from harness.report.effecttables import read_effects
 from harness.results import rundir
@@ -56,7 +57,8 @@ def _visit(result: CellResult) -> dict:
             "cpu_per_sample": loader + rank if loader is not None and rank is not None else None,
             "step_p50_ms": f.step_p50_ms, "disturbed": int(disturbed(result)),
             "loader_stages_cpu": profile.loader_s if profile else None,
-            "decode_cpu": profile.per_sample["decode"] if profile else None, "other_cpu_pct": f.other_cpu_pct}
+            "decode_cpu": profile.per_sample["decode"] if profile else None, "other_cpu_pct": f.other_cpu_pct,
+            **{k: getattr(f, k) for k in FIGURE_COLUMNS}}
 
 
 def _gate_line(run_dir: Path) -> str:
