@@ -84,8 +84,8 @@ def test_a_foreign_layout_or_a_damaged_page_is_the_stores_own_line(tmp_path):
     """Not a test of processes: kept beside the other store-safety tests."""
     foreign = tmp_path / "foreign.sqlite"
     db = sqlite3.connect(foreign)
-    db.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('schema', '2');"
-                     "CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT);")
+    db.executescript("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('schema', "
+                     f"'{database.STORE_VERSION}'); CREATE TABLE runs (id INTEGER PRIMARY KEY, name TEXT);")
     db.close()
     with pytest.raises(ResultsError, match=r"foreign\.sqlite has a table runs without the columns run_key"):
         database.open_store(foreign)
