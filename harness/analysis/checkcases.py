@@ -175,6 +175,11 @@ class RanksWait:
     samples: int
 
 
+def waits(ranks: RanksWait | None, base: CheckCase, case: CheckCase) -> bool:
+    """Whether the ranks' wait applies: measured, a case of 2 ranks or more, predicted from 1 rank."""
+    return ranks is not None and case.world_size >= 2 and base.world_size == 1
+
+
 def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, ranks: RanksWait | None = None) -> Costs:
     """The calibration's costs with what the case changes scaled by the bench's measured ratios (a cold read's
     requests and extra CPU per sample: the storage's measured ones, else its files per sample); with `ranks`
@@ -198,9 +203,8 @@ def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, ran
         requests = requests_per_sample(case.storage, calib.workload)
     cold = bench.cold_cpu_s.get(case.storage, bench.cold_cpu_s_per_request * requests if bench.cold_cpu_s_per_request
                                 else bench.cold_cpu_s_per_byte * calib.bytes_per_sample)
-    rank = calib.rank_s
-    if ranks is not None and case.world_size >= 2 and base.world_size == 1:
-        rank = rankwait.rank_cpu_s(rank, ranks.wait, case.world_size)
+    rank = rankwait.rank_cpu_s(calib.rank_s, ranks.wait, case.world_size) if waits(ranks, base, case) \
+        else calib.rank_s
     return replace(calib, loader_s=loader, rank_s=rank, stages=stages, copy_s=calib.copy_s * pixels,
                    requests_per_sample=requests,
                    padded_pixels_per_sample=calib.padded_pixels_per_sample * pixels, cold_read_extra_s=cold)
@@ -224,12 +228,11 @@ def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, a
     case at 2 ranks or more has the rank's CPU at its size and a step no shorter than the ranks' wait makes
     it (the AU the smaller of the two)."""
     got = cores if outside_pct is None else max(0.05, cores * (1.0 - min(95.0, max(0.0, outside_pct)) / 100.0))
-    share, n = min(1.0, got), case.world_size
     p = predict(case_costs(calib, base, case, bench, ranks), case_target(case, accelerator, got, bench),
-                accelerator, advise=False, share=share)
-    if ranks is None or n < 2 or base.world_size != 1:
+                accelerator, advise=False, share=min(1.0, got))
+    if not waits(ranks, base, case):
         return p
-    au = rankwait.au_pct(ranks.wait, n, case.batch_size, ranks.samples)
+    au = rankwait.au_pct(ranks.wait, case.world_size, case.batch_size, ranks.samples)
     if au >= p.au_pct:
         return p
     scale = au / max(p.au_pct, 1e-9)

@@ -203,17 +203,18 @@ def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], benc
             continue
         source, case, visits = by_name[pair.source], by_name[pair.case], measured[pair.case]
         src_cpus, cpus = model.cpus(source, pair), model.cpus(case, pair)
-        if pair.source not in calibs:
-            calibs[pair.source] = _calibration(measured[pair.source], bench, src_cpus)
-        calib = calibs[pair.source]
+        if pair.source not in calibs:  # the calibration pooled, and each of its visits alone (the interval's)
+            calibs[pair.source] = (_calibration(measured[pair.source], bench, src_cpus),
+                                   [_calibration([v], bench, src_cpus) for v in measured[pair.source]])
+        calib, per_visit = calibs[pair.source]
         x = model.predict(calib, source, case, cpus)
         outside = statistics.mean(float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits)
         shared = model.predict(calib, source, case, cpus, outside).samples_per_s
         own = model.predict(calib, source, source, src_cpus).samples_per_s
         got = _throughputs(visits)
         m = statistics.mean(got)
-        low_high = predictioninterval.interval(shared, _spread_of(model, measured[pair.source], source, case,
-                                                                  (src_cpus, cpus), visits))
+        low_high = predictioninterval.interval(shared, _spread_of(model, calib, per_visit, source, case, cpus,
+                                                                  visits))
         flag = ("calibration" if pair.case == pair.source or pair.case in repeats
                 else "copy" if is_copy(x.samples_per_s, own) else "")
         rows.append({"config": pair.name, "source": pair.source, "settings": case.config(),
@@ -233,17 +234,15 @@ def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], benc
     return rows
 
 
-def _spread_of(model: _Model, calibration: list[Visit], source: CheckCase, case: CheckCase,
-               cpus: tuple[float, float], visits: list[Visit]) -> predictioninterval.Spread:
+def _spread_of(model: _Model, calib, per_visit: list, source: CheckCase, case: CheckCase, case_cpus: float,
+               visits: list[Visit]) -> predictioninterval.Spread:
     """What the case's headline interval is propagated from (harness.analysis.predictioninterval): the
-    prediction from each calibration visit alone, and at each of the case's visits' outside load."""
-    src_cpus, case_cpus = cpus
+    prediction from each calibration visit's costs alone (`per_visit`), and at each of the case's visits'
+    outside load."""
     loads = [float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits]
-    calib = _calibration(calibration, model.bench, src_cpus)
-    per_visit = tuple(model.predict(_calibration([v], model.bench, src_cpus), source, case, case_cpus,
-                                    statistics.mean(loads)).samples_per_s for v in calibration)
+    costs = tuple(model.predict(c, source, case, case_cpus, statistics.mean(loads)).samples_per_s for c in per_visit)
     at_load = tuple(model.predict(calib, source, case, case_cpus, x).samples_per_s for x in loads)
-    return predictioninterval.Spread(costs=per_visit, load=at_load, noise_sd=model.noise[0],
+    return predictioninterval.Spread(costs=costs, load=at_load, noise_sd=model.noise[0],
                                      noise_df=model.noise[1], visits=len(visits))
 
 

@@ -91,7 +91,7 @@ def cold_read(open_reader: Callable[[], object], files: list[Path], drop: Drop, 
     dropped from the page cache, the reader opened after) and then warm: the extra wall time and thread CPU
     a cold sample costs. How many device requests a sample makes cold depends on the layout and the kernel's
     readahead (a packed file's neighbours come in with a sample's pages): measured here, not assumed."""
-    batches = [indices[i:i + batch] for i in range(0, len(indices), batch)]
+    batches = _split(indices, batch)
     drop(files)
     reader = open_reader()
     try:
@@ -107,6 +107,10 @@ def cold_read(open_reader: Callable[[], object], files: list[Path], drop: Drop, 
             "extra_cpu_s_per_sample": max(0.0, cold[1] - warm[1]) / n}
 
 
+def _split(indices: list[int], batch: int) -> list[list[int]]:
+    return [indices[i:i + batch] for i in range(0, len(indices), batch)]
+
+
 def _batches(reader, batches: list[list[int]]) -> tuple[float, float]:
     """(wall s, thread CPU s) of the reader's read_batch over the batches."""
     start, cpu = time.perf_counter(), time.thread_time()
@@ -117,16 +121,9 @@ def _batches(reader, batches: list[list[int]]) -> tuple[float, float]:
 
 def read_cost(reader, indices: list[int], batch: int, rounds: int = 3) -> float:
     """Warm CPU seconds per sample of an open reader's read_batch (the best of `rounds` passes)."""
-    batches = [indices[i:i + batch] for i in range(0, len(indices), batch)]
-    for b in batches:  # into the page cache and the reader's own buffers
-        reader.read_batch(b)
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.thread_time()
-        for b in batches:
-            reader.read_batch(b)
-        best = min(best, time.thread_time() - start)
-    return best / len(indices)
+    batches = _split(indices, batch)
+    _batches(reader, batches)  # into the page cache and the reader's own buffers
+    return min(_batches(reader, batches)[1] for _ in range(rounds)) / len(indices)
 
 
 def decode_cost(decode: Decode, jpegs: list[bytes], rounds: int = 3) -> float:
