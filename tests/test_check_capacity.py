@@ -25,27 +25,36 @@ def test_the_capacity_is_the_largest_size_fed_with_every_smaller_one():
     assert check_capacity.fed(rows([99, 99, 99], [0, 0, 0]), "predicted_au_pct") == 4
 
 
+def calibrated(predicted, measured, repeats=(0.0, 1.4)):
+    """Rows whose sizes 1 and 2 ran twice: each size's calibration measured `repeats` points off its repeat."""
+    out = rows(predicted, measured)
+    for row, d in zip(out[:2], repeats):
+        row["calibration_au_pct"] = row["measured_au_pct"] + d
+    return out
+
+
 def test_predicted_and_measured_capacity_can_disagree_and_then_the_check_fails():
-    line, differs = check_capacity.verdict(rows([99, 95, 60], [99, 85, 50]))
-    assert differs and "predicted 2, measured 1: DISAGREE" in line
-    line, differs = check_capacity.verdict(rows([99, 95, 60], [97, 92, 55]))
-    assert not differs and "predicted 2, measured 2: agree" in line and "cannot tell" not in line
+    line, state = check_capacity.verdict(rows([99, 95, 60], [99, 85, 50]))
+    assert state == check_capacity.DISAGREE and "predicted 2, measured 1: DISAGREE" in line
+    line, state = check_capacity.verdict(calibrated([99, 95, 60], [97, 96, 58], repeats=(1.5, 2.0)))
+    assert state == check_capacity.AGREE and "predicted 2, measured 2: agree" in line and "cannot tell" not in line
 
 
 def test_a_disagreement_under_outside_load_is_inconclusive_with_its_own_exit_code():
     """A loaded machine is not a wrong model: exit 4 and the load named; a quiet disagreement stays exit 1."""
-    line, differs = check_capacity.verdict(rows([99, 95, 60], [99, 85, 50], outside=[2.0, 35.0, 40.0]))
-    assert differs and "inconclusive: outside load 40% in 2 of 3 launches" in line and "DISAGREE" not in line
-    loaded = check_capacity.inconclusive(rows([99, 95, 60], [99, 85, 50], outside=[2.0, 35.0, 40.0]))
-    assert check_capacity.exit_code([(True, loaded), (False, False)]) == 4
-    assert check_capacity.exit_code([(True, loaded), (True, False)]) == EXIT_REGRESSION  # one quiet miss
-    assert check_capacity.exit_code([(False, True), (False, False)]) == EXIT_OK
+    line, state = check_capacity.verdict(rows([99, 95, 60], [99, 85, 50], outside=[2.0, 35.0, 40.0]))
+    assert state == check_capacity.INCONCLUSIVE and "inconclusive: outside load 40% in 2 of 3 launches" in line
+    assert "DISAGREE" in line  # the miss is still named
+    assert check_capacity.exit_code([state, check_capacity.AGREE]) == 4
+    assert check_capacity.exit_code([state, check_capacity.DISAGREE]) == EXIT_REGRESSION  # one quiet miss
+    assert check_capacity.exit_code([check_capacity.AGREE, check_capacity.AGREE]) == EXIT_OK
+    assert check_capacity.exit_code([check_capacity.UNDECIDED, check_capacity.AGREE]) == 4
 
 
 def test_a_host_that_feeds_every_size_or_none_cannot_tell_and_says_so():
     for au in (99, 40):
-        line, differs = check_capacity.verdict(rows([au] * 3, [au] * 3))
-        assert not differs and "cannot tell" in line and "scenarios/capacity.toml" in line
+        line, state = check_capacity.verdict(rows([au] * 3, [au] * 3))
+        assert state == check_capacity.AGREE and "cannot tell" in line and "scenarios/capacity.toml" in line
 
 
 @pytest.mark.slow
@@ -61,21 +70,38 @@ def test_the_check_runs_every_size_and_exits_on_its_verdict(tmp_path, capsys):
     got = [json.loads(line) for line in (run_dir / "capacity.jsonl").read_text().splitlines()]
     assert [(r["workload"], r["world_size"]) for r in got] == [(w, n) for w in ("pixels", "features")
                                                               for n in check_capacity.SIZES]
-    disagree = any(check_capacity.verdict([r for r in got if r["workload"] == w])[1] for w in ("pixels", "features"))
-    assert code == (EXIT_REGRESSION if disagree else EXIT_OK)
+    states = [check_capacity.verdict([r for r in got if r["workload"] == w])[1] for w in ("pixels", "features")]
+    assert code == check_capacity.exit_code(states)
     assert "SLOW on" in out and "kept at AU >= 90% among 1, 2, 4 ranks" in out
 
 
-def test_an_au_within_the_repeats_noise_of_the_line_decides_nothing():
+def test_an_au_within_the_repeats_noise_of_the_line_is_undecided_never_agreement():
     """The calibrations' repeats differed by 1.4 points: 89.0 predicted against 90.4 measured at 2 ranks is
-    at the line, not a disagreement; 8 points off at 4 ranks, across the line, still is."""
-    at_line = rows([97.8, 89.0, 87.5], [97.7, 90.4, 79.6])
-    at_line[1]["calibration_au_pct"] = 89.0  # the 2-rank calibration's AU; its repeat measured 90.4
-    line, differs = check_capacity.verdict(at_line)
-    assert check_capacity.noise(at_line) == pytest.approx(1.4)
-    assert not differs and "predicted 1, measured 2: agree within the noise" in line
-    across = rows([98.6, 92.4, 95.7], [98.3, 91.5, 82.6])
-    across[1]["calibration_au_pct"] = 93.4
-    line, differs = check_capacity.verdict(across)
-    assert differs and "predicted 4, measured 2: DISAGREE" in line
-    assert check_capacity.verdict(rows([97.8, 89.0, 87.5], [97.7, 90.4, 79.6]))[1]  # no noise measured: exact
+    at the line on both sides: undecided (exit 4), not agreement."""
+    at_line = calibrated([97.8, 89.0, 82.5], [97.7, 90.4, 81.6], repeats=(0.0, -1.4))
+    assert check_capacity.noise(at_line) == pytest.approx(0.7)
+    line, state = check_capacity.verdict(at_line)
+    assert state == check_capacity.UNDECIDED and "predicted undecided, measured undecided: undecided" in line
+    assert check_capacity.exit_code([state]) == 4
+
+
+@pytest.mark.parametrize("predicted, measured, repeats", [
+    # the old band's pass recorded in the measurements: 4-rank AU 90.7 predicted, 82.6 measured (4 vs 2)
+    ([98.6, 92.4, 90.7], [98.3, 93.4, 82.6], (0.3, 1.0)),
+    # a 4-rank AU of 91 predicted against 20 measured, repeats' noise sd 2.5
+    ([99.0, 95.0, 91.0], [98.0, 95.5, 20.0], (2.5 * 2 ** 0.5, 2.5 * 2 ** 0.5)),
+    # the first case with one calibration repeat off by 12 points: the noise is cut at its limit
+    ([98.6, 92.4, 90.7], [98.3, 93.4, 82.6], (12.0, 1.0)),
+])
+def test_prediction_and_measurement_that_differ_at_a_size_fail(predicted, measured, repeats):
+    line, state = check_capacity.verdict(calibrated(predicted, measured, repeats))
+    assert state == check_capacity.DISAGREE and "DISAGREE; at 4 ranks AU" in line
+    assert check_capacity.exit_code([state, check_capacity.AGREE]) == EXIT_REGRESSION
+
+
+def test_an_outlying_repeat_cannot_make_the_check_pass():
+    """Every size agrees within the limit's band, but a repeat 12 points off: inconclusive, not agree."""
+    line, state = check_capacity.verdict(calibrated([99.0, 95.0, 60.0], [98.5, 95.5, 61.0], repeats=(12.0, 1.0)))
+    assert state == check_capacity.INCONCLUSIVE and "differed by more than the check accepts" in line
+    assert check_capacity.noise(calibrated([99.0, 95.0, 60.0], [98.5, 95.5, 61.0], repeats=(12.0, 1.0))) == \
+        check_capacity.NOISE_LIMIT

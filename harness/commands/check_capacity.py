@@ -6,9 +6,10 @@ allowance) and, from 2 ranks on, the ranks' wait for each other that the 2-rank 
 to the size by harness.analysis.rankwait's laws (nothing fitted to a measured case: the calibrations are
 launches of their own, and a size a calibration ran at is a repeat of it, so marked). Beside it, labelled:
 the model without the ranks' wait (the 1-rank costs alone) and the shared-host correction less the outside
-load measured in that launch. The capacity among the sizes, predicted against measured, is the check: it
-fails (exit 1) where they differ beyond the AU's noise on this host (the most a calibration and its repeat
-differed by: a size whose AU is within it of the 90% line is at the line and decides nothing).
+load measured in that launch. The check compares the predicted and measured AU at every size, within the
+AU's noise on this host (the sd between a calibration and its repeat, pooled, at most NOISE_LIMIT so that
+one outlying repeat cannot widen it), and the capacities where both sides are clear of the 90% line: it
+fails (exit 1) where they differ; a size on the line is undecided (exit 4), never agreement.
 `scenarios/capacity.toml` defines an accelerator slow enough that the 2-core development host feeds one or
 two and not four; on a scenario whose accelerator this host feeds at no
 size (or at every size) the check says that it cannot tell. Writes capacity.jsonl, prints the table;
@@ -19,6 +20,7 @@ docs/measurements/prediction.md has measured ones. The calibrations cost two lau
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 import statistics
 import sys
@@ -39,6 +41,10 @@ from harness.run.calibration import launch_group, materialise_storages, samples_
 SIZES = (1, 2, 4)
 CALIBRATED = (1, 2)  # the calibrations' rank counts: the costs at 1, the ranks' wait at 2
 NO_BENCH = Bench({}, {}, {})  # the cases change only the ranks: no side measurement scales a cost
+Z = 1.96  # a size's AUs differ, or an AU is off the line, beyond Z sd of a launch's noise (95%, two-sided)
+NOISE_LIMIT = 2.5  # points: the most AU sd between a launch and its repeat the comparison takes as noise
+AGREE, DISAGREE, UNDECIDED, INCONCLUSIVE = "agree", "disagree", "undecided", "inconclusive"
+FED, NOT_FED, AT_LINE = "fed", "not fed", "at the line"
 
 
 @dataclass(frozen=True)
@@ -104,46 +110,87 @@ def fed(rows: list[dict], key: str, target: float = AU_TARGET_PCT) -> int:
 
 
 def noise(rows: list[dict]) -> float:
-    """The AU's run-to-run noise on this host, in points: the largest difference between a calibration's
-    measured AU and its repeat's (the sizes 1 and 2 run twice; 0 where the rows do not say)."""
-    return max((abs(r["measured_au_pct"] - r["calibration_au_pct"]) for r in rows
-                if r.get("calibration_au_pct") is not None), default=0.0)
+    """The AU's sd between a launch and its repeat on this host, in points: pooled over the sizes that ran
+    twice (a calibration and its repeat, sizes 1 and 2: each pair's difference d gives d^2 / 2), at most
+    NOISE_LIMIT (an outlying repeat cannot widen the comparison past it; `noisy` says when it was cut);
+    0 where the rows do not say (the comparison is then exact)."""
+    return min(_pooled(rows), NOISE_LIMIT)
 
 
-def fed_band(rows: list[dict], key: str, points: float) -> tuple[int, int]:
-    """The capacity with every AU `points` lower, and with every AU `points` higher."""
-    return fed(rows, key, AU_TARGET_PCT + points), fed(rows, key, AU_TARGET_PCT - points)
+def _pooled(rows: list[dict]) -> float:
+    pairs = [r["measured_au_pct"] - r["calibration_au_pct"] for r in rows if r.get("calibration_au_pct") is not None]
+    return math.sqrt(sum(d * d for d in pairs) / (2 * len(pairs))) if pairs else 0.0
 
 
-def verdict(rows: list[dict]) -> tuple[str, bool]:
-    """One workload's line and whether prediction and measurement disagree (on a quiet machine: a disagreement
-    while a launch ran under outside load above OUTSIDE_LOAD_PCT is inconclusive, `inconclusive`). An AU
-    within the measured noise of the 90% line decides nothing: prediction and measurement agree when their
-    capacities, each taken with the AUs that noise lower and higher, overlap."""
-    wl, predicted, measured = rows[0]["workload"], fed(rows, "predicted_au_pct"), fed(rows, "measured_au_pct")
-    sizes = ", ".join(str(r["world_size"]) for r in rows)
-    points = noise(rows)
-    (p_low, p_high), (m_low, m_high) = fed_band(rows, "predicted_au_pct", points), fed_band(rows, "measured_au_pct",
-                                                                                           points)
-    if measured != predicted and max(p_low, m_low) <= min(p_high, m_high):
-        said = (f"agree within the noise (an AU within {points:.1f} points of {AU_TARGET_PCT:.0f}%, the most a "
-                "calibration and its repeat differed by: that size is at the line)")
-        return (f"{wl}: kept at AU >= {AU_TARGET_PCT:.0f}% among {sizes} ranks: predicted {predicted}, measured "
-                f"{measured}: {said}"), False
-    if measured == predicted:
-        said = "agree"
-        if measured in (0, SIZES[-1]):
-            said += (f" (but this host feeds {'none' if measured == 0 else 'all'} of the sizes: the check cannot "
-                     "tell a model that over- or under-predicts here; give a scenario whose accelerator this host "
-                     "feeds at some sizes and not others, e.g. scenarios/capacity.toml)")
-    elif inconclusive(rows):
-        loaded = [r["other_cpu_pct"] for r in rows if r["other_cpu_pct"] > OUTSIDE_LOAD_PCT]
-        said = (f"inconclusive: outside load {max(loaded):.0f}% in {len(loaded)} of {len(rows)} launches (measure "
-                "again on a quieter machine)")
-    else:
-        said = "DISAGREE"
-    return (f"{wl}: kept at AU >= {AU_TARGET_PCT:.0f}% among {sizes} ranks: predicted {predicted}, measured "
-            f"{measured}: {said}"), measured != predicted
+def noisy(rows: list[dict]) -> bool:
+    """The repeats disagree by more than the check accepts (their pooled sd above NOISE_LIMIT)."""
+    return _pooled(rows) > NOISE_LIMIT
+
+
+def side(au: float, sd: float) -> str:
+    """One side's AU at a size against the 90% line: FED or NOT_FED where it is clear of the line by Z of its
+    sd, else AT_LINE."""
+    if au >= AU_TARGET_PCT + Z * sd:
+        return FED
+    return NOT_FED if au <= AU_TARGET_PCT - Z * sd else AT_LINE
+
+
+def decided_capacity(rows: list[dict], key: str, sd: float) -> int | None:
+    """The largest size clearly fed with every smaller one; None where a size on the line comes first."""
+    best = 0
+    for row in sorted(rows, key=lambda r: r["world_size"]):
+        state = side(row[key], sd)
+        if state == AT_LINE:
+            return None
+        if state == NOT_FED:
+            break
+        best = row["world_size"]
+    return best
+
+
+def misses(rows: list[dict], sd: float) -> list[dict]:
+    """The sizes whose predicted AU differs from the measured one by more than Z x sqrt(2) x sd (both sides
+    carry a launch's noise)."""
+    return [r for r in rows if abs(r["predicted_au_pct"] - r["measured_au_pct"]) > Z * math.sqrt(2) * sd + 1e-9]
+
+
+def verdict(rows: list[dict]) -> tuple[str, str]:
+    """One workload's line and its state: AGREE, DISAGREE, UNDECIDED or INCONCLUSIVE. Prediction and
+    measurement are compared at every size (`misses`); the capacities only where each side's AUs are clear
+    of the 90% line: a size on the line decides nothing and is never agreement. A disagreement while a
+    launch ran under outside load above OUTSIDE_LOAD_PCT is INCONCLUSIVE (the load, not the model)."""
+    wl, sd = rows[0]["workload"], noise(rows)
+    predicted, measured = (decided_capacity(rows, k, sd) for k in ("predicted_au_pct", "measured_au_pct"))
+    head = (f"{wl}: kept at AU >= {AU_TARGET_PCT:.0f}% among {', '.join(str(r['world_size']) for r in rows)} "
+            f"ranks: predicted {_cap(predicted)}, measured {_cap(measured)}: ")
+    missed = misses(rows, sd)
+    tol = f"{Z * math.sqrt(2) * sd:.1f} points (noise sd {sd:.1f}{', cut to the limit' if noisy(rows) else ''})"
+    if missed or (None not in (predicted, measured) and predicted != measured):
+        said = "DISAGREE" + "".join(f"; at {r['world_size']} ranks AU {r['predicted_au_pct']:.1f} predicted, "
+                                    f"{r['measured_au_pct']:.1f} measured" for r in missed) + f" (beyond {tol})"
+        if inconclusive(rows):
+            loaded = [r["other_cpu_pct"] for r in rows if r["other_cpu_pct"] > OUTSIDE_LOAD_PCT]
+            return (head + f"inconclusive: outside load {max(loaded):.0f}% in {len(loaded)} of {len(rows)} "
+                    f"launches (measure again on a quieter machine); {said}"), INCONCLUSIVE
+        return head + said, DISAGREE
+    if None in (predicted, measured):
+        at = [r["world_size"] for r in rows if AT_LINE in (side(r["predicted_au_pct"], sd),
+                                                           side(r["measured_au_pct"], sd))]
+        return (head + f"undecided: the AU at {', '.join(map(str, at))} rank(s) is within {Z:.2f} noise sd "
+                f"({sd:.1f} points) of the line; every size agrees within {tol}"), UNDECIDED
+    if noisy(rows):
+        return (head + f"inconclusive: a calibration and its repeat differed by more than the check accepts "
+                f"(pooled sd {_pooled(rows):.1f} points, limit {NOISE_LIMIT:.1f}); measure again"), INCONCLUSIVE
+    said = f"agree (every size within {tol})"
+    if measured in (0, SIZES[-1]):
+        said += (f" (but this host feeds {'none' if measured == 0 else 'all'} of the sizes: the check cannot "
+                 "tell a model that over- or under-predicts here; give a scenario whose accelerator this host "
+                 "feeds at some sizes and not others, e.g. scenarios/capacity.toml)")
+    return head + said, AGREE
+
+
+def _cap(capacity: int | None) -> str:
+    return "undecided" if capacity is None else str(capacity)
 
 
 def inconclusive(rows: list[dict]) -> bool:
@@ -151,12 +198,12 @@ def inconclusive(rows: list[dict]) -> bool:
     return any(r["other_cpu_pct"] > OUTSIDE_LOAD_PCT for r in rows)
 
 
-def exit_code(verdicts: list[tuple[bool, bool]]) -> int:
-    """(disagrees, inconclusive) per workload: 1 for a disagreement on a quiet machine, else 4 for one under
-    load, else 0."""
-    if any(d and not i for d, i in verdicts):
+def exit_code(states: list[str]) -> int:
+    """One state per workload: 1 for a disagreement on a quiet machine, else 4 where one is undecided or
+    inconclusive, else 0."""
+    if DISAGREE in states:
         return EXIT_REGRESSION
-    return EXIT_INCONCLUSIVE if any(d for d, _ in verdicts) else EXIT_OK
+    return EXIT_OK if all(s == AGREE for s in states) else EXIT_INCONCLUSIVE
 
 
 def _calibrate(scw, base: CheckCase, workload: str, run_dir: Path, data_dir: Path, steps: int,
@@ -190,7 +237,7 @@ def main(request: Request) -> int:
             visits[case] = launch_group(scw, [case], run_dir / "runs" / f"{workload}-{ws}", data_dir,
                                         steps)[case.name]
         mine = [_row(workload, case, visit, model, base, scw, cores) for case, visit in visits.items()]
-        line, differs = verdict(mine)
+        line, state = verdict(mine)
         idle = Target(gpus_per_node=1, cores_per_node=float(cores), accelerator=sc.accelerator.name,
                       workers_per_rank=base.workers, batch_size=base.batch_size)
         wait = rankwait.summary(model.wait) if model.wait else "the ranks' wait not measured"
@@ -198,7 +245,7 @@ def main(request: Request) -> int:
                      f"{workload}'s ranks' wait {wait}; on this host with the best workers per rank the 1-rank "
                      f"costs alone keep {capacity(model.calib, idle, sc.accelerator, most=16)}")
         rows += mine
-        verdicts.append((differs, inconclusive(mine)))
+        verdicts.append(state)
     for row in rows:
         rundir.append_line(run_dir / "capacity.jsonl", row)
     print(table(rows, sc.accelerator.name, cores))

@@ -9,6 +9,10 @@ same size and ETag (recorded in the folder's ``.s3-mirror.json``) is not fetched
 mtime is the object's LastModified, so the importer's source key (paths, sizes, mtimes) changes exactly when
 the bucket's objects do. One LIST per 1000 objects and one GET per object not yet mirrored.
 
+The bucket and the prefix are checked before anything is created: a ``.`` or ``..`` part, an empty part (``//``,
+a leading ``/``) or a mirror folder that resolves outside the mirror's base is refused with one line naming
+the part. Every file is written through harness.safewrite (no write through a symbolic link).
+
 The prefix matches whole path segments (``s3://b/data`` mirrors ``data/...``, never ``data2/...`` or
 ``database.csv``), and a key whose path would leave the mirror (an absolute key, a ``..`` segment) is refused
 with one line naming it, before anything is written.
@@ -24,6 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from harness import safewrite
 from harness.errors import UsageError
 from strategies.remote.s3client import parse_url
 
@@ -42,10 +47,36 @@ def url_of(path: Path | str) -> str | None:
     return None
 
 
+def mirror_base() -> Path:
+    return Path(os.environ.get(MIRROR_ENV) or Path.home() / ".cache" / "dlbench" / "s3").expanduser()
+
+
 def mirror_root(url: str) -> Path:
-    bucket, prefix = parse_url(url)
-    base = Path(os.environ.get(MIRROR_ENV) or Path.home() / ".cache" / "dlbench" / "s3").expanduser()
-    return base / bucket / prefix
+    """base/bucket/prefix, checked to lie under the mirror's base (`checked_parts`); nothing is created."""
+    bucket, prefix = checked_parts(url)
+    base = mirror_base()
+    root = base / bucket / prefix
+    if not root.resolve().is_relative_to(base.resolve()):
+        raise UsageError(f"--data {url}: the mirror folder {root} resolves to {root.resolve()}, outside the "
+                         f"mirror base {base} (a symbolic link on the way); remove the link or set {MIRROR_ENV}")
+    return root
+
+
+def checked_parts(url: str) -> tuple[str, str]:
+    """(bucket, prefix) of the URL; a UsageError naming the bucket or prefix with a part that is empty,
+    ``.`` or ``..`` (the mirror folder would be another one, or outside the mirror base)."""
+    try:
+        bucket, prefix = parse_url(url)
+    except ValueError as err:
+        raise UsageError(f"--data {url}: {err}") from None
+    raw = url[len("s3://"):].partition("/")[2].rstrip("/")  # as given: a leading '/' is an empty part
+    for what, text, parts in (("bucket", bucket, [bucket]), ("prefix", raw, raw.split("/") if raw else [])):
+        bad = next((p for p in parts if p in ("", ".", "..") or "\0" in p), None)
+        if bad is not None:
+            raise UsageError(f"--data {url}: the {what} {text!r} has the part {bad!r} (empty, '.' or '..'), "
+                             f"which a mirror folder cannot follow; name the {what} as the store lists it, "
+                             f"without such parts (s3://BUCKET/PREFIX)")
+    return bucket, prefix
 
 
 def mirror(url: str, progress=None) -> Path:
@@ -53,12 +84,8 @@ def mirror(url: str, progress=None) -> Path:
     import boto3
     from botocore.config import Config
 
-    try:
-        bucket, prefix = parse_url(url)
-    except ValueError as err:
-        raise UsageError(f"--data {url}: {err}") from None
-    root = mirror_root(url)
-    root.mkdir(parents=True, exist_ok=True)
+    bucket, prefix = checked_parts(url)
+    root = mirror_root(url)  # checked before anything is created
     known = _read_index(root)
     before = dict(known)
     client = boto3.client("s3", config=Config(connect_timeout=TIMEOUT_S, read_timeout=TIMEOUT_S,
@@ -73,9 +100,11 @@ def mirror(url: str, progress=None) -> Path:
             raise UsageError(f"--data {url}: no object under this prefix at {client.meta.endpoint_url}; give the "
                              f"prefix that holds the dataset's files (s3://BUCKET/PREFIX)")
         check_layout(url, [rel for _, rel in objects])
+        safewrite.make_dir(root, mirror_base())
         todo = [(o, rel) for o, rel in objects if not _mirrored(root, known, o, rel)]
         check_space(url, root, sum(o["Size"] for o, _ in todo))
         for k, (o, rel) in enumerate(todo):
+            safewrite.make_dir((root / rel).parent, root)
             _fetch(client, bucket, o, root / rel)
             known[rel] = o.get("ETag", "")
             if progress is not None:
@@ -99,7 +128,6 @@ def _mirrored(root: Path, known: dict[str, str], obj: dict, rel: str) -> bool:
 
 def _fetch(client, bucket: str, obj: dict, target: Path) -> None:
     """One object into its file: downloaded beside it and renamed into place; a failed download leaves nothing."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.part")
     try:
         client.download_file(bucket, obj["Key"], str(partial))
@@ -152,6 +180,4 @@ def _read_index(root: Path) -> dict[str, str]:
 
 
 def _write_index(root: Path, known: dict[str, str]) -> None:
-    tmp = root / f"{INDEX}.{os.getpid()}"
-    tmp.write_text(json.dumps(known, sort_keys=True))
-    os.replace(tmp, root / INDEX)
+    safewrite.write_text(root / INDEX, json.dumps(known, sort_keys=True), root)
