@@ -16,7 +16,8 @@ PACKAGES = ("harness", "strategies")
 # lowest first: a module of a wing may import its own wing and the wings before it, never one after it
 WINGS = ("measure", "remote", "data", "config", "device", "train", "results", "analysis", "run", "report", "history",
          "commands")
-BASE = {"harness.errors", "harness.progress"}  # imported by any wing; they import no other harness module
+BASE = {"harness.errors", "harness.progress", "harness.safewrite"}  # imported by any wing; they import no other
+# harness module but each other
 TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.fromargs"}  # the door: may import every wing
 PARSER = "harness.cli.parsers"  # the one module that imports argparse
 SCRIPT_GLOBS = ("scripts/*.py", "scripts/gpu/*.py", "scripts/s3/*.py")
