@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,3 +159,55 @@ def test_the_recorded_line_itself_replays(tmp_path):
     _, replayed = cli.resume_argv(["--resume", str(run)], cli.build_parser())
     request = cli.bench_request(cli.build_parser().parse_args(replayed), replayed, run)
     resume.check_replay(run, request)  # nothing differs: no error
+
+
+HOLD = ("import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+        "if sys.argv[2] == 'take':\n"
+        "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); os.write(fd, str(os.getpid()).encode())\n"
+        "    print('held', flush=True); time.sleep(120)\n"
+        "try:\n"
+        "    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('free')\n"
+        "except BlockingIOError:\n"
+        "    print('locked')\n")
+
+
+def test_a_second_writer_of_a_run_directory_is_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    """Two --resume of one run at once duplicated visits: the one writer holds the run directory's lock."""
+    run, argv = _recorded_run(tmp_path)
+    monkeypatch.setattr(bench.remoterun, "with_remote", lambda *args: 0)  # nothing runs past the lock
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run / ".writer.lock"), "take"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert cli.main(["--resume", str(run)]) == 2
+    finally:
+        holder.kill()
+        holder.wait()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(run) in err[0] and f"pid {holder.pid}" in err[0], err
+    assert not (run / "cells.jsonl").exists()
+
+
+def test_a_run_and_its_resume_hold_the_lock_while_they_write(tmp_path, monkeypatch):
+    run, argv = _recorded_run(tmp_path)
+    seen = []
+
+    def check(*args):
+        seen.append(subprocess.run([sys.executable, "-c", HOLD, str(run / ".writer.lock"), "try"],
+                                   capture_output=True, text=True).stdout.strip())
+        return 0
+
+    monkeypatch.setattr(bench.remoterun, "with_remote", check)
+    assert cli.main(["--resume", str(run)]) == 0
+    assert seen == ["locked"]
+    assert (run / ".writer.lock").read_text().strip() == str(os.getpid())
+
+
+def test_a_link_planted_as_the_lock_file_is_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".writer.lock").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(UsageError, match="symbolic link"):
+        resume.take_lock(run)
+    assert not (tmp_path / "elsewhere").exists()

@@ -10,6 +10,9 @@ skips the rest), and the report is rebuilt over all of them.
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -23,6 +26,9 @@ from harness.results.environment import Environment, utc_now
 # options that may change between the first run and its resumption
 FREE_OPTIONS = {"--quiet", "--debug", "--verify-data", "--regenerate", "--history"}
 
+
+LOCK = ".writer.lock"  # in the run directory: held by the one process that writes it (a run, its --resume)
+_held: dict[Path, int] = {}  # run directory -> the lock's descriptor, open until this process ends
 
 REPLAY_KEYS = ("out", "data")  # recorded since these were checked; a run from before lacks them
 
@@ -98,11 +104,37 @@ def stopped_message(run_dir: Path, why: str, torchrun: bool = False) -> str:
             f"run the rest with: {again} --resume {shlex.quote(str(run_dir))}")
 
 
+def take_lock(run_dir: Path) -> None:
+    """This process becomes the one writer of `run_dir` until it ends: an exclusive flock on its lock file
+    (opened without following a link). Another writer holding it is one line naming the directory and its
+    pid, exit 2."""
+    run_dir = Path(run_dir)
+    if run_dir.resolve() in _held:
+        return
+    path = run_dir / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        why = "it is a symbolic link; remove it" if err.errno == errno.ELOOP else f"{err.strerror}"
+        raise UsageError(f"{run_dir}: cannot open its lock file {LOCK} ({why})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise UsageError(f"{run_dir} is being written by another run_bench.py (pid {holder}); one process "
+                         f"writes a run directory: wait for it to end (or stop it), then resume") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[run_dir.resolve()] = fd
+
+
 def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cells: int,
                  settings: dict) -> tuple[Path, Environment]:
     """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line header."""
     if request.resume:
         env = read_run_env(request.resume)
+        take_lock(request.resume)  # before anything is read for the resume or written
         rundir.read_results(request.resume)  # now: a damaged line is one line naming it, a cut last line a warning
         check_settings(request.resume, env.settings, settings)
         run_dir = Path(request.resume)
@@ -112,12 +144,14 @@ def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cel
     else:
         argv = list(request.argv)
         run_dir = rundir.new_run_dir(request.out, sc.name)
+        take_lock(run_dir)
         env = Environment.capture(argv, {"mode": device, "accelerator": sc.accelerator.name,
                                          "world_size": sc.world_size})
         env = dataclasses.replace(env, scenario=sc.name, comparable=comparable, dataset=sc.dataset.to_dict(),
                                   cache_state=request.cache_state, repeats=request.repeats, settings=settings,
                                   argv=argv, imported=datasetup.import_env(sc),  # an imported source's scan
-                                  min_effect=request.gate.min_effect, order_tolerance=request.order_tolerance)
+                                  min_effect=request.gate.min_effect, order_tolerance=request.order_tolerance,
+                                  family_alpha=request.gate.family_alpha)
     env.write(run_dir)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
     print(f"{sc.name}: {n_cells} cells x {request.repeats} repeats x {sc.world_size} ranks on {note}; "
