@@ -81,7 +81,7 @@ def test_json_round_trip_and_bad_values_left_out():
     assert fit_effects([], ORDER) == []
 
 
-def test_a_disturbed_visit_is_left_out_of_the_fit_when_its_cell_has_a_calm_one():
+def test_a_visit_under_extreme_load_is_left_out_of_the_fit_when_its_cell_has_a_usable_one():
     from harness.analysis.effects import observations as of_results
 
     def visit(cell_levels, thr, repeat, load):
@@ -90,11 +90,13 @@ def test_a_disturbed_visit_is_left_out_of_the_fit_when_its_cell_has_a_calm_one()
                                                                    "ranks": 1, "window_steps": 10}})
 
     a, b = {"storage": "raw"}, {"storage": "mmap"}
-    results = [visit(a, 100.0, 0, 50.0), visit(a, 200.0, 1, 1.0), visit(b, 300.0, 0, 60.0)]
+    results = [visit(a, 100.0, 0, 70.0), visit(a, 200.0, 1, 1.0), visit(b, 300.0, 0, 80.0)]
     kept = sorted((o.levels["storage"], o.value, o.block) for o in of_results(results, "throughput"))
-    # raw's redo (pass 1 visited raw alone) takes its disturbed visit's place and pass; mmap has no calm visit:
-    # its disturbed one stays
+    # raw's redo (pass 1 visited raw alone) takes its extreme visit's place and pass; mmap has no usable visit:
+    # its extreme one stays
     assert kept == [("mmap", 300.0, 0), ("raw", 200.0, 0)]
+    results[0].figures = results[0].figures.replace(other_cpu_pct=50.0)  # disturbed, not extreme: kept
+    assert len(of_results(results, "throughput")) == 3
 
 
 def test_a_figure_identical_in_every_cell_is_said_so_and_never_decided():

@@ -1,32 +1,22 @@
-"""Pure: where a time budget's next visits go (`--budget`), in whole passes over the run's cells.
+"""Pure: where a time budget's next visits go (`--budget`), in whole passes over the run's cells, and when it
+stops (harness.analysis.sequential: the looks, their boundaries and the response).
 
-After the planned passes, another pass is worth its time while the answer is still open:
-- an effect is open while its decision is (harness.analysis.effects.Effect.decision with the minimum effect
-  m): its interval neither excludes x1 nor lies inside [1 / (1 + m), 1 + m]; a level not yet estimable is open;
-- the fastest set is open while a cell tied with the leader is neither within m of it nor decidedly slower,
-  by their ratio paired by pass (harness.analysis.intervals.settled).
-Either way the next pass visits every cell, so the design stays balanced: each level's effect stays the
-average over the other axes (a pass of the leader's cells alone would pull an axis's effect toward its value
-there). Visits disturbed by outside load (figures.other_cpu_pct above harness.measure.hostload.OUTSIDE_LOAD_PCT)
-are owed a redo each: when nothing else is open, a pass of the owed cells alone, whose visits take the
-disturbed ones' places in the fit (harness.analysis.effects.observations).
-Nothing open and nothing owed: the run is decided and stops early. A pass that would not fit in the time left
-is not started.
+After each whole pass from the second on, the budget looks: each effect is decided at its first look whose
+repeated interval excludes x1 or lies inside [1 / (1 + m), 1 + m], and kept. The next pass visits every cell
+(the design stays balanced: each level's effect stays the average over the other axes) while an effect is
+open, a look is left and the pass fits in the time left; otherwise the run stops. Visits disturbed by outside
+load are kept and adjusted for (the fit's covariate); visits under extreme load
+(harness.analysis.effects.extreme) leave the fit and the passes that follow measure their cells again.
+The fastest set (cells tied with the leader: harness.analysis.intervals.settled) is reported when the run
+ends, and never holds it: it is not an effect and has no error rate of its own.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis.effects import (
-    MIN_EFFECT,
-    OPEN,
-    disturbed,
-    fit_effects,
-    level_order,
-    observations,
-    whole_passes,
-)
+from harness.analysis.effects import MIN_EFFECT, extreme
 from harness.analysis.intervals import leader_and_tied, settled
+from harness.analysis.sequential import Decisions, Rule, decide, looks_left
 from harness.results.cellresult import CellResult
 from harness.results.repeats import merge_repeats
 
@@ -34,68 +24,70 @@ from harness.results.repeats import merge_repeats
 @dataclass(frozen=True)
 class OpenQuestions:
     effects: list[str]  # "axis=level" whose decision is still open (or not yet estimable)
-    tied: list[str]  # cell ids tied with the leader and not within m of it (the leader first), when any
+    tied: list[str]  # cell ids tied with the leader and not within m of it (the leader first): reported only
+    looks_left: int = 0  # the looks the stopping rule still allows
 
     @property
     def decided(self) -> bool:
-        return not self.effects and not self.tied
+        """Every effect decided: the run stops (the fastest set does not hold it)."""
+        return not self.effects
 
 
-def open_questions(results: list[CellResult], cell_ids: list[str],
-                   min_effect: float = MIN_EFFECT) -> OpenQuestions:
+def decisions(results: list[CellResult], cell_ids: list[str], min_effect: float = MIN_EFFECT,
+              family_alpha: float | None = None, cores: float | None = None) -> Decisions:
+    return decide([r for r in results if r.measured], cell_ids, Rule(min_effect, family_alpha, cores))
+
+
+def open_questions(results: list[CellResult], cell_ids: list[str], min_effect: float = MIN_EFFECT,
+                   family_alpha: float | None = None, cores: float | None = None) -> OpenQuestions:
     measured = [r for r in results if r.measured]
-    order = level_order(measured, cell_ids)
-    fitted = fit_effects(observations(measured, "throughput"), order, interactions=False)
-    fitted_levels = {(e.axis, e.level) for e in fitted}
-    passes = whole_passes(measured)
-    open_effects = [f"{e.axis}={e.level}" for e in fitted if e.decision(min_effect, passes) == OPEN]
-    open_effects += [f"{a}={lv}" for a, levels in order.items() for lv in levels[1:]
-                     if (a, lv) not in fitted_levels]  # not estimable yet: too few visits
+    d = decisions(measured, cell_ids, min_effect, family_alpha, cores)
+    open_effects = [f"{x.effect.axis}={x.effect.level}" for x in d.open]
+    return OpenQuestions(open_effects, unsettled_ties(measured, min_effect), looks_left(d.passes))
+
+
+def unsettled_ties(measured: list[CellResult], min_effect: float) -> list[str]:
+    """The leader and the cells tied with it that are neither within min_effect of it nor slower; []."""
     leader, tied = leader_and_tied(merge_repeats(measured))
     unsettled = [c.cell for c in tied if not settled(measured, c.cell, leader.cell, min_effect)]
-    return OpenQuestions(open_effects, [leader.cell] + unsettled if unsettled else [])
+    return [leader.cell] + unsettled if unsettled else []
 
 
-def owed_visits(results: list[CellResult]) -> list[str]:
-    """Cells with more visits disturbed by outside load than undisturbed visits after them."""
-    owed: dict[str, int] = {}
-    for r in sorted(results, key=lambda r: r.repeat):
-        if disturbed(r):
-            owed[r.cell] = owed.get(r.cell, 0) + 1
-        elif owed.get(r.cell):
-            owed[r.cell] -= 1
-    return [c for c, n in owed.items() if n > 0]
+def extreme_visits(results: list[CellResult]) -> list[str]:
+    """Cells with a visit under extreme load (left out of the fit)."""
+    return list(dict.fromkeys(r.cell for r in results if r.measured and extreme(r)))
+
+
+def _pass_seconds(results: list[CellResult], cells: int) -> float:
+    visits = [r.elapsed_s for r in results if r.elapsed_s]
+    return (sum(visits) / len(visits) if visits else 0.0) * cells
 
 
 def next_pass(results: list[CellResult], cell_ids: list[str], seconds_left: float,
-              min_effect: float = MIN_EFFECT) -> list[int]:
-    """The indices (into cell_ids) the next pass visits: every cell while something is open, else the cells
-    owed a redo; [] when the answer is decided and nothing is owed, or no pass fits."""
-    questions = open_questions(results, cell_ids, min_effect)
-    redo = [c for c in owed_visits(results) if c in cell_ids]
-    if questions.decided and not redo:
+              min_effect: float = MIN_EFFECT, family_alpha: float | None = None,
+              cores: float | None = None) -> list[int]:
+    """The indices (into cell_ids) the next pass visits: every cell while an effect is open and a look is
+    left; [] when every effect is decided, no look is left, or the pass does not fit."""
+    questions = open_questions(results, cell_ids, min_effect, family_alpha, cores)
+    if questions.decided or not questions.looks_left:
         return []
-    wanted = redo if questions.decided else cell_ids
-    todo = sorted(cell_ids.index(c) for c in wanted)
-    visits = [r.elapsed_s for r in results if r.elapsed_s]
-    per_visit = sum(visits) / len(visits) if visits else 0.0
-    return todo if per_visit * len(todo) <= seconds_left else []
+    return list(range(len(cell_ids))) if _pass_seconds(results, len(cell_ids)) <= seconds_left else []
 
 
 def ending(results: list[CellResult], cell_ids: list[str], seconds_left: float, passes: int,
-           min_effect: float = MIN_EFFECT) -> str:
-    """Why a budget's run ends (next_pass said []): decided, or what stays open and the pass that did not fit."""
-    questions = open_questions(results, cell_ids, min_effect)
+           min_effect: float = MIN_EFFECT, family_alpha: float | None = None,
+           cores: float | None = None) -> str:
+    """Why a budget's run ends (next_pass said []): decided, no look left, or the pass that did not fit; and
+    the fastest set, reported, not waited for."""
+    questions = open_questions(results, cell_ids, min_effect, family_alpha, cores)
     head = f"budget: the run ends after {passes} pass(es): "
-    if questions.decided and not [c for c in owed_visits(results) if c in cell_ids]:
-        return head + "every effect is decided and the fastest set settled"
-    visits = [r.elapsed_s for r in results if r.elapsed_s]
-    needed = (sum(visits) / len(visits) if visits else 0.0) * len(cell_ids)
-    what = []
-    if questions.effects:
-        what.append(f"{len(questions.effects)} effect(s) open ({', '.join(questions.effects)})")
-    if questions.tied:
-        what.append(f"{len(questions.tied) - 1} cell(s) tied with the leader and not within {min_effect:.0%} of it")
-    return (head + ("; ".join(what) or "visits disturbed by outside load are owed a redo")
-            + f" stay open: a pass takes about {needed:.0f} s and {max(seconds_left, 0):.0f} s are left "
-            "(a longer --budget, or a quieter machine, decides more)")
+    tied = (f"; the fastest set: {len(questions.tied) - 1} cell(s) tied with the leader and not within "
+            f"{min_effect:.0%} of it (reported, not waited for)" if questions.tied else
+            "; the fastest set is settled")
+    if questions.decided:
+        return head + "every effect is decided" + tied
+    stays = f"{len(questions.effects)} effect(s) stay open ({', '.join(questions.effects)})"
+    if not questions.looks_left:
+        return head + stays + ": the stopping rule's last look is taken (--repeats N for a longer run)" + tied
+    return (head + stays + f": a pass takes about {_pass_seconds(results, len(cell_ids)):.0f} s and "
+            f"{max(seconds_left, 0):.0f} s are left (a longer --budget, or a quieter machine, decides more)" + tied)

@@ -21,6 +21,11 @@ figure (`with_noise_floor`). Whether one cell is as random as a shuffle is decid
 own spread (harness.results.orderquality.decision). A figure of 0 (a fully sequential order's position mixing)
 has no log and leaves its visit out of that figure's fit.
 
+The throughput and the host rate (HOST_RATE: 1 / the CPU s per sample of the loader and the rank, a
+host's cores / CPU s per sample up to the constant cores) are fitted with the visit's outside load as a
+covariate (`observations(..., adjust=True)`): log(1 - other_cpu_pct / 100), so that a visit disturbed by
+another process is kept and adjusted for. A visit under extreme load (`extreme`) leaves the fit.
+
 An Effect is one line of effects.jsonl; the file's format version is EFFECTS_VERSION (harness.results.fileformat
 reads and writes it: EFFECTS).
 """
@@ -51,6 +56,11 @@ ORDER_FIGURES = {"order_units": ("order_units_ratio", "units/batch vs shuffle"),
                  "order_labels": ("order_label_ratio", "label mixing vs shuffle"),
                  # the held-out loss after the window's steps over the shuffle's: 1 for a shuffle, higher is worse
                  "order_training": ("order_train_ratio", "training loss vs shuffle")}
+THROUGHPUT, HOST_RATE = "throughput", "host_rate"  # the two responses a decision may rest on
+# a visit beyond either leaves the fit: the run's share of the CPU is then more the neighbour's schedule than
+# the covariate's straight line (the covariate was measured up to about 60%), and steal is not in it
+EXTREME_LOAD_PCT, EXTREME_STEAL_PCT = 60.0, 5.0
+MAX_LOAD_PCT = 95.0  # the covariate's outside load is capped here (log(1 - 1) has no value)
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
 MIN_EFFECT = 0.05  # the smallest effect that matters, when a run records none (--min-effect sets it)
@@ -66,6 +76,7 @@ class Observation:
     levels: dict  # axis -> the level (strategy label) of the cell
     value: float  # the figure, > 0
     block: int = 0  # the pass over the cells this visit belongs to
+    covariate: float = 0.0  # log(1 - outside load) of the visit, when the fit adjusts for it
 
 
 @dataclass(frozen=True)
@@ -130,6 +141,8 @@ def design_matrix(obs: list[Observation], order: dict[str, list[str]], pairs: li
     columns += [("level", axis, level) for axis, levels in order.items() for level in levels[1:]]
     blocks = sorted({o.block for o in obs})
     columns += [("block", b) for b in blocks[1:]]
+    if np.ptp([o.covariate for o in obs]) > IDENTICAL_SPREAD:
+        columns.append(("covariate",))
     columns += [("pair", a, x, b, y) for a, b in pairs for x in order[a][1:] for y in order[b][1:]]
     x = np.zeros((len(obs), len(columns)))
     for i, o in enumerate(obs):
@@ -141,6 +154,8 @@ def design_matrix(obs: list[Observation], order: dict[str, list[str]], pairs: li
                 x[i, j] = o.levels.get(col[1]) == col[2]
             elif kind == "block":
                 x[i, j] = o.block == col[1]
+            elif kind == "covariate":
+                x[i, j] = o.covariate
             else:
                 x[i, j] = o.levels.get(col[1]) == col[2] and o.levels.get(col[3]) == col[4]
     return x, columns
@@ -254,14 +269,27 @@ def level_order(results: list[CellResult], cell_ids: list[str] | None = None) ->
     return {a: order[a] for a in sorted(order, key=lambda a: AXES.index(a) if a in AXES else len(AXES))}
 
 
-def observations(results: list[CellResult], attribute: str) -> list[Observation]:
-    """One observation per measured visit that has the figure (a Figures attribute), its pass the block.
-    A visit disturbed by outside load (figures.other_cpu_pct above OUTSIDE_LOAD_PCT) is replaced by its
-    redo: the cell's next calm visit in a pass that did not visit every cell (the budget's redo pass) takes
-    the disturbed visit's place and pass in the fit, so the design stays balanced and the redo is not absorbed
-    by a pass term of its own. A disturbed visit without a redo is left out when its cell has another calm
-    visit, and kept when it has none, so that every cell of the design stays in the fit."""
-    usable = sorted((r for r in results if r.measured and getattr(r.figures, attribute) is not None),
+def figure_value(figures, attribute: str) -> float | None:
+    """A Figures attribute, or HOST_RATE: 1 / (loader + rank CPU s per sample), None when either is missing."""
+    if attribute != HOST_RATE:
+        return getattr(figures, attribute)
+    loader, rank = figures.loader_cpu_s_per_sample, figures.rank_cpu_s_per_sample
+    return 1.0 / (loader + rank) if loader is not None and rank is not None and loader + rank > 0 else None
+
+
+def load_covariate(result: CellResult) -> float:
+    """log(1 - other_cpu_pct / 100) of the visit (0 when unrecorded), the load capped at MAX_LOAD_PCT."""
+    pct = min(max(result.figures.other_cpu_pct or 0.0, 0.0), MAX_LOAD_PCT)
+    return math.log(1 - pct / 100)
+
+
+def observations(results: list[CellResult], attribute: str, adjust: bool = False) -> list[Observation]:
+    """One observation per measured visit that has the figure (a Figures attribute, or HOST_RATE), its pass
+    the block; with `adjust`, its outside load as the covariate. A visit under extreme load (`extreme`) is
+    replaced by its redo: the cell's next usable visit in a pass that did not visit every cell takes its place
+    and pass in the fit, so the design stays balanced. Without a redo it is left out when its cell has another
+    usable visit, and kept when it has none, so that every cell of the design stays in the fit."""
+    usable = sorted((r for r in results if r.measured and figure_value(r.figures, attribute) is not None),
                     key=lambda r: r.repeat)
     sizes = pass_sizes(usable)
     whole = max(sizes.values(), default=0)
@@ -269,16 +297,17 @@ def observations(results: list[CellResult], attribute: str) -> list[Observation]
     dropped: set[int] = set()
     for cell in dict.fromkeys(r.cell for r in usable):
         visits = [r for r in usable if r.cell == cell]
-        redos = [r for r in visits if not disturbed(r) and sizes[r.repeat] < whole]
-        for bad in (r for r in visits if disturbed(r)):
+        redos = [r for r in visits if not extreme(r) and sizes[r.repeat] < whole]
+        for bad in (r for r in visits if extreme(r)):
             redo = next((r for r in redos if r.repeat > bad.repeat), None)
             if redo is not None:
                 redos.remove(redo)
                 block[id(redo)] = bad.repeat
                 dropped.add(id(bad))
-        if any(not disturbed(r) for r in visits):
-            dropped.update(id(r) for r in visits if disturbed(r))
-    return [Observation(dict(r.strategies), getattr(r.figures, attribute), block[id(r)])
+        if any(not extreme(r) for r in visits):
+            dropped.update(id(r) for r in visits if extreme(r))
+    return [Observation(dict(r.strategies), figure_value(r.figures, attribute), block[id(r)],
+                        load_covariate(r) if adjust else 0.0)
             for r in usable if id(r) not in dropped]
 
 
@@ -298,8 +327,15 @@ def whole_passes(results: list[CellResult]) -> int:
 
 
 def disturbed(result: CellResult) -> bool:
-    """Outside load above the threshold during the visit (harness.measure.hostload)."""
+    """Outside load above the warning's threshold during the visit (harness.measure.hostload): named in the
+    report, kept in the fit and adjusted for."""
     return (result.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT
+
+
+def extreme(result: CellResult) -> bool:
+    """Outside load above EXTREME_LOAD_PCT or steal above EXTREME_STEAL_PCT: the visit leaves the fit."""
+    f = result.figures
+    return (f.other_cpu_pct or 0) > EXTREME_LOAD_PCT or (f.steal_pct or 0) > EXTREME_STEAL_PCT
 
 
 def order_effects(results: list[CellResult], order: dict[str, list[str]]) -> list[Effect]:

@@ -103,9 +103,14 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                       help="random (default): each repeat visits the cells in a fresh order drawn from a "
                            "recorded seed; fixed: the matrix's order every time")
     gate.add_argument("--budget", type=duration, metavar="DURATION", default=None,
-                      help="after the planned repeats, keep visiting while an effect or the fastest cell is "
-                           "still open, until this much time (e.g. 300, 90s, 10m, 1h) has passed (default: the "
-                           "scenario's [run] budget_s, e.g. 4xV100's; none with --repeats)")
+                      help="after the planned repeats, keep visiting while an effect is still open and the "
+                           "stopping rule has a look left (at most 4 looks, passes 2 to 5), until this much time "
+                           "(e.g. 300, 90s, 10m, 1h) has passed (default: the scenario's [run] budget_s, e.g. "
+                           "4xV100's; none with --repeats)")
+    gate.add_argument("--family-alpha", type=alpha, default=None, metavar="ALPHA",
+                      help="the effects' decisions: a wrong one among all of them in at most ALPHA of runs "
+                           "(Bonferroni over the effects); default: each effect's decision wrong in at most 5%% "
+                           "of runs, over all its looks")
     gate.add_argument("--quick", action="store_true",
                       help="one pass over the cells and no budget: a first look that decides no effect")
     gate.add_argument("--order-tolerance", type=order_tolerance, metavar="F", default=0.10,

@@ -68,6 +68,7 @@ class GateOptions:
     min_effect: float = 0.05
     alpha: float = 0.05
     strict: bool = False
+    family_alpha: float | None = None  # --family-alpha: the effects' decisions' error rate all together
 
 
 @dataclass(frozen=True)

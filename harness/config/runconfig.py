@@ -53,6 +53,7 @@ class LaunchConfig:
     budget_s: float = 0.0  # --budget: after the planned passes, more while the answer is open (0: none)
     started_at: float = 0.0  # time.time() when the run began: the budget's clock (survives a rank restart)
     min_effect: float = 0.05  # the smallest effect that matters, for the budget's decisions
+    family_alpha: float | None = None  # --family-alpha: the error rate of all the effects' decisions together
     device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
     supervised: bool = False  # spawned under harness.run.supervisor: ranks write heartbeats under run_dir
     remote_counters: Path | None = None  # [remote]: the folder the remote readers append their counters to
@@ -67,6 +68,14 @@ class LaunchConfig:
 
     def todo(self) -> list[tuple[int, int]]:
         return self.full_plan() if self.plan is None else list(self.plan)
+
+    @property
+    def run_cpus(self) -> float | None:
+        """The CPUs this process may use (affinity and cgroup quota), as env.json records them: the budget's
+        test of whether the host's CPU binds (harness.analysis.sequential.cpu_binds)."""
+        from harness.measure.hostload import cpu_allowance
+
+        return cpu_allowance()
 
     regenerate: bool = False  # --regenerate: write the datasets again
     verify_data: bool = False  # --verify-data: check every byte against the manifest (else sizes + samples)

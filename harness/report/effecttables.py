@@ -1,7 +1,8 @@
 """The effect of each choice, from every cell and visit of the run (harness.analysis.effects): the fits per
 figure, effects.jsonl, the table and the plot.
 
-Figures fitted: throughput (samples/s), AU (device busy / wall), device peak memory and host PSS. A visit's
+Figures fitted: throughput (samples/s), the host rate (cores / CPU s per sample; both with the visit's outside
+load as a covariate), AU (device busy / wall), device peak memory and host PSS. A visit's
 pass (its repeat) is a term of the fit, so drift between passes does not bias an axis. Effects are ratios
 against the axis's first level in the matrix; `low` and `high` bound a 95% interval.
 """
@@ -16,9 +17,11 @@ from matplotlib.figure import Figure
 
 from harness.analysis.effects import (
     EFFECTS,
+    HOST_RATE,
     MIN_EFFECT,
     MIN_PASSES,
     NO_EFFECT,
+    THROUGHPUT,
     Effect,
     fit_effects,
     level_order,
@@ -30,16 +33,19 @@ from harness.results import fileformat
 from harness.results.cellresult import CellResult
 
 # effects.jsonl's `figure` -> (the Figures attribute, the label in tables)
-FIGURES = {"throughput": ("throughput", "samples/s"), "au": ("au_pct", "AU %"),
+FIGURES = {"throughput": ("throughput", "samples/s"), "host_rate": ("host_rate", "host rate (cores/CPU s)"),
+           "au": ("au_pct", "AU %"),
            "device_memory": ("device_peak_gb", "device peak GB"), "host_memory": ("host_pss_peak_mb", "host PSS MB")}
+
+ADJUSTED = (THROUGHPUT, HOST_RATE)  # fitted with the visit's outside load as a covariate
 
 
 def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) -> list[Effect]:
     """Every figure's effects over the run's measured visits ([] with fewer visits than terms)."""
     order = level_order(results, cell_ids)
     out = []
-    for figure, (attribute, _) in FIGURES.items():
-        out += fit_effects(observations(results, attribute), order, figure)
+    for figure, (attribute, _) in FIGURES.items():  # the two responses adjusted for outside load
+        out += fit_effects(observations(results, attribute, adjust=figure in ADJUSTED), order, figure)
     return out + order_effects(results, order)  # the order figures (none for lines without them)
 
 
@@ -68,9 +74,12 @@ def verdict_word(e: Effect, min_effect: float = MIN_EFFECT, passes: int | None =
 
 
 def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN_EFFECT,
-                  matrix_order: dict[str, list[str]] | None = None, passes: int | None = None) -> Table:
+                  matrix_order: dict[str, list[str]] | None = None, passes: int | None = None,
+                  decided: dict[tuple[str, str], str] | None = None) -> Table:
     """One row per axis level: its effect on each figure, ratio [95% interval] against the reference, and its
-    decision. `matrix_order`: each axis's levels as the matrix lists them, to name a level no visit measured."""
+    decision. `matrix_order`: each axis's levels as the matrix lists them, to name a level no visit measured.
+    `decided`: (axis, level) -> the stopping rule's decision in words (harness.analysis.sequential), shown in
+    a column of its own; the two responses' cells then show their intervals only."""
     mark = "*" if emulated else ""
     figures = [f for f in FIGURES if any(e.figure == f for e in effects)]
     rows, seen = [], []
@@ -83,11 +92,14 @@ def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN
         row = [axis, level, "reference" if level == ref else f"vs {ref}"]
         for f in figures:
             e = by.get((f, axis, level))
-            row.append("-" if e is None else ("1" if level == e.reference else
-                                              f"{_ratio(e)} {verdict_word(e, min_effect, passes)}"))
+            word = "" if decided is not None and f in ADJUSTED else f" {verdict_word(e, min_effect, passes)}"
+            row.append("-" if e is None else ("1" if level == e.reference else f"{_ratio(e)}{word}"))
+        if decided is not None:
+            row.append(decided.get((axis, level), "reference" if level == ref else "-"))
         rows.append(row)
     headers = ["axis", "level", "against"] + [
-        FIGURES[f][1] + (mark if f in ("throughput", "au", "device_memory") else "") for f in figures]
+        FIGURES[f][1] + (mark if f in ("throughput", "au", "device_memory") else "") for f in figures] + (
+        ["decision (the stopping rule's)"] if decided is not None else [])
     notes = ["ratio of the figure against the axis's first level, averaged over the other axes, with a 95% "
              "interval from every cell and visit (least squares on the log figure, a term per level and per "
              f"pass); higher / lower: the interval excludes 1; no effect larger than {min_effect:.0%}: it lies "
@@ -115,8 +127,9 @@ def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput",
     fig = effects_figure(effects, figure, min_effect, passes)
     if fig is None:
         return None
-    fig.savefig(path)
-    return path
+    from harness.report.plots import save_png
+
+    return save_png(fig, path)
 
 
 def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect: float = MIN_EFFECT,

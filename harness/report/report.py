@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness import safewrite
+from harness.analysis import sequential
 from harness.analysis.effects import MIN_EFFECT, Effect, level_order, whole_passes
 from harness.analysis.intervals import leader_and_tied
 from harness.analysis.loaddependence import load_dependence
@@ -259,6 +261,23 @@ def min_effect_of(env: Environment | None) -> float:
     return (env.min_effect if env else None) or MIN_EFFECT
 
 
+def rule_of(env: Environment | None) -> sequential.Rule:
+    """The run's decision rule as env.json records it: --min-effect, --family-alpha and the run's CPUs."""
+    return sequential.Rule(min_effect_of(env), env.family_alpha if env else None, env.run_cpus if env else None)
+
+
+def decision_words(decided: sequential.Decisions | None) -> dict[tuple[str, str], str] | None:
+    """(axis, level) -> the stopping rule's decision and the pass that made it, for the effects table."""
+    if decided is None:
+        return None
+    words = {}
+    for d in decided.levels:
+        word = effecttables.verdict_word(d.effect, decided.rule.min_effect) if d.decided else d.word
+        words[(d.effect.axis, d.effect.level)] = (f"{word} on {verdict.RESPONSE_WORDS[decided.response]}"
+                                                  + (f" (pass {d.passes})" if d.decided else ""))
+    return words
+
+
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
            what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None) -> str:
@@ -268,18 +287,21 @@ def render(results: list[CellResult], env: Environment | None = None, probe: Pro
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
     m = min_effect_of(env)
+    decided = sequential.decide(results, env.cell_ids if env else None, rule_of(env)) if cells else None
     if cells and fitted is not None:
         leader, tied = leader_and_tied(cells)
         tolerance = ordercost.tolerance_of(env)
         roll = rollout.rollout_lines(cells, results, [leader, *tied] if leader else [], target, m, tolerance)
         load = load_dependence(results, level_order(results, env.cell_ids if env else None))
         parts += render_lines(verdict.verdict_lines(cells, fitted, env.run_cpus if env else None,
-                                                    whole_passes(results), m, roll, load, tolerance), fmt) + [""]
+                                                    whole_passes(results), m, roll, load, tolerance, decided),
+                              fmt) + [""]
     parts += render_lines(header_lines(cells, env, probe, cells_1x) + outside_load_lines(results)
                           + ([target.describe()] if target is not None else []), fmt)
     if fitted:
         table = effecttables.effects_table(fitted, any(c.emulated for c in cells), m,
-                                           level_order(results, env.cell_ids if env else None), whole_passes(results))
+                                           level_order(results, env.cell_ids if env else None), whole_passes(results),
+                                           decision_words(decided))
         parts += render_tables([table, order_effects_table(fitted, m, whole_passes(results))], fmt, level=2)
     parts += render_tables(report_tables(cells, what_if_cores), fmt, level=2)
     parts += render_tables(stagetable.tables(results, target), fmt, level=2)
@@ -316,9 +338,10 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
     results = in_matrix_order(relative_to_probe(results, probe), env)
     fitted = effecttables.run_effects(results, env.cell_ids if env else None)
     effecttables.write_effects(run_dir, fitted)
-    summary_frame(results).to_csv(run_dir / "summary.csv", index=False)
-    (run_dir / "report.md").write_text(render(results, env, probe, results_1x, "markdown", what_if_cores, fitted,
-                                              target))
+    safewrite.write_text(run_dir / "summary.csv", summary_frame(results).to_csv(index=False), run_dir)
+    safewrite.write_text(run_dir / "report.md", render(results, env, probe, results_1x, "markdown", what_if_cores,
+                                                       fitted, target), run_dir)
+    safewrite.make_dir(run_dir / "plots", run_dir)
     plots.write_plots(results, run_dir / "plots")
     effecttables.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=min_effect_of(env),
                               passes=whole_passes(results))

@@ -1,0 +1,101 @@
+"""harness.analysis.sequential: the looks' boundaries, the response, the covariate, decisions kept, and the
+first screen's EFFECTS lines (harness.report.verdict), on synthetic cell lines."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from harness.analysis import sequential
+from harness.analysis.effects import HOST_RATE, THROUGHPUT, fit_effects, observations
+from harness.report import verdict
+from harness.results.cellresult import CellResult
+
+LEVELS = {"storage": ["raw", "mmap"], "sampler": ["default", "balanced"]}
+CELLS = [dict(zip(LEVELS, c)) for c in itertools.product(*LEVELS.values())]
+IDS = ["/".join(c.values()) for c in CELLS]
+
+
+def visits(passes: int, mmap_cpu: float = 1.0, noise: float = 0.01, load: float = 0.0, seed: int = 0,
+           feed: float = 3.0, au: float = 20.0) -> list[CellResult]:
+    """4 cells per pass; mmap's CPU per sample x `mmap_cpu`; samples/s = the host rate x the free share of the
+    CPU (outside load drawn uniform in [0, load]) x noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for repeat in range(passes):
+        for i in rng.permutation(len(CELLS)):
+            c = CELLS[i]
+            other = float(rng.uniform(0, load))
+            cpu = 0.004 * (mmap_cpu if c["storage"] == "mmap" else 1.0) * float(np.exp(rng.normal(0, noise)))
+            thr = 2 / cpu * (1 - other / 100) * float(np.exp(rng.normal(0, noise)))
+            out.append(CellResult.from_json({
+                "schema": 2, "cell": IDS[i], "repeat": repeat, "strategies": c, "elapsed_s": 4.0, "world_size": 4,
+                "figures": {"throughput": thr, "throughput_ci": [thr * 0.95, thr * 1.05], "au_pct": au,
+                            "loader_cpu_s_per_sample": 0.7 * cpu, "rank_cpu_s_per_sample": 0.3 * cpu,
+                            "cores_to_feed": feed, "other_cpu_pct": other}}))
+    return out
+
+
+def test_the_boundaries_are_the_published_pocock_and_obrien_fleming_constants():
+    equal = (1.0, 2.0, 3.0, 4.0)  # four equally spaced looks, two-sided 5% (Jennison and Turnbull, table 2.1)
+    assert sequential.boundaries(equal, 0.05, sequential.POCOCK)[0] == pytest.approx(2.361, abs=0.01)
+    assert sequential.boundaries(equal, 0.05, sequential.OBRIEN_FLEMING)[-1] == pytest.approx(2.024, abs=0.01)
+    assert sequential.boundaries((5.0,), 0.05)[0] == pytest.approx(1.960, abs=0.002)  # one look: the plain z
+    assert sequential.boundaries((2.0, 3.0, 4.0, 5.0), 0.01)[0] > sequential.boundaries((2.0, 3.0, 4.0, 5.0), 0.05)[0]
+
+
+def test_looks_are_passes_2_to_5_and_a_longer_run_takes_its_last_at_its_end():
+    assert sequential.look_passes(1) == [] and sequential.look_passes(3) == [2, 3]
+    assert sequential.look_passes(5) == [2, 3, 4, 5] and sequential.look_passes(8) == [2, 3, 4, 8]
+    assert sequential.looks_left(4) == 1 and sequential.looks_left(5) == 0
+
+
+def test_the_response_is_the_host_rate_where_the_cpu_binds_and_samples_s_elsewhere():
+    assert sequential.response_of(visits(2), cores=2.0) == HOST_RATE  # 3 cores x 4 ranks > 2 cores
+    assert sequential.response_of(visits(2), cores=64.0) == THROUGHPUT  # enough cores: not CPU-bound
+    assert sequential.response_of(visits(2, au=95.0), cores=2.0) == THROUGHPUT  # a real device binds
+    assert sequential.response_of(visits(2), cores=None) == THROUGHPUT  # unknown cores
+    assert sequential.decide(visits(3), IDS, sequential.Rule(cores=64.0)).response == THROUGHPUT
+
+
+def test_the_covariate_takes_the_outside_load_out_of_samples_s():
+    loaded = visits(4, mmap_cpu=1 / 1.10, load=50.0, seed=3)
+    plain = fit_effects(observations(loaded, THROUGHPUT), LEVELS, interactions=False)
+    adjusted = fit_effects(observations(loaded, THROUGHPUT, adjust=True), LEVELS, interactions=False)
+    width = {name: [e.high / e.low for e in fitted if e.level == "mmap"][0]
+             for name, fitted in (("plain", plain), ("adjusted", adjusted))}
+    assert np.log(width["adjusted"]) < np.log(width["plain"]) / 3  # the load was most of the noise
+    (mmap,) = [e for e in adjusted if e.level == "mmap"]
+    assert mmap.low < 1.10 < mmap.high
+
+
+def test_an_effect_is_decided_once_and_kept_and_the_two_responses_are_shown():
+    d = sequential.decide(visits(5, mmap_cpu=1.07, seed=1), IDS, sequential.Rule(cores=2.0))
+    (mmap,) = [x for x in d.levels if x.effect.level == "mmap"]
+    assert d.response == HOST_RATE and mmap.word == "lower" and mmap.passes == 2  # decided at the first look
+    assert mmap.beside is not None and mmap.beside.figure == THROUGHPUT
+    assert mmap.z == pytest.approx(sequential.boundaries((2.0, 3.0, 4.0, 5.0), 0.05)[0])
+    family = sequential.decide(visits(5, mmap_cpu=1.07, seed=1), IDS, sequential.Rule(family_alpha=0.05, cores=2))
+    assert [x for x in family.levels if x.effect.level == "mmap"][0].z > mmap.z  # 0.05 over two effects: wider
+
+
+def test_the_first_screen_says_which_response_decided_and_what_an_open_projection_assumes():
+    lines = verdict.decision_lines(sequential.decide(visits(5, mmap_cpu=1.07, seed=1), IDS,
+                                                     sequential.Rule(cores=2.0)))
+    assert lines[0].startswith("EFFECTS decided on the host rate (cores / CPU s per sample: the host's CPU binds)")
+    assert "each decision wrong in at most 5% of runs" in lines[0]
+    assert lines[1].startswith("  storage=mmap vs raw: lower (pass 2): host rate x0.9")
+    assert ", samples/s x0.9" in lines[1]
+    noisy = verdict.decision_lines(sequential.decide(visits(2, mmap_cpu=1.02, noise=0.2, seed=2), IDS))
+    (mmap,) = [x for x in noisy if "storage=mmap" in x]
+    assert mmap.startswith("  storage=mmap vs raw: open; if x") and "(the estimate) were the true effect" in mmap[:90]
+
+
+def test_two_responses_that_disagree_are_named():
+    loaded = visits(5, seed=4)
+    for r in loaded:  # samples/s of mmap x1.3 while its CPU per sample does not move
+        if r.strategies["storage"] == "mmap":
+            r.figures = r.figures.replace(throughput=r.figures.throughput * 1.3)
+    lines = verdict.decision_lines(sequential.decide(loaded, IDS, sequential.Rule(cores=2.0)))
+    assert any(x.startswith("  the two responses' intervals do not overlap for: storage=mmap") for x in lines)
