@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness import safewrite
 from harness.config import scenario as scenario_mod
 from harness.config import target as target_mod
 from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
@@ -49,7 +50,7 @@ def run(run_dir: Path, target_file: Path | None = None) -> str:
     lines = [target.describe()] if target is not None else []
     lines += render_tables(stagetable.tables(results, target))
     plots = Path(run_dir) / "plots"
-    plots.mkdir(exist_ok=True)  # a run stopped before its report has none yet
+    safewrite.make_dir(plots, run_dir)  # a run stopped before its report has none yet
     plot = stagetable.stage_plot(results, plots / "stages.png")
     if plot is not None:
         lines.append(f"\nplot: {plot}")

@@ -56,6 +56,7 @@ source once (cached).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from array import array
@@ -65,6 +66,7 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import safewrite
 from harness.remote import bucket
 from harness.data.embeddings import (
     PROJECTION_SEED,
@@ -213,12 +215,13 @@ class SourceSpec:
         stats = self.scan()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        np.save(directory / f"{self.key()}.sides.npy", self._sides)
-        np.save(directory / f"{self.key()}.jpeg.npy", self._jpeg)
+        for name, array in (("sides", self._sides), ("jpeg", self._jpeg)):  # never through a link (safewrite)
+            data = io.BytesIO()
+            np.save(data, array)
+            safewrite.write_bytes(directory / f"{self.key()}.{name}.npy", data.getvalue())
         doc = {"key": self.key(), "stats": stats.to_dict(), "skip": sorted(self._skip)}
-        tmp = directory / f".{self.key()}.scan.json.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, directory / f"{self.key()}.scan.json")  # the json last: it marks a complete scan
+        # the json last: it marks a complete scan
+        safewrite.write_text(directory / f"{self.key()}.scan.json", json.dumps(doc))
         return directory / f"{self.key()}.scan.json"
 
     def load_scan(self, directory: Path | str) -> bool:

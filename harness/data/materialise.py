@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
+from harness import safewrite
 from harness.data import layouts, space, verify
 from harness.data.generator import GENERATOR_VERSION, DatasetSpec, generate_sample, iter_samples_parallel
 from harness.data.importer import SourceSpec
@@ -260,7 +261,7 @@ def _writable(data_dir: Path) -> None:
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         probe = data_dir / f".write-test-{os.getpid()}"
-        probe.write_text("")
+        safewrite.write_text(probe, "")
         probe.unlink()
     except OSError as e:
         raise UsageError(
@@ -270,7 +271,7 @@ def _writable(data_dir: Path) -> None:
 
 @contextmanager
 def _locked(path: Path):
-    with open(path, "a") as f:
+    with safewrite.open_append(path) as f:  # never through a link planted at the lock's name
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

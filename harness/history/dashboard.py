@@ -10,6 +10,7 @@ import sqlite3
 from html import escape
 from pathlib import Path
 
+from harness import safewrite
 from harness.history import series
 from harness.history.changepoints import change_points
 from harness.history.svgchart import STYLE, ChartPoint, Marker, chart
@@ -89,10 +90,11 @@ def write(db: sqlite3.Connection, out_dir: Path) -> list[Path]:
     pages = []
     for sc in scenarios:
         path = out_dir / _file_name(sc)
-        path.write_text(scenario_page(db, sc, {k: v for k, v in all_groups.items() if k[0] == sc}))
+        safewrite.write_text(path, scenario_page(db, sc, {k: v for k, v in all_groups.items() if k[0] == sc}),
+                             out_dir)
         pages.append(path)
     links = "".join(f'<li><a href="{escape(_file_name(sc))}">{escape(sc)}</a></li>' for sc in scenarios)
     index = out_dir / "index.html"
-    index.write_text(_page("dlbench history", ["<h1>dlbench history</h1>",
-                                               f"<ul>{links}</ul>" if links else "<p>the history is empty</p>"]))
+    safewrite.write_text(index, _page("dlbench history", ["<h1>dlbench history</h1>", f"<ul>{links}</ul>"
+                                                          if links else "<p>the history is empty</p>"]), out_dir)
     return [index, *pages]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from harness import safewrite
 from harness.analysis.baselinegate import FIGURES, Comparison, Verdict
 from harness.report.tables import Table, render_tables
 
@@ -55,5 +56,5 @@ def show(verdict: Verdict, markdown_path: Path | None) -> int:
     for warning in verdict.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)
     if markdown_path is not None:
-        markdown_path.write_text(render_verdict(verdict, "markdown") + "\n")
+        safewrite.write_text(markdown_path, render_verdict(verdict, "markdown") + "\n")
     return verdict.exit_code

@@ -9,12 +9,14 @@ median across repeats), and the axis label says what they are.
 """
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness import safewrite
 from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report.tables import EMULATED_MARK, emulated, interval, shown_axes, stack_label
 from harness.results.cellresult import CellResult
@@ -47,10 +49,17 @@ def _setup(fig: Figure, labels: list[str], axes: list[str], title: str, xlabel: 
     return ax
 
 
+def save_png(fig: Figure, path: Path) -> Path:
+    """The figure as `path`, a PNG in the run directory's plots/ (harness.safewrite: never through a symbolic
+    link, plots/ included)."""
+    data = io.BytesIO()
+    fig.savefig(data, format="png")
+    return safewrite.write_bytes(path, data.getvalue(), root=Path(path).parent.parent)
+
+
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
+    return save_png(fig, path)
 
 
 def throughput_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
@@ -135,8 +144,7 @@ def write_plots(results: list[CellResult], out_dir: Path) -> list[Path]:
     shown = [c for c in merge_repeats(results) if c.measured]
     if not shown:
         return []
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = safewrite.make_dir(out_dir)
     axes = shown_axes(shown)
     labels = [stack_label(shown, c, axes) for c in shown]
     return [_save(plot(shown, labels, axes), out_dir / name) for name, plot in PLOTS]

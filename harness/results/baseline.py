@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness import safewrite
 from harness.errors import UsageError
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
@@ -171,9 +172,7 @@ class Baseline:
         path = Path(path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
-            os.replace(tmp, path)
+            safewrite.write_text(path, json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
         except OSError as err:
             raise UsageError(f"--save-baseline {path}: cannot write ({err.strerror}); pass a writable "
                              f"path") from None

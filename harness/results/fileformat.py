@@ -20,7 +20,8 @@ Reading, the one rule (asv's: results are upgraded on read, never rewritten by r
 
 Writing: `write_json` (replaced atomically: a temporary file, then os.replace), `write_lines` (a whole .jsonl
 file, atomically too), `append_line` (one line, flushed to disk at once: cells.jsonl after each cell). Each
-writes the format's current version (`FileFormat.stamped`).
+writes the format's current version (`FileFormat.stamped`), through harness.safewrite: never through a
+symbolic link planted at the file's name (one line, exit 2).
 """
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+from harness import safewrite
 
 VERSION_KEY = "schema"
 UNVERSIONED = 1  # the version of an object written before its format had the key
@@ -157,11 +160,11 @@ def drop_cut_tail(path: Path) -> bool:
     start = data.rfind(b"\n") + 1
     try:
         json.loads(data[start:])
-        with open(path, "ab") as f:  # a whole object that only lacks its newline
+        with safewrite.open_append(path, binary=True) as f:  # a whole object that only lacks its newline
             f.write(b"\n")
         return False
     except ValueError:
-        with open(path, "r+b") as f:
+        with open(safewrite.checked(path), "r+b") as f:
             f.truncate(start)
         if str(path) not in _WARNED:
             _WARNED.add(str(path))
@@ -195,14 +198,9 @@ def read_json(path: Path, fmt: FileFormat, build: Callable[[dict], T] = unchange
 
 def _replace(path: Path, text: str) -> None:
     """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader sees the old
-    file or the new one, never half of one (the ranks of a resumed torchrun run read env.json meanwhile)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    file or the new one, never half of one (the ranks of a resumed torchrun run read env.json meanwhile);
+    harness.safewrite.write_text, never through a symbolic link."""
+    safewrite.write_text(path, text)
 
 
 def write_json(path: Path, obj: dict, fmt: FileFormat, indent: int | None = 2) -> None:
@@ -217,7 +215,7 @@ def write_lines(path: Path, objs: Iterable[dict], fmt: FileFormat) -> None:
 
 def append_line(path: Path, obj: dict, fmt: FileFormat) -> None:
     """Append one object of the current version as one JSON line and flush it to disk at once."""
-    with open(path, "a") as f:
+    with safewrite.open_append(path) as f:
         f.write(json.dumps(fmt.stamped(obj), sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())

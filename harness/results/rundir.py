@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+from harness import safewrite
 from harness.errors import UsageError
 from harness.results import fileformat
 from harness.results.cellresult import CELLS, CellResult
@@ -55,7 +56,7 @@ def check_writable_dir(path: Path, flag: str, shown: Path | None = None) -> None
         raise UsageError(f"{flag} {path}: {base} is a file, not a directory; pass a directory")
     probe = base / f".write-test-{os.getpid()}"
     try:  # a real write (access() says yes to root on a read-only or pseudo file system)
-        probe.write_text("")
+        safewrite.write_text(probe, "")
         probe.unlink()
     except OSError as err:
         raise UsageError(f"{flag} {path}: {base} is not writable ({err.strerror or err}); pass {flag} with a "
@@ -74,14 +75,14 @@ def check_writable_file(path: Path, flag: str) -> None:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    """A JSON file of no versioned format (a command's own notes), keys sorted."""
-    path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    """A JSON file of no versioned format (a command's own notes), keys sorted (harness.safewrite)."""
+    safewrite.write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def append_line(path: Path, obj: dict) -> None:
     """Append one object as one JSON line and flush it to disk at once (no format: a command's own lines;
-    the run directory's files go through append_cell, append_probe)."""
-    with open(path, "a") as f:
+    the run directory's files go through append_cell, append_probe); never through a symbolic link."""
+    with safewrite.open_append(path) as f:
         f.write(json.dumps(obj, sort_keys=True) + "\n")
         f.flush()
         os.fsync(f.fileno())
