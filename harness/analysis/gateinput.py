@@ -22,7 +22,7 @@ def run_as_baseline(run_dir: Path, role: str = "run") -> Baseline:
         raise BaselineError(f"{where} is incomplete (no {', '.join(missing)}); pass a finished run "
                             f"directory under results/")
     try:
-        env, cells = rundir.read_env(run_dir), rundir.read_results(run_dir)
+        env, cells = rundir.read_env(run_dir), rundir.read_visits(run_dir)
         if not cells:
             raise ValueError(f"{run_dir}/cells.jsonl is empty")
         lacking = [k for k in ("comparable", "scenario") if getattr(env, k) is None]

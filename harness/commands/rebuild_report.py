@@ -24,18 +24,16 @@ def read_run(run_dir: Path) -> list[CellResult]:
     """A run directory's results; a UsageError when it has none."""
     if not Path(run_dir).is_dir():
         raise UsageError(f"{run_dir} is not a directory; pass a run directory under results/")
-    cells = rundir.read_results(run_dir)
+    cells = rundir.read_visits(run_dir)
     if not cells:
         raise UsageError(f"{run_dir}/cells.jsonl is missing or empty; pass a run directory under results/")
     return cells
 
 
 def run_target_of(scenario_name: str, target_file: Path | None):
-    """--target FILE, else the run's scenario's [target] table when its file is still at hand, else None."""
+    """--target FILE, else the run's scenario's [target] table when it is a shipped one, else None."""
     try:
-        if not scenario_name:
-            raise UsageError("the run's env.json names no scenario, which --target needs for its defaults")
-        sc = scenario.load(scenario_name)
+        sc = scenario.load_shipped(scenario_name)
     except UsageError:
         if target_file is None:
             return None

@@ -33,12 +33,12 @@ Request = TargetReportRequest  # what harness.cli builds
 
 
 def run(run_dir: Path, target_file: Path | None = None) -> str:
-    results = rundir.read_results(run_dir)
+    results = rundir.read_visits(run_dir)
     if not results:
         raise UsageError(f"{run_dir}: no cells.jsonl lines to report; give a run directory")
     name = getattr(rundir.read_env(run_dir), "scenario", None) or results[0].scenario
     try:
-        sc = scenario_mod.load(name)
+        sc = scenario_mod.load_shipped(name)
     except UsageError:
         sc = None
     if sc is not None:

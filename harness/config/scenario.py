@@ -100,6 +100,18 @@ def resolve_path(ref: str) -> Path:
                      f"(or pass a path to a .toml file)")
 
 
+def load_shipped(name: str | None) -> Scenario:
+    """A shipped scenario by the name a run directory records (env.json, a cells.jsonl line): a name read
+    back is never taken as a path; a UsageError when it names none of scenarios/."""
+    shipped = available()
+    if not name:
+        raise UsageError("the run's env.json names no scenario, whose defaults a --target file needs")
+    if not isinstance(name, str) or name not in shipped:
+        raise UsageError(f"the run's scenario {name!r} is not a shipped scenario (scenarios/), whose defaults "
+                         f"a --target file needs; give a run of one of: {', '.join(shipped)}")
+    return load(name)
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:

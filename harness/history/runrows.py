@@ -79,7 +79,7 @@ def rows_of(run_dir: str | Path, branch: str = "") -> tuple[dict, list[dict], li
         raise ResultsError(f"{run_dir} is not a run directory (it lacks {' and '.join(lacking)}); pass a directory "
                            f"a run wrote (results/<time>-<scenario>)")
     env = rundir.read_env(run_dir)
-    results = rundir.read_results(run_dir)
+    results = rundir.read_visits(run_dir)
     effects = read_effects(run_dir)
     if not env.scenario:
         raise ResultsError(f"{run_dir}/env.json names no scenario (a --loader-only or check run?); only a "

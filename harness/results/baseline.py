@@ -51,7 +51,7 @@ from pathlib import Path
 
 from harness import safewrite
 from harness.errors import UsageError
-from harness.results.cellresult import CellResult
+from harness.results.cellresult import CellResult, duplicated_visit
 from harness.results.environment import Environment
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 from harness.results.probeline import ProbeSeries
@@ -127,11 +127,12 @@ class Baseline:
                  scenario: str, created: str | None = None) -> Baseline:
         """A run's results (one per cell and repeat) as a baseline. A ValueError (one line) when a cell has
         two results for one repeat or the probe lacks a repeat."""
+        twice = duplicated_visit(results)
+        if twice is not None:
+            raise ValueError(f"cell {twice.cell} has two results for repeat {twice.repeat}")
         grouped: dict[str, dict[int, CellResult]] = {}
         for c in relative_to_probe(results, probe):
-            if c.repeat in grouped.setdefault(c.cell, {}):
-                raise ValueError(f"cell {c.cell} has two results for repeat {c.repeat}")
-            grouped[c.cell][c.repeat] = c
+            grouped.setdefault(c.cell, {})[c.repeat] = c
         return cls(scenario=scenario, comparable=dict(comparable),
                    cells={cid: _cell(cid, reps) for cid, reps in grouped.items()},
                    created=created or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

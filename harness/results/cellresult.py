@@ -23,6 +23,12 @@ class Figures(JsonRecord):
     that took no step has only `ranks` and `window_steps`. Built in code, it writes the figures that are not
     None; read from a line, the ones it read (nulls included)."""
 
+    NON_NEGATIVE: ClassVar[tuple[str, ...]] = (  # checked on read (jsonrecord.check_shape)
+        "ranks", "window_steps", "window_s", "samples", "throughput", "step_p50_ms", "step_p95_ms", "step_p99_ms",
+        "device_samples_per_s", "loader_cpu_s_per_sample", "rank_cpu_s_per_sample", "cores_to_feed",
+        "host_pss_peak_mb", "host_pss_total_mb", "host_rss_peak_mb", "device_peak_gb", "read_mb_s",
+        "mean_batch", "max_batch")
+
     ranks: int | None = None
     window_steps: int | None = None
     window_s: float | None = None
@@ -159,6 +165,7 @@ class CellResult(JsonRecord):
         "batch_size", "world_size", "repeat", "elapsed_s", "figures", "coverage", "cache", "page_cache",
         "decomposition", "error", "ranks", "advice", "order")
     OPTIONAL: ClassVar[tuple[str, ...]] = ("order",)
+    NON_NEGATIVE: ClassVar[tuple[str, ...]] = ("repeat", "elapsed_s", "batch_size", "world_size")
     NESTED: ClassVar[dict] = {"figures": Figures, "coverage": Coverage, "cache": CacheFigures,
                               "page_cache": PageCache, "decomposition": Decomposition, "ranks": RankRecord,
                               "order": OrderQuality}
@@ -238,6 +245,17 @@ class CellResult(JsonRecord):
     def label(self, axis: str) -> str:
         """The strategy's label on an axis: its name with its parameters ("" when absent)."""
         return self.strategies.get(axis, "")
+
+
+def duplicated_visit(results: list[CellResult]) -> CellResult | None:
+    """The first result whose cell and repeat an earlier result already has (two writers of one run
+    directory append the same visit twice), else None."""
+    seen: set[tuple[str, int]] = set()
+    for result in results:
+        if (result.cell, result.repeat) in seen:
+            return result
+        seen.add((result.cell, result.repeat))
+    return None
 
 
 RECORDED_STEPS = " (from the recorded steps)"  # the label's suffix of an interval derived on read

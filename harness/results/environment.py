@@ -19,9 +19,11 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import ClassVar
 
 from harness.data.pagecache import block_device
 from harness.measure import gpuinfo, hostload
+from harness.measure.jsonrecord import check_shape
 from harness.results.fileformat import VERSION_KEY, FileFormat, read_json, write_json
 
 # env.json's format version (written under "schema"), and what each version is:
@@ -93,6 +95,12 @@ def free_threaded() -> bool:
     return not gil_enabled() if gil_enabled is not None else True
 
 
+def is_name(text: str) -> bool:
+    """A scenario's name as a run records it (its file's stem): no path, no separator, not hidden."""
+    return bool(text) and "/" not in text and "\\" not in text and "\0" not in text and not text.startswith(".") \
+        and not text.endswith(".toml") and len(text) <= 200
+
+
 def utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -139,6 +147,10 @@ class Environment:
     order_tolerance: float | None = None  # --order-tolerance: how much less random than a shuffle an order may be
     extra: dict = field(default_factory=dict)  # keys this harness does not know, kept as they were
 
+    NON_NEGATIVE: ClassVar[tuple[str, ...]] = (  # checked on read (jsonrecord.check_shape)
+        "cpu_count", "cpu_affinity", "cpu_allowance", "memory_gb", "read_ahead_kb", "repeats", "dataset_gb",
+        "min_effect", "order_tolerance")
+
     @property
     def run_cpus(self) -> float | None:
         """The CPUs the run had: its allowance (affinity and cgroup quota), else its affinity, else the host's
@@ -166,7 +178,14 @@ class Environment:
 
     @classmethod
     def from_json(cls, obj: dict) -> Environment:
-        """An env.json object of any harness version: missing keys take their defaults, unknown ones are kept."""
+        """An env.json object of any harness version: missing keys take their defaults, unknown ones are kept.
+        A known key's value of another type, a negative count and a scenario that is no name (a path) are a
+        ValueError naming the key."""
+        check_shape(cls, obj, renamed=RENAMED)
+        scenario = obj.get("scenario")
+        if scenario is not None and not is_name(scenario):
+            raise ValueError(f"scenario = {scenario[:80]!r} is not a scenario's name (a run records its "
+                             f"scenario's name, never a path)")
         names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         known, extra = {}, {}
         for key, value in obj.items():

@@ -16,7 +16,9 @@ Reading, the one rule (asv's: results are upgraded on read, never rewritten by r
 - a newer version, or a version that is no number, is a ResultsError: one line naming the file and the
   remedy (this harness cannot know what the newer keys mean);
 - a damaged file (not JSON, not an object) is a ResultsError with the path; in a .jsonl file a last line cut
-  off by a crash is skipped with one warning (`json_lines`).
+  off by a crash is skipped with one warning (`json_lines`);
+- a line (or a .json file) over MAX_LINE_BYTES, a file over MAX_FILE_BYTES, a number that is not finite or
+  beyond 2^63, or nesting deeper than MAX_DEPTH is a ResultsError naming the file, the line and the key.
 
 Writing: `write_json` (replaced atomically: a temporary file, then os.replace), `write_lines` (a whole .jsonl
 file, atomically too), `append_line` (one line, flushed to disk at once: cells.jsonl after each cell). Each
@@ -26,6 +28,7 @@ symbolic link planted at the file's name (one line, exit 2).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -36,6 +39,10 @@ from typing import Any, TypeVar
 from harness import safewrite
 
 VERSION_KEY = "schema"
+MAX_LINE_BYTES = 16 * 2**20  # one record: a cells.jsonl line holds ~200 bytes per rank and step (80 000 of them)
+MAX_FILE_BYTES = 512 * 2**20  # one file read back (thousands of visits)
+MAX_DEPTH = 32  # nesting of a record's objects and lists (the harness writes 5 levels)
+MAX_INT = 2**63 - 1  # what a 64-bit counter holds
 UNVERSIONED = 1  # the version of an object written before its format had the key
 REMEDY = ("read it with the dlbench that wrote it (env.json's git commit) or update this checkout "
           "(git pull; pip install -e .)")
@@ -120,6 +127,64 @@ class FileFormat:
 _WARNED: set[str] = set()  # files whose cut last line was already reported by this process
 
 
+def _too_big(where: str, what: str, limit: int) -> ResultsError:
+    return ResultsError(f"{where}: {what} over the {limit // 2**20} MB a record of dlbench may take (damaged "
+                        f"or not written by dlbench); repair or remove it")
+
+
+def _numbered_lines(path: Path) -> list[tuple[int, str]]:
+    """(number, text) of each line of a file, each read with a bound: a file over MAX_FILE_BYTES or a line
+    over MAX_LINE_BYTES is a ResultsError, found before it is held in memory."""
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise _too_big(str(path), f"the file ({size / 2**20:.0f} MB) is", MAX_FILE_BYTES)
+    out = []
+    with open(path, "rb") as f:
+        for number in range(1, size + 2):
+            raw = f.readline(MAX_LINE_BYTES + 2).rstrip(b"\r\n")
+            if len(raw) > MAX_LINE_BYTES:
+                raise _too_big(f"{path}:{number}", "the line is", MAX_LINE_BYTES)
+            if not raw and f.tell() >= size:
+                break
+            out.append((number, raw.decode(errors="replace")))
+    return out
+
+
+def parse(text: str, where: str) -> Any:
+    """One JSON record as read back: a JSONDecodeError where it is no JSON; a ResultsError naming `where` and
+    the key for nesting deeper than MAX_DEPTH, a number that is not finite (NaN, Infinity, 1e400) or an
+    integer beyond MAX_INT."""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise ResultsError(f"{where}: nested deeper than {MAX_DEPTH} levels, which no record of dlbench is; "
+                           f"repair or remove it") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise ResultsError(f"{where}: {err}; repair or remove it") from None
+    _check_values(obj, where)
+    return obj
+
+
+def _check_values(obj: Any, where: str) -> None:
+    """Every number finite and within MAX_INT, nesting within MAX_DEPTH (walked without recursion)."""
+    todo = [(obj, "", 0)]
+    while todo:
+        value, key, depth = todo.pop()
+        if depth > MAX_DEPTH:
+            raise ResultsError(f"{where}: {key or 'the record'} is nested deeper than {MAX_DEPTH} levels, "
+                               f"which no record of dlbench is; repair or remove it")
+        if isinstance(value, dict):
+            todo += [(v, f"{key}.{k}" if key else str(k), depth + 1) for k, v in value.items()]
+        elif isinstance(value, list):
+            todo += [(v, f"{key}[{i}]", depth + 1) for i, v in enumerate(value)]
+        elif isinstance(value, float) and not math.isfinite(value) or isinstance(value, int) \
+                and not isinstance(value, bool) and abs(value) > MAX_INT:
+            raise ResultsError(f"{where}: {key or 'the record'} = {str(value)[:40]} is not a finite number "
+                               f"within 2^63, which dlbench never writes; repair that value")
+
+
 def json_lines(path: Path) -> list[tuple[str, Any]]:
     """(where, object) of each non-empty line of a .jsonl file, `where` being "path:line"; [] when the file
     does not exist. Versions are not looked at (`read_lines` does).
@@ -129,12 +194,11 @@ def json_lines(path: Path) -> list[tuple[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    lines = [(n, line) for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
-             if line.strip()]
+    lines = [(n, line) for n, line in _numbered_lines(path) if line.strip()]
     out = []
     for i, (number, line) in enumerate(lines):
         try:
-            out.append((f"{path}:{number}", json.loads(line)))
+            out.append((f"{path}:{number}", parse(line, f"{path}:{number}")))
         except json.JSONDecodeError as err:
             if i < len(lines) - 1:
                 raise ResultsError(f"{path}:{number} is not valid JSON ({err.msg}), and it is not the last "
@@ -185,8 +249,11 @@ def read_json(path: Path, fmt: FileFormat, build: Callable[[dict], T] = unchange
     path = Path(path)
     if not path.exists():
         return None
+    size = path.stat().st_size
+    if size > MAX_LINE_BYTES:
+        raise _too_big(str(path), f"the file ({size / 2**20:.0f} MB) is", MAX_LINE_BYTES)
     try:
-        obj = json.loads(path.read_text())
+        obj = parse(path.read_text(errors="replace"), str(path))
     except json.JSONDecodeError as err:
         raise ResultsError(f"{path} is not valid JSON (line {err.lineno}: {err.msg})") from None
     if not isinstance(obj, dict):

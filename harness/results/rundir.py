@@ -11,8 +11,9 @@ from pathlib import Path
 
 from harness import safewrite
 from harness.errors import UsageError
+from harness.measure.jsonrecord import check_shape
 from harness.results import fileformat
-from harness.results.cellresult import CELLS, CellResult
+from harness.results.cellresult import CELLS, CellResult, duplicated_visit
 from harness.results.environment import Environment
 from harness.results.fileformat import ResultsError, drop_cut_tail
 from harness.results.probeline import PROBE, ProbeLine, ProbeSeries
@@ -107,10 +108,12 @@ def read_lines(path: Path) -> list[dict]:
 
 def read_results(run_dir: Path) -> list[CellResult]:
     """cells.jsonl as CellResults, in file order, each line upgraded on read from the version it was written
-    in; [] when it does not exist. A damaged line or one of a newer version is a ResultsError."""
+    in; [] when it does not exist. A damaged line (a value of the wrong type or below zero included) or one
+    of a newer version is a ResultsError naming the line and the key."""
     path = Path(run_dir) / "cells.jsonl"
     out = []
     for where, obj in fileformat.json_lines(path):
+        _check_cell_line(obj, where)
         try:
             out.append(CellResult.from_json(obj, where))
         except ResultsError:
@@ -118,6 +121,30 @@ def read_results(run_dir: Path) -> list[CellResult]:
         except ValueError as err:  # not a cell line at all: the file's damage, named with its place
             raise ResultsError(f"{err}; the line is damaged: remove it (--resume runs its cell again)") from None
     return out
+
+
+def _check_cell_line(obj, where: str) -> None:
+    """A line's version (a newer one is named first), then the types and signs of its keys."""
+    if not isinstance(obj, dict):
+        return  # CellResult.from_json names it
+    CELLS.version_of(obj, where)
+    try:
+        check_shape(CellResult, obj)
+    except ValueError as err:
+        raise ResultsError(f"{where}: {err}: not the shape of {CELLS.name} this harness writes; repair or "
+                           f"remove the line (--resume runs its cell again)") from None
+
+
+def read_visits(run_dir: Path) -> list[CellResult]:
+    """cells.jsonl as read_results reads it, each visit (a cell and a repeat) once: a visit written twice
+    (two writers of one run directory) is a ResultsError naming it, for the readers that count visits."""
+    results = read_results(run_dir)
+    twice = duplicated_visit(results)
+    if twice is not None:
+        raise ResultsError(f"{Path(run_dir) / 'cells.jsonl'}: the visit of cell {twice.cell}, repeat "
+                           f"{twice.repeat} is written twice (two runs wrote to this directory at once?); keep "
+                           f"one of its lines and remove the other")
+    return results
 
 
 read_cells = read_results  # the older name
