@@ -161,6 +161,27 @@ def _typed(value: Any, kind: type, where: str) -> Any:
     return value
 
 
+TINY = 1e-9  # a non-zero magnitude below this is no realistic setting (1e-320: a subnormal float)
+
+
+def number(value: Any, where: str, *, whole: bool = False, least: float = 0, above: bool = False,
+           most: float = 1e12, remedy: str = "") -> int | float:
+    """A number a user gave, checked: a whole number where `whole` (a float or bool is not), finite, zero or
+    at least TINY in magnitude, >= `least` (> it where `above`) and <= `most`; a float field takes an int.
+    Else a one-line UsageError naming `where` (the file or flag, and the field), the value and `remedy`."""
+    kind = "a whole number" if whole else "a number"
+    wrong = isinstance(value, bool) or not isinstance(value, int if whole else int | float)
+    bound = f"above {least:g}" if above else f"at least {least:g}"
+    fix = f"; {remedy}" if remedy else ""
+    if wrong:
+        raise UsageError(f"{where} = {value!r} must be {kind} {bound}{fix}")
+    if not math.isfinite(value) or value > most or (value <= least if above else value < least):
+        raise UsageError(f"{where} = {value!r} must be {kind} {bound} and at most {most:g}{fix}")
+    if value and abs(value) < TINY:
+        raise UsageError(f"{where} = {value!r} is too small to be a setting (0 or at least {TINY:g}){fix}")
+    return value if whole else float(value)
+
+
 def batch_fits_share(batch_size: int, samples: int, ranks: int, where: str) -> None:
     """A batch no larger than one rank's share of the dataset (every step would read the share, and the
     report would state a batch size no step had)."""

@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config.accelerators import load_catalogue
+from harness.config.scenariofields import number
 from harness.errors import UsageError
 
 PAGE_CACHE = ("warm", "cold")
 _INTS = ("nodes", "gpus_per_node", "workers_per_rank", "batch_size", "prefetch")
 _FLOATS = ("cores_per_node", "storage_read_mb_s", "storage_latency_ms", "storage_iops")
 KEYS = _INTS + _FLOATS + ("accelerator", "page_cache", "name")
+_LEAST = {"nodes": 1, "gpus_per_node": 1, "batch_size": 1, "prefetch": 1}  # the others: 0 (cores: above 0)
+_MOST_COUNT, _MOST = 10**6, 1e9  # counts, and cores, MB/s, ms or IOPS, above these describe no machine
 
 
 @dataclass(frozen=True)
@@ -72,19 +75,15 @@ def parse(raw: dict, where: str, defaults: dict | None = None) -> Target:
     if unknown:
         raise UsageError(f"{where}: unknown key(s) {', '.join(unknown)} in [target]; known: {', '.join(KEYS)}")
     values = {**(defaults or {}), **raw}
-    for key in _INTS:
-        if key in values and (not isinstance(values[key], int) or isinstance(values[key], bool)
-                              or values[key] < (0 if key == "workers_per_rank" else 1)):
-            floor = 0 if key == "workers_per_rank" else 1
-            raise UsageError(f"{where}: [target] {key} = {values[key]!r} must be a whole number >= {floor}")
-    for key in _FLOATS:
+    for key in _INTS + _FLOATS:
         if key in values:
-            value = values[key]
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 \
-                    or (key == "cores_per_node" and value <= 0):
-                raise UsageError(f"{where}: [target] {key} = {value!r} must be a "
-                                 f"{'positive' if key == 'cores_per_node' else 'non-negative'} number")
-            values[key] = float(value)
+            values[key] = number(values[key], f"{where}: [target] {key}", whole=key in _INTS,
+                                 least=_LEAST.get(key, 0), above=key == "cores_per_node",
+                                 most=_MOST_COUNT if key in _INTS else _MOST,
+                                 remedy=f"fix {key} in [target]")
+    for key in ("accelerator", "page_cache", "name"):
+        if key in values and not isinstance(values[key], str):
+            raise UsageError(f"{where}: [target] {key} = {values[key]!r} must be a string; fix {key} in [target]")
     if values.get("page_cache", "warm") not in PAGE_CACHE:
         raise UsageError(f"{where}: [target] page_cache = {values['page_cache']!r} must be one of "
                          f"{', '.join(PAGE_CACHE)}")
