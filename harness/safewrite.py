@@ -41,7 +41,8 @@ def checked(path: Path | str, root: Path | str | None = None) -> Path:
     for part in rel.parts:
         here = here / part
         if here.is_symlink():
-            raise _refuse(path, f"{here} is a symbolic link (to {os.readlink(here)})")
+            what = "it" if here == path else f"the folder {here} on its way"
+            raise _refuse(path, f"{what} is a symbolic link (to {os.readlink(here)})")
     if not path.resolve().is_relative_to(root.resolve()):
         raise _refuse(path, f"this path leads outside {root}")
     return path

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 
 from harness.analysis import remotecheck
+from harness.config.scenariofields import number
 from harness.errors import EXIT_OK, UsageError
 from harness.run import remotesweep
 
@@ -24,6 +25,16 @@ class CheckRemoteRequest:
     seconds: float = 8.0  # measured seconds per case and setting
     rounds: int = 2  # sweeps over every setting (medians reported)
     samples: int = 512  # the dataset's samples
+
+    def __post_init__(self) -> None:
+        """Every option checked as the command line is read, before a namespace or a store is built."""
+        number(self.samples, "--samples", whole=True, least=remotecheck.BATCH, most=10**6,
+               remedy=f"give at least a batch ({remotecheck.BATCH} samples)")
+        number(self.seconds, "--seconds", above=True, most=3600, remedy="give the seconds measured per case")
+        number(self.rounds, "--rounds", whole=True, least=1, most=100, remedy="give 1 or more sweeps")
+        for bandwidth in self.bandwidths:
+            number(bandwidth, "--bandwidths", above=True, most=1e6,
+                   remedy="give shaped settings in MB/s above 0 (the unshaped calibration is always run)")
 
 
 def main(request: CheckRemoteRequest) -> int:

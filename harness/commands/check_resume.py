@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.config import scenario as scenario_mod
+from harness.config.scenariofields import stop_within_epoch
 from harness.errors import EXIT_OK, UsageError
 from harness.results import resumeorder, rundir
 from harness.run import resumecost
@@ -39,6 +40,7 @@ def main(request: CheckResumeRequest) -> int:
         raise UsageError(f"--stop {request.stop}: give a number of batches >= 0 (0: half the epoch)")
     overrides = {k: v for k, v in (("samples", request.samples), ("workload", request.workload)) if v is not None}
     sc = scenario_mod.load(request.scenario, overrides)
+    stop_within_epoch(request.stop, sc.dataset.samples, sc.world_size, sc.training.batch_size)
     resumecost.jobs(sc, request.data_dir, request.loaders)  # bad input fails here, before a run directory
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-resume")
     rows = resumecost.run(sc, request.data_dir, request.loaders, request.stop, not request.in_process,

@@ -190,3 +190,14 @@ def batch_fits_share(batch_size: int, samples: int, ranks: int, where: str) -> N
         raise UsageError(f"{where} = {batch_size} exceeds each rank's share of the dataset ({share} samples: "
                          f"{samples} over {ranks} ranks), so no step could read {batch_size}; lower it to "
                          f"{share} or less, or use more samples")
+
+
+def stop_within_epoch(stop: int, samples: int, ranks: int, batch_size: int) -> None:
+    """check-resume --stop N: N batches (0: half the epoch) end inside each rank's epoch at the scenario's
+    batch size, so that a batch is left to read after the stop; else a one-line UsageError."""
+    batches = max(1, -(-samples // ranks) // batch_size)
+    if stop >= batches:
+        allowed = f"--stop 1 to {batches - 1}, " if batches > 1 else ""
+        raise UsageError(f"--stop {stop}: each rank's epoch has {batches} batches ({samples} samples over {ranks} "
+                         f"ranks, batch {batch_size}), so the stop must be below that; give {allowed}0 for half "
+                         f"the epoch, or more --samples")
