@@ -2,8 +2,11 @@
 processes) stopped in the middle of an epoch and resumed each way, its order recorded across the stop."""
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
+import procs
 import pytest
 
 from harness import cli
@@ -87,3 +90,60 @@ def test_a_real_dataloader_stopped_mid_epoch_counts_each_way(tmp_path):
     for method in ("position", "state"):  # the state one restarted in a fresh process
         assert (rows[method]["repeated"], rows[method]["dropped"], rows[method]["same_order"]) == (0, 0, True)
     assert rows["state"]["fresh_process"] and rows["state"]["after"] == 32
+
+
+def _restart_child(parent: int) -> int | None:
+    """check-resume's restart process, once it has started processes of its own (its DataLoader's forkserver)."""
+    for pid in procs.children(parent):
+        try:
+            spawned = b"multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if spawned and procs.children(pid):
+            return pid
+    return None
+
+
+def _check_resume(tmp_path: Path):
+    path = _scenario(tmp_path, 'storage = ["raw"]\nloader = ["workers"]')
+    return procs.start("check-resume", "--scenario", str(path), "--data-dir", str(tmp_path / "data"),
+                       "--out", str(tmp_path / "out"))
+
+
+def _end(proc) -> None:
+    """A check-resume that did not end by itself (the defect): ended with all its processes."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
+
+
+@pytest.mark.slow
+def test_a_killed_restart_process_is_one_line_and_leaves_nothing(tmp_path):
+    proc, tag = _check_resume(tmp_path)
+    try:
+        child = procs.wait_for(lambda: _restart_child(proc.pid), 240, "the restart process", proc)
+        os.kill(child, signal.SIGKILL)  # as the OOM killer would
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            _end(proc)
+    assert proc.returncode == 2, stderr[-2000:]
+    assert "was killed by SIGKILL" in stderr and "Traceback" not in stderr, stderr[-2000:]
+    assert procs.no_survivors(tag, timeout=10) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_check_resume_is_one_line_exit_130(tmp_path):
+    proc, tag = _check_resume(tmp_path)
+    try:
+        procs.wait_for(lambda: _restart_child(proc.pid), 240, "the restart process", proc)
+        os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: its foreground process group
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            _end(proc)
+    assert proc.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr[-3000:]
+    assert procs.no_survivors(tag, timeout=10) == []

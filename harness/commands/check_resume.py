@@ -8,6 +8,7 @@ in a new run directory; docs/resume-cost.md has a measured table.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from harness.config.scenariofields import stop_within_epoch
 from harness.errors import EXIT_OK, UsageError
 from harness.results import resumeorder, rundir
 from harness.run import resumecost
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a run stopped by Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,16 @@ def main(request: CheckResumeRequest) -> int:
     overrides = {k: v for k, v in (("samples", request.samples), ("workload", request.workload)) if v is not None}
     sc = scenario_mod.load(request.scenario, overrides)
     stop_within_epoch(request.stop, sc.dataset.samples, sc.world_size, sc.training.batch_size)
+    try:
+        return measure(request, sc)
+    except KeyboardInterrupt:  # Ctrl-C: one line; the restart process and all it started are ended
+        print("run_bench.py: check-resume interrupted (SIGINT); the rows measured so far are kept in its run "
+              "directory's resume.jsonl", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def measure(request: CheckResumeRequest, sc) -> int:
+    """The cases measured into a new run directory's resume.jsonl, row by row, and the table."""
     resumecost.jobs(sc, request.data_dir, request.loaders)  # bad input fails here, before a run directory
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-resume")
     rows = resumecost.run(sc, request.data_dir, request.loaders, request.stop, not request.in_process,

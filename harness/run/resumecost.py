@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing as mp
+import signal
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from harness.data import pagecache
 from harness.data.materialise import materialise
 from harness.errors import UsageError
 from harness.results import resumeorder
+from harness.run import supervisor
 from harness.train import pipeline
 
 METHODS = ("none", "position", "state")
@@ -47,6 +49,7 @@ STATE_HOW = {
     "workers": "torchdata StatefulDataLoader.state_dict (drop-in for DataLoader)",
     LITDATA_LOADER: "litdata StreamingDataLoader.state_dict",
 }
+UNWIND_S = 10.0  # Ctrl-C: how long the restart process may unwind (its workers' semaphores released)
 HOW = {"none": "no state: restart from the epoch's start",
        "position": "harness: batches delivered skipped from the batch sampler"}
 
@@ -221,24 +224,68 @@ def restart(job: Job, state: dict | None) -> dict:
     return out
 
 
-def _child(job: Job, state: dict | None, queue) -> None:
+def _child(job: Job, state: dict | None, conn) -> None:
+    supervisor.detach_rank()  # its own process group (ended with all it started), and death with the parent
     try:
-        queue.put(restart(job, state))
+        conn.send(restart(job, state))
     except BaseException as err:  # the parent says what failed, in one line
-        queue.put({"error": f"{type(err).__name__}: {err}"})
+        conn.send({"error": f"{type(err).__name__}: {err}"})
 
 
-def restart_fresh(job: Job, state: dict | None) -> dict:
-    """The restart in a fresh spawned process (nothing of the stopped loader left in memory)."""
+class RestartFailed(UsageError):
+    """The restart process died or outlasted its time: one line, exit 2 (the rows measured are kept)."""
+
+
+def restart_timeout(epoch_batches: int) -> float:
+    """How long a restart may take: 120 s to start and build, and 3 s per batch of the epoch (as a cell's)."""
+    return 120.0 + 3.0 * epoch_batches
+
+
+def restart_fresh(job: Job, state: dict | None, timeout: float = restart_timeout(0)) -> dict:
+    """The restart in a fresh spawned process (nothing of the stopped loader left in memory), watched: a
+    process that dies (the OOM killer's SIGKILL) or outlasts `timeout` is a RestartFailed; on any way out its
+    process group (its forkserver, its DataLoader workers) is killed, on Ctrl-C after it unwound."""
     ctx = mp.get_context("spawn")
-    queue = ctx.SimpleQueue()
-    proc = ctx.Process(target=_child, args=(job, state, queue))
-    proc.start()
-    out = queue.get()
-    proc.join()
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(job, state, writer))
+    what = f"the restarted loader {job.loader} on {job.storage}"
+    try:
+        proc.start()
+        writer.close()
+        out = _answer(proc, reader, timeout, what)
+    except KeyboardInterrupt:
+        if proc.pid is not None:  # in its own process group, the terminal's Ctrl-C did not reach it
+            supervisor.interrupt(proc.pid)
+            proc.join(UNWIND_S)
+        raise
+    finally:  # answered, dead, late or interrupted: nothing it started stays
+        if proc.pid is not None:
+            supervisor.kill_group(proc.pid)
+            proc.join(timeout=10)
     if "error" in out:
-        raise RuntimeError(f"the restarted loader {job.loader} on {job.storage} failed: {out['error']}")
+        raise RuntimeError(f"{what} failed: {out['error']}")
     return out
+
+
+def _answer(proc, reader, timeout: float, what: str) -> dict:
+    """The child's one answer, read while watching it: its death or `timeout` is a RestartFailed."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if reader.poll(supervisor.POLL_S):
+            try:
+                return reader.recv()
+            except EOFError:  # it died: its end of the pipe closed
+                break
+        if not proc.is_alive():
+            break
+    else:
+        raise RestartFailed(f"check-resume: {what}: no answer within {timeout:.0f} s; its process was ended, "
+                            f"the rows before it are kept")
+    proc.join(timeout=5)
+    code = proc.exitcode
+    how = f"was killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with code {code}"
+    raise RestartFailed(f"check-resume: {what}: its process {how} before it answered (out of memory?); the "
+                        f"rows before it are kept")
 
 
 def stopped(job: Job, stop: int) -> tuple[list[int], dict | None]:
@@ -276,7 +323,7 @@ def measure(job: Job, reference: list[list[int]], stop: int = 0, fresh: bool = T
     """One case's row: the stop after ``stop`` batches (0: half the epoch), the restart, the counts."""
     stop = stop or max(1, len(reference) // 2)
     before, state = stopped(job, stop)
-    out = (restart_fresh if fresh else restart)(job, state)
+    out = restart_fresh(job, state, restart_timeout(len(reference))) if fresh else restart(job, state)
     counted = resumeorder.count([i for b in reference for i in b], before, out["after"])
     return {"loader": job.loader, "storage": job.storage, "sampler": job.sampler, "method": job.method,
             "resumable": resumable(job), "stop_batches": stop, "epoch_batches": len(reference),

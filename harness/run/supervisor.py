@@ -193,6 +193,15 @@ def _signal(pid: int, signum: int) -> None:
         pass
 
 
+def interrupt(leader: int) -> None:
+    """What the leader of a process group started is killed (its DataLoader workers, its forkserver), then
+    the leader gets SIGINT, to unwind and release its queues' semaphores."""
+    for pid in group_members(leader):
+        if pid != leader:
+            _signal(pid, signal.SIGKILL)
+    _signal(leader, signal.SIGINT)
+
+
 def group_members(pgid: int) -> list[int]:
     """The processes of process group ``pgid`` (read from /proc; [] where there is none)."""
     out = []
@@ -296,10 +305,7 @@ class RankGroup:
         if not grace or not running:
             return
         for p in running:
-            for pid in group_members(p.pid):
-                if pid != p.pid:
-                    _signal(pid, signal.SIGKILL)
-            _signal(p.pid, signal.SIGINT)
+            interrupt(p.pid)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(p.exitcode is None for p in running):
             time.sleep(POLL_S)
