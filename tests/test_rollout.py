@@ -4,10 +4,15 @@ stage costs the target model needs)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
+import pytest
+
+from harness.analysis import stages
 from harness.analysis.intervals import leader_and_tied
 from harness.config.target import Target
+from harness.errors import UsageError
 from harness.report import report, rollout
 from harness.report.effecttables import run_effects
 from harness.results import rundir
@@ -40,7 +45,7 @@ def test_without_a_target_the_stated_host_is_named_with_the_scenarios_accelerato
     head = lines()[0]
     assert head.startswith("ROLL OUT on 1 node(s) x 2 V100-16GB, 16 cores per node (a stated host: 8 cores per "
                            "accelerator; [target] sets yours): ")
-    assert "over 2 visits" in head  # the range over the visits, not a point
+    assert "90% prediction interval: 2 visits' spread and the model's own error" in head  # not a point
 
 
 def test_a_target_is_used_as_given_and_changes_the_prediction():
@@ -77,3 +82,79 @@ def test_a_run_without_the_costs_says_why_there_is_no_prediction():
     got = rollout.rollout_lines(cells, visits, cells[:1], None, 0.05)
     assert got == ["ROLL OUT on 1 node(s) x 2 V100-16GB, 16 cores per node (a stated host: 8 cores per "
                    "accelerator; [target] sets yours): no prediction (no cell recorded the costs the model needs)"]
+
+
+def _oversubscribed(visit, factor: float):
+    """The visit as a host `factor` times more oversubscribed would record it: every wall-clock part of a
+    step (the wait for data, the copy, the peer wait, the overhead) stretched, the CPU and device figures
+    as they were, the measured step imbalance and outside load risen."""
+    ranks = [dataclasses.replace(r, wait=[x * factor for x in r.wait], h2d=[x * factor for x in r.h2d],
+                                 overhead=[x * factor for x in r.overhead],
+                                 peer_wait=[x * factor for x in r.peer_wait]) for r in visit.ranks]
+    figures = visit.figures.replace(step_imbalance=float(visit.figures.get("step_imbalance") or 1.0) * factor,
+                                    other_cpu_pct=45.0)
+    return dataclasses.replace(visit, ranks=ranks, figures=figures)
+
+
+def test_the_target_prediction_moves_with_this_hosts_load_only_through_the_agreements_floor():
+    """The costs carried to a target (stages.for_target) hold CPU seconds, bytes and device time: stretching
+    every wall-clock part of the visits three times (a loaded host) moves the target's rate by less than the
+    model's own stated error, though the same stretch moves the costs as measured here by far more."""
+    from harness.analysis.predictioninterval import MODEL_ERROR_SD
+    from harness.analysis.targetmodel import predict
+    from harness.config.accelerators import get_accelerator
+    from harness.report.stagetable import target_costs
+
+    visits = results()
+    target = rollout.stated_host(merge_repeats(visits)[0])
+    target = dataclasses.replace(target, workers_per_rank=4)  # enough workers that the device binds
+    accelerator = get_accelerator(target.accelerator)
+    for visit in visits:
+        quiet = predict(target_costs(visit, target), target, accelerator).samples_per_s
+        loaded = predict(target_costs(_oversubscribed(visit, 3.0), target), target, accelerator).samples_per_s
+        assert abs(math.log(loaded / quiet)) < MODEL_ERROR_SD, (visit.cell, quiet, loaded)
+    here = stages.costs(visits[0].ranks, visits[0].figures, "pixels")
+    there = stages.costs(_oversubscribed(visits[0], 3.0).ranks, _oversubscribed(visits[0], 3.0).figures, "pixels")
+    assert there.serial_step_s > 2.5 * here.serial_step_s  # as measured: the wall clock's, stretched
+
+
+def _shipped_targets():
+    from harness.config import scenario as scenario_mod
+
+    names = sorted(p.stem for p in (Path(__file__).parents[1] / "scenarios").glob("*.toml")
+                   if p.stem != "accelerators")
+    for name in names:
+        try:
+            sc = scenario_mod.load(name)
+        except UsageError:  # a real-GPU scenario (count = "auto") on a host without one
+            continue
+        ranks = sc.world_size
+        yield name, sc.accelerator, Target(gpus_per_node=ranks, cores_per_node=8.0 * ranks,
+                                           accelerator=sc.accelerator.name, workers_per_rank=1,
+                                           batch_size=sc.training.batch_size, name="stated")
+
+
+@pytest.mark.parametrize("loader_ms, rank_ms, path_ms, imbalance", [
+    (0.6, 0.3, 0.5, 1.0), (0.6, 0.3, 20.0, 1.4), (2.5, 0.4, 2.0, 1.1), (0.1, 0.05, 0.1, 1.0),
+    (0.3, 1.5, 1.0, 1.2), (5.0, 0.2, 60.0, 1.6)])
+def test_no_line_says_the_device_binds_at_an_au_that_contradicts_it(loader_ms, rank_ms, path_ms, imbalance):
+    """Over the shipped scenarios' accelerators: where the device binds, its AU is what the step's path and
+    the imbalance leave it (the three add to 100%), and the line names what takes the rest; where another
+    bound binds, the line does not say the device does."""
+    from harness.analysis.recommend import recommend
+    from harness.analysis.targetmodel import Costs
+
+    for name, accelerator, target in _shipped_targets():
+        costs = Costs(workload="pixels", loader_s=loader_ms / 1e3, rank_s=rank_ms / 1e3,
+                      padded_pixels_per_sample=160.0 * 160.0, serial_step_s=path_ms / 1e3,
+                      step_imbalance=imbalance)
+        advice = recommend(costs, target, accelerator)
+        shot = rollout.Predicted(None, [advice.samples_per_s], [advice.au_pct], advice)
+        said = rollout._rest(shot)
+        if advice.next_limit == "device":
+            assert advice.au_pct + advice.path_pct + advice.imbalance_pct == pytest.approx(100.0, abs=0.5), name
+            if advice.au_pct < 99.5:
+                assert "the rest of its time" in said and f"{advice.path_pct:.0f}% the step's path" in said
+        else:
+            assert "device binds" not in said, (name, said)
+            assert advice.path_pct == advice.imbalance_pct == 0.0

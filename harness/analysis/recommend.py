@@ -38,6 +38,9 @@ class Recommendation:
     now_samples_per_s: float  # predicted with the target's own settings
     next_limit: str  # what binds with the recommendation
     notes: tuple[str, ...] = ()
+    workers_capped: bool = False  # no number of workers makes the device bind: more do not help
+    path_pct: float = 0.0  # where the device binds: % of its step the path beside it takes (Prediction)
+    imbalance_pct: float = 0.0  # and the wait for the slowest rank
 
     def text(self) -> str:
         gain = self.samples_per_s / self.now_samples_per_s if self.now_samples_per_s else math.inf
@@ -81,7 +84,8 @@ def on_device(costs: Costs, accelerator: Accelerator, source_pixels_per_sample: 
 def recommend(costs: Costs, target: Target, accelerator: Accelerator, decode_ratio: float | None = None,
               source_pixels_per_sample: float = 0.0) -> Recommendation:
     now = predict(costs, target, accelerator, advise=False)
-    workers = predict(costs, target, accelerator).workers_for_device or _best_workers(costs, target, accelerator)
+    for_device = predict(costs, target, accelerator).workers_for_device
+    workers = for_device or _best_workers(costs, target, accelerator)
     workers = min(workers, max(1, int(target.cores_per_node // target.gpus_per_node)))
     best = replace(target, workers_per_rank=workers, prefetch=_prefetch(costs, target, accelerator))
     chosen, notes, decoder, preprocess = costs, [], "keep", "host"
@@ -110,4 +114,5 @@ def recommend(costs: Costs, target: Target, accelerator: Accelerator, decode_rat
                              "images' size is unknown here" if costs.padded_pixels_per_sample else
                              "the device's decode not costed: no pixel count")
     return Recommendation(workers, best.prefetch, decoder, preprocess, p.samples_per_s, p.au_pct,
-                          now.samples_per_s, p.binds, tuple(notes))
+                          now.samples_per_s, p.binds, tuple(notes), workers_capped=for_device is None,
+                          path_pct=p.path_pct, imbalance_pct=p.imbalance_pct)

@@ -12,7 +12,7 @@ below 1 by the untimed share (and off 1 by the window's edges and /proc's clock 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -98,6 +98,42 @@ def step_path(records: list[RankRecord]) -> tuple[float, float]:
     overhead = sum(sum(r.overhead[:n]) for r in records) / (n * len(records))
     agreement = sum(min(r.peer_wait[i] if i < len(r.peer_wait) else 0.0 for r in records) for i in range(n)) / n
     return copy_s, overhead + agreement
+
+
+AGREEMENT_QUANTILE = 10  # %: the ranks' agreement on another host, from its quickest steps here (for_target)
+
+
+def agreement_floor(records: list[RankRecord]) -> float:
+    """The ranks' agreement per step where each rank has cores of its own: the AGREEMENT_QUANTILE-th
+    percentile over the window's steps of the least peer wait among the ranks. On a host with fewer cores
+    than processes the typical step's agreement also waits for a core; its quickest steps do not."""
+    n = min((len(r.peer_wait) for r in records), default=0)
+    if len(records) < 2 or not n:
+        return 0.0
+    least = np.array([r.peer_wait[:n] for r in records], dtype=np.float64).min(axis=0)
+    return float(np.percentile(least, AGREEMENT_QUANTILE))
+
+
+def device_imbalance(records: list[RankRecord]) -> float:
+    """The mean over steps of the slowest rank's device time over the ranks' mean: what the ranks wait for
+    each other on a host that feeds them, from the device's own step times (modelled from each batch on an
+    emulated device, measured on a GPU), which this host's load does not move; 1 for one rank."""
+    n = min((len(r.device) for r in records), default=0)
+    if len(records) < 2 or not n:
+        return 1.0
+    device = np.array([r.device[:n] for r in records], dtype=np.float64)
+    mean = device.mean(axis=0)
+    ok = mean > 0
+    return float(np.mean(device.max(axis=0)[ok] / mean[ok])) if ok.any() else 1.0
+
+
+def for_target(measured: Costs, records: list[RankRecord]) -> Costs:
+    """The costs carried to another host (a [target]): the step's path beside the device without this host's
+    oversubscription, which wall-clock parts measured here carry and a target with cores to spare does not:
+    the copy as measured, the agreement at its floor (agreement_floor); the rank's own per-step overhead is
+    CPU work, which the rank-host bound holds in its CPU per sample; and the ranks' imbalance from the
+    device's step times (device_imbalance). What is left is CPU seconds, bytes and device time."""
+    return replace(measured, serial_step_s=agreement_floor(records), step_imbalance=device_imbalance(records))
 
 
 def costs(records: list[RankRecord], figures, workload: str, contention: float = 1.0,

@@ -88,6 +88,10 @@ class Prediction:
     bounds: dict[str, float]  # samples/s per rank each bound allows (inf: no limit)
     factor: float  # the CPU-cost factor at the predicted load
     workers_for_device: int | None  # workers per rank that make the device bind (None: no number does)
+    # where the device binds, what takes the rest of its time (% of the step): the step's path beside the
+    # device, and the wait for the slowest rank (the step imbalance); 0 where another bound binds
+    path_pct: float = 0.0
+    imbalance_pct: float = 0.0
 
 
 def _factor(contention: float, busy: float) -> float:
@@ -186,9 +190,11 @@ def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: b
     per_rank = bounds[binds] / (max(1.0, costs.step_imbalance) if target.ranks > 1 else 1.0)
     au = min(100.0, per_rank * d * 100.0)
     step = max(d + path_seconds(costs, target.batch_size), rank_seconds(costs, target.workers_per_rank, k, share))
+    path = min(100.0 - au, per_rank * path_seconds(costs, target.batch_size) * 100.0) if binds == "device" else 0.0
     return Prediction(samples_per_s=per_rank * target.ranks, per_rank=per_rank, au_pct=au,
                       stall_pct=max(0.0, 100.0 - per_rank * step * 100.0), binds=binds, bounds=bounds,
-                      factor=k, workers_for_device=workers_for_device(costs, target, d) if advise else None)
+                      factor=k, workers_for_device=workers_for_device(costs, target, d) if advise else None,
+                      path_pct=path, imbalance_pct=max(0.0, 100.0 - au - path) if binds == "device" else 0.0)
 
 
 def workers_for_device(costs: Costs, target: Target, d: float, most: int = 64) -> int | None:

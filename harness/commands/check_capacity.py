@@ -166,7 +166,7 @@ def verdict(rows: list[dict]) -> tuple[str, str]:
     missed = misses(rows, sd)
     tol = f"{Z * math.sqrt(2) * sd:.1f} points (noise sd {sd:.1f}{', cut to the limit' if noisy(rows) else ''})"
     if missed or (None not in (predicted, measured) and predicted != measured):
-        said = "DISAGREE" + "".join(f"; at {r['world_size']} ranks AU {r['predicted_au_pct']:.1f} predicted, "
+        said = "DISAGREE" + "".join(f"; at {r['world_size']} rank(s) AU {r['predicted_au_pct']:.1f} predicted, "
                                     f"{r['measured_au_pct']:.1f} measured" for r in missed) + f" (beyond {tol})"
         if inconclusive(rows):
             loaded = [r["other_cpu_pct"] for r in rows if r["other_cpu_pct"] > OUTSIDE_LOAD_PCT]

@@ -1,12 +1,16 @@
 """ROLL OUT, the line after FASTEST: the configuration to use on the target hardware (the run's [target] or
 --target, else a stated host for the scenario's accelerators), predicted from each visit's measured costs
-(harness.analysis.targetmodel: modelled, never measured there), with the range over the visits, which of the
-cells tied here stay tied there, and what binds there."""
+(harness.analysis.targetmodel: modelled, never measured there; the costs carried there by
+harness.analysis.stages.for_target, CPU seconds and bytes that this host's load does not move), with a
+prediction interval (the visits' spread and the model's own measured error), what binds there and, where
+the device binds, what takes the rest of its time, and which of the cells tied here stay tied there."""
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
+from harness.analysis.predictioninterval import LEVEL, MODEL_ERROR_SD, target_interval
 from harness.analysis.recommend import Recommendation, recommend
 from harness.config.accelerators import get_accelerator
 from harness.config.target import Target
@@ -64,11 +68,31 @@ def predicted(cell: CellSummary, visits: list[CellResult], target: Target) -> Pr
                      recommend(merged, target, accelerator))
 
 
-def _band(values: list[float], unit: str) -> str:
-    middle = statistics.median(values)
-    if len(values) < 2:
-        return f"{middle:.0f}{unit} (one visit: no range)"
-    return f"{middle:.0f}{unit} [{min(values):.0f}, {max(values):.0f}] over {len(values)} visits"
+def _band(values: list[float], unit: str, most: float = math.inf) -> str:
+    """The visits' median and its LEVEL prediction interval (predictioninterval.target_interval), at most
+    `most`."""
+    band = target_interval(values)
+    return f"{min(band.middle, most):.0f}{unit} [{min(band.low, most):.0f}, {min(band.high, most):.0f}]"
+
+
+def _interval_note(values: list[float]) -> str:
+    """What the interval holds: the visits' spread and the model's measured error."""
+    visits = f"{len(values)} visits' spread" if len(values) > 1 else "one visit (no spread measured)"
+    return (f"{LEVEL:.0%} prediction interval: {visits} and the model's own error, sd {MODEL_ERROR_SD:.0%} as "
+            "check-predictions measured it")
+
+
+def _rest(p: Predicted) -> str:
+    """What binds, and where the device binds, what takes the rest of its time (the step's path beside the
+    device, the wait for the slowest rank)."""
+    a = p.advice
+    if a.next_limit != "device":
+        why = "; more workers do not help" if a.workers_capped else ""
+        return f"then {a.next_limit} binds{why}"
+    if a.au_pct >= 99.5:
+        return "then device binds"
+    return (f"then device binds (the rest of its time: {a.path_pct:.0f}% the step's path beside it, "
+            f"{a.imbalance_pct:.0f}% waiting for the slowest rank)")
 
 
 def _tied_there(best: Predicted, other: Predicted, min_effect: float) -> bool:
@@ -101,8 +125,8 @@ def rollout_lines(cells: list[CellSummary], results: list[CellResult], tied_here
     random_enough = [p for p in found if not order_costs(p.cell, tolerance)]
     best = max(random_enough, key=lambda p: p.middle) if random_enough else fastest
     lines = [f"ROLL OUT on {_where(target)}: {stack_label(measured, best.cell, axes)} with {best.settings()}: "
-             f"{_band(best.samples_per_s, ' samples/s')}, AU {_band(best.au_pct, '%')}, then "
-             f"{best.advice.next_limit} binds (modelled from this run's costs)"]
+             f"{_band(best.samples_per_s, ' samples/s')}, AU {_band(best.au_pct, '%', 100.0)}, {_rest(best)} "
+             f"(modelled from this run's CPU and bytes per sample; {_interval_note(best.samples_per_s)})"]
     if costs := order_costs(best.cell, tolerance):  # every cell's order costs something
         lines.append(f"  its order: {cost_text(costs, tolerance)}; no cell's order is within it")
     elif fastest is not best:

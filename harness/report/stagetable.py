@@ -89,12 +89,14 @@ def stage_plot(results: list[CellResult], path: Path) -> Path | None:
 
 
 def target_costs(cell: CellResult, target: Target):
-    """The target model's costs of a cell (a summary or one visit); None without the figures it needs."""
+    """The target model's costs of a cell (a summary or one visit), carried to the target's host
+    (stages.for_target: nothing this host's load moves); None without the figures it needs."""
     real_same = not cell.emulated and target.accelerator and target.accelerator in str(cell.device or "")
     workload = cell.workload or "pixels"
-    return stages.costs(cell.ranks, cell.figures, workload, measured_device=bool(real_same),
-                        requests_per_sample=stages.requests_per_sample(cell.name("storage"), workload),
-                        in_flight=in_flight(cell))
+    measured = stages.costs(cell.ranks, cell.figures, workload, measured_device=bool(real_same),
+                            requests_per_sample=stages.requests_per_sample(cell.name("storage"), workload),
+                            in_flight=in_flight(cell))
+    return stages.for_target(measured, cell.ranks) if measured is not None else None
 
 
 def in_flight(cell) -> int:
