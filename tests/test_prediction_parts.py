@@ -140,19 +140,28 @@ def test_the_pooled_noise_and_its_degrees_of_freedom():
     assert df == 2 and sd == pytest.approx(0.1 / math.sqrt(2))
 
 
-def test_coverage_counts_the_scored_cases_and_says_when_it_is_far_below_the_level():
-    rows = [{"scored": True, "interval": [1, 2], "inside": i < 7} for i in range(10)]
+def _scored(inside: int, cases: int = 10, half_pct: float = 3.0, error_pct: float = 2.0) -> list[dict]:
+    h = math.exp(half_pct / 100)
+    return [{"scored": True, "config": f"c{i}", "case": f"m{i % 8}", "interval": [100 / h, 100 * h],
+             "inside": i < inside, "error_shared_pct": error_pct} for i in range(cases)]
+
+
+def test_coverage_is_checked_both_ways_and_against_the_error_over_distinct_measurements():
+    rows = _scored(7)
     rows.append({"scored": False, "interval": [1, 2], "inside": False})  # a calibration: not counted
-    rows.append({"scored": True, "interval": None, "inside": False})  # no interval stated: not counted
+    rows.append({"scored": True, "config": "x", "interval": None, "inside": False})  # no interval: not counted
     assert predictioninterval.coverage(rows) == (7, 10)
-    assert "7 of 10 scored cases (70%; far below the nominal 90%" in predictioninterval.coverage_line(rows)
-    rows[7]["inside"] = True
-    assert "(80%; near the nominal 90%)" in predictioninterval.coverage_line(rows)
+    line = predictioninterval.coverage_line(rows)
+    assert "7 of 10 scored cases (70%; 8 distinct measurements)" in line and ": too narrow" in line
+    assert ": calibrated" in predictioninterval.coverage_line(_scored(9))
+    assert ": too wide" in predictioninterval.coverage_line(_scored(10))  # every case inside is a fault too
+    wide = predictioninterval.coverage_line(_scored(9, half_pct=9.5, error_pct=2.0))
+    assert "median half-width 9.5% against a median |error| of 2.0%: covered by width" in wide
 
 
 def test_the_one_cpu_calibrations_share_is_not_used_for_its_own_launch():
     model = check_predictions._Model(sc=None, bench=checkcases.Bench(read_s={}, decode_s={}, area={}), allowance=2,
-                                     usable=0.9, ranks=None, noise=(0.0, 0))
+                                     usable=0.9, ranks=None)
     base = checkcases.CheckCase("calibration")
     one = replace(base, name=checkcases.ONE_CPU, cpus=1)
     assert model.cpus(base, checkcases.Pairing("x", "calibration", "calibration")) == pytest.approx(1.8)

@@ -161,7 +161,6 @@ class _Model:
     allowance: int
     usable: float | None
     ranks: RanksWait | None
-    noise: tuple[float, int]
 
     def cpus(self, case: CheckCase, pair: Pairing) -> float:
         """The case's CPUs, as much of them as a run can use (not for the 1-CPU calibration's own launch: it
@@ -175,15 +174,13 @@ class _Model:
 
 def _model(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
            allowance: int) -> _Model:
-    calibs = [c.name for c in all_cases if c.name in ("calibration", ONE_CPU) and measured.get(c.name)]
-    noise = predictioninterval.pooled_sd(_throughputs(measured[name]) for name in calibs)
     ranks = None
     two = ranks_calibration(all_cases)
     if two and measured.get(two) and measured.get("calibration"):
         one_rank = _calibration(measured["calibration"], bench, allowance).rank_s
         wait = rankwait.pooled([rankwait.measure(v.line.ranks, one_rank) for v in measured[two]])
         ranks = RanksWait(wait, samples_of(sc)) if wait else None
-    return _Model(sc, bench, allowance, usable_share(measured.get(ONE_CPU) or []), ranks, noise)
+    return _Model(sc, bench, allowance, usable_share(measured.get(ONE_CPU) or []), ranks)
 
 
 def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
@@ -213,11 +210,12 @@ def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], benc
         own = model.predict(calib, source, source, src_cpus).samples_per_s
         got = _throughputs(visits)
         m = statistics.mean(got)
+        noise = predictioninterval.pooled_sd(_throughputs(v) for name, v in measured.items() if name != pair.case)
         low_high = predictioninterval.interval(shared, _spread_of(model, calib, per_visit, source, case, cpus,
-                                                                  visits))
+                                                                  visits, noise))
         flag = ("calibration" if pair.case == pair.source or pair.case in repeats
                 else "copy" if is_copy(x.samples_per_s, own) else "")
-        rows.append({"config": pair.name, "source": pair.source, "settings": case.config(),
+        rows.append({"config": pair.name, "case": pair.case, "source": pair.source, "settings": case.config(),
                      "predicted": round(x.samples_per_s, 1), "predicted_shared": round(shared, 1),
                      "measured": round(m, 1), "error_pct": round(error_pct(x.samples_per_s, m), 1),
                      "error_shared_pct": round(error_pct(shared, m), 1), "flag": flag, "scored": not flag,
@@ -235,15 +233,15 @@ def _rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], benc
 
 
 def _spread_of(model: _Model, calib, per_visit: list, source: CheckCase, case: CheckCase, case_cpus: float,
-               visits: list[Visit]) -> predictioninterval.Spread:
+               visits: list[Visit], noise: tuple[float, int]) -> predictioninterval.Spread:
     """What the case's headline interval is propagated from (harness.analysis.predictioninterval): the
-    prediction from each calibration visit's costs alone (`per_visit`), and at each of the case's visits'
-    outside load."""
+    prediction from each calibration visit's costs alone (`per_visit`), at each of the case's visits'
+    outside load, and one visit's noise (`noise`: sd and df, pooled over every other case's visits)."""
     loads = [float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits]
     costs = tuple(model.predict(c, source, case, case_cpus, statistics.mean(loads)).samples_per_s for c in per_visit)
     at_load = tuple(model.predict(calib, source, case, case_cpus, x).samples_per_s for x in loads)
-    return predictioninterval.Spread(costs=costs, load=at_load, noise_sd=model.noise[0],
-                                     noise_df=model.noise[1], visits=len(visits))
+    return predictioninterval.Spread(costs=costs, load=at_load, noise_sd=noise[0], noise_df=noise[1],
+                                     visits=len(visits))
 
 
 def usable_share(visits: list[Visit]) -> float | None:

@@ -68,6 +68,11 @@ def table(rows: list[dict]) -> str:
     stated = predictioninterval.coverage_line(rows)
     if stated:
         lines.append(stated)
+    sd = predictioninterval.model_error_sd(rows)
+    if sd is not None:
+        lines.append(f"the model's own error here: RMS of log(predicted / measured) {sd:.1%} over "
+                     f"{predictioninterval.distinct(scored)} distinct measurements (ROLL OUT's interval takes "
+                     f"{predictioninterval.MODEL_ERROR_SD:.0%}, measured so on a quiet host)")
     loads = [r.get("outside_pct") or 0.0 for r in scored]
     if loads:
         lines.append(f"outside load during the scored cases' visits (processes outside the run, % of the host's "
@@ -76,9 +81,10 @@ def table(rows: list[dict]) -> str:
                         " (a loaded host: read the headline; the absolute model is the prediction for another "
                         "machine)"))
     copies = [r["config"] for r in rows if r["flag"] == "copy"]
-    lines.append(f"scored: {len(scored)} cases; not scored: the calibrations, and {len(copies)} predicted as "
+    lines.append(f"scored: {len(scored)} cases ({predictioninterval.distinct(scored)} distinct measurements); "
+                 f"not scored: the calibrations, and {len(copies)} predicted as "
                  f"their calibration (copy, within {COPY_PCT:g}%){': ' + ', '.join(copies) if copies else ''} "
                  "(samples/s, all ranks; predicted: on the CPUs the visits had; absolute: on the whole "
                  "allowance; load: outside load; spread: max - min of the visits over their mean; interval: "
-                 "propagated from the calibration's spread, docs/prediction.md)")
+                 "propagated from the calibration's spread and the other cases' noise, docs/prediction.md)")
     return "\n".join(lines)
