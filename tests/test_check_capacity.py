@@ -95,7 +95,7 @@ def test_an_au_within_the_repeats_noise_of_the_line_is_undecided_never_agreement
 ])
 def test_prediction_and_measurement_that_differ_at_a_size_fail(predicted, measured, repeats):
     line, state = check_capacity.verdict(calibrated(predicted, measured, repeats))
-    assert state == check_capacity.DISAGREE and "DISAGREE; at 4 ranks AU" in line
+    assert state == check_capacity.DISAGREE and "DISAGREE; at 4 rank(s) AU" in line
     assert check_capacity.exit_code([state, check_capacity.AGREE]) == EXIT_REGRESSION
 
 
