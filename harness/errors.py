@@ -2,6 +2,7 @@
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_BASELINE = 0, 1, 2, 3
 EXIT_INCONCLUSIVE = 4  # a check whose figures missed only while other processes loaded the machine
+EXIT_NOT_RUN = 5  # the CI gate (scripts/ci_gate.sh, ab-gate) measured nothing: NOT RUN, no verdict
 
 
 class UsageError(Exception):

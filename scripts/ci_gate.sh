@@ -15,7 +15,7 @@
 #    against its parent in one of the gate's figures (a rise of the figure's own minimum effect or more of a
 #    cell's paired ratios, p < 0.05 / 3 for the cells together by an exact sign-flip test over the pairs). No
 #    parent (a shallow clone) or a parent that cannot run the ci scenario: one line, the A/B marked NOT RUN,
-#    and the gate exits as the baseline gate did (0, or 0 where it could not compare). Why both: a baseline
+#    and the gate exits 0 where the baseline gate passed. Why both: a baseline
 #    made an hour or many commits earlier sits off by the machine's drift (measured: the loader figure 3.4%
 #    below it half an hour later, quiet), which hid a 10% loader regression in 9 of 10 tries; the A/B measures
 #    both commits in the same minutes (docs/ci-gate.md, "Measured on real commits").
@@ -25,6 +25,11 @@
 # while other test suites loaded the same 2 cores, 16 at load average 12-27; below 6 runs a side the A/B can
 # never fail: 5 pairs reach at best p = 1/32, above 0.05 / 3) override the defaults; CI_GATE_DATA_DIR the data
 # directory (default: this checkout's data/).
+#
+# Exit 5 (EXIT_NOT_RUN in harness/errors.py): NOT RUN, the gate measured nothing (no comparable baseline and no A/B:
+# a shallow clone, a parent that cannot run), one loud line saying why; never 0. A work tree with uncommitted
+# changes to tracked files is refused the same way before anything runs (its runs would be recorded under
+# HEAD's name): commit or stash them. .ci/run hands the code to `run_bench.py ci-history`, which names it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -33,6 +38,22 @@ runs=${CI_GATE_AB_RUNS:-6}
 data_dir=${CI_GATE_DATA_DIR:-$repo/data}
 start=$(date +%s)
 took() { echo "$(( $(date +%s) - start )) s"; }
+NOT_RUN=5
+nothing_measured() {  # $1: why the A/B did not run; $2: the baseline gate's exit code (0: it passed)
+    if [ "$2" -eq 0 ]; then
+        echo "ci gate: A/B NOT RUN: $1; the baseline gate passed: exit 0" >&2
+        exit 0
+    fi
+    echo "ci gate: NOT RUN: nothing was measured: no comparable baseline, and $1; exit $NOT_RUN" >&2
+    exit "$NOT_RUN"
+}
+
+if changed=$(git status --porcelain --untracked-files=no 2>/dev/null) && [ -n "$changed" ]; then
+    echo "ci gate: NOT RUN: the work tree has uncommitted changes to $(echo "$changed" | wc -l) tracked file(s)" \
+        "($(echo "$changed" | head -3 | cut -c4- | tr '\n' ' ' | sed 's/ $//')): the gate measures commits;" \
+        "commit or stash them; exit $NOT_RUN" >&2
+    exit "$NOT_RUN"
+fi
 
 # A Python error in the gate itself is exit 2 (the command line's one line for a bug), never 1 (a regression).
 python run_bench.py gate-precheck "$baseline"
@@ -56,8 +77,7 @@ else
     echo "ci gate: the baseline is not comparable on this machine: this commit against its parent (A/B)" >&2
 fi
 if ! parent=$(git rev-parse --verify -q 'HEAD^' 2>/dev/null); then
-    echo "ci gate: A/B NOT RUN: this checkout has no parent commit (a shallow clone?) to measure against; exit 0" >&2
-    exit 0
+    nothing_measured "this checkout has no parent commit (a shallow clone? fetch depth 2 or more)" "$rc"
 fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ci-gate.XXXXXX")
 cleanup() {
@@ -69,12 +89,15 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 if ! git worktree add --detach -q "$tmp/parent" "$parent" >/dev/null 2>&1; then
-    echo "ci gate: NOT RUN: the parent commit ${parent:0:12} cannot be checked out here; exit 0" >&2
-    exit 0
+    nothing_measured "the parent commit ${parent:0:12} cannot be checked out here" "$rc"
 fi
 out="$repo/results/ci-gate-ab-$(date -u +%Y%m%dT%H%M%SZ)"
+baseline_rc=$rc
 python run_bench.py ab-gate --parent "$tmp/parent" --current "$repo" --data-dir "$data_dir" --out "$out" \
     --runs "$runs" --parent-label "${parent:0:12}"
 rc=$?
+if [ "$rc" -eq "$NOT_RUN" ]; then
+    nothing_measured "the A/B against ${parent:0:12} gave no verdict (its line above)" "$baseline_rc"
+fi
 echo "ci gate (A/B against ${parent:0:12}, results in $out): exit $rc in $(took)" >&2
 exit "$rc"

@@ -21,6 +21,8 @@ from harness.results.baseline import Baseline, BaselineError, machine_of, merge
 from harness.results.environment import Environment
 from harness.run import abruns
 
+NOT_RUN = 5  # the gate's documented code for "measured nothing" (harness.errors.EXIT_NOT_RUN, docs/ci-gate.md)
+
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=dynamic"]
 GATE_FIGURES = {"loader_vs_decode": 1.4, "decode_vs_reference": 0.25, "rank_vs_reference": 0.5}
 COMPARABLE = {"dataset_key": "k", "world_size": 2, "workload": "pixels", "batch_size": 16,
@@ -144,17 +146,17 @@ def test_the_cpu_metric_is_one_line_and_its_own_min_effect(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("rc", [1, 2])
-def test_a_parent_that_cannot_run_is_not_run_exit_0(tmp_path, capsys, rc):
+def test_a_parent_that_cannot_run_is_not_run_exit_5(tmp_path, capsys, rc):
     runner = FakeRunner(fail={"parent": rc})
-    assert gate(tmp_path, runner) == 0 and runner.calls == ["parent"]  # stops at once, measures nothing else
+    assert gate(tmp_path, runner) == NOT_RUN and runner.calls == ["parent"]  # stops at once, measures nothing else
     (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
     assert line.startswith("ci gate: NOT RUN: the parent commit abc123 cannot run the scenario here (exit")
-    assert "no scenario named ci" in line and line.endswith("exit 0 (no verdict on this commit)")
+    assert "no scenario named ci" in line and line.endswith("exit 5 (no verdict on this commit)")
 
 
-def test_a_parent_with_other_settings_is_not_run_exit_0(tmp_path, capsys):
+def test_a_parent_with_other_settings_is_not_run_exit_5(tmp_path, capsys):
     runner = FakeRunner(comparable={"parent": dict(COMPARABLE, batch_size=8)})
-    assert gate(tmp_path, runner, runs=2) == 0
+    assert gate(tmp_path, runner, runs=2) == NOT_RUN
     err = capsys.readouterr().err
     assert "NOT RUN: the parent commit abc123 runs the scenario with other settings" in err
     assert "baseline is for batch_size=8, this run has 16" in err
@@ -285,19 +287,35 @@ def run_script(repo: Path, tmp_path: Path, pythonpath: Path = REPO) -> subproces
 
 
 @pytest.mark.slow  # git and bash processes
-def test_the_script_without_a_parent_commit_is_not_run_exit_0(tmp_path):
+def test_the_script_without_a_parent_commit_or_a_baseline_measured_nothing_exit_5(tmp_path):
+    """A depth-1 clone with no comparable baseline measured nothing: NOT RUN and exit 5, never 0."""
     proc = run_script(script_repo(tmp_path, None), tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == ("ci gate: A/B NOT RUN: this checkout has no parent commit (a "
-                                                    "shallow clone?) to measure against; exit 0")
+    assert proc.returncode == NOT_RUN, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ci gate: NOT RUN: nothing was measured: no comparable baseline, and this checkout has no parent commit "
+        "(a shallow clone? fetch depth 2 or more); exit 5")
+
+
+def test_the_script_refuses_a_dirty_work_tree_before_anything_runs(tmp_path):
+    """Uncommitted changes would be measured under HEAD's name: NOT RUN, exit 5, nothing run."""
+    repo = script_repo(tmp_path, None)
+    with open(repo / "run_bench.py", "a") as f:
+        f.write("# a local change\n")
+    proc = run_script(repo, tmp_path)
+    assert proc.returncode == NOT_RUN, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line == ("ci gate: NOT RUN: the work tree has uncommitted changes to 1 tracked file(s) (run_bench.py): "
+                    "the gate measures commits; commit or stash them; exit 5")
+    assert not (repo / "results").exists()
 
 
 @pytest.mark.slow  # git and bash processes
-def test_the_script_with_a_parent_that_cannot_run_exits_0_and_removes_its_worktree(tmp_path):
+def test_the_script_with_a_parent_that_cannot_run_exits_5_and_removes_its_worktree(tmp_path):
     repo = script_repo(tmp_path, "import sys\nsys.exit('run_bench.py: error: no scenario named ci')\n")
     proc = run_script(repo, tmp_path)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == NOT_RUN, proc.stderr
     assert "ci gate: NOT RUN: the parent commit " in proc.stderr and "no scenario named ci" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("ci gate: NOT RUN: nothing was measured")
     assert "does not exist" in proc.stderr  # the baseline gate's exit 3, in one line, came first
     assert len(git(repo, "worktree", "list").splitlines()) == 1  # the parent's worktree is gone
     assert not list(tmp_path.glob("ci-gate.*"))  # and its temp dir

@@ -68,6 +68,21 @@ def test_without_a_cache_the_gate_stands_alone(tmp_path, monkeypatch, gate_exit)
     assert "the A/B or baseline gate alone binds" in line and f"the job exits {gate_exit}" in line
 
 
+NOT_RUN = 5  # the gate's documented code for "measured nothing" (harness.errors.EXIT_NOT_RUN, docs/ci-gate.md)
+
+
+def test_a_gate_that_measured_nothing_is_named_and_the_history_decides(tmp_path, monkeypatch):
+    """The gate's exit 5 (NOT RUN: a shallow clone without a comparable baseline) is named in the job's line and
+    fails nothing by itself (it was 'stopped' and the job's exit 5); a binding history regression still fails."""
+    monkeypatch.delenv("DLBENCH_CI_CACHE", raising=False)
+    line = the_line(proc := ci_history(job_history(tmp_path), NOT_RUN))
+    assert proc.returncode == 0, line
+    assert "the A/B or baseline gate: NOT RUN (it measured nothing) (exit 5)" in line and "the job exits 0" in line
+    cache = cached_history(tmp_path / "cache", 10)
+    proc = ci_history(job_history(tmp_path / "planted", plant={CELLS[1]: 0.0003}), NOT_RUN, cache)
+    assert proc.returncode == 1, the_line(proc)
+
+
 def test_a_full_cache_binds_a_history_regression(tmp_path):
     """10 comparable runs: the history gate binds; a +30% loader plant in one cell fails a job whose A/B
     passed, and the failed job's runs are not added."""

@@ -4,8 +4,8 @@ commit's tree and its parent's, measured in one job on this machine (harness.run
 interleaved in pairs), judged on the paired log ratios (harness.analysis.abjudgement: an exact sign-flip test
 over the pairs, alpha over all cells together). Exit 1 only on a significant regression of this commit against
 its parent (or when this commit's own run fails as a gate run would: a crashed rank, a broken sampler
-contract); a parent that cannot run the scenario, or runs it with other settings, gives exit 0 with the gate
-marked as NOT RUN in one line: never a false failure.
+contract); a parent that cannot run the scenario, or runs it with other settings, gives exit 5 (EXIT_NOT_RUN)
+with the gate marked as NOT RUN in one line: never a false failure, never a false pass.
 
 `precheck` is the machine half of the baseline gate's check (analysis.baselinegate.check_machine without the
 probe), made before anything runs, so that a machine of another CPU model does not spend a whole gate run on
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.analysis import abjudgement, baselinegate
-from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from harness.errors import EXIT_BASELINE, EXIT_NOT_RUN, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from harness.report import gatetable
 from harness.results.baseline import Baseline, BaselineError, machine_of
 from harness.results.environment import Environment
@@ -65,8 +65,8 @@ def ab_gate_request(request: AbGateRequest) -> int:
 
 
 def _not_run(why: str) -> int:
-    print(f"{PREFIX}: NOT RUN: {why}; exit 0 (no verdict on this commit)", file=sys.stderr)
-    return EXIT_OK
+    print(f"{PREFIX}: NOT RUN: {why}; exit {EXIT_NOT_RUN} (no verdict on this commit)", file=sys.stderr)
+    return EXIT_NOT_RUN
 
 
 def _failed(side: str, o: abruns.Outcome, parent_label: str) -> int:
@@ -83,8 +83,8 @@ def main(parent_root: Path, current_root: Path, data_dir: Path, out_dir: Path, r
          parent_label: str = "HEAD^", runner: Runner | None = None) -> int:
     """This commit (`current_root`) against its parent (`parent_root`): `runs` single-repeat runs each,
     interleaved, then judged (judge). Exit 0, or 1 on a significant regression (or a failed run of this commit),
-    2 when this commit's runs cannot be read; 0 marked NOT RUN when the parent cannot run the scenario or runs it
-    with other settings."""
+    2 when this commit's runs cannot be read; 5 (EXIT_NOT_RUN) marked NOT RUN when the parent cannot run the
+    scenario or runs it with other settings."""
     start = time.monotonic()
     runner = runner or abruns.bench_runner(scenario, Path(data_dir))
     done = abruns.measure(parent_root, current_root, out_dir, runs, runner)

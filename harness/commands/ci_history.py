@@ -7,7 +7,8 @@ after it; its history store is DIR/ci-history.sqlite. The job's own runs are in 
 (--job-history FILE, the file .ci/run gives the gate as DLBENCH_HISTORY); those of the commit under test
 (--commit, else this checkout's HEAD) are judged against the cache, then appended to it when the job passes.
 
-Without a cache: one line, the gate's exit code stands alone. A cache of another machine's runs, one too short
+Without a cache: one line, the gate's exit code stands alone (its 5, NOT RUN: it measured nothing, is named
+and fails nothing by itself: the job exits 0). A cache of another machine's runs, one too short
 to judge, one that cannot be read (damaged, newer, locked), or a job that recorded no run: one line, NOT RUN,
 never a failure. A cache path that is a file or cannot be made: exit 2 with the remedy.
 """

@@ -5,7 +5,8 @@ verdict binds, and the runs appended for the next job. The judgement is the hist
 
 The rule (docs/ci-gate.md, "History that CI keeps"):
 
-- the A/B (or baseline) gate always binds: its failure fails the job whatever the history says;
+- the A/B (or baseline) gate always binds: its failure fails the job whatever the history says; its NOT RUN
+  (EXIT_NOT_RUN: it measured nothing, named in the job's line) is no failure, and the history verdict decides;
 - a history regression fails the job too once the cache holds at least BINDS_AT comparable runs (this machine's
   fingerprint, these settings): the lookback the history gate was measured with (K = 10: 0 false alarms in 15
   same-code runs, 15 of 15 caught at +25%, where the A/B caught 0 of 2);
@@ -20,7 +21,7 @@ import json
 import sqlite3
 from dataclasses import dataclass
 
-from harness.errors import EXIT_BASELINE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
+from harness.errors import EXIT_BASELINE, EXIT_NOT_RUN, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from harness.history import database, gate
 from harness.history.lookback import MIN_RUNS
 
@@ -102,9 +103,9 @@ def machine_difference(there: str, here: str) -> str:
 
 
 def job_exit(gate_exit: int, verdict: CacheVerdict) -> int:
-    """The job's exit code: the A/B or baseline gate's, or 1 when it passed and a binding history verdict
-    found a regression."""
-    if gate_exit != 0:
+    """The job's exit code: the A/B or baseline gate's, or 1 when it passed (or was NOT RUN: it measured
+    nothing) and a binding history verdict found a regression."""
+    if gate_exit not in (EXIT_OK, EXIT_NOT_RUN):
         return gate_exit
     return 1 if verdict.binds and verdict.exit_code else 0
 
@@ -122,7 +123,7 @@ def binding(verdict: CacheVerdict) -> str:
 def gate_words(code: int) -> str:
     """The A/B or baseline gate's exit code in words."""
     return {EXIT_OK: "passed", EXIT_REGRESSION: "FAILED (a regression)", EXIT_USAGE: "a run error",
-            EXIT_BASELINE: "not comparable"}.get(code, "stopped")
+            EXIT_BASELINE: "not comparable", EXIT_NOT_RUN: "NOT RUN (it measured nothing)"}.get(code, "stopped")
 
 
 def append(cache_db: sqlite3.Connection, job_db: sqlite3.Connection, runs: list[sqlite3.Row]) -> int:
