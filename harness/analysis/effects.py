@@ -176,6 +176,20 @@ def least_squares(x: np.ndarray, y: np.ndarray):
     return coef, se, df
 
 
+def residual_sd(obs: list[Observation], order: dict[str, list[str]]) -> float | None:
+    """The sd per visit of the log figure after the main-effects fit (levels, passes, the covariate when it
+    varies): the noise a decision works against; None with no residual degrees of freedom."""
+    obs = [o for o in obs if o.value is not None and math.isfinite(o.value) and o.value > 0]
+    order = observed_order(obs, order)
+    if not obs or not order:
+        return None
+    x, _ = design_matrix(obs, order, [])
+    y = np.log([o.value for o in obs])
+    coef, _, df = least_squares(x, y)
+    resid = y - x @ coef
+    return math.sqrt(float(resid @ resid) / df) if df > 0 else None
+
+
 def _estimable(x: np.ndarray) -> np.ndarray:
     """Columns whose coefficient the data determine (not aliased with others): e_j lies in the row space."""
     pinv = np.linalg.pinv(x)

@@ -232,8 +232,9 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
             if key not in kept and word in DECIDED + (IDENTICAL,):
                 kept[key] = d
     if not looks and ends:  # before the first look: the one-pass fit at 95%, shown, deciding nothing
+        beside = ({(e.axis, e.level): e for e in fit_at(measured, order, ends[-1], other, 0.95)} if other else {})
         for e in fit_at(measured, order, ends[-1], response, 0.95):
-            last[(e.axis, e.level)] = Decision(e, OPEN, len(ends))
+            last[(e.axis, e.level)] = Decision(e, OPEN, len(ends), beside.get((e.axis, e.level)))
     out = []
     for axis, level in levels:
         d = kept.get((axis, level)) or last.get((axis, level))

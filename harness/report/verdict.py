@@ -133,7 +133,8 @@ def decision_lines(decisions: Decisions) -> list[str]:
     same = sum(x.word == IDENTICAL for x in d.levels)
     last = max((x.passes or 0 for x in d.levels if x.decided), default=0)
     lines.append(f"  decided: {decided} of {len(d.levels) - same}" + (f" by pass {last}" if decided else "")
-                 + f" of {d.passes} (higher, lower, or no effect larger than {m:.0%}; each kept once decided)"
+                 + f" after {d.passes} whole pass(es) (higher, lower, or no effect larger than {m:.0%}; each "
+                 "kept once decided)"
                  + (f"; {same} identical in every cell" if same else ""))
     return lines
 

@@ -3,7 +3,11 @@
 - `mmap_copy`: the mmap storage under another name, byte for byte the same reads: any effect the harness
   reports for it against `mmap` is a false alarm;
 - `mmap_slow`: the mmap storage plus `burn_ms` of CPU burned in the reader per sample read (in the DataLoader
-  worker, so it is loader CPU): a planted slowdown of known size.
+  worker, so it is loader CPU): a planted slowdown of known size;
+- `mmap_times`: the mmap storage with its CPU per sample (loader + rank) multiplied by `factor`: it burns
+  (factor - 1) x `cpu_ms` per sample read, `cpu_ms` being mmap's measured CPU ms per sample in the same
+  scenario (docs/measurements/main-job.md gives the calibration), so the planted effect on the host rate is
+  x1/factor.
 """
 from __future__ import annotations
 
@@ -44,3 +48,15 @@ class MmapSlowStorage(MmapStorage):
 
     def open(self, path: Path, fields: Sequence[str] = FIELDS) -> SlowReader:
         return SlowReader(path, fields, self.burn_ms)
+
+
+@register("storage", "mmap_times")
+class MmapTimesStorage(MmapStorage):
+    name = "mmap_times"
+
+    def __init__(self, factor: float = 1.0, cpu_ms: float = 1.2):
+        self.factor = number("factor", factor, 1.0)
+        self.cpu_ms = number("cpu_ms", cpu_ms, 0.0)
+
+    def open(self, path: Path, fields: Sequence[str] = FIELDS) -> SlowReader:
+        return SlowReader(path, fields, (self.factor - 1.0) * self.cpu_ms)
