@@ -21,10 +21,9 @@ figure (`with_noise_floor`). Whether one cell is as random as a shuffle is decid
 own spread (harness.results.orderquality.decision). A figure of 0 (a fully sequential order's position mixing)
 has no log and leaves its visit out of that figure's fit.
 
-The throughput and the host rate (HOST_RATE: 1 / the CPU s per sample of the loader and the rank, a
-host's cores / CPU s per sample up to the constant cores) are fitted with the visit's outside load as a
-covariate (`observations(..., adjust=True)`): log(1 - other_cpu_pct / 100), so that a visit disturbed by
-another process is kept and adjusted for. A visit under extreme load (`extreme`) leaves the fit.
+Throughput and HOST_RATE (1 / the loader's and rank's CPU s per sample: cores / CPU s per sample, up to the
+constant cores) are fitted with log(1 - other_cpu_pct / 100) as a covariate (`observations(..., adjust=True)`):
+a disturbed visit is kept and adjusted for; one under extreme load (`extreme`) leaves the fit.
 
 An Effect is one line of effects.jsonl; the file's format version is EFFECTS_VERSION (harness.results.fileformat
 reads and writes it: EFFECTS).
