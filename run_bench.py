@@ -2,6 +2,12 @@
 """Benchmark data-loading strategies under real DDP training. See README.md."""
 import sys
 
+if __name__ == "__mp_main__":  # a process the run spawned (a rank, a pool's worker) re-imports this file
+    # first: it dies with its parent from here on, even if the parent is killed while it imports torch
+    from harness.run.deathsig import die_with_parent
+
+    die_with_parent()
+
 if __name__ == "__main__":
     # imported here, not at the top: every spawned rank and every DataLoader worker re-imports this file as
     # its __mp_main__, and the CLI's imports (pandas, matplotlib, the report) cost each of them a second

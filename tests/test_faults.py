@@ -3,6 +3,7 @@ rank that hangs, Ctrl-C and SIGTERM. The cell is recorded as failed with its cau
 the other cells, no process the run started survives, and --resume completes an interrupted matrix."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -125,3 +126,83 @@ def test_interrupt_keeps_results_builds_the_report_and_resume_completes(tmp_path
     assert len(lines) == total and len({line.cell for line in lines}) == total
     assert all(line.error is None for line in lines)
     assert no_survivors(tag) == []
+
+
+# A budgeted run of three cells (the budget's first pass is the planned one, its second always runs: one pass
+# decides nothing). Positions 0-2 are pass 1; position 3 on is a budget pass.
+BUDGETED = {"storage": ["raw", "mmap", "hdf5"]}
+BUDGET_TRAINING = {"batch_size": 8, "image_size": 64, "warmup_steps": 1, "steps": 6, "workers": 0}
+
+
+def _budgeted(tmp_path, data_dir, budget: str) -> tuple:
+    path = write_scenario(tmp_path / "budgeted.toml", BUDGETED, training=BUDGET_TRAINING)
+    out = tmp_path / "out"
+    proc, tag = start("--scenario", str(path), "--budget", budget, "--order", "fixed", "--quiet",
+                      "--data-dir", str(data_dir), "--out", str(out))
+    return proc, tag, wait_for(lambda: run_dir(out), 120, "the run directory", proc)
+
+
+def test_a_budgeted_run_killed_in_its_second_pass_resumes_the_cut_pass_then_the_budget(tmp_path, data_dir):
+    proc, tag, run = _budgeted(tmp_path, data_dir, "120")
+    wait_for(lambda: any(c.repeat == 1 for c in cells(run)), 300, "the second pass's first line", proc)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert no_survivors(tag, timeout=10) == []
+    cut = sorted(c.cell for c in cells(run) if c.repeat == 1)
+    assert 1 <= len(cut) < 3, cut
+    state_path = run / "budget.json"  # the budget's state, as the run left it
+    state = json.loads(state_path.read_text()) if state_path.exists() else {"budget_s": 120.0}
+    if state_path.exists():  # its clock spent: the resume finishes the cut pass and starts no other
+        state_path.write_text(json.dumps({**state, "spent_s": state["budget_s"]}))
+    resumed, tag = start("--resume", str(run), "--quiet")
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr[-2000:]
+    lines = cells(run)
+    assert sorted(c.cell for c in lines if c.repeat == 1) == sorted(c.cell for c in lines if c.repeat == 0), \
+        [(c.cell, c.repeat) for c in lines]
+    assert len(lines) == 6 and all(c.error is None for c in lines)  # the cut pass finished, nothing else
+    assert json.loads(state_path.read_text())["spent_s"] >= state["budget_s"]  # the clock went on
+    assert no_survivors(tag) == []
+
+
+def test_a_rank_killed_in_a_budget_pass_is_an_error_line_and_exit_1(tmp_path, data_dir):
+    proc, tag, run = _budgeted(tmp_path, data_dir, "90")
+    beat = wait_for(lambda: (b := heartbeat(run, 1)) and b["position"] >= 3 and b, 300, "a budget pass", proc)
+    os.kill(beat["pid"], signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 1, stderr[-2000:]
+    failed = [c for c in cells(run) if c.error]
+    assert len(failed) == 1 and failed[0].repeat >= 1, [(c.cell, c.repeat, c.error) for c in cells(run)]
+    assert failed[0].error.startswith("rank 1 was killed by SIGKILL") and failed[0].cell == beat["cell"]
+    assert "1 cell(s) failed" in stderr
+    repeat = failed[0].repeat  # fresh ranks finished its pass
+    assert {c.cell for c in cells(run) if c.repeat == repeat} == {c.cell for c in cells(run) if c.repeat == 0}
+    assert no_survivors(tag) == []
+
+
+def _descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        for child in children(todo.pop()):
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+@pytest.mark.parametrize("moment", ["ranks starting", "mid-cell"])
+def test_sigkill_of_the_launcher_leaves_no_process(tmp_path, data_dir, moment):
+    """SIGKILL runs no handler: every process the run started (ranks, their forkservers and DataLoader
+    workers, the resource tracker) must still end within seconds."""
+    out = tmp_path / "out"
+    proc, tag = start(*SMOKE, "--data-dir", str(data_dir), "--out", str(out))
+    run = wait_for(lambda: run_dir(out), 120, "the run directory", proc)
+    if moment == "ranks starting":  # the ranks exist but have not yet run any of their own code
+        wait_for(lambda: len(_descendants(proc.pid)) >= 3, 120, "the ranks", proc)
+    else:  # a DataLoader worker of rank 1 at work (a child of its forkserver)
+        beat = wait_for(lambda: (b := heartbeat(run, 1)) and b, 180, "rank 1 in a cell", proc)
+        wait_for(lambda: _worker_of(beat["pid"]), 60, "rank 1's DataLoader worker", proc)
+    before = _descendants(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    left = no_survivors(tag, timeout=8)
+    assert left == [], (sorted(before), {p: children(p) for p in left})

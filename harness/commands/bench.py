@@ -23,7 +23,7 @@ from harness.results import rundir
 from harness.results.baseline import Baseline, machine_of
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
-from harness.run import launch, remoterun, resume, stopguard, supervisor
+from harness.run import budgetstate, launch, remoterun, resume, stopguard, supervisor
 
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
@@ -146,10 +146,18 @@ def main(request: BenchRequest) -> int:
                                  decompose=r.decompose, profile=r.profile, repeats=r.repeats,
                                  device_name=comparable["device"], regenerate=r.regenerate,
                                  verify_data=r.verify_data, order=r.order, order_seed=r.order_seed,
-                                 budget_s=budget_s, min_effect=r.gate.min_effect, started_at=time.time(),
+                                 budget_s=budget_s, min_effect=r.gate.min_effect, family_alpha=r.gate.family_alpha,
+                                 started_at=time.time() - spent_before(r, run_dir, budget_s),
                                  share_gpu=r.share_gpu)
     return remoterun.with_remote(sc, r.torchrun is not None, run_dir, lambda counters: run_until_stopped(
         r, dataclasses.replace(config, remote_counters=counters), env, baseline, run_target))
+
+
+def spent_before(request: BenchRequest, run_dir: Path, budget_s: float) -> float:
+    """The budget's clock a resumed run goes on from (0 for a new run, or on a rank other than 0)."""
+    if not (request.resume and budget_s and request.rank == 0):
+        return 0.0
+    return budgetstate.spent(run_dir)
 
 
 def stopped(request: BenchRequest, run_dir: Path, env: Environment, code: int, run_target=None) -> int:
@@ -195,7 +203,7 @@ def run_torchrun_rank(request: BenchRequest, config: launch.LaunchConfig, env: E
     that resumes it."""
     rank = request.rank
     if rank == 0:  # the plan (its random order, what is left to resume) goes from rank 0 to every rank
-        config.plan = supervisor.remaining(config, config.full_plan()) if request.resume else config.full_plan()
+        config.plan = supervisor.visits_left(config) if request.resume else config.full_plan()
     try:
         data_paths = launch.rank_main(rank, request.local_rank, config.scenario.world_size, config)
     except (UsageError, KeyboardInterrupt, supervisor.Interrupted):

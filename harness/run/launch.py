@@ -144,8 +144,10 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
         registry.load_plugin(module)
 
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
-    # worker exit); preloading makes each worker a cheap fork of a process that has imported the items.
-    mp.set_forkserver_preload(["torch", "harness.train.torchdataset", "strategies.registry", *config.plugins])
+    # worker exit); preloading makes each worker a cheap fork of a process that has imported the items, and
+    # the first preload makes the forkserver and its workers die with the rank (harness.run.forkserverinit).
+    mp.set_forkserver_preload(["harness.run.forkserverinit", "torch", "harness.train.torchdataset",
+                               "strategies.registry", *config.plugins])
     cuda = config.device == "cuda"
     # An emulated rank's stand-in model is tiny: one thread, so that idle OpenMP threads do not spin on the
     # cores the DataLoader workers need (a GPU host launches kernels from one thread too).

@@ -8,6 +8,7 @@ through RankContext) and the line gets the visit's remote figures over its windo
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
 from harness.remote import counters
 from harness.results import cellresult, rundir
-from harness.run import probe, supervisor
+from harness.run import budgetstate, probe, supervisor
 from harness.train.trainloop import RankContext, run_cell
 
 HEARTBEAT_S = 1.0
@@ -76,8 +77,9 @@ class Heartbeat:
 
 def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
             data_paths: dict[str, Path], host_group=None) -> None:
-    """The planned visits, then (with a budget) further passes while the answer is open and time is left.
-    `host_group`: the gloo group the ranks wait on while one of them does host work (harness.run.launch)."""
+    """The planned visits (with those of a budget pass cut short first: harness.run.budgetstate), then (with a
+    budget) further passes while the answer is open and time is left. `host_group`: the gloo group the ranks
+    wait on while one of them does host work (harness.run.launch)."""
     began = config.started_at or time.time()
     plan = config.todo()
     verified: set[Path] = set()
@@ -85,24 +87,45 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
         first_of_repeat = i == 0 or plan[i - 1][0] != repeat
         visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, index), first_of_repeat,
               (i, f"{i + 1}/{len(plan)}"), host_group)
-    repeat, position = config.repeats, len(plan)
+        _clock(rank, config, began)
+    position = len(plan)
     while config.budget_s:
-        todo = [budget.next_pass(rundir.read_results(config.run_dir), [c.id for c in config.cells],
-                                 config.budget_s - (time.time() - began), config.min_effect)
-                if rank == 0 else None]
-        dist.broadcast_object_list(todo, src=0)  # rank 0 decides; every rank runs the same pass
-        if not todo[0]:
-            if rank == 0:
-                print(budget.ending(rundir.read_results(config.run_dir), [c.id for c in config.cells],
-                                    config.budget_s - (time.time() - began), repeat, config.min_effect),
-                      file=sys.stderr, flush=True)
+        decided = [next_pass(config, began) if rank == 0 else None]
+        dist.broadcast_object_list(decided, src=0)  # rank 0 decides; every rank runs the same pass
+        repeat, todo = decided[0]
+        if not todo:
             break
-        order = visit_order(len(todo[0]), repeat, config.order, config.order_seed)
-        for k, j in enumerate(order):
-            visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, todo[0][j]), k == 0,
-                  (position, f"budget pass {repeat + 1}, {k + 1}/{len(order)}"), host_group)
+        for k, index in enumerate(todo):
+            visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, index), k == 0,
+                  (position, f"budget pass {repeat + 1}, {k + 1}/{len(todo)}"), host_group)
             position += 1
-        repeat += 1
+            _clock(rank, config, began)
+
+
+def next_pass(config: LaunchConfig, began: float) -> tuple[int, list[int]]:
+    """Rank 0: the next budget pass (its repeat number, the cell indices in visiting order), recorded in the
+    run's budget state before any visit; (repeat, []) when the budget ends, which is recorded too."""
+    results = rundir.read_results(config.run_dir)
+    repeat = max([config.repeats, *(r.repeat + 1 for r in results)])
+    cell_ids = [c.id for c in config.cells]
+    left = config.budget_s - (time.time() - began)
+    picked = budget.next_pass(results, cell_ids, left, config.min_effect, config.family_alpha, config.run_cpus)
+    state = budgetstate.BudgetState(config.budget_s, round(time.time() - began, 3))
+    if not picked:
+        print(budget.ending(results, cell_ids, left, repeat, config.min_effect, config.family_alpha,
+                            config.run_cpus), file=sys.stderr, flush=True)
+        budgetstate.write(config.run_dir, dataclasses.replace(state, ended=True))
+        return repeat, []
+    todo = [picked[j] for j in visit_order(len(picked), repeat, config.order, config.order_seed)]
+    budgetstate.write(config.run_dir, dataclasses.replace(state, repeat=repeat,
+                                                          cells=tuple(cell_ids[i] for i in todo)))
+    return repeat, todo
+
+
+def _clock(rank: int, config: LaunchConfig, began: float) -> None:
+    """Rank 0 of a budgeted run, after a visit: the budget's clock recorded (a resume goes on from it)."""
+    if rank == 0 and config.budget_s:
+        budgetstate.note_spent(config, time.time() - began)
 
 
 def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, data_paths: dict[str, Path],

@@ -18,10 +18,10 @@ in a cell with 2 workers on 2 ranks).
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import signal
@@ -36,10 +36,10 @@ from harness.errors import UsageError
 from harness.measure.telemetry import stat_fields
 from harness.results import rundir
 from harness.results.cellresult import CellResult, Figures
+from harness.run import budgetstate, deathsig
 
 HEARTBEATS = ".ranks"
 POLL_S = 0.1
-PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # after a rank fails, how long its peers may take to fail in turn before the cause is chosen
 STOP_GRACE_S = 10.0  # Ctrl-C / SIGTERM: how long the ranks may unwind after SIGINT before SIGKILL (measured: 3 s)
 # what a rank says when a peer died under it (gloo, NCCL): not the cause
@@ -86,15 +86,13 @@ def default_timeout(config: LaunchConfig) -> float:
 
 def detach_rank() -> None:
     """A spawned rank: its own process group (so the launcher can end it with all it started), and death
-    with the launcher."""
+    with the launcher, also where the launcher died while this rank was starting."""
     try:
         os.setpgid(0, 0)
     except OSError:
         pass
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    parent = multiprocessing.parent_process()
+    deathsig.die_with_parent(parent.pid if parent is not None else None)
 
 
 def heartbeat_dir(run_dir: Path) -> Path:
@@ -317,14 +315,20 @@ def _where(beat: dict | None) -> str:
     return f" at step {beat['step']}/{beat.get('total', '?')}"
 
 
+def visits_left(config: LaunchConfig) -> list[tuple[int, int]]:
+    """The planned visits without a line, then those of a budget pass cut short (harness.run.budgetstate)."""
+    return remaining(config, config.todo()) + budgetstate.pass_left(config)
+
+
 def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=print) -> list[str]:
-    """Run config.todo() in fresh rank groups until every cell has a line; the failures, one per cell."""
+    """Run config.todo() (and, with a budget, its passes) in fresh rank groups until every visit has a line
+    and the budget has ended; the failures, one per failed visit."""
     timeout = default_timeout(config)
     failures: list[str] = []
     while True:
         rundir.drop_cut_tail(config.run_dir / "cells.jsonl")
-        todo = remaining(config, config.todo())
-        if not todo:
+        todo = visits_left(config)
+        if not todo and not budgetstate.is_open(config):
             shutil.rmtree(heartbeat_dir(config.run_dir), ignore_errors=True)
             return failures
         group = RankGroup(replace(config, plan=todo, supervised=True), data_paths, target, prepare)
@@ -335,24 +339,39 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
             raise
         group.stop()  # a failed cell's ranks are dead, hung or stuck in a collective with a dead peer: killed
         if outcome is None:
-            continue  # every rank exited 0; anything left (none expected) starts again
-        fatal = fatal_error(config.run_dir)
-        if fatal:
-            raise UsageError(fatal)
-        cause, reached = outcome
-        rundir.drop_cut_tail(config.run_dir / "cells.jsonl")
-        left = remaining(config, todo)
-        if not left:  # every cell was written before the failure (e.g. a rank died on its way out)
+            if visits_left(config):
+                continue  # every rank exited 0; anything left (none expected) starts again
+            return failures  # the ranks ended the budget themselves
+        failure = _failed(config, outcome, data_paths, group, log)
+        if failure is None:
             return failures
-        if not reached:
-            raise RunFailed(f"the ranks failed before their first cell: {cause}")
-        cell = config.cells[left[0][1]]
-        elapsed = time.time() - group.cell_started()
-        check_data(cell, data_paths)  # damaged data is the user's to regenerate, not a failed cell (exit 1)
-        rundir.append_cell(config.run_dir, failed_line(config, left[0], cause, elapsed))
-        failures.append(f"{cell.id} (repeat {left[0][0]}): {cause}")
-        log(f"run_bench.py: cell {cell.id} failed: {cause}; fresh ranks go on with {len(left) - 1} "
-            f"remaining cell(s)")
+        failures.append(failure)
+
+
+def _failed(config: LaunchConfig, outcome: tuple[str, bool], data_paths: dict, group: RankGroup,
+            log=print) -> str | None:
+    """After a rank group failed: the visit it was in gets its error line; the failure's line (None when
+    every visit was written and the budget has ended: a rank died on its way out)."""
+    fatal = fatal_error(config.run_dir)
+    if fatal:
+        raise UsageError(fatal)
+    cause, reached = outcome
+    rundir.drop_cut_tail(config.run_dir / "cells.jsonl")
+    left = visits_left(config)
+    if not left and not budgetstate.is_open(config):
+        return None
+    if not reached:
+        raise RunFailed(f"the ranks failed before their first cell: {cause}")
+    if not left:  # between two budget passes: no visit to blame; fresh ranks go on with the budget
+        log(f"run_bench.py: a rank failed between budget passes: {cause}; fresh ranks go on with the budget")
+        return f"between budget passes: {cause}"
+    cell = config.cells[left[0][1]]
+    elapsed = time.time() - group.cell_started()
+    check_data(cell, data_paths)  # damaged data is the user's to regenerate, not a failed cell (exit 1)
+    rundir.append_cell(config.run_dir, failed_line(config, left[0], cause, elapsed))
+    log(f"run_bench.py: cell {cell.id} failed: {cause}; fresh ranks go on with {len(left) - 1} remaining "
+        f"visit(s){' and the budget' if config.budget_s else ''}")
+    return f"{cell.id} (repeat {left[0][0]}): {cause}"
 
 
 def check_data(cell, data_paths: dict) -> None:
