@@ -56,7 +56,9 @@ def fastest_lines(cells: list[CellSummary], tolerance: float = TOLERANCE) -> lis
     lines = [f"FASTEST: {name(leader)} at {leader.figures.throughput:.0f} samples/s{biased}{band}"]
     if costs := order_costs(leader, tolerance):
         lines.append(f"  its order: {cost_text(costs, tolerance)}")
-    lines.append(f"  ranges overlap its range (each cell's over its visits; not a test: EFFECTS decides): "
+    what = ("each cell's range over its visits" if lead and lead.label.startswith("min-max")
+            else "each cell's interval within its visit")
+    lines.append(f"  overlapping it ({what}; a spread, not a test: EFFECTS decides the axes): "
                  f"{len(tied)} of {len(measured) - 1} other cells" + (f": {shown}" if tied else ""))
     return lines
 
@@ -133,8 +135,8 @@ def decision_lines(decisions: Decisions) -> list[str]:
     same = sum(x.word == IDENTICAL for x in d.levels)
     last = max((x.passes or 0 for x in d.levels if x.decided), default=0)
     lines.append(f"  decided: {decided} of {len(d.levels) - same}" + (f" by pass {last}" if decided else "")
-                 + f" after {d.passes} whole pass(es) (higher, lower, or no effect larger than {m:.0%}; each "
-                 "kept once decided)"
+                 + f" after {d.passes} whole pass(es)" + ("" if d.looks else ": the first look is after pass 2")
+                 + f" (higher, lower, or no effect larger than {m:.0%}; each kept once decided)"
                  + (f"; {same} identical in every cell" if same else ""))
     return lines
 
