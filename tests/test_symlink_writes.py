@@ -106,3 +106,31 @@ def test_the_helper_keeps_writes_under_the_named_folder(tmp_path, outside):
     assert (root / "sub" / "a.txt").read_text() == "newer" and not (tmp_path / "escaped.txt").exists()
     assert sorted(p.name for p in (root / "sub").iterdir()) == ["a.txt"]  # no temporary file left
     assert untouched(outside)
+
+
+@pytest.mark.parametrize("write", ["heartbeat", "rank error", "remote figures", "trace fix"])
+def test_the_run_loops_own_files_are_refused_through_a_link(tmp_path, outside, write):
+    """The ranks' heartbeat and error files, the remote figures page and a fixed profiler trace: each writer
+    of the run loop goes through the helper."""
+    from harness.measure import profiling
+    from harness.run import remoterun, supervisor
+
+    run = tmp_path / "run"
+    run.mkdir()
+    if write in ("heartbeat", "rank error"):
+        (run / supervisor.HEARTBEATS).symlink_to(outside / "plots")
+        act = (lambda: supervisor.write_heartbeat(run, 0, cell="x")) if write == "heartbeat" else \
+            (lambda: supervisor._write_rank_error(run, 0, RuntimeError("boom")))
+    elif write == "remote figures":
+        (run / "remote.md").symlink_to(outside / "victim.md")
+        act = lambda: remoterun.write_figures(run, ["a"], "text")  # noqa: E731
+    else:
+        trace = run / "rank0.pt.trace.json"
+        trace.write_text('{"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": '
+                         '"enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"}]}')
+        (outside / "plots" / "t.json").symlink_to(trace)
+        act = lambda: profiling.fix_dataloader_events(outside / "plots" / "t.json")  # noqa: E731
+    with pytest.raises(UsageError, match=REFUSED):
+        act()
+    if write != "trace fix":
+        assert untouched(outside)

@@ -42,6 +42,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from harness import safewrite
+
 
 def is_dataloader_event(event: dict) -> bool:
     """The DataLoader-iteration events the plugin's step breakdown matches (by name, as its parser does)."""
@@ -63,10 +65,7 @@ def fix_dataloader_events(path: Path | str) -> int:
             event["cat"] = "cpu_op"
             changed += 1
     if changed:
-        tmp = path.with_name(path.name + ".tmp")
-        with tmp.open("w") as f:
-            json.dump(trace, f)
-        os.replace(tmp, path)
+        safewrite.write_text(path, json.dumps(trace))
     return changed
 
 
@@ -165,8 +164,8 @@ class CellProfiler:
             self.kernel_busy = kernel_busy(json.load(f))
         os.replace(tmp, path)
         self.trace_paths.append(path)
-        (self.out_dir / f"rank{self.rank}.kernel_busy.json").write_text(
-            json.dumps({str(n): [round(b, 1), round(s, 1)] for n, (b, s) in self.kernel_busy.items()}))
+        safewrite.write_text(self.out_dir / f"rank{self.rank}.kernel_busy.json",
+                             json.dumps({str(n): [round(b, 1), round(s, 1)] for n, (b, s) in self.kernel_busy.items()}))
 
 
 _warmed: set[tuple[str, ...]] = set()  # the activity sets this process has started a profiler with

@@ -11,6 +11,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import safewrite
 from harness.config.scenario import Scenario
 from harness.errors import UsageError
 from harness.remote import counters, tier
@@ -64,5 +65,5 @@ def write_figures(run_dir: Path, header: list[str], text: str) -> None:
     """The whole run's figures printed, and written as remote.md in the run directory (when there is one)."""
     print(f"remote figures (every reading process of every visit, merged per storage setting):\n{text}")
     if Path(run_dir).is_dir():
-        (Path(run_dir) / "remote.md").write_text("# Remote figures\n\n" + "\n".join(f"- {h}" for h in header)
-                                                 + "\n\n" + text + "\n")
+        safewrite.write_text(Path(run_dir) / "remote.md", "# Remote figures\n\n" + "\n".join(f"- {h}" for h in header)
+                             + "\n\n" + text + "\n", run_dir)

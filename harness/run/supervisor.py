@@ -30,6 +30,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
+from harness import safewrite
 from harness.config.runconfig import LaunchConfig
 from harness.data.materialise import verify_dir
 from harness.errors import UsageError
@@ -101,11 +102,9 @@ def heartbeat_dir(run_dir: Path) -> Path:
 
 def write_heartbeat(run_dir: Path, rank: int, **fields) -> None:
     """Atomically replace this rank's heartbeat file (pid, time and what it is doing)."""
-    d = heartbeat_dir(run_dir)
-    d.mkdir(exist_ok=True)
-    tmp = d / f".rank{rank}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"rank": rank, "pid": os.getpid(), "t": time.time(), **fields}))
-    os.replace(tmp, d / f"rank{rank}.json")
+    d = safewrite.make_dir(heartbeat_dir(run_dir), run_dir)
+    safewrite.write_text(d / f"rank{rank}.json", json.dumps({"rank": rank, "pid": os.getpid(), "t": time.time(),
+                                                            **fields}), run_dir)
 
 
 def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
@@ -119,13 +118,13 @@ def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
 
 
 def _write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
-    d = heartbeat_dir(run_dir)
-    d.mkdir(exist_ok=True)
+    d = safewrite.make_dir(heartbeat_dir(run_dir), run_dir)
     if (d / f"rank{rank}.error").exists():
         return  # the first error of this rank is the cause
-    (d / f"rank{rank}.error").write_text(f"{type(err).__name__}: {' '.join(str(err).split())[:500]}")
+    safewrite.write_text(d / f"rank{rank}.error", f"{type(err).__name__}: {' '.join(str(err).split())[:500]}",
+                         run_dir)
     if isinstance(err, UsageError) or getattr(err, "stops_run", False):  # a remote store's error, too
-        (d / f"rank{rank}.fatal").write_text(err.line() if hasattr(err, "line") else str(err))
+        safewrite.write_text(d / f"rank{rank}.fatal", err.line() if hasattr(err, "line") else str(err), run_dir)
 
 
 def release_frames(err: BaseException) -> None:
