@@ -24,7 +24,7 @@ litdata is an optional extra (``pip install -e ".[litdata]"``, or on a CPU torch
 from requirements-nodeps.txt, and its other dependencies, the extra ``litdata-deps``: the README's test command
 installs both); without it, selecting this storage is one line naming the ways. litdata 0.2.76 declares
 torchvision as a dependency but does not import it: installed with ``--no-deps`` and its other dependencies it
-loads beside the CPU torch (see docs/storage-read-paths.md). Random access: ``batch_decode=0`` (see
+loads beside the CPU torch (see docs/own-data.md). Random access: ``batch_decode=0`` (see
 ``BATCH_DECODE``).
 """
 from __future__ import annotations
