@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands import check_capacity
+from harness.checks.predictions import capacity as check_capacity
 from harness.errors import EXIT_OK, EXIT_REGRESSION
 
 ROOT = Path(__file__).resolve().parents[1]

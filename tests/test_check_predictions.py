@@ -1,5 +1,5 @@
 """--check-predictions end to end on the smoke scenario, one case: real cells in spawned ranks, the side
-measurements, predictions.jsonl and the table (harness.commands.check_predictions' main called with a
+measurements, predictions.jsonl and the table (harness.checks.predictions.command's main called with a
 Request, as harness.cli calls it)."""
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands import check_predictions
-from harness.commands.check_predictions import Request
+from harness.checks.predictions import command as check_predictions
+from harness.checks.predictions import table as predictiontable
+from harness.checks.predictions.calibration import bench_of
+from harness.checks.predictions.command import Request
 from harness.errors import UsageError
-from harness.report import predictiontable
-from harness.run.calibration import bench_of
 from strategies import registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,8 +119,8 @@ def test_settings_the_check_cannot_honour_are_refused(tmp_path):
 
 
 def test_the_side_measurements_on_real_files(tmp_path):
+    from harness.checks.predictions import sidebench
     from harness.data import pagecache
-    from harness.measure import sidebench
 
     files = []
     for i in range(20):
@@ -136,8 +136,8 @@ def test_the_side_measurements_on_real_files(tmp_path):
 
 
 def test_a_packed_storages_cold_read_is_measured_with_its_own_reader(tmp_path):
+    from harness.checks.predictions import sidebench
     from harness.data import pagecache
-    from harness.measure import sidebench
 
     path = tmp_path / "packed.bin"
     path.write_bytes(bytes(range(256)) * 4096)  # 1 MiB, 256 samples of 4 KiB

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis import checkcases, effects
+from harness.analysis import effects
 from harness.analysis.effects import EFFECTS, Effect
+from harness.checks.predictions import cases as predcases
 from harness.report.effecttables import read_effects, write_effects
 from harness.results import cellresult, environment, fileformat, loaderonly_rows, probeline, rundir
 from harness.results.cellresult import CELLS, CellResult
@@ -23,7 +24,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 # every format a run directory's files have, and the module that declares it beside its record
 FORMATS = {"cells.jsonl": (cellresult, CELLS), "env.json": (environment, ENV), "probe.jsonl": (probeline, PROBE),
            "loader.jsonl": (loaderonly_rows, LOADER), "decode.jsonl": (loaderonly_rows, DECODE),
-           "effects.jsonl": (effects, EFFECTS), "predictions.jsonl": (checkcases, checkcases.PREDICTIONS)}
+           "effects.jsonl": (effects, EFFECTS), "predictions.jsonl": (predcases, predcases.PREDICTIONS)}
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:
@@ -183,7 +184,7 @@ def test_a_predictions_line_of_version_1_reads_with_the_idle_host_model_as_its_h
                                 "predicted_idle_host": 1200.0, "run_cores": 1.5}) + "\n"
                     + json.dumps({"config": "calibration", "predicted": 900.0, "measured": 900.0, "error_pct": 0.0,
                                   "predicted_idle_host": 1000.0, "run_cores": 1.5}) + "\n")
-    case, calib = fileformat.read_lines(path, checkcases.PREDICTIONS)
+    case, calib = fileformat.read_lines(path, predcases.PREDICTIONS)
     assert case["predicted"] == 1200.0 and case["predicted_fitted"] == 1100.0 and case["error_pct"] == 20.0
     assert case["scored"] and case["source"] == "calibration" and "run_cores" not in case
     assert calib["flag"] == "calibration" and not calib["scored"]

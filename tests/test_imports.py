@@ -2,10 +2,12 @@
 imports inside functions too (a lazy import hides a cycle from Python, not from this test) and imports
 under `if TYPE_CHECKING:` (an annotation-only cycle is still two modules that need each other).
 
-`harness/` is in wings that follow one run, and a wing imports only the wings below it in WINGS (and the
-shared base modules); `strategies/` never imports `harness/`; no command imports another (what two commands
-share lives in a wing). The scripts (scripts/*.py, scripts/gpu/*.py, scripts/s3/*.py) keep the same size
-rules and call the wings, never a command or the command line."""
+`harness/` is in wings that follow one run (the core), and a wing imports only the wings below it in WINGS (and
+the shared base modules); the side features (FEATURES: each check under harness/checks/, ...) import the core
+wings below `commands` and the base modules, never another feature, and no core wing imports a feature;
+`strategies/` never imports `harness/`; no command imports another (what two commands share lives in a wing).
+The scripts (scripts/*.py, scripts/gpu/*.py, scripts/s3/*.py) keep the same size rules and call the wings,
+never a command or the command line."""
 from __future__ import annotations
 
 import ast
@@ -18,7 +20,13 @@ WINGS = ("measure", "remote", "data", "config", "device", "train", "results", "a
          "commands")
 BASE = {"harness.errors", "harness.progress", "harness.safewrite"}  # imported by any wing; they import no other
 # harness module but each other
-TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.fromargs"}  # the door: may import every wing
+TOP = {"harness.cli", "harness.cli.parsers", "harness.cli.fromargs"}  # the door: may import every wing and feature
+# the side features, one package each (its command, measuring, judgement and table): a feature imports the core
+# wings (all but `commands`) and BASE, never another feature; no core module imports one. Every package under
+# harness/checks/ is a feature of its own; harness/checks/__init__.py only holds them (it imports nothing).
+FEATURE_HOLDERS = ("harness.checks",)
+FEATURES = tuple(sorted(f"harness.checks.{p.name}" for p in (REPO / "harness" / "checks").iterdir()
+                        if (p / "__init__.py").exists())) + ("harness.gates", "harness.loaderonly")
 PARSER = "harness.cli.parsers"  # the one module that imports argparse
 SCRIPT_GLOBS = ("scripts/*.py", "scripts/gpu/*.py", "scripts/s3/*.py")
 
@@ -104,8 +112,14 @@ def wing_of(module: str) -> str | None:
     return parts[1] if parts[0] == "harness" and len(parts) > 1 and parts[1] in WINGS else None
 
 
-def order_violations(graph: dict[str, set[str]]) -> list[str]:
-    """Every import of harness/ that points up the wing order (or from a base module to any other)."""
+def feature_of(module: str, features: tuple[str, ...] = FEATURES) -> str | None:
+    """The feature (a package prefix of FEATURES) a module belongs to, or None (a core or base module)."""
+    return next((f for f in features if module == f or module.startswith(f + ".")), None)
+
+
+def order_violations(graph: dict[str, set[str]], features: tuple[str, ...] = FEATURES) -> list[str]:
+    """Every import of harness/ that points up the wing order (or from a base module to any other), from a
+    feature to another feature or to the commands wing, or from the core to a feature."""
     rank = {w: i for i, w in enumerate(WINGS)}
     bad = []
     for module, targets in graph.items():
@@ -118,8 +132,12 @@ def order_violations(graph: dict[str, set[str]]) -> list[str]:
             if module in BASE or target in TOP:
                 bad.append(f"{module} -> {target}")
                 continue
-            mine, theirs = wing_of(module), wing_of(target)
-            if theirs is None or mine is None or rank[theirs] > rank[mine]:
+            mine, theirs = feature_of(module, features), feature_of(target, features)
+            if mine or theirs:  # a feature's own modules, or a feature on the core below `commands`
+                ok = theirs == mine or (theirs is None and wing_of(target) not in (None, "commands"))
+            else:
+                ok = None not in (wing_of(module), wing_of(target)) and rank[wing_of(target)] <= rank[wing_of(module)]
+            if not ok:
                 bad.append(f"{module} -> {target}")
     return sorted(bad)
 
@@ -132,11 +150,34 @@ def test_the_order_check_finds_an_upward_import():
     assert order_violations({"strategies.cache.lru": {"harness.data.generator"}}) != []
 
 
+def test_the_feature_check_finds_a_feature_that_imports_another_and_the_core_that_imports_one():
+    features = ("harness.checks.a", "harness.checks.b", "harness.gates")
+    graph = {"harness.checks.a.command": {"harness.checks.a.verdict", "harness.run.launch", "harness.errors",
+                                          "harness.checks.b.table"},
+             "harness.checks.b.table": {"harness.report.tables", "harness.commands.bench"},
+             "harness.gates.gate": {"harness.checks.a.verdict"},
+             "harness.run.launch": {"harness.checks.a.verdict"},
+             "harness.cli": {"harness.checks.a.command", "harness.gates.gate"},
+             "harness.checks.a.verdict": {"harness.checks"}}
+    assert order_violations(graph, features) == [
+        "harness.checks.a.command -> harness.checks.b.table",  # a feature imports another
+        "harness.checks.a.verdict -> harness.checks",  # the holder of the checks is no wing
+        "harness.checks.b.table -> harness.commands.bench",  # a feature imports a command
+        "harness.gates.gate -> harness.checks.a.verdict",  # a future feature imports a check
+        "harness.run.launch -> harness.checks.a.verdict"]  # the core imports a feature
+    assert feature_of("harness.checks.ab.x", features) is None and feature_of("harness.gates", features)
+
+
 def test_every_harness_module_is_in_a_wing():
     graph = import_graph()
-    loose = [m for m in graph if m.startswith("harness.") and m not in BASE | TOP and wing_of(m) not in WINGS]
+    loose = [m for m in graph if m.startswith("harness.") and m not in BASE | TOP and wing_of(m) not in WINGS
+             and not feature_of(m) and m not in FEATURE_HOLDERS]
     assert loose == []
     assert all((REPO / "harness" / w / "__init__.py").read_text().strip() for w in WINGS), "a wing without a docstring"
+    packages = [f for f in FEATURES if (REPO / f.replace(".", "/") / "__init__.py").exists()]
+    assert len(packages) >= 1 and all((REPO / f.replace(".", "/") / "__init__.py").read_text().strip()
+                                      for f in packages), "a feature without a docstring"
+    assert all(graph[h] == set() for h in FEATURE_HOLDERS), "a holder of features imports"
 
 
 def test_wings_depend_downward_only():

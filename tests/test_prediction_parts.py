@@ -1,8 +1,8 @@
 """What issue 38 added to the check's model, each on numbers worked out by hand: the step's path beside the
 device (harness.analysis.stages.step_path, targetmodel.path_seconds), the ranks' CPU and wait across rank
 counts from the calibration at one rank more (checkcases.case_costs, predict_case), the CPU a run can use
-(check_predictions.usable_share), the cases across the boundaries, and the prediction's interval and its
-coverage (harness.analysis.predictioninterval)."""
+(scoring.usable_share), the cases across the boundaries, and the prediction's interval and its
+coverage (harness.checks.predictions.interval)."""
 from __future__ import annotations
 
 import math
@@ -11,13 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness.analysis import checkcases, predictioninterval, rankwait, stages
+from harness.analysis import checkcases, rankwait, stages
 from harness.analysis.targetmodel import Costs, predict
-from harness.commands import check_predictions
+from harness.checks.predictions import cases as predcases
+from harness.checks.predictions import interval, scoring
+from harness.checks.predictions.calibration import Visit
 from harness.config.accelerators import get_accelerator
 from harness.config.target import Target
 from harness.measure.rankrecord import RankRecord
-from harness.run.calibration import Visit
 
 V100 = get_accelerator("V100-16GB")
 
@@ -81,9 +82,9 @@ def test_the_ranks_cpu_and_wait_follow_the_ranks_from_the_calibration_at_one_ran
 
 def test_the_calibration_at_one_rank_more_is_found_and_the_waits_of_its_visits_pool():
     base = checkcases.CheckCase("calibration", workers=1)
-    all_cases = checkcases.cases(base, 224, None, allowance=2)
-    assert checkcases.ranks_calibration(all_cases) == "ranks 1 -> 2"
-    assert checkcases.ranks_calibration([base, replace(base, name="x", world_size=2, storage="mmap")]) is None
+    all_cases = predcases.cases(base, 224, None, allowance=2)
+    assert predcases.ranks_calibration(all_cases) == "ranks 1 -> 2"
+    assert predcases.ranks_calibration([base, replace(base, name="x", world_size=2, storage="mmap")]) is None
     pooled = rankwait.pooled([_wait(1e-4), None, replace(_wait(3e-4), busy_s=(0.02,), restarts=1, restart_s=0.05)])
     assert pooled.busy_s == (0.010, 0.012, 0.02) and pooled.cpu_s == pytest.approx(2e-4)
     assert pooled.restarts == 1 and pooled.restart_s == 0.05  # the mean of those that had one
@@ -99,44 +100,44 @@ def _visit(throughput: float, loader: float, rank: float, outside: float) -> Vis
 def test_the_cpu_a_run_can_use_is_measured_where_the_cpu_binds_it():
     # 1500 samples/s x 0.6 ms = 0.9 of the CPU, with 10% of it taken by others: 1.0 of what was left
     visits = [_visit(1500.0, 5e-4, 1e-4, 10.0), _visit(1400.0, 5e-4, 1e-4, 0.0)]
-    assert check_predictions.usable_share(visits) == pytest.approx(min(1.0, (1.0 + 0.84) / 2))
-    assert check_predictions.usable_share([_visit(1400.0, 5e-4, 1e-4, 0.0)]) == pytest.approx(0.84)
-    assert check_predictions.usable_share([]) is None
+    assert scoring.usable_share(visits) == pytest.approx(min(1.0, (1.0 + 0.84) / 2))
+    assert scoring.usable_share([_visit(1400.0, 5e-4, 1e-4, 0.0)]) == pytest.approx(0.84)
+    assert scoring.usable_share([]) is None
 
 
 def test_the_cases_cross_the_workers_ranks_and_page_cache_boundaries():
     base = checkcases.CheckCase("calibration", workers=1)
-    names = [c.name for c in checkcases.cases(base, 224, "simplejpeg", allowance=2)]
+    names = [c.name for c in predcases.cases(base, 224, "simplejpeg", allowance=2)]
     assert {"workers 1 -> 2", "workers 1 -> 0 (inline)", "ranks 1 -> 2", "ranks 1 -> 4", "page cache cold",
             "page cache cold, storage mmap", "page cache cold, storage hdf5", "decoder pil -> simplejpeg"} <= set(names)
-    by = {c.name: c for c in checkcases.cases(base, 224, None, allowance=2)}
+    by = {c.name: c for c in predcases.cases(base, 224, None, allowance=2)}
     assert by["workers 1 -> 0 (inline)"].workers == 0 and by["ranks 1 -> 4"].world_size == 4
     assert by["page cache cold, storage hdf5"].group == by["page cache cold"].group  # one launch
-    pairs = {p.name for p in checkcases.pairings(list(by.values()), 2)}
+    pairs = {p.name for p in predcases.pairings(list(by.values()), 2)}
     assert {"ranks 1 -> 4 on 2 CPUs (from 1)", "workers 1 -> 0 (inline) on 2 CPUs (from 1)"} <= pairs
     assert len(pairs) - 1 >= 16  # scored at most: every pairing but the calibration's own row
 
 
-def _spread(**kw) -> predictioninterval.Spread:
-    return predictioninterval.Spread(**{**dict(costs=(1000.0, 1000.0), load=(1000.0,), noise_sd=0.05, noise_df=2,
+def _spread(**kw) -> interval.Spread:
+    return interval.Spread(**{**dict(costs=(1000.0, 1000.0), load=(1000.0,), noise_sd=0.05, noise_df=2,
                                                 visits=2), **kw})
 
 
 def test_the_interval_propagates_each_spread_at_the_t_quantile():
     t = 2.919986  # two-sided 90%, 2 df
-    assert predictioninterval.half_width(_spread()) == pytest.approx(t * 0.05 / math.sqrt(2), rel=1e-5)
+    assert interval.half_width(_spread()) == pytest.approx(t * 0.05 / math.sqrt(2), rel=1e-5)
     costs = _spread(costs=(1000.0, 1000.0 * math.exp(0.04)))  # sd of log 0.04 / sqrt 2, over 2 visits
     var = (0.04 / math.sqrt(2)) ** 2 / 2 + 0.05 ** 2 / 2
-    assert predictioninterval.half_width(costs) == pytest.approx(t * math.sqrt(var), rel=1e-5)
+    assert interval.half_width(costs) == pytest.approx(t * math.sqrt(var), rel=1e-5)
     load = _spread(load=(900.0, 1100.0))  # the case's visits' loads move the prediction
-    assert predictioninterval.half_width(load) > predictioninterval.half_width(_spread())
-    low, high = predictioninterval.interval(2000.0, _spread())
+    assert interval.half_width(load) > interval.half_width(_spread())
+    low, high = interval.interval(2000.0, _spread())
     assert low * high == pytest.approx(2000.0 ** 2) and low < 2000.0 < high  # symmetric in log
-    assert predictioninterval.interval(2000.0, _spread(noise_df=0)) is None  # no measured spread: none stated
+    assert interval.interval(2000.0, _spread(noise_df=0)) is None  # no measured spread: none stated
 
 
 def test_the_pooled_noise_and_its_degrees_of_freedom():
-    sd, df = predictioninterval.pooled_sd([[100.0, 100.0 * math.exp(0.1)], [50.0, 50.0 * math.exp(-0.1)], [7.0]])
+    sd, df = interval.pooled_sd([[100.0, 100.0 * math.exp(0.1)], [50.0, 50.0 * math.exp(-0.1)], [7.0]])
     assert df == 2 and sd == pytest.approx(0.1 / math.sqrt(2))
 
 
@@ -150,23 +151,23 @@ def test_coverage_is_checked_both_ways_and_against_the_error_over_distinct_measu
     rows = _scored(7)
     rows.append({"scored": False, "interval": [1, 2], "inside": False})  # a calibration: not counted
     rows.append({"scored": True, "config": "x", "interval": None, "inside": False})  # no interval: not counted
-    assert predictioninterval.coverage(rows) == (7, 10)
-    line = predictioninterval.coverage_line(rows)
+    assert interval.coverage(rows) == (7, 10)
+    line = interval.coverage_line(rows)
     assert "7 of 10 scored cases (70%; 8 distinct measurements)" in line and ": too narrow" in line
-    assert ": calibrated" in predictioninterval.coverage_line(_scored(9))
-    assert ": too wide" in predictioninterval.coverage_line(_scored(10))  # every case inside is a fault too
-    wide = predictioninterval.coverage_line(_scored(9, half_pct=9.5, error_pct=2.0))
+    assert ": calibrated" in interval.coverage_line(_scored(9))
+    assert ": too wide" in interval.coverage_line(_scored(10))  # every case inside is a fault too
+    wide = interval.coverage_line(_scored(9, half_pct=9.5, error_pct=2.0))
     assert "median half-width 9.5% against a median |error| of 2.0%: covered by width" in wide
 
 
 def test_the_one_cpu_calibrations_share_is_not_used_for_its_own_launch():
-    model = check_predictions._Model(sc=None, bench=checkcases.Bench(read_s={}, decode_s={}, area={}), allowance=2,
+    model = scoring._Model(sc=None, bench=checkcases.Bench(read_s={}, decode_s={}, area={}), allowance=2,
                                      usable=0.9, ranks=None)
     base = checkcases.CheckCase("calibration")
-    one = replace(base, name=checkcases.ONE_CPU, cpus=1)
-    assert model.cpus(base, checkcases.Pairing("x", "calibration", "calibration")) == pytest.approx(1.8)
-    assert model.cpus(one, checkcases.Pairing("1 CPU (from 2)", "calibration", checkcases.ONE_CPU)) == 1.0
-    assert replace(model, usable=None).cpus(base, checkcases.Pairing("x", "calibration", "calibration")) == 2.0
+    one = replace(base, name=predcases.ONE_CPU, cpus=1)
+    assert model.cpus(base, predcases.Pairing("x", "calibration", "calibration")) == pytest.approx(1.8)
+    assert model.cpus(one, predcases.Pairing("1 CPU (from 2)", "calibration", predcases.ONE_CPU)) == 1.0
+    assert replace(model, usable=None).cpus(base, predcases.Pairing("x", "calibration", "calibration")) == 2.0
 
 
 def test_a_cold_case_takes_its_storages_requests_and_cpu():

@@ -13,7 +13,7 @@ from test_rank_cpu import SpinningDevice, batches, measured_loop, run_loop
 from harness.analysis import rankwait
 from harness.analysis.checkcases import CheckCase
 from harness.analysis.targetmodel import Costs
-from harness.commands import check_capacity
+from harness.checks.predictions import capacity as check_capacity
 from harness.config import scenario as scenario_mod
 from harness.measure.rankrecord import RankRecord
 from harness.train.batches import InMemoryBatches

@@ -1,5 +1,6 @@
 """The target model on synthetic costs with answers worked out by hand (harness.analysis.targetmodel), the
-recommendation (harness.analysis.recommend) and the check's case arithmetic (harness.analysis.checkcases)."""
+recommendation (harness.analysis.recommend) and the check's case arithmetic (harness.analysis.checkcases,
+harness.checks.predictions.cases)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -9,6 +10,7 @@ import pytest
 from harness.analysis import checkcases
 from harness.analysis.recommend import recommend
 from harness.analysis.targetmodel import Costs, capacity, predict
+from harness.checks.predictions import cases as predcases
 from harness.config.accelerators import get_accelerator
 from harness.config.target import Target
 
@@ -171,25 +173,25 @@ def test_the_check_predicts_from_the_cores_and_corrects_for_the_outside_load_it_
 
 
 def test_a_case_its_calibration_predicts_the_same_is_a_copy():
-    assert checkcases.is_copy(1010.0, 1000.0) and not checkcases.is_copy(1030.0, 1000.0)
-    assert not checkcases.is_copy(5.0, 0.0)
+    assert predcases.is_copy(1010.0, 1000.0) and not predcases.is_copy(1030.0, 1000.0)
+    assert not predcases.is_copy(5.0, 0.0)
 
 
 def test_the_pairings_cross_the_one_cpu_boundary_both_ways():
     base = checkcases.CheckCase("calibration", workers=1)
-    all_cases = checkcases.cases(base, 224, None, allowance=2)
-    assert all_cases[-1].name == checkcases.ONE_CPU and all_cases[-1].cpus == 1
-    pairs = checkcases.pairings(all_cases, 2)
+    all_cases = predcases.cases(base, 224, None, allowance=2)
+    assert all_cases[-1].name == predcases.ONE_CPU and all_cases[-1].cpus == 1
+    pairs = predcases.pairings(all_cases, 2)
     crossing = [(p.source, p.case) for p in pairs
-                if {p.source, p.case} & {checkcases.ONE_CPU} and p.source != p.case]
-    assert ("calibration", checkcases.ONE_CPU) in crossing and (checkcases.ONE_CPU, "calibration") in crossing
-    assert (checkcases.ONE_CPU, "workers 1 -> 2") in crossing and (checkcases.ONE_CPU, "ranks 1 -> 2") in crossing
-    assert pairs[0] == checkcases.Pairing("calibration", "calibration", "calibration")
-    assert checkcases.ONE_CPU not in {c.name for c in checkcases.cases(base, 224, None, allowance=1)}
+                if {p.source, p.case} & {predcases.ONE_CPU} and p.source != p.case]
+    assert ("calibration", predcases.ONE_CPU) in crossing and (predcases.ONE_CPU, "calibration") in crossing
+    assert (predcases.ONE_CPU, "workers 1 -> 2") in crossing and (predcases.ONE_CPU, "ranks 1 -> 2") in crossing
+    assert pairs[0] == predcases.Pairing("calibration", "calibration", "calibration")
+    assert predcases.ONE_CPU not in {c.name for c in predcases.cases(base, 224, None, allowance=1)}
 
 
 def test_the_error_summary():
-    s = checkcases.summary([5.0, -12.0, 20.0, None])
+    s = predcases.summary([5.0, -12.0, 20.0, None])
     assert s == {"median_abs_error_pct": 12.0, "max_abs_error_pct": 20.0, "within_15": 2, "cases": 3}
 
 

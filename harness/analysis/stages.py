@@ -72,7 +72,7 @@ def _proc_loader_s(records: list[RankRecord]) -> float | None:
     return sum(float(r.loader_cpu_s) for r in records) / samples if samples else None
 
 
-# what a run does not measure and the target model needs (harness.commands.check_predictions measures the
+# what a run does not measure and the target model needs (harness.checks.predictions measures the
 # first two on its host, bench.json): the defaults the report's target table uses, each said in its note
 RUN_DEFAULTS = ("contention 1 (a sample's CPU cost taken not to rise when every core is busy)",
                 "no extra kernel CPU for a cold read",

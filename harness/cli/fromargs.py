@@ -7,7 +7,7 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from harness.commands import check_predictions
+from harness.checks.predictions import command as check_predictions
 from harness.config import scenario
 from harness.config.request import BenchRequest, DataOptions, GateOptions, Overrides, Torchrun
 from harness.errors import UsageError

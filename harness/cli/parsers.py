@@ -6,9 +6,9 @@ import argparse
 import os
 from pathlib import Path
 
+from harness.checks.predictions import capacity as check_capacity
+from harness.checks.predictions import command as check_predictions
 from harness.commands import (
-    check_capacity,
-    check_predictions,
     check_remote,
     check_resume,
     ci_history,

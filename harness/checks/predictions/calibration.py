@@ -1,7 +1,7 @@
-"""What the prediction checks share (harness.commands.check_predictions and check_capacity): the scenario as
+"""What the prediction checks share (command.py and capacity.py beside it): the scenario as
 one launch of a check (`variant`), the storages they materialise, one launch of a group of cases as real
 cells in spawned ranks (`launch_group`, each case's `Visit` read back from its directory), and the side
-measurements beside the cells (`side_bench`, from harness.measure.sidebench), kept in bench.json and read
+measurements beside the cells (`side_bench`, from sidebench.py beside it), kept in bench.json and read
 back as the pure Bench (`bench_of`)."""
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from functools import partial
 from pathlib import Path
 
 from harness.analysis.checkcases import Bench, CheckCase
+from harness.checks.predictions import sidebench
 from harness.config.matrix import Cell, expand
 from harness.config.matrixload import StrategyChoice
 from harness.config.runconfig import LaunchConfig
@@ -26,7 +27,6 @@ from harness.data.decoders import decode_resize, resized_shapes
 from harness.data.fields import FIELDS_FOR
 from harness.data.generator import image_sides
 from harness.errors import UsageError
-from harness.measure import sidebench
 from harness.results import rundir
 from harness.results.cellresult import CellResult
 from harness.run import launch
@@ -40,7 +40,7 @@ COLD_READ_SAMPLES = 2048  # about what a launch's window reads (60 steps of 32)
 @dataclass(frozen=True)
 class Visit:
     """One measured visit of a case: its cell line, and the host's other runnable tasks during its launch
-    (harness.measure.sidebench.OutsideRunnable)."""
+    (sidebench.OutsideRunnable)."""
 
     line: CellResult
     outside: float
@@ -107,7 +107,7 @@ def samples_of(sc: Scenario) -> int:
 
 
 def side_bench(sc: Scenario, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> dict:
-    """The side measurements (harness.measure.sidebench) on the scenario's own data, as bench.json holds
+    """The side measurements (sidebench.py) on the scenario's own data, as bench.json holds
     them (bench_of reads them back as the pure Bench): each storage's read cost, the decode cost per image
     size and decoder, the resized pixels per image, the disk (one large file, then the raw storage's small
     files) and the contention factor."""

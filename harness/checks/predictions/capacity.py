@@ -28,15 +28,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.analysis import rankwait, stages
-from harness.analysis.checkcases import Bench, CheckCase, RanksWait, measured_at, predict_case
+from harness.analysis.checkcases import Bench, CheckCase, RanksWait, predict_case
 from harness.analysis.targetmodel import AU_TARGET_PCT, Costs, capacity
+from harness.checks.predictions.calibration import launch_group, materialise_storages, samples_of
+from harness.checks.predictions.cases import measured_at
 from harness.config import scenario as scenario_mod
 from harness.config.target import Target
 from harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from harness.measure import hostload
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.results import rundir
-from harness.run.calibration import launch_group, materialise_storages, samples_of
 
 SIZES = (1, 2, 4)
 CALIBRATED = (1, 2)  # the calibrations' rank counts: the costs at 1, the ranks' wait at 2
@@ -277,6 +278,6 @@ def table(rows: list[dict], accelerator: str, cores: int) -> str:
 
 
 if __name__ == "__main__":
-    print("python -m harness.commands.check_capacity is now: python run_bench.py check-capacity "
+    print("python -m harness.checks.predictions.capacity is now: python run_bench.py check-capacity "
           f"{shlex.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
     sys.exit(EXIT_USAGE)

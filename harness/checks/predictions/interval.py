@@ -25,17 +25,12 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from harness.analysis.predictioninterval import LEVEL, log_sd
 from harness.results.stats import t_quantile
 
-LEVEL = 0.90  # the stated intervals' nominal coverage
 # a check's coverage is calibrated between these (about the 5th and 99th percentiles of the share inside
 # at 90% nominal over 17 cases), with a median half-width at most WIDTH_PER_ERROR times the median error
 COVERAGE_LOW, COVERAGE_HIGH, WIDTH_PER_ERROR = 0.75, 0.97, 2.0
-# The model's own error in log samples/s (sd), as check-predictions measures it on a quiet host: the RMS of
-# log(predicted / measured) over its scored cases (docs/measurements/prediction.md has the runs). A
-# prediction for a target (ROLL OUT) carries it beside its visits' spread (target_interval).
-MODEL_ERROR_SD = 0.03
-MODEL_ERROR_DF = 16  # the distinct measurements behind it, less one
 
 
 @dataclass(frozen=True)
@@ -48,12 +43,6 @@ class Spread:
     noise_sd: float  # one visit's log samples/s sd, pooled over the other cases' visits
     noise_df: int  # its degrees of freedom
     visits: int  # the case's visits
-
-
-def log_sd(values) -> float:
-    """The sd of log of the positive values (0 with fewer than 2)."""
-    logs = [math.log(v) for v in values if v and v > 0]
-    return statistics.stdev(logs) if len(logs) > 1 else 0.0
 
 
 def pooled_sd(groups) -> tuple[float, int]:
@@ -139,25 +128,3 @@ def coverage_line(rows: list[dict], level: float = LEVEL) -> str | None:
             f"{distinct(with_interval)} distinct measurements), median half-width {half:.1f}% against a median "
             f"|error| of {error:.1f}%: {verdict} (calibrated: {COVERAGE_LOW:.0%}-{COVERAGE_HIGH:.0%} inside, "
             f"half-width at most {WIDTH_PER_ERROR:g}x the error)")
-
-
-@dataclass(frozen=True)
-class TargetInterval:
-    """A prediction for a target from each visit's costs: the median, its LEVEL interval, and what it holds."""
-
-    middle: float
-    low: float
-    high: float
-    visits: int
-    spread_sd: float  # the visits' predictions' log sd (0 with one visit)
-
-
-def target_interval(values: list[float], level: float = LEVEL, model_sd: float = MODEL_ERROR_SD) -> TargetInterval:
-    """The visits' median with a prediction interval: the visits' spread (the sd of their log predictions
-    over the square root of their count) and the model's own error (`model_sd`, as check-predictions
-    measured it), added in variance; t with the model error's df and the visits' together."""
-    n = len(values)
-    middle = statistics.median(values)
-    spread = log_sd(values)
-    h = t_quantile(level, MODEL_ERROR_DF + max(0, n - 1)) * math.sqrt(spread ** 2 / n + model_sd ** 2)
-    return TargetInterval(middle, middle * math.exp(-h), middle * math.exp(h), n, spread)

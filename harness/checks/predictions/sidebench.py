@@ -1,11 +1,11 @@
-"""The small measurements the prediction checks make besides their cells (harness.run.calibration composes
+"""The small measurements the prediction checks make besides their cells (calibration.py composes
 them): a disk's read rate and latency (cold, with the page cache dropped), the extra cost of a cold small
 file and of a storage's cold sample, the CPU cost of a reader's batches and of a decode, the CPU-cost factor
 when every core is busy, and the host's runnable tasks outside this process tree while a launch runs
 (OutsideRunnable).
 
 Each is timed with the CPU clock of the thread doing the work. What drops a file from the page cache and
-what decodes an image are given by the caller (`drop`, `decode`): this wing imports no other.
+what decodes an image are given by the caller (`drop`, `decode`): it imports harness.measure.telemetry alone.
 """
 from __future__ import annotations
 

@@ -1,12 +1,13 @@
-"""The table --check-predictions prints (harness.commands.check_predictions builds its rows): each
+"""The table --check-predictions prints (scoring.py builds its rows): each
 prediction with its interval, the absolute model beside it, the notes on the cases that miss, and the
 summaries over the scored cases; docs/prediction.md explains the columns."""
 from __future__ import annotations
 
 import statistics
 
-from harness.analysis import predictioninterval
-from harness.analysis.checkcases import COPY_PCT, summary
+from harness.analysis.predictioninterval import MODEL_ERROR_SD
+from harness.checks.predictions import interval
+from harness.checks.predictions.cases import COPY_PCT, summary
 from harness.measure import hostload
 
 
@@ -65,14 +66,14 @@ def table(rows: list[dict]) -> str:
         if s["cases"]:
             lines.append(f"{what}: median |error| {s['median_abs_error_pct']:.1f}%, max "
                          f"{s['max_abs_error_pct']:.1f}%, {s['within_15']} of {s['cases']} within 15%")
-    stated = predictioninterval.coverage_line(rows)
+    stated = interval.coverage_line(rows)
     if stated:
         lines.append(stated)
-    sd = predictioninterval.model_error_sd(rows)
+    sd = interval.model_error_sd(rows)
     if sd is not None:
         lines.append(f"the model's own error here: RMS of log(predicted / measured) {sd:.1%} over "
-                     f"{predictioninterval.distinct(scored)} distinct measurements (ROLL OUT's interval takes "
-                     f"{predictioninterval.MODEL_ERROR_SD:.0%}, measured so on a quiet host)")
+                     f"{interval.distinct(scored)} distinct measurements (ROLL OUT's interval takes "
+                     f"{MODEL_ERROR_SD:.0%}, measured so on a quiet host)")
     loads = [r.get("outside_pct") or 0.0 for r in scored]
     if loads:
         lines.append(f"outside load during the scored cases' visits (processes outside the run, % of the host's "
@@ -81,7 +82,7 @@ def table(rows: list[dict]) -> str:
                         " (a loaded host: read the headline; the absolute model is the prediction for another "
                         "machine)"))
     copies = [r["config"] for r in rows if r["flag"] == "copy"]
-    lines.append(f"scored: {len(scored)} cases ({predictioninterval.distinct(scored)} distinct measurements); "
+    lines.append(f"scored: {len(scored)} cases ({interval.distinct(scored)} distinct measurements); "
                  f"not scored: the calibrations, and {len(copies)} predicted as "
                  f"their calibration (copy, within {COPY_PCT:g}%){': ' + ', '.join(copies) if copies else ''} "
                  "(samples/s, all ranks; predicted: on the CPUs the visits had; absolute: on the whole "
