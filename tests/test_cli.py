@@ -148,8 +148,9 @@ def test_share_gpu_without_a_gpu_is_one_line_with_device_cuda_and_a_note_otherwi
 def test_one_table_dispatches_every_command_line(tmp_path):
     """Each command line reaches its entry of cli.COMMANDS with its typed request: a first word, or a mode flag of
     the default command line (--list, --self-test, --check-predictions), or the default command itself."""
+    from harness.checks.oom import command as oomcheck
     from harness.checks.predictions import command as check_predictions
-    from harness.commands import ab_gate, compare_runs, history, oomcheck, rebuild_report
+    from harness.commands import ab_gate, compare_runs, history, rebuild_report
 
     run = str(tmp_path)
     assert cli.read(["list"]) == cli.read(["--list"]) == ("list", None)

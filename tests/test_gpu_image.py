@@ -99,7 +99,7 @@ def test_every_stage_script_and_what_it_runs_imports(image_env):
             "[importlib.import_module(m) for m in ('preflight', 'events', 'streams', 'decode', 'memcheck', "
             "'nvmlbusy', 'check_run')]; "
             "from strategies.registry import load_builtins; load_builtins(); "
-            "import harness.cli, harness.run.oominject, harness.measure.profiling, harness.device.memprobe, "
+            "import harness.cli, harness.checks.oom.inject, harness.measure.profiling, harness.device.memprobe, "
             "torch.distributed.run; print('imported')")
     done = run(image_env, "-c", code)
     assert done.returncode == 0 and "imported" in done.stdout, done.stderr

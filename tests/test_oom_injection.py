@@ -2,15 +2,15 @@
 bucketed allreduce) or the optimizer step, on a model with and without BatchNorm buffers: no hang, no crash,
 the same steps on every rank; with splitting on a forward or backward OOM is absorbed (one step raised,
 replicas identical), every other case stops every rank at the same step (harness.train.ddpstep). The
-injection is harness.run.oominject; harness.commands.oomcheck prints its verdicts."""
+injection is harness.checks.oom.inject; harness.checks.oom.command prints its verdicts."""
 from __future__ import annotations
 
 import pytest
 
-from harness.commands import oomcheck
+from harness.checks.oom import command as oomcheck
+from harness.checks.oom import inject as oominject
+from harness.checks.oom.inject import Case
 from harness.errors import UsageError
-from harness.run import oominject
-from harness.run.oominject import Case
 
 CASES = [Case(m, phase, split) for m in oominject.MODELS for phase in oominject.PHASES for split in (True, False)]
 

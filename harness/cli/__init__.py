@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.checks.oom import command as oomcheck
 from harness.checks.predictions import capacity as check_capacity
 from harness.checks.predictions import command as check_predictions
 from harness.cli import parsers
@@ -60,7 +61,6 @@ from harness.commands import (
     compare_runs,
     history,
     list_scenarios,
-    oomcheck,
     rebuild_report,
     target_report,
 )

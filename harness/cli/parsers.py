@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from harness.checks.oom import command as oomcheck
+from harness.checks.oom.inject import MODELS as OOM_MODELS
 from harness.checks.predictions import capacity as check_capacity
 from harness.checks.predictions import command as check_predictions
 from harness.commands import (
@@ -13,13 +15,11 @@ from harness.commands import (
     check_resume,
     ci_history,
     history,
-    oomcheck,
 )
 from harness.config import scenariofields
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS
 from harness.errors import EXIT_USAGE
-from harness.run.oominject import MODELS as OOM_MODELS
 
 REPO = Path(__file__).resolve().parent.parent.parent
 GATE_METRICS = ("throughput", "cpu", "figures")  # harness.analysis.baselinegate.metric_keys

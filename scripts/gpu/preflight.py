@@ -30,7 +30,7 @@ OPTIONAL = {"simplejpeg": ("simplejpeg", "decoder = \"simplejpeg\" (the default 
             "lmdb": ("lmdb", "storage lmdb")}
 # what the stages run besides the scripts themselves: the CLI, oomcheck's ranks, the profiler, the memory probe,
 # the launcher of the torchrun stage
-STAGE_MODULES = ("harness.cli", "harness.commands.oomcheck", "harness.run.oominject", "harness.measure.profiling",
+STAGE_MODULES = ("harness.cli", "harness.checks.oom.command", "harness.checks.oom.inject", "harness.measure.profiling",
                  "harness.device.memprobe", "harness.train.trainloop", "torch.distributed.run")
 MIN_TORCH = (2, 11)
 BF16_CAPABILITY = (8, 0)

@@ -1,7 +1,7 @@
 """`run_bench.py oomcheck [--real]`: an OOM on one rank of a 2-rank DDP run must neither hang nor crash the
-other. Each case (model x phase x splitting on/off) is run by harness.run.oominject, whose docstring says what
+other. Each case (model x phase x splitting on/off) is run by inject.py beside it, whose docstring says what
 must hold; this prints one line per case and the verdict. Exit 0 when every case holds, 1 when one does not. Each case
-runs on a device of its own (harness.run.oominject.case_device): "steps that raised" are the OOMs the step
+runs on a device of its own (inject.case_device): "steps that raised" are the OOMs the step
 policy handled, "OOM events" the harness's figure, which counts the same steps (the steps split ahead after an
 OOM, from the device's memory of it, raised nothing and are not counted: harness.train.ddpstep).
 """
@@ -12,8 +12,8 @@ import sys
 import time
 from dataclasses import dataclass
 
+from harness.checks.oom.inject import MODELS, all_cases, holds, run
 from harness.errors import EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, UsageError
-from harness.run.oominject import MODELS, all_cases, holds, run
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class OomCheckRequest:
     """`run_bench.py oomcheck [--real] [--model NAME ...] [--timeout S]`."""
 
     real: bool = False  # a real CUDA OOM (needs a GPU); else injected, on CPU
-    models: tuple[str, ...] = ()  # only these models (harness.run.oominject.MODELS); (): every model
+    models: tuple[str, ...] = ()  # only these models (inject.MODELS); (): every model
     timeout: float = 30.0  # seconds a case may take before it is a hang
 
 
@@ -50,6 +50,6 @@ def main(request: Request) -> int:
 
 
 if __name__ == "__main__":
-    print("python -m harness.commands.oomcheck is now: python run_bench.py oomcheck "
+    print("python -m harness.checks.oom.command is now: python run_bench.py oomcheck "
           f"{shlex.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
     sys.exit(EXIT_USAGE)

@@ -1,5 +1,5 @@
 """An OOM on one rank of a 2-rank DDP run must neither hang nor crash the other: the injection and its two
-spawned ranks (harness.commands.oomcheck prints the verdicts; `run_bench.py oomcheck`).
+spawned ranks (command.py beside it prints the verdicts; `run_bench.py oomcheck`).
 
 Rank 1 runs out of memory once, in one phase of one step: the forward pass, the backward pass (part-way
 through DDP's bucketed gradient allreduce: the buckets are made small so that some are already reduced) or
@@ -13,7 +13,7 @@ What must hold (harness.train.ddpstep's policy), with splitting on (dynamic batc
 - backward, split on: the same (rank 1 lost that batch's gradient, the reduction was finished with zeros);
 - every other case: every rank stops at the same step with an error naming the phase.
 The ranks run the harness's own MeasuredLoop on batches held in memory (`holds` says whether a case's
-outcome is the policy's). In the run wing: the ranks are spawned on a free port (harness.run.launch).
+outcome is the policy's). The ranks are spawned on a free port (harness.run.launch).
 
 Each case gets a device of its own (`case_device`), as each case is a cell of its own: a CUDA device remembers
 the smallest batch that ran out (CudaDevice.note_oom) and splits every later batch that large ahead, so one
