@@ -291,8 +291,8 @@ def case_phase_barrier(rank: int) -> dict:
     under NCCL, would wait for its watchdog)."""
     import traceback
 
+    from harness.checks.selftest.fidelity import SYNTHETIC_CELL, _calibrated, _pipeline_for, _scenario
     from harness.device.devices import EmulatedDevice
-    from harness.run.fidelity import SYNTHETIC_CELL, _calibrated, _pipeline_for, _scenario
     from harness.train.trainloop import RankContext, run_cell
 
     accelerator = _calibrated(0.01)

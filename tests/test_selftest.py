@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.commands import selftest
-from harness.run.fidelity import REGIMES, Straggler
+from harness.checks.selftest import command as selftest
+from harness.checks.selftest.fidelity import REGIMES, Straggler
 
 
 @pytest.mark.slow  # rank processes and DataLoader workers
@@ -94,7 +94,7 @@ def test_a_planted_error_on_a_quiet_machine_still_fails(monkeypatch, capsys):
 
 def test_the_regimes_record_their_outside_load():
     """fidelity's rows carry the outside load measured around their regime (HostLoad of this process tree)."""
-    from harness.run import fidelity
+    from harness.checks.selftest import fidelity
 
     got = fidelity._rows("r", {"throughput": 99.0}, {"throughput": 100.0}, 0.002, outside_pct=12.5)
     assert got[0]["outside_pct"] == 12.5 and got[0]["ok"]

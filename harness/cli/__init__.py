@@ -131,7 +131,7 @@ def run_bench(given: tuple[BenchRequest, Path | None]) -> int:
 
 
 def self_test(_) -> int:
-    from harness.commands import selftest  # the fidelity workload: only for this command
+    from harness.checks.selftest import command as selftest  # the fidelity workload: only for this command
 
     return selftest.main()
 

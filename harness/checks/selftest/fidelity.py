@@ -1,4 +1,4 @@
-"""Fidelity self-test (`run_bench.py --self-test`, harness.commands.selftest prints it): the real training
+"""Fidelity self-test (`run_bench.py --self-test`, command.py beside it prints it): the real training
 loop on a calibrated synthetic workload with known answers.
 
 The loader's workers each take a known time per batch (a sleep) and the emulated accelerator's step takes a
@@ -22,7 +22,7 @@ data (T - C), rank 0 gets its batch at once (r) and then waits for rank 1 in the
 
     throughput = 2B / T   stall % = (r + T - C) / 2T   peer wait % = (T - C - r) / 2T   AU % = C / T
 
-In the run wing: it builds the scenario (config), the emulated device (device), the loop and its pipeline
+It builds the scenario (config), the emulated device (device), the loop and its pipeline
 (train), the figures (results) and spawns the straggler's ranks on a free port (harness.run.launch).
 """
 from __future__ import annotations

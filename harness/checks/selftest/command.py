@@ -1,5 +1,5 @@
 """`run_bench.py --self-test`: the harness's own figures checked on a calibrated synthetic workload with
-analytic answers (harness.run.fidelity measures; its docstring has the formulas). `run` gives the rows,
+analytic answers (fidelity.py beside it measures; its docstring has the formulas). `run` gives the rows,
 `render` the table, `main` prints it: exit 0, or 1 when a figure is off on a quiet machine. A figure that
 misses while other processes load the machine (outside load above OUTSIDE_LOAD_PCT in its regime) is measured
 again, up to REDOS times; if every miss stays disturbed, the answer is "inconclusive" (exit 4), never a FAIL."""
@@ -8,11 +8,11 @@ from __future__ import annotations
 import os
 import sys
 
+from harness.checks.selftest import fidelity
+from harness.checks.selftest.fidelity import REGIMES, TOLERANCE, Straggler
 from harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
 from harness.report.tables import Table, render_tables
-from harness.run import fidelity
-from harness.run.fidelity import REGIMES, TOLERANCE, Straggler
 
 REDOS = 2  # further rounds while a miss was measured under outside load
 
