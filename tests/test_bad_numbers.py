@@ -62,7 +62,7 @@ REMOTE = {  # check-remote's options -> what the line names
 
 @pytest.mark.parametrize("case", list(REMOTE))
 def test_check_remote_refuses_a_bad_option_before_building_anything(case, capsys, monkeypatch):
-    from harness.run import remotesweep
+    from harness.checks.remote import sweep as remotesweep
 
     def built(*_):
         raise AssertionError("the namespace and the store were built before the options were checked")

@@ -1,13 +1,13 @@
-"""check-remote's prediction (harness.analysis.remotecheck) is the target model's, built as
+"""check-remote's prediction (harness.checks.remote.model) is the target model's, built as
 harness.analysis.checkcases builds a case's: one reading worker's rate 1 / (its own time + bytes / bandwidth +
 requests x latency), and the storage bandwidth bound bandwidth / bytes; the measured side
-(harness.run.remotesweep) needs root and a shaped link (run by hand, docs/remote.md)."""
+(harness.checks.remote.sweep) needs root and a shaped link (run by hand, docs/remote.md)."""
 from __future__ import annotations
 
 import pytest
 
-from harness.analysis import remotecheck
-from harness.commands import check_remote
+from harness.checks.remote import command as check_remote
+from harness.checks.remote import model as remotecheck
 from harness.errors import UsageError
 
 
@@ -64,7 +64,7 @@ def test_the_command_needs_root_and_prints_the_notes_and_the_table(monkeypatch, 
         return [remotecheck.row(got, dict(got), s, remotecheck.CASES[0], 0.005, 0.004, 400.0) for s in (0.0, 5.0)]
 
     monkeypatch.setattr(check_remote.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(check_remote.remotesweep, "run", run)
+    monkeypatch.setattr(check_remote.sweep, "run", run)
     assert check_remote.main(check_remote.CheckRemoteRequest(bandwidths=(5.0,), rounds=1)) == 0
     assert asked == [([5.0], 8.0, 1, 512)]
     out = capsys.readouterr().out.splitlines()

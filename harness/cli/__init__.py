@@ -49,13 +49,13 @@ from typing import Any
 from harness.checks.oom import command as oomcheck
 from harness.checks.predictions import capacity as check_capacity
 from harness.checks.predictions import command as check_predictions
+from harness.checks.remote import command as check_remote
 from harness.cli import parsers
 from harness.cli.fromargs import bench_request, check_predictions_request_of, check_what_if, request_of, resume_argv
 from harness.cli.parsers import build_parser
 from harness.commands import (
     ab_gate,
     bench,
-    check_remote,
     check_resume,
     ci_history,
     compare_runs,

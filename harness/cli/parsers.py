@@ -10,8 +10,8 @@ from harness.checks.oom import command as oomcheck
 from harness.checks.oom.inject import MODELS as OOM_MODELS
 from harness.checks.predictions import capacity as check_capacity
 from harness.checks.predictions import command as check_predictions
+from harness.checks.remote import command as check_remote
 from harness.commands import (
-    check_remote,
     check_resume,
     ci_history,
     history,

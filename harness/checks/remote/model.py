@@ -1,5 +1,5 @@
 """Pure: the model side of `check-remote`, the target model's storage bounds against the project's own shaped
-store (the measuring side is harness.run.remotesweep). A case is a storage format read by one process (no
+store (the measuring side is sweep.py beside it). A case is a storage format read by one process (no
 DataLoader: the model's one worker) in random batches of BATCH samples at a number of requests in flight:
 
     webdataset  in_flight 1   one small range GET per sample: the store's own latency per request

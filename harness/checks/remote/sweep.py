@@ -1,4 +1,4 @@
-"""The measuring side of `check-remote` (its model: harness.analysis.remotecheck): each bandwidth setting in
+"""The measuring side of `check-remote` (its model: model.py beside it): each bandwidth setting in
 its own remote session (harness.remote.tier: the project's store in a network namespace behind a veth pair
 shaped with tc; root), the cases read one after another through the s3 storage by this one process, over a
 fresh small dataset; each round's unshaped calibration predicts its shaped settings. This kernel may have no
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.analysis import remotecheck
-from harness.analysis.remotecheck import BATCH, CASES
+from harness.checks.remote import model
+from harness.checks.remote.model import BATCH, CASES
 from harness.data.fields import FIELDS_FOR
 from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
@@ -83,7 +83,7 @@ def sweep(paths: dict, settings: list[float], seconds: float, spec: DatasetSpec,
                     cal[(fmt, depth)] = got
                     if CASES[0] in cal:
                         latency, idle = cal[CASES[0]]["request_s"], cal[CASES[0]]["idle_s_per_request"]
-                rows.append(remotecheck.row(cal[(fmt, depth)], got, setting, (fmt, depth), latency, idle, capacity))
+                rows.append(model.row(cal[(fmt, depth)], got, setting, (fmt, depth), latency, idle, capacity))
                 print(f"  {fmt} in_flight {depth}: predicted {rows[-1]['before']:.1f} before, "
                       f"{rows[-1]['rate']:.1f} now, measured {got['rate']:.1f} samples/s "
                       f"(outside load {got['outside_pct'] or 0:.0f}%)", file=sys.stderr)

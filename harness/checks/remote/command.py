@@ -1,5 +1,5 @@
 """The target model's storage bounds against the project's own shaped store, predicted then measured
-(harness.analysis.remotecheck: the cases, the model and the table; harness.run.remotesweep: the measuring).
+(model.py: the cases, the model and the table; sweep.py: the measuring).
 Root: the link is a network namespace and a veth pair shaped with tc. docs/measurements/remote.md has a measured table.
 
     sudo python run_bench.py check-remote                       # bandwidth 0 (calibration), 20, 10, 5 MB/s
@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from harness.analysis import remotecheck
+from harness.checks.remote import model, sweep
 from harness.config.scenariofields import number
 from harness.errors import EXIT_OK, UsageError
-from harness.run import remotesweep
 
 
 @dataclass(frozen=True)
@@ -28,8 +27,8 @@ class CheckRemoteRequest:
 
     def __post_init__(self) -> None:
         """Every option checked as the command line is read, before a namespace or a store is built."""
-        number(self.samples, "--samples", whole=True, least=remotecheck.BATCH, most=10**6,
-               remedy=f"give at least a batch ({remotecheck.BATCH} samples)")
+        number(self.samples, "--samples", whole=True, least=model.BATCH, most=10**6,
+               remedy=f"give at least a batch ({model.BATCH} samples)")
         number(self.seconds, "--seconds", above=True, most=3600, remedy="give the seconds measured per case")
         number(self.rounds, "--rounds", whole=True, least=1, most=100, remedy="give 1 or more sweeps")
         for bandwidth in self.bandwidths:
@@ -40,7 +39,7 @@ class CheckRemoteRequest:
 def main(request: CheckRemoteRequest) -> int:
     if os.geteuid() != 0:
         raise UsageError("check-remote needs root (a network namespace and tc); run it with sudo")
-    rows = remotesweep.run(list(request.bandwidths), request.seconds, request.rounds, request.samples)
-    print("\n".join(remotecheck.notes(rows, request.rounds)))
-    print("\n".join(remotecheck.table(rows)))
+    rows = sweep.run(list(request.bandwidths), request.seconds, request.rounds, request.samples)
+    print("\n".join(model.notes(rows, request.rounds)))
+    print("\n".join(model.table(rows)))
     return EXIT_OK
