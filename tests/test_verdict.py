@@ -55,9 +55,9 @@ def test_the_verdict_names_the_fastest_set_the_effects_and_what_binds():
     lines = verdict.verdict_lines(merge_repeats(results), effecttables.run_effects(results), cpu_count=2,
                                   passes=3)
     assert lines[0].startswith("FASTEST: mmap/") and "the highest of 4 cell medians: biased upward" in lines[0]
-    assert lines[1].startswith("  overlapping it (each cell's range over its visits; a spread, not a test")
+    assert lines[1].startswith("  overlapping it: 1 of 3 other cells (each cell's range over its visits; a spread")
     one = verdict.fastest_lines(merge_repeats(run(passes=1)))
-    assert one[1].startswith("  overlapping it (each cell's interval within its visit;")
+    assert "(each cell's interval within its visit;" in one[1]
     assert any(x.startswith("  storage=mmap vs raw: higher: x1.3") for x in lines)
     assert any("cache=lru vs none" in x and "no effect larger than 5%" in x for x in lines)  # x1.00, narrow
     assert lines[-1].startswith("BINDS: the host's CPU: feeding the device needs 1.5 cores per rank")

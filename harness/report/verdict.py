@@ -58,8 +58,8 @@ def fastest_lines(cells: list[CellSummary], tolerance: float = TOLERANCE) -> lis
         lines.append(f"  its order: {cost_text(costs, tolerance)}")
     what = ("each cell's range over its visits" if lead and lead.label.startswith("min-max")
             else "each cell's interval within its visit")
-    lines.append(f"  overlapping it ({what}; a spread, not a test: EFFECTS decides the axes): "
-                 f"{len(tied)} of {len(measured) - 1} other cells" + (f": {shown}" if tied else ""))
+    lines.append(f"  overlapping it: {len(tied)} of {len(measured) - 1} other cells ({what}; a spread, not a "
+                 "test: EFFECTS decides the axes)" + (f": {shown}" if tied else ""))
     return lines
 
 
