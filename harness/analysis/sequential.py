@@ -184,11 +184,6 @@ class Decisions:
     def open(self) -> list[Decision]:
         return [d for d in self.levels if d.word == OPEN]
 
-    @property
-    def settled(self) -> bool:
-        """Every level decided (or identical in every cell), or no look left: nothing more to learn."""
-        return not self.open or (self.passes > 0 and looks_left(self.passes) == 0)
-
 
 def whole_pass_ends(results: list) -> list[int]:
     """The repeat number that completes each whole pass (a pass that visited every cell), in order."""
