@@ -100,18 +100,25 @@ def step_path(records: list[RankRecord]) -> tuple[float, float]:
     return copy_s, overhead + agreement
 
 
-AGREEMENT_QUANTILE = 10  # %: the ranks' agreement on another host, from its quickest steps here (for_target)
-
-
 def agreement_floor(records: list[RankRecord]) -> float:
-    """The ranks' agreement per step where each rank has cores of its own: the AGREEMENT_QUANTILE-th
-    percentile over the window's steps of the least peer wait among the ranks. On a host with fewer cores
-    than processes the typical step's agreement also waits for a core; its quickest steps do not."""
+    """The ranks' agreement per step where each rank has cores of its own: the least over the window's steps
+    of the least peer wait among the ranks. On a host with fewer cores than processes the typical step's
+    agreement also waits for a core; its quickest step does not (on the 4xV100 run beside other work its
+    10th percentile rose with the outside load, r 0.2-0.3, the least far less)."""
     n = min((len(r.peer_wait) for r in records), default=0)
     if len(records) < 2 or not n:
         return 0.0
-    least = np.array([r.peer_wait[:n] for r in records], dtype=np.float64).min(axis=0)
-    return float(np.percentile(least, AGREEMENT_QUANTILE))
+    return float(np.array([r.peer_wait[:n] for r in records], dtype=np.float64).min())
+
+
+def main_thread_s(records: list[RankRecord]) -> float | None:
+    """The ranks' main threads' CPU seconds per sample, where every rank recorded it and loaded beside its
+    main thread (workers or a thread loader); else None."""
+    samples = sum(r.samples for r in records)
+    if not samples or any(r.rank_main_cpu_s is None or (r.workers == 0 and r.loader != "threads")
+                          for r in records):
+        return None
+    return sum(float(r.rank_main_cpu_s) for r in records) / samples
 
 
 def device_imbalance(records: list[RankRecord]) -> float:
@@ -131,9 +138,12 @@ def for_target(measured: Costs, records: list[RankRecord]) -> Costs:
     """The costs carried to another host (a [target]): the step's path beside the device without this host's
     oversubscription, which wall-clock parts measured here carry and a target with cores to spare does not:
     the copy as measured, the agreement at its floor (agreement_floor); the rank's own per-step overhead is
-    CPU work, which the rank-host bound holds in its CPU per sample; and the ranks' imbalance from the
-    device's step times (device_imbalance). What is left is CPU seconds, bytes and device time."""
-    return replace(measured, serial_step_s=agreement_floor(records), step_imbalance=device_imbalance(records))
+    CPU work, which the rank-host bound holds as its main thread's CPU per sample (main_thread_s: the
+    process's other threads, whose CPU rose with this host's load, count where the cores bind); and the
+    ranks' imbalance from the device's step times (device_imbalance). What is left is CPU seconds, bytes and
+    device time."""
+    return replace(measured, serial_step_s=agreement_floor(records), step_imbalance=device_imbalance(records),
+                   rank_main_s=main_thread_s(records))
 
 
 def costs(records: list[RankRecord], figures, workload: str, contention: float = 1.0,

@@ -9,7 +9,8 @@ rank's CPU seconds per sample, d the device seconds per sample, io a cold read's
                                                       and the ranks' agreement, per sample; measured)
     rank host bound 1 / (r k)                         the rank's own host work per step (emulated: it and the
                                                       modelled device time overlap, so the step is the longer);
-                                                      r without what its receiving thread does beside it
+                                                      r its main thread's (rank_main_s), or without what its
+                                                      receiving thread does beside it
     loader bound    W / (l k + io)                    each worker is one process (W = 0: the rank loads inline,
                                                       rate 1 / (l k + io + max(d + p, r k)))
     CPU bound       cores / (ranks per node (l + r) k) the workers and the rank share the node's cores
@@ -69,12 +70,16 @@ class Costs:
     # agreement (its least wait); a step takes the device time plus these
     copy_s: float = 0.0
     serial_step_s: float = 0.0
+    # the rank's main thread's CPU seconds per sample (None: not known): with a loader beside it, the step's
+    # own host work; the rank's other threads' CPU (rank_s) still counts where the cores bind
+    rank_main_s: float | None = None
 
     def at_idle(self) -> Costs:
         """The costs brought back to an idle host (divided by the contention factor at busy_share)."""
         f = _factor(self.contention, self.busy_share)
         return replace(self, loader_s=self.loader_s / f, rank_s=self.rank_s / f,
                        receive_ahead_s=self.receive_ahead_s / f,
+                       rank_main_s=self.rank_main_s / f if self.rank_main_s is not None else None,
                        stages={k: v / f for k, v in self.stages.items()}, busy_share=0.0)
 
 
@@ -134,8 +139,10 @@ def io_seconds(costs: Costs, target: Target) -> float:
 
 
 def rank_seconds(costs: Costs, workers: int, k: float, share: float) -> float:
-    """The rank's main thread's host seconds per sample: with DataLoader workers its receiving thread (one
-    batch ahead) runs beside it, so that share is not on the step's path."""
+    """The rank's main thread's host seconds per sample: its own clock's where known (rank_main_s), else the
+    rank's CPU less what its receiving thread (one batch ahead with DataLoader workers) does beside it."""
+    if workers > 0 and costs.rank_main_s is not None:
+        return costs.rank_main_s * k / share
     return (costs.rank_s - (costs.receive_ahead_s if workers > 0 else 0.0)) * k / share
 
 
