@@ -252,8 +252,8 @@ def test_no_two_classes_share_a_name():
 
 
 def command_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Every import of a command module (harness.commands.X) by another command module."""
-    commands = {m for m in graph if m.startswith("harness.commands.")}
+    """Every import of a command module (harness.commands.X, a feature's command.py) by another command module."""
+    commands = {m for m in graph if m.startswith("harness.commands.") or (feature_of(m) and m.endswith(".command"))}
     return sorted(f"{m} -> {t}" for m in commands for t in graph[m] if t in commands)
 
 
