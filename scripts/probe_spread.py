@@ -1,5 +1,5 @@
 """The machine probe's spread between runs on one machine, and how often the machine check refuses this
-machine's own baseline (issue 40; docs/ci-gate.md has the figures it measured).
+machine's own baseline (issue 40; docs/measurements/ci-gate.md has the figures it measured).
 
     python scripts/probe_spread.py spread [--runs 20] [--hog] [--scenario ci] [--out FILE]
     python scripts/probe_spread.py refusals BASELINE [--tries 20] [--hog] [--scenario ci] [--out FILE]

@@ -31,7 +31,7 @@ minimum effect (FIGURES) and at alpha / 3 (alpha holds for the three together), 
 (Verdict): the loader's timed stages over its decode stage, the decode stage over the reference decode, the
 rank's CPU over the reference step (harness.results.metrics.against_reference). Each is a CPU cost over work
 timed in the same visit, so that the machine's load of that minute cancels in it; together they see a
-regression in the loader, in decode and in the rank (docs/ci-gate.md has their measured spreads, from which
+regression in the loader, in decode and in the rank (docs/measurements/ci-gate.md has their measured spreads, from which
 the minimum effects are set).
 
 Exit code of a comparison: 1 when a cell is "slower", or errored now where the baseline had a result; with
@@ -54,7 +54,7 @@ METRIC_NAMES = {"normalised": "normalised throughput", "throughput": "raw throug
                 "decode_vs_reference": "decode: decode stage / reference decode",
                 "rank_vs_reference": "rank: main thread CPU / reference step"}
 # the gate's figures (metric "figures"), each with its own minimum effect: above the figure's shift beside a
-# one-core hog plus twice its spread between same-code runs on this 2-core machine (docs/ci-gate.md: loader
+# one-core hog plus twice its spread between same-code runs on this 2-core machine (docs/measurements/ci-gate.md: loader
 # x1.036 + 2 x 1.3%, decode x1.00 + 2 x 3.9%, rank x1.069 + 2 x 6.2%)
 FIGURES = {"loader_vs_decode": 0.07, "decode_vs_reference": 0.10, "rank_vs_reference": 0.20}
 LOWER_IS_BETTER = {"cpu_s_per_sample", *FIGURES}  # a rise of these is the regression
@@ -70,7 +70,7 @@ PROBE_NAMES = {"ideal_samples_per_s": ("ideal-loader probe", "samples/s"),
 # hog besides: the ideal loader 1,160 .. 3,035 samples per CPU second (x2.62; 1,890 .. 3,035 but for that one
 # probe), the memory copy 6.91 .. 10.3 GB/s (x1.49). Left out: a 100th probe, at load average 13.0, x8 slower
 # per CPU second in both figures (refused: "or this one under heavy load"). The wall-clock ideal loader
-# strayed x13 in the same probes (x39 in an earlier 20), so it is not checked. docs/ci-gate.md has the table.
+# strayed x13 in the same probes (x39 in an earlier 20), so it is not checked. docs/measurements/ci-gate.md has the table.
 # Measured again 2026-12-04 on the 2-core Intel Xeon KVM machine: 20 probes quiet (memory copy 10.5 .. 12.9
 # GB/s), then 20 beside a one-core numpy hog streaming 16 MB (a neighbour's memory traffic): 8.18 .. 8.52, and
 # 5 of those 20 refused this machine's own baseline at x1.5. Together x1.58: the memory copy's spread is x1.7.

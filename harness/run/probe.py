@@ -7,7 +7,7 @@ Measured once per repeat so cells can be reported relative to the machine they r
   what the machine check compares (harness.analysis.baselinegate.check_machine). The wall-clock figure moves
   with the host's load (the time other processes take from the probe's core), the CPU figure mostly does not:
   on the 2-core development machine beside one core of outside load, 133 to 1,989 samples/s against 1,921 to
-  2,584 per CPU second in the same six probes (measured; docs/ci-gate.md has the 20-run spreads).
+  2,584 per CPU second in the same six probes (measured; docs/measurements/ci-gate.md has the 20-run spreads).
 - memcpy_gb_s: memory-copy bandwidth of a 64 MB numpy array (best of a few copies, each timed by the thread's
   CPU clock, as the CPU figure above and for the same reason).
 """
