@@ -17,7 +17,8 @@ from harness.results.baseline import Baseline, BaselineCell, BaselineError
 from harness.results.probeline import ProbeSeries
 
 HERE = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_affinity": 2, "hostname": "vm", "memory_gb": 25.3}
-# the extremes of the 100 probes of docs/measurements/ci-gate.md (one machine, 2026-12-03): wall samples/s, GB/s, per CPU second
+# the extremes of the 100 probes of docs/measurements/ci-gate.md (one machine, 2026-12-03): wall samples/s,
+# GB/s, per CPU second
 LOWEST = ProbeSeries([224.3], [7.173], [1160.0])
 HIGHEST = ProbeSeries([2972.0], [10.30], [3035.0])
 
@@ -30,8 +31,8 @@ def baseline(machine: dict = HERE, probe: ProbeSeries = LOWEST) -> Baseline:
 @pytest.mark.parametrize("there, here", [(LOWEST, HIGHEST), (HIGHEST, LOWEST)])
 def test_the_measured_extremes_of_one_machine_are_accepted(there, here):
     """The slowest and the fastest figures this machine gave in 100 probes, quiet and beside a one-core hog
-    (but the one of docs/measurements/ci-gate.md at load average 13): one machine. (Under the old rule, each side's scatter
-    but at least x1.10, on the wall-clock figure as well: refused.)"""
+    (but the one of docs/measurements/ci-gate.md at load average 13): one machine. (Under the old rule, each
+    side's scatter but at least x1.10, on the wall-clock figure as well: refused.)"""
     assert baselinegate.check_machine(HERE, here, baseline(probe=there)) == []
 
 

@@ -70,7 +70,8 @@ PROBE_NAMES = {"ideal_samples_per_s": ("ideal-loader probe", "samples/s"),
 # hog besides: the ideal loader 1,160 .. 3,035 samples per CPU second (x2.62; 1,890 .. 3,035 but for that one
 # probe), the memory copy 6.91 .. 10.3 GB/s (x1.49). Left out: a 100th probe, at load average 13.0, x8 slower
 # per CPU second in both figures (refused: "or this one under heavy load"). The wall-clock ideal loader
-# strayed x13 in the same probes (x39 in an earlier 20), so it is not checked. docs/measurements/ci-gate.md has the table.
+# strayed x13 in the same probes (x39 in an earlier 20), so it is not checked
+# (docs/measurements/ci-gate.md has the table).
 # Measured again 2026-12-04 on the 2-core Intel Xeon KVM machine: 20 probes quiet (memory copy 10.5 .. 12.9
 # GB/s), then 20 beside a one-core numpy hog streaming 16 MB (a neighbour's memory traffic): 8.18 .. 8.52, and
 # 5 of those 20 refused this machine's own baseline at x1.5. Together x1.58: the memory copy's spread is x1.7.
