@@ -1,7 +1,8 @@
 """One protocol per axis: what the harness may call on a strategy, and nothing else.
 
-The precision, preprocess and loader axes are declarative: their strategies carry settings the harness
-applies (autocast, where pixels are prepared, what runs the loader), so their protocols are attributes.
+The precision and preprocess axes are declarative: their strategies carry settings the harness applies
+(autocast, where pixels are prepared), so their protocols are attributes. A loader strategy builds the rank's
+loader itself (``Loader.pipeline``) from what the harness hands it (``LoaderInputs``).
 
 Every member a harness uses is declared here. Optional capabilities have a default implementation in the
 axis's small base class (``StorageBase``, ``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy
@@ -12,6 +13,7 @@ structurally; :func:`missing` names the members it lacks. The protocols are ``ru
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -182,12 +184,37 @@ class PreprocessBase:
 # ---- loader: what runs the Dataset and the collate between the batch sampler and the step ----
 
 
+@dataclass(frozen=True)
+class LoaderInputs:
+    """What the harness hands a loader strategy to build one rank's loader from."""
+
+    # the rank's map-style Dataset: __getitems__(indices) -> items; for_threads() -> the same dataset made safe
+    # for a thread pool of this process (a loader that prepares batches in threads calls it)
+    dataset: Any
+    batch_sampler: Iterable[list[int]]  # the rank's batches of indices, in order
+    collate: Callable[[list], dict]  # items -> one batch
+    workers: int  # the scenario's [training] workers
+    prefetch_factor: int  # the scenario's batches in flight per worker process
+    persistent_workers: bool  # the scenario's: worker processes kept across epochs
+    pin: bool  # page-locked batches for a GPU (asynchronous copies)
+    # the stage timer's hook: seconds of a batch's hand-over done by the loader (its pinning) added to the
+    # batch's `send` stage
+    note_send: Callable[[dict, float], None] = lambda batch, seconds: None
+
+
 @runtime_checkable
 class Loader(Protocol):
-    kind: str  # "workers" (DataLoader worker processes) or "threads" (a thread pool in the rank)
+    kind: str  # the strategy's name: "workers" (DataLoader worker processes), "threads", "nodes", "spdl"
     threads: int  # threads of the pool (0: the scenario's workers, at least 1); unused by "workers"
     prefetch: int  # batches in flight per thread; unused by "workers" (the scenario's prefetch_factor)
     side_stream: bool  # copy the next batch to the device on a side CUDA stream (no-op without CUDA)
+    # True: batches are prepared in threads of the rank process; the pipeline's ``cpu_s`` is their CPU seconds
+    # so far (each thread's clock around its batches), reported as the loader's
+    in_process: bool
+
+    def pipeline(self, inputs: LoaderInputs) -> Iterable[dict]:
+        """The rank's loader: every batch of ``inputs.batch_sampler`` once, in its order, each the collate of
+        the dataset's ``__getitems__``; ``len()`` is the batch sampler's."""
 
 
 class LoaderBase:
@@ -195,6 +222,7 @@ class LoaderBase:
     threads = 0
     prefetch = 2
     side_stream = False
+    in_process = False
 
 
 PROTOCOLS: dict[str, type] = {"storage": Storage, "cache": Cache, "batching": Batching, "sampler": Sampler,

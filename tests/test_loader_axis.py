@@ -20,16 +20,22 @@ from harness.measure.rankrecord import RankRecord
 from harness.results import metrics
 from harness.results.baseline import BaselineCell
 from harness.train.devprep import DevicePrep
-from harness.train.pipeline import IN_PROCESS
 from harness.train.torchdataset import Collate, SampleDataset
 from strategies import registry
+from strategies.protocols import LoaderInputs
 from strategies.sample import Sample
 
 
 class SlowDataset:
+    threaded = False
+
     def __getitems__(self, indices):
         time.sleep(0.002 * (indices[0] % 3))  # uneven: later batches may finish first
         return [{"i": i} for i in indices]
+
+    def for_threads(self):
+        self.threaded = True
+        return self
 
 
 @pytest.mark.parametrize("kind", ["threads", "nodes", "spdl"])
@@ -38,8 +44,10 @@ def test_thread_loader_yields_every_batch_once_in_order(kind):
     in the batch sampler's order, though later batches may finish first; their threads' CPU is counted."""
     pytest.importorskip({"threads": "torch", "nodes": "torchdata.nodes", "spdl": "spdl.pipeline"}[kind])
     batches = [[i, i + 1] for i in range(0, 40, 2)]
-    loader = IN_PROCESS[kind](SlowDataset(), batches, lambda items: [it["i"] for it in items], threads=3,
-                              prefetch=2)
+    strategy, dataset = registry.create("loader", kind, threads=3, prefetch=2), SlowDataset()
+    loader = strategy.pipeline(LoaderInputs(dataset, batches, lambda items: [it["i"] for it in items], workers=1,
+                                            prefetch_factor=2, persistent_workers=False, pin=False))
+    assert strategy.in_process and dataset.threaded  # the dataset made safe for the loader's threads
     assert list(loader) == batches and len(loader) == 20
     assert loader.cpu_s > 0
     it = iter(loader)

@@ -12,6 +12,7 @@ from strategies.protocols import (
     Batching,
     BatchingBase,
     Cache,
+    Loader,
     Sampler,
     SamplerBase,
     Storage,
@@ -40,6 +41,7 @@ def test_protocol_member_names():
     assert members(Cache) == ["close", "level", "scope", "wrap"]
     assert members(Batching) == ["batch_sampler", "observe", "splits_on_oom"]
     assert members(Sampler) == ["cost", "sampler", "uses_shards"]
+    assert members(Loader) == ["in_process", "kind", "pipeline", "prefetch", "side_stream", "threads"]
 
 
 def check_conforms(axis: str, name: str) -> None:

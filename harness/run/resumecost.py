@@ -9,8 +9,8 @@ one rank's loader, rank 0 of the scenario's world, no training) and each way of 
 * ``position``: the harness's own position: the samplers here keep no mid-epoch state (each is a pure function of
   (seed, epoch), moved by ``set_epoch``), so the harness resumes by skipping the batches already delivered from
   the rebuilt batch sampler; exact whenever the batching is a function of the order (fixed batches).
-* ``state``: the loader's own state, where it has one: the nodes Loader's ``state_dict`` (harness.train.
-  nodesloader), torchdata's StatefulDataLoader for DataLoader workers (a drop-in for torch's DataLoader, which
+* ``state``: the loader's own state, where it has one: the nodes Loader's ``state_dict`` (strategies.loader.
+  nodes), torchdata's StatefulDataLoader for DataLoader workers (a drop-in for torch's DataLoader, which
   has no state of its own; it fast-forwards a batch sampler without state), and, on litdata storage, litdata's
   own StreamingDataLoader with its ``state_dict`` (litdata's shuffle instead of the harness's sampler; it reads
   the items and decodes nothing). The thread pool and SPDL keep no state.

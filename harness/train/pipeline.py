@@ -1,6 +1,7 @@
 """Build one cell's input pipeline on one rank:
 storage reader -> cache -> SampleDataset(__getitems__) -> sampler -> batching -> loader (DataLoader worker
-processes, or a thread pool in the rank: the loader axis), with pixels prepared where the preprocess axis says.
+processes, or threads of the rank: the loader axis, whose strategy builds it from LoaderInputs), with pixels
+prepared where the preprocess axis says.
 
 It also derives what the cost-aware strategies need: per-sample costs (the decode work, i.e. source
 pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from torch.utils.data import DataLoader
 
 from harness.config.matrix import Cell
 from harness.data.decoders import decoded_pixels, resized_shapes
@@ -22,10 +22,9 @@ from harness.data.fields import FIELDS_FOR
 from harness.data.generator import image_sides
 from harness.data.storageunits import note as note_units
 from harness.train.devprep import DevicePrep
-from harness.train.nodesloader import NodesPipeline
-from harness.train.spdlloader import SpdlPipeline
-from harness.train.threadloader import BatchThreadPool
+from harness.train.stagetimer import note_send
 from harness.train.torchdataset import Collate, SampleDataset
+from strategies.protocols import LoaderInputs
 
 
 @dataclass
@@ -52,7 +51,7 @@ class BatchCost:
 
 @dataclass
 class Pipeline:
-    loader: DataLoader
+    loader: object  # what the loader strategy built (Loader.pipeline): a DataLoader, or threads of the rank
     sampler: object
     batch_sampler: object
     batching: object
@@ -60,14 +59,15 @@ class Pipeline:
     costs: np.ndarray | None = None  # per-sample cost the balanced sampler balances, index-aligned
     devprep: DevicePrep | None = None  # preprocess = device: fills in pixel counts, makes the images
     side_stream: bool = False  # copy the next batch on a side CUDA stream (a no-op without CUDA)
+    in_process: bool = False  # the loader prepares batches in threads of the rank (Loader.in_process)
 
     @property
     def loader_kind(self) -> str:
-        return "threads" if isinstance(self.loader, BatchThreadPool) else "workers"
+        return "threads" if self.in_process else "workers"
 
     def loader_thread_cpu_s(self) -> float:
         """CPU seconds of a thread loader's threads so far (0 for worker processes, measured elsewhere)."""
-        return self.loader.cpu_s if isinstance(self.loader, BatchThreadPool) else 0.0
+        return self.loader.cpu_s if self.in_process else 0.0
 
     def shared_cache_stats(self):
         """A call that reads the rank-wide shared cache's statistics, or None (no SampleDataset here)."""
@@ -90,24 +90,11 @@ def _budget(ctx, accelerator, rate: str) -> tuple[float, tuple | None]:
     return float(accelerator.memory_bytes), None
 
 
-# the loaders that prepare batches in threads of the rank process (their CPU counted by thread clock)
-IN_PROCESS = {"threads": BatchThreadPool, "nodes": NodesPipeline, "spdl": SpdlPipeline}
-
-
-def _loader(ctx, dataset, batch_sampler, collate, strategy):
+def _loader_inputs(ctx, dataset, batch_sampler, collate) -> LoaderInputs:
+    """What the cell's loader strategy builds the rank's loader from (Loader.pipeline)."""
     tr = ctx.scenario.training
-    if strategy.kind in IN_PROCESS:
-        return IN_PROCESS[strategy.kind](dataset.for_threads(), batch_sampler, collate,
-                                         strategy.threads or max(1, tr.workers), strategy.prefetch,
-                                         pin=not ctx.device.emulated)
-    workers = tr.workers
-    return DataLoader(
-        dataset, batch_sampler=batch_sampler, num_workers=workers, collate_fn=collate,
-        pin_memory=not ctx.device.emulated,
-        persistent_workers=tr.persistent_workers and workers > 0,
-        prefetch_factor=tr.prefetch_factor if workers > 0 else None,
-        # forking a rank that already runs gloo threads aborts at worker exit; the forkserver is clean
-        multiprocessing_context="forkserver" if workers > 0 else None)
+    return LoaderInputs(dataset, batch_sampler, collate, workers=tr.workers, prefetch_factor=tr.prefetch_factor,
+                        persistent_workers=tr.persistent_workers, pin=not ctx.device.emulated, note_send=note_send)
 
 
 def _costs(tr, reader, sampler_strategy, sides: np.ndarray | None) -> np.ndarray:
@@ -154,8 +141,8 @@ def build(ctx, cell: Cell) -> Pipeline:
         sampler, tr.batch_size, batch_cost=BatchCost(sc.accelerator, tr.workload, shapes, rate, measured),
         budget=budget, sort_key=sort_key, rank=ctx.rank, world_size=ctx.world_size)
     loader_strategy = cell.choice("loader").create()
-    loader = _loader(ctx, dataset, batch_sampler, Collate(prep.normalise and prep.where == "host"),
-                     loader_strategy)
+    loader = loader_strategy.pipeline(
+        _loader_inputs(ctx, dataset, batch_sampler, Collate(prep.normalise and prep.where == "host")))
     devprep = DevicePrep(shapes, sides, prep.flip) if prep.where == "device" and shapes is not None else None
     return Pipeline(loader, sampler, batch_sampler, batching, cache, costs, devprep,
-                    loader_strategy.side_stream and not ctx.device.emulated)
+                    loader_strategy.side_stream and not ctx.device.emulated, loader_strategy.in_process)

@@ -79,6 +79,14 @@ def add(stage: str, seconds: float) -> None:
         account[stage] = account.get(stage, 0.0) + seconds
 
 
+def note_send(batch: dict, seconds: float) -> None:
+    """Add seconds to the `send` stage of a collated batch's account (nothing without one): the in-process
+    loaders' pinning, handed to the loader strategy as LoaderInputs.note_send."""
+    account = batch.get(STAGE_KEY)
+    if account is not None:
+        account["send"] = account.get("send", 0.0) + seconds
+
+
 def timed_total(account: dict | None) -> float:
     """Seconds of the stages an account holds."""
     return 0.0 if not account else sum(v for k, v in account.items() if k in STAGES)

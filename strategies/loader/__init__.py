@@ -1,1 +1,2 @@
-"""Loader strategies: DataLoader worker processes or a thread pool in the rank."""
+"""Loader strategies: each builds the rank's loader (Loader.pipeline): DataLoader worker processes, or threads
+of the rank (a pool of ours, torchdata.nodes', SPDL's)."""
