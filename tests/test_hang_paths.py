@@ -304,8 +304,8 @@ def case_phase_barrier(rank: int) -> dict:
         return build(ctx, cell)
 
     host = dist.new_group(backend="gloo", timeout=timedelta(seconds=GROUP_TIMEOUT_S))
-    ctx = RankContext(rank, 2, _scenario(accelerator, "features", 4, 1, 1, 4, world=2),
-                      EmulatedDevice(accelerator, "features"), {}, build_pipeline=pipeline, host_group=host)
+    ctx = RankContext.alone(rank, 2, _scenario(accelerator, "features", 4, 1, 1, 4, world=2),
+                            EmulatedDevice(accelerator, "features"), build_pipeline=pipeline, host_group=host)
     try:
         run_cell(ctx, SYNTHETIC_CELL)
     except Exception as err:  # noqa: BLE001 - where it was raised is what the test reads

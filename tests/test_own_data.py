@@ -12,6 +12,7 @@ import pytest
 from harness import cli
 from harness.config import scenario
 from harness.config.matrix import expand
+from harness.config.request import BenchRequest
 from harness.config.runconfig import LaunchConfig
 from harness.data.generator import DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
@@ -125,8 +126,8 @@ def test_storage_parameters_that_change_the_files_get_their_own_directory(tmp_pa
 def test_materialise_all_keys_the_paths_by_label_and_shares_same_files(tmp_path):
     sc = scenario.load(str(write_scenario(tmp_path / "s.toml", storages='["webdataset", { name = "webdataset", '
                                           'shard_size = 5 }, { name = "parquet", cached_groups = 1 }, "parquet"]')))
-    paths = LaunchConfig(sc, expand(sc), tmp_path / "run", tmp_path / "data", "emulated") \
-        .materialise_all(progress=False)
+    paths = LaunchConfig(BenchRequest.bare(sc.name, data_dir=tmp_path / "data"), sc, expand(sc),
+                         tmp_path / "run", "emulated").materialise_all(progress=False)
     assert sorted(paths) == ["parquet", "parquet(cached_groups=1)", "webdataset", "webdataset(shard_size=5)"]
     assert paths["parquet"] == paths["parquet(cached_groups=1)"]
     assert paths["webdataset"] != paths["webdataset(shard_size=5)"]
@@ -137,9 +138,10 @@ def test_the_pipeline_gives_the_shards_sampler_the_storages_own_shards(sources, 
     from harness.train.trainloop import RankContext
 
     sc = scenario.load(str(write_scenario(tmp_path / "s.toml", dataset=f'source = "{sources["folder"]}"')))
-    config = LaunchConfig(sc, expand(sc), tmp_path / "run", tmp_path / "data", "emulated")
+    config = LaunchConfig(BenchRequest.bare(sc.name, data_dir=tmp_path / "data"), sc, expand(sc),
+                          tmp_path / "run", "emulated")
     paths = config.materialise_all(progress=False)
-    ctx = RankContext(0, 2, sc, EmulatedDevice(sc.accelerator, "pixels"), paths)
+    ctx = RankContext(0, 2, EmulatedDevice(sc.accelerator, "pixels"), paths, config)
     got = {}
     for cell in config.cells:
         if cell.choice("sampler").name == "shards":

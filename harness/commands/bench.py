@@ -12,7 +12,7 @@ from harness.analysis import baselinegate
 from harness.analysis.gateinput import run_as_baseline
 from harness.config import datasetup, scenario, target
 from harness.config.datasetup import CC3M_SAMPLES, full_scale, with_source
-from harness.config.matrix import expand, runnable, select
+from harness.config.matrix import Cell, expand, runnable, select
 from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
 from harness.device.devices import ranks_per_gpu, run_device_name
@@ -95,7 +95,29 @@ def run_loader_only(request: BenchRequest, sc: scenario.Scenario) -> int:
 
 
 def main(request: BenchRequest) -> int:
-    """The scenario (with the command line's overrides and data), its cells, then the run."""
+    """The scenario (with the command line's overrides and data), its cells, then one of three modes: the
+    cells listed (--dry-run), each storage's read path alone (--loader-only), or the run."""
+    sc, cells, device, run_target = settle(request)
+    if request.dry_run:
+        for i, cell in enumerate(cells, 1):
+            print(f"{i:3d}  {cell.id}")
+        print(f"{len(cells)} cells x {request.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
+        return EXIT_OK
+    datasetup.scan_source(sc, request.data_dir, not request.quiet, request.overrides)  # an imported source
+    if request.loader_only:  # the storages of the selected cells (--only, --exclude)
+        storages = list(dict.fromkeys(cell.choice("storage") for cell in cells))
+        return run_loader_only(request, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
+    return run(request, sc, cells, device, run_target)
+
+
+def local_ranks(request: BenchRequest, sc: scenario.Scenario) -> int:
+    """The ranks on this node: torchrun's, else every rank of the scenario (spawned here)."""
+    return request.torchrun.local_world_size if request.torchrun else sc.world_size
+
+
+def settle(request: BenchRequest) -> tuple[scenario.Scenario, list[Cell], str, target.Target | None]:
+    """(the scenario, its cells, the device, the target), each settled once from the request; a mistake in
+    any of them, or an output path that cannot be written, stops here, before anything runs."""
     r = request
     overrides = r.overrides.given()
     if r.data.scale == "full" and r.overrides.samples is None and r.data.path is None:
@@ -106,8 +128,7 @@ def main(request: BenchRequest) -> int:
     if r.data.scale == "full":
         sc = full_scale(sc)
     run_target = target.of_scenario(sc, r.target)  # a mistake in it stops here, before anything runs
-    local_ranks = r.torchrun.local_world_size if r.torchrun else sc.world_size
-    device = launch.resolve_device(r.device, local_ranks, r.torchrun, share_gpu=r.share_gpu)
+    device = launch.resolve_device(r.device, local_ranks(r, sc), r.torchrun, share_gpu=r.share_gpu)
     shipped = sc.path is not None and Path(sc.path).resolve().parent == scenario.SCENARIO_DIR.resolve()
     cells = select(expand(sc), list(r.only), list(r.exclude), check=not shipped)
     if shipped:  # a scenario of the project's runs the cells this machine can, and says what it left out
@@ -117,18 +138,16 @@ def main(request: BenchRequest) -> int:
     rundir.check_writable_dir(r.out, "--out")  # the output paths, before anything is measured
     if r.gate.save_baseline:
         rundir.check_writable_file(r.gate.save_baseline, "--save-baseline")
-    if r.dry_run:
-        for i, cell in enumerate(cells, 1):
-            print(f"{i:3d}  {cell.id}")
-        print(f"{len(cells)} cells x {r.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
-        return EXIT_OK
-    datasetup.scan_source(sc, r.data_dir, not r.quiet, r.overrides)  # an imported source: its size, corrupt JPEGs
-    if r.loader_only:  # the storages of the selected cells (--only, --exclude)
-        storages = list(dict.fromkeys(cell.choice("storage") for cell in cells))
-        return run_loader_only(r, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
+    return sc, cells, device, run_target
+
+
+def run(request: BenchRequest, sc: scenario.Scenario, cells: list[Cell], device: str, run_target=None) -> int:
+    """The run: the data's room, the baseline checked, the run directory, then the cells in ranks (spawned,
+    or this torchrun rank), the request carried whole in the LaunchConfig."""
+    r = request
     if r.local_rank == 0:  # the process that writes the datasets
         check_data_space(sc, cells, r.data_dir, r.regenerate)
-    sharing = ranks_per_gpu(local_ranks, gpuinfo.gpu_count()) if r.share_gpu and device == "cuda" else 1
+    sharing = ranks_per_gpu(local_ranks(r, sc), gpuinfo.gpu_count()) if r.share_gpu and device == "cuda" else 1
     comparable = comparable_of(sc, device, r.cache_state, run_device_name(sc.accelerator.name, device, sharing))
     baseline = Baseline.load(r.gate.baseline) if r.gate.baseline else None
     if baseline is not None:  # fail fast, before anything runs: the settings, and the machine (the probe later)
@@ -141,16 +160,10 @@ def main(request: BenchRequest) -> int:
     if budget_s and r.budget_s is None and r.rank == 0 and not r.quiet:
         print(f"budget: passes until every effect is decided, for at most {budget_s / 60:g} min (the scenario's "
               "[run] budget_s; --quick: one pass)", file=sys.stderr)
-    config = launch.LaunchConfig(sc, cells, run_dir, r.data_dir, device, plugins=list(r.plugins),
-                                 progress=not r.quiet, cache_state=r.cache_state,
-                                 decompose=r.decompose, profile=r.profile, repeats=r.repeats,
-                                 device_name=comparable["device"], regenerate=r.regenerate,
-                                 verify_data=r.verify_data, order=r.order, order_seed=r.order_seed,
-                                 budget_s=budget_s, min_effect=r.gate.min_effect, family_alpha=r.gate.family_alpha,
-                                 started_at=time.time() - spent_before(r, run_dir, budget_s),
-                                 share_gpu=r.share_gpu)
+    config = launch.LaunchConfig(r, sc, cells, run_dir, device, device_name=comparable["device"], budget_s=budget_s,
+                                 started_at=time.time() - spent_before(r, run_dir, budget_s))
     return remoterun.with_remote(sc, r.torchrun is not None, run_dir, lambda counters: run_until_stopped(
-        r, dataclasses.replace(config, remote_counters=counters), env, baseline, run_target))
+        dataclasses.replace(config, remote_counters=counters), env, baseline, run_target))
 
 
 def spent_before(request: BenchRequest, run_dir: Path, budget_s: float) -> float:
@@ -171,11 +184,12 @@ def stopped(request: BenchRequest, run_dir: Path, env: Environment, code: int, r
     return code
 
 
-def run_until_stopped(request: BenchRequest, config: launch.LaunchConfig, env: Environment | None,
-                      baseline: Baseline | None, run_target=None) -> int:
+def run_until_stopped(config: launch.LaunchConfig, env: Environment | None, baseline: Baseline | None,
+                      run_target=None) -> int:
     """The cells, spawned or as this torchrun rank; on Ctrl-C or SIGTERM the report over the cells written
     and how to resume (exit 130 or 143)."""
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
+    request = config.request
 
     torchrun = request.torchrun is not None
 
@@ -187,7 +201,7 @@ def run_until_stopped(request: BenchRequest, config: launch.LaunchConfig, env: E
     try:
         if not torchrun:
             return finish_run(request, config.run_dir, env, baseline, spawn_ranks(config, env), run_target)
-        return run_torchrun_rank(request, config, env, baseline, run_target)
+        return run_torchrun_rank(config, env, baseline, run_target)
     except (KeyboardInterrupt, supervisor.Interrupted) as err:
         code = err.code if isinstance(err, supervisor.Interrupted) else 130
         if guard is not None:
@@ -197,10 +211,11 @@ def run_until_stopped(request: BenchRequest, config: launch.LaunchConfig, env: E
         return code
 
 
-def run_torchrun_rank(request: BenchRequest, config: launch.LaunchConfig, env: Environment | None,
-                      baseline: Baseline | None, run_target=None) -> int:
+def run_torchrun_rank(config: launch.LaunchConfig, env: Environment | None, baseline: Baseline | None,
+                      run_target=None) -> int:
     """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
     that resumes it."""
+    request = config.request
     rank = request.rank
     if rank == 0:  # the plan (its random order, what is left to resume) goes from rank 0 to every rank
         config.plan = supervisor.visits_left(config) if request.resume else config.full_plan()

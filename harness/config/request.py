@@ -105,6 +105,12 @@ class BenchRequest:
     target: Path | None = None  # --target FILE (default: the scenario's [target] table)
     torchrun: Torchrun | None = field(default=None)
 
+    @classmethod
+    def bare(cls, scenario: str, **options) -> BenchRequest:
+        """A request with no command line behind it (no argv, order seed 0): the launches a check makes of its
+        own, a rank outside a run."""
+        return cls(scenario=scenario, argv=(), order_seed=0, **options)
+
     def settled_budget_s(self, scenario_budget_s: float) -> float:
         """The budget this run spends: --budget when given, else none with --quick or --repeats N, else the
         scenario's [run] budget_s."""

@@ -1,13 +1,15 @@
-"""What one invocation runs: the scenario, its cells, where results and data go, and the measurement options.
-Shared by the launcher (process management) and each rank's loop over the cells."""
+"""What one invocation runs (LaunchConfig): the run's settings whole (harness.config.request.BenchRequest), the
+scenario and its cells, where results go, and what the launcher decided. Shared by the launcher (process
+management) and each rank's loop over the cells."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from harness.config.matrix import Cell
+from harness.config.request import BenchRequest
 from harness.config.scenario import Scenario
 
 ORDERS = ("random", "fixed")
@@ -35,36 +37,35 @@ def check_data_space(scenario: Scenario, cells: list[Cell], data_dir: Path, rege
 
 @dataclass
 class LaunchConfig:
-    scenario: Scenario
+    """One launch of a run: the run's settings held whole (`request`, frozen: what the command line asked,
+    built once by harness.cli) and what was decided from them before the ranks start: the scenario and its
+    cells, the run directory, the device, the budget. Pickled whole to each spawned rank; under torchrun each
+    process builds its own and rank 0 broadcasts run_dir and plan. A rank reads the settings here
+    (config.request), never from a copy (harness.train.trainloop.RankContext holds this whole)."""
+    request: BenchRequest
+    scenario: Scenario  # the request's scenario with its overrides, data and torchrun world (harness.commands.bench)
     cells: list[Cell]
     run_dir: Path
-    data_dir: Path
     device: str  # "cuda" or "emulated"
-    plugins: list[str] = field(default_factory=list)
-    progress: bool = True
-    cache_state: str = "as-is"
-    decompose: bool = False
-    profile: bool = False
-    share_gpu: bool = False  # --share-gpu: the ranks share the visible GPU(s), trained over gloo
-    repeats: int = 1
-    plan: list[tuple[int, int]] | None = None  # (repeat, index into cells) to run, in order; None: all
-    order: str = "fixed"  # "random": each repeat visits the cells in its own order, drawn from order_seed
-    order_seed: int = 0
-    budget_s: float = 0.0  # --budget: after the planned passes, more while the answer is open (0: none)
-    started_at: float = 0.0  # time.time() when the run began: the budget's clock (survives a rank restart)
-    min_effect: float = 0.05  # the smallest effect that matters, for the budget's decisions
-    family_alpha: float | None = None  # --family-alpha: the error rate of all the effects' decisions together
     device_name: str = ""  # the device's name as cells.jsonl records it (for lines the launcher writes)
+    budget_s: float = 0.0  # settled_budget_s: after the planned passes, more while the answer is open (0: none)
+    started_at: float = 0.0  # time.time() when the run began: the budget's clock (survives a rank restart)
+    plan: list[tuple[int, int]] | None = None  # (repeat, index into cells) to run, in order; None: all
     supervised: bool = False  # spawned under harness.run.supervisor: ranks write heartbeats under run_dir
     remote_counters: Path | None = None  # [remote]: the folder the remote readers append their counters to
+
+    @property
+    def progress(self) -> bool:
+        return not self.request.quiet
 
     def full_plan(self) -> list[tuple[int, int]]:
         """Every (repeat, cell) of the run, repeats interleaved across cells (A B C, then A B C again). With
         order "random" each repeat is a fresh permutation of the cells (C A B, B C A), a pure function of
         (order_seed, repeat): drift of the machine over the run then spreads over every axis instead of
         landing on the outermost one."""
-        return [(repeat, i) for repeat in range(self.repeats) for i in visit_order(
-            len(self.cells), repeat, self.order, self.order_seed)]
+        r = self.request
+        return [(repeat, i) for repeat in range(r.repeats) for i in visit_order(len(self.cells), repeat, r.order,
+                                                                               r.order_seed)]
 
     def todo(self) -> list[tuple[int, int]]:
         return self.full_plan() if self.plan is None else list(self.plan)
@@ -77,9 +78,6 @@ class LaunchConfig:
 
         return cpu_allowance()
 
-    regenerate: bool = False  # --regenerate: write the datasets again
-    verify_data: bool = False  # --verify-data: check every byte against the manifest (else sizes + samples)
-
     def materialise_all(self, progress: bool, regenerate: bool | None = None) -> dict[str, Path]:
         """Every storage of the matrix, with its parameters, materialised (reused when it already exists) and
         checked against its manifest (harness.data.verify: a DataError, exit 2, on a damaged file). Keyed by the
@@ -89,18 +87,18 @@ class LaunchConfig:
         from harness.data.importer import SourceSpec
         from harness.data.materialise import STAGING, materialise
 
-        regenerate = self.regenerate if regenerate is None else regenerate
-        check = "full" if self.verify_data else "quick"
-        spec = self.scenario.dataset
+        regenerate = self.request.regenerate if regenerate is None else regenerate
+        check = "full" if self.request.verify_data else "quick"
+        spec, data_dir = self.scenario.dataset, self.request.data_dir
         if isinstance(spec, SourceSpec) and regenerate:
-            materialise(spec, STAGING, self.data_dir, progress=progress, regenerate=True, check="")
+            materialise(spec, STAGING, data_dir, progress=progress, regenerate=True, check="")
         choices = sorted({c.choice("storage") for c in self.cells}, key=lambda c: c.label)
         done: dict[tuple, Path] = {}
         paths: dict[str, Path] = {}
         for choice in choices:
             key = (choice.name, getattr(choice.create(), "variant", ""))
             if key not in done:
-                done[key] = materialise(spec, choice.name, self.data_dir, progress=progress,
+                done[key] = materialise(spec, choice.name, data_dir, progress=progress,
                                         regenerate=regenerate and not (isinstance(spec, SourceSpec)
                                                                        and choice.label == STAGING),
                                         check=check, params=dict(choice.params))

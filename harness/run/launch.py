@@ -22,6 +22,7 @@ from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
 from harness.run import rankloop, supervisor
 from harness.train.agreement import end_group
+from harness.train.trainloop import RankContext
 
 PG_TIMEOUT = timedelta(seconds=300)
 # Host work the ranks wait for (writing the datasets, dropping or warming the page cache, the machine probe)
@@ -140,20 +141,21 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     process of each node materialises the data while the others wait at a barrier."""
     from strategies import registry
 
-    for module in config.plugins:
+    settings = config.request  # the run's frozen settings, as the command line gave them
+    for module in settings.plugins:
         registry.load_plugin(module)
 
     # DataLoader workers start from a forkserver (forking a rank that already runs gloo threads aborts at
     # worker exit); preloading makes each worker a cheap fork of a process that has imported the items, and
     # the first preload makes the forkserver and its workers die with the rank (harness.run.forkserverinit).
     mp.set_forkserver_preload(["harness.run.forkserverinit", "torch", "harness.train.torchdataset",
-                               "strategies.registry", *config.plugins])
+                               "strategies.registry", *settings.plugins])
     cuda = config.device == "cuda"
     # An emulated rank's stand-in model is tiny: one thread, so that idle OpenMP threads do not spin on the
     # cores the DataLoader workers need (a GPU host launches kernels from one thread too).
     torch.set_num_threads(threads_per_rank(min(world, int(os.environ.get("LOCAL_WORLD_SIZE", world))))
                           if cuda else 1)
-    share = config.share_gpu  # --share-gpu (harness.config.runconfig)
+    share = settings.share_gpu  # --share-gpu
     if cuda:
         device = CudaDevice(local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)), share)
     else:
@@ -164,7 +166,8 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
     try:
         if data_paths is None:
             data_paths = _join_torchrun_run(config, local_rank, host_group)
-        rankloop.run_all(rank, local_rank, world, config, device, data_paths, host_group)
+        rankloop.run_all(RankContext(rank, world, device, data_paths, config, local_rank=local_rank,
+                                     host_group=host_group))
         failed = False
     except KeyboardInterrupt:  # the launcher stopping every rank (Ctrl-C, SIGTERM): no peer is left behind, and
         failed = False  # destroying the group as a clean end lets the rank's queues unlink their semaphores

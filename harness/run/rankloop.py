@@ -4,7 +4,8 @@ Repeats interleave across cells (A B C A B C) so that machine drift spreads even
 machine probe once per repeat while the others wait; after each cell the ranks gather their records to
 rank 0, which appends the cell's line to cells.jsonl at once (nothing measured is lost if a later cell dies).
 Around a [remote] scenario each visit's reader is told the run's counters folder (LaunchConfig.remote_counters,
-through RankContext) and the line gets the visit's remote figures over its window (harness.remote.counters).
+read through the RankContext) and the line gets the visit's remote figures over its window
+(harness.measure.remotecounters).
 """
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from harness.analysis import budget
 from harness.config.matrix import Cell
 from harness.config.runconfig import LaunchConfig, visit_order
 from harness.data.materialise import verify_dir
+from harness.measure import remotecounters as counters
 from harness.measure.hostload import HostLoad
 from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
-from harness.remote import counters
 from harness.results import cellresult, rundir
 from harness.run import budgetstate, probe, supervisor
 from harness.train.trainloop import RankContext, run_cell
@@ -75,18 +76,18 @@ class Heartbeat:
             self.bar.close()
 
 
-def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device,
-            data_paths: dict[str, Path], host_group=None) -> None:
+def run_all(ctx: RankContext) -> None:
     """The planned visits (with those of a budget pass cut short first: harness.run.budgetstate), then (with a
-    budget) further passes while the answer is open and time is left. `host_group`: the gloo group the ranks
-    wait on while one of them does host work (harness.run.launch)."""
+    budget) further passes while the answer is open and time is left. `ctx`: this rank (harness.run.launch),
+    with the launch it belongs to (ctx.config); ctx.host_group is the gloo group the ranks wait on while one of
+    them does host work."""
+    rank, config = ctx.rank, ctx.config
     began = config.started_at or time.time()
     plan = config.todo()
     verified: set[Path] = set()
     for i, (repeat, index) in enumerate(plan):
         first_of_repeat = i == 0 or plan[i - 1][0] != repeat
-        visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, index), first_of_repeat,
-              (i, f"{i + 1}/{len(plan)}"), host_group)
+        visit(ctx, verified, (repeat, index), first_of_repeat, (i, f"{i + 1}/{len(plan)}"))
         _clock(rank, config, began)
     position = len(plan)
     while config.budget_s:
@@ -96,8 +97,8 @@ def run_all(rank: int, local_rank: int, world: int, config: LaunchConfig, device
         if not todo:
             break
         for k, index in enumerate(todo):
-            visit(rank, local_rank, world, config, device, data_paths, verified, (repeat, index), k == 0,
-                  (position, f"budget pass {repeat + 1}, {k + 1}/{len(todo)}"), host_group)
+            label = f"budget pass {repeat + 1}, {k + 1}/{len(todo)}"
+            visit(ctx, verified, (repeat, index), k == 0, (position, label))
             position += 1
             _clock(rank, config, began)
 
@@ -106,17 +107,18 @@ def next_pass(config: LaunchConfig, began: float) -> tuple[int, list[int]]:
     """Rank 0: the next budget pass (its repeat number, the cell indices in visiting order), recorded in the
     run's budget state before any visit; (repeat, []) when the budget ends, which is recorded too."""
     results = rundir.read_results(config.run_dir)
-    repeat = max([config.repeats, *(r.repeat + 1 for r in results)])
+    gate = config.request.gate
+    repeat = max([config.request.repeats, *(r.repeat + 1 for r in results)])
     cell_ids = [c.id for c in config.cells]
     left = config.budget_s - (time.time() - began)
-    picked = budget.next_pass(results, cell_ids, left, config.min_effect, config.family_alpha, config.run_cpus)
+    picked = budget.next_pass(results, cell_ids, left, gate.min_effect, gate.family_alpha, config.run_cpus)
     state = budgetstate.BudgetState(config.budget_s, round(time.time() - began, 3))
     if not picked:
-        print(budget.ending(results, cell_ids, left, repeat, config.min_effect, config.family_alpha,
+        print(budget.ending(results, cell_ids, left, repeat, gate.min_effect, gate.family_alpha,
                             config.run_cpus), file=sys.stderr, flush=True)
         budgetstate.write(config.run_dir, dataclasses.replace(state, ended=True))
         return repeat, []
-    todo = [picked[j] for j in visit_order(len(picked), repeat, config.order, config.order_seed)]
+    todo = [picked[j] for j in visit_order(len(picked), repeat, config.request.order, config.request.order_seed)]
     budgetstate.write(config.run_dir, dataclasses.replace(state, repeat=repeat,
                                                           cells=tuple(cell_ids[i] for i in todo)))
     return repeat, todo
@@ -128,18 +130,18 @@ def _clock(rank: int, config: LaunchConfig, began: float) -> None:
         budgetstate.note_spent(config, time.time() - began)
 
 
-def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, data_paths: dict[str, Path],
-          verified: set[Path], item: tuple[int, int], first_of_repeat: bool, where: tuple[int, str],
-          host_group=None) -> None:
+def visit(ctx: RankContext, verified: set[Path], item: tuple[int, int], first_of_repeat: bool,
+          where: tuple[int, str]) -> None:
     """One visit of one cell on this rank (the machine probe first when a repeat begins). `where`: the visit's
     position in the run (the heartbeat's) and its progress label."""
     position, label = where
     repeat, index = item
+    rank, config, data_paths = ctx.rank, ctx.config, ctx.data_paths
     cell = config.cells[index]
     if first_of_repeat:  # the machine probe, once per repeat, while the others wait
         if rank == 0 and repeat not in _probed(config.run_dir):
             rundir.append_probe(config.run_dir, probe.measure(config.scenario, repeat))
-        dist.barrier(group=host_group)
+        dist.barrier(group=ctx.host_group)
     storage = cell.choice("storage")
     started = time.perf_counter()
     if data_paths[storage.label] not in verified:  # sizes and sampled checksums: nothing runs on bad data
@@ -148,10 +150,7 @@ def visit(rank: int, local_rank: int, world: int, config: LaunchConfig, device, 
     show = config.progress and rank == 0
     if show:
         print(f"[{label}] {cell.id} ...", file=sys.stderr, flush=True)
-    ctx = RankContext(rank, world, config.scenario, device, data_paths, local_rank=local_rank,
-                      cache_state=config.cache_state, decompose=config.decompose,
-                      host_group=host_group, remote_counters=config.remote_counters)
-    run_one(ctx, config, cell, repeat, device, show, position=position, started=started)
+    run_one(ctx, cell, repeat, show, position=position, started=started)
 
 
 def _probed(run_dir: Path) -> set[int]:
@@ -159,16 +158,17 @@ def _probed(run_dir: Path) -> set[int]:
 
 
 def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellProfiler | None:
-    if not config.profile or repeat != 0:
+    if not config.request.profile or repeat != 0:
         return None
     return CellProfiler(config.run_dir / "traces" / cell.id.replace("/", "_"), rank,
                         skip_first=config.scenario.training.warmup_steps)
 
 
-def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, device, show: bool,
-            position: int = 0, started: float | None = None) -> None:
+def run_one(ctx: RankContext, cell: Cell, repeat: int, show: bool, position: int = 0,
+            started: float | None = None) -> None:
     """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line. `started`:
     when the visit began (its data check included); the line's elapsed_s runs from there to the gather."""
+    config = ctx.config
     started = time.perf_counter() if started is None else started
     checked = time.perf_counter()
     load = HostLoad() if ctx.rank == 0 else None  # the host's CPU used outside the run during the visit
@@ -194,8 +194,9 @@ def run_one(ctx: RankContext, config: LaunchConfig, cell: Cell, repeat: int, dev
     if ctx.rank == 0:
         gathered[0].setup_s["gather"] = round(time.perf_counter() - t_gather, 4)
     if ctx.rank == 0:
-        line = cellresult.cell_line(config.scenario, cell, config.device_name or device.name, config.device != "cuda",
-                                    gathered, time.perf_counter() - started, repeat, outside=load.stop(),
+        line = cellresult.cell_line(config.scenario, cell, config.device_name or ctx.device.name,
+                                    config.device != "cuda", gathered, time.perf_counter() - started, repeat,
+                                    outside=load.stop(),
                                     remote=counters.of_visit(config.remote_counters, gathered))
         rundir.append_cell(config.run_dir, line)
         if show:

@@ -79,7 +79,7 @@ def default_timeout(config: LaunchConfig) -> float:
         return float(tr.cell_timeout_s)
     steps = tr.steps or tr.epochs * math.ceil(config.scenario.dataset.samples
                                               / (config.scenario.world_size * tr.batch_size))
-    phases = 3 if config.decompose else 1
+    phases = 3 if config.request.decompose else 1
     return 120.0 + 3.0 * phases * (tr.warmup_steps + steps)
 
 

@@ -18,6 +18,8 @@ import torch
 import torch.distributed as dist
 
 from harness.config.matrix import Cell
+from harness.config.request import BenchRequest
+from harness.config.runconfig import LaunchConfig
 from harness.config.scenario import Scenario
 from harness.data import pagecache
 from harness.device.standin import build_model
@@ -34,18 +36,36 @@ IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase
 
 @dataclass
 class RankContext:
+    """This rank in the run, built once per rank (harness.run.launch): its place (rank, world, local rank),
+    its device and host group, the data it reads, and the launch it belongs to, held whole (`config`: the
+    scenario, the cells and the run's frozen settings, config.request), never copied field by field."""
     rank: int
     world_size: int
-    scenario: Scenario
     device: object  # EmulatedDevice | CudaDevice
     data_paths: dict[str, Path]  # storage choice's label -> materialised directory (runconfig.materialise_all)
-    progress: Callable[[int, int], None] | None = None
+    config: LaunchConfig
     local_rank: int = 0
-    cache_state: str = "as-is"  # page cache before each cell: as-is, warm or cold
-    decompose: bool = False
-    build_pipeline: Callable | None = None  # the self-test's synthetic pipeline; None: the real one
     host_group: object = None  # gloo group for waits on host work (None: the default group)
-    remote_counters: Path | None = None  # [remote]: the folder a remote reader appends its counters to
+    build_pipeline: Callable | None = None  # the self-test's synthetic pipeline; None: the real one
+    progress: Callable[[int, int], None] | None = None  # the visit's per-step callback (harness.run.rankloop)
+
+    @classmethod
+    def alone(cls, rank: int, world_size: int, scenario: Scenario, device, data_paths: dict[str, Path] | None = None,
+              **rest) -> RankContext:
+        """A rank outside a launch (the self-test's in-process cells, tests): the scenario with no command
+        line behind it (the request's defaults)."""
+        device_kind = "emulated" if device.emulated else "cuda"
+        config = LaunchConfig(BenchRequest.bare(scenario.name), scenario, [], Path("."), device_kind)
+        return cls(rank, world_size, device, data_paths or {}, config, **rest)
+
+    @property
+    def scenario(self) -> Scenario:
+        return self.config.scenario
+
+    @property
+    def remote_counters(self) -> Path | None:
+        """[remote]: the folder a remote reader appends its counters to (LaunchConfig.remote_counters)."""
+        return self.config.remote_counters
 
     def files_of(self, cell: Cell) -> list[Path]:
         """The data files of the cell's storage (for page-cache control)."""
@@ -159,10 +179,10 @@ def plan_memory(device, measure: Callable[[], tuple[float, float, float]]) -> st
 def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     """Train one cell on this rank and return its record (an OOM ends the cell, never the run).
 
-    With ctx.decompose, three phases follow one another (the differential method of "Analyzing and
-    Mitigating Data Stalls in DNN Training", VLDB 2021): compute alone on batches held in memory, the
-    pipeline with the dataset in the page cache, and with the page cache dropped. The cell's figures come
-    from the phase matching ctx.cache_state (warm unless cold was asked for).
+    With --decompose (ctx.config.request), three phases follow one another (the differential method of
+    "Analyzing and Mitigating Data Stalls in DNN Training", VLDB 2021): compute alone on batches held in
+    memory, the pipeline with the dataset in the page cache, and with the page cache dropped. The cell's
+    figures come from the phase matching the run's --cache-state (warm unless cold was asked for).
     """
     started = time.perf_counter()
     unsupported = StepPrecision.unsupported(cell.choice("precision").create(), ctx.device.torch_device)
@@ -174,13 +194,15 @@ def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     except CellSkipped as err:
         return RankRecord(rank=ctx.rank, error=str(err))
     model_s = time.perf_counter() - started
-    if not ctx.decompose:
-        record = trainer.phase(ctx.cache_state, profiler=profiler)
+    settings = ctx.config.request
+    if not settings.decompose:
+        record = trainer.phase(settings.cache_state, profiler=profiler)
     else:
+        cold_run = settings.cache_state == "cold"
         compute = trainer.phase("as-is", in_memory=True)
-        warm = trainer.phase("warm", profiler=profiler if ctx.cache_state != "cold" else None)
-        cold = trainer.phase("cold", profiler=profiler if ctx.cache_state == "cold" else None)
-        record = cold if ctx.cache_state == "cold" else warm
+        warm = trainer.phase("warm", profiler=None if cold_run else profiler)
+        cold = trainer.phase("cold", profiler=profiler if cold_run else None)
+        record = cold if cold_run else warm
         record.phases = {"compute": compute.phase_summary(), "warm": warm.phase_summary(),
                          "cold": cold.phase_summary()}
     record.param_digest = param_digest(trainer.model)

@@ -20,6 +20,7 @@ from harness.analysis.checkcases import Bench, CheckCase
 from harness.checks.predictions import sidebench
 from harness.config.matrix import Cell, expand
 from harness.config.matrixload import StrategyChoice
+from harness.config.request import BenchRequest
 from harness.config.runconfig import LaunchConfig
 from harness.config.scenario import Scenario
 from harness.data import pagecache
@@ -60,7 +61,8 @@ def materialise_storages(sc: Scenario, case: CheckCase, storages: Sequence[str],
                          steps: int, progress: bool) -> dict[str, Path]:
     """The dataset in each storage (reused when it exists): storage label -> its directory."""
     v = variant(sc, case, storages, steps)
-    return LaunchConfig(v, expand(v), run_dir, data_dir, "emulated").materialise_all(progress=progress)
+    request = BenchRequest.bare(v.name, data_dir=data_dir)
+    return LaunchConfig(request, v, expand(v), run_dir, "emulated").materialise_all(progress=progress)
 
 
 def launch_group(sc: Scenario, group: list[CheckCase], run_dir: Path, data_dir: Path, steps: int,
@@ -68,8 +70,9 @@ def launch_group(sc: Scenario, group: list[CheckCase], run_dir: Path, data_dir: 
     """One launch: the group's cases (they differ only in storage) as cells; case name -> its visit."""
     v = variant(sc, group[0], [c.storage for c in group], steps)
     cells: list[Cell] = expand(v)
-    config = LaunchConfig(v, cells, run_dir, data_dir, "emulated", plugins=list(plugins), progress=False,
-                          cache_state=group[0].cache_state, repeats=1, started_at=time.time())
+    request = BenchRequest.bare(v.name, data_dir=data_dir, plugins=tuple(plugins), quiet=True,
+                                cache_state=group[0].cache_state, order="fixed")
+    config = LaunchConfig(request, v, cells, run_dir, "emulated", started_at=time.time())
     run_dir.mkdir(parents=True, exist_ok=True)
     with confined(group[0].cpus), sidebench.OutsideRunnable() as outside:
         _, failures = launch.spawn(config, log=lambda line: None)

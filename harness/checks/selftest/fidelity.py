@@ -174,8 +174,8 @@ def run_regime(regime: Regime, steps: int, handoff_s: float, batch_size: int = 4
     steps, warmup = -(-steps // regime.workers) * regime.workers, -(-warmup // regime.workers) * regime.workers
     accelerator = _calibrated(regime.compute_s)
     scenario = _scenario(accelerator, "features", batch_size, regime.workers, warmup, steps, world=1)
-    ctx = RankContext(0, 1, scenario, EmulatedDevice(accelerator, "features"), {},
-                      build_pipeline=_pipeline_for(regime.latency_s, regime.workers))
+    ctx = RankContext.alone(0, 1, scenario, EmulatedDevice(accelerator, "features"),
+                            build_pipeline=_pipeline_for(regime.latency_s, regime.workers))
     load = HostLoad(os.getpid())  # this process and its workers are the run; the rest is outside load
     load.start()
     figures = metrics.cell_figures([run_cell(ctx, SYNTHETIC_CELL)])
@@ -211,8 +211,8 @@ def _straggler_rank(rank: int, regime: Straggler, steps: int, warmup: int, port:
     try:
         accelerator = _calibrated(regime.compute_s)
         scenario = _scenario(accelerator, "pixels", regime.batch_size, regime.workers, warmup, steps, world=2)
-        ctx = RankContext(rank, 2, scenario, EmulatedDevice(accelerator, "pixels"), {},
-                          build_pipeline=_pipeline_for(regime.latency_s[rank], regime.workers, "pixels"))
+        ctx = RankContext.alone(rank, 2, scenario, EmulatedDevice(accelerator, "pixels"),
+                                build_pipeline=_pipeline_for(regime.latency_s[rank], regime.workers, "pixels"))
         record = run_cell(ctx, SYNTHETIC_CELL)
         gathered = [None, None] if rank == 0 else None
         dist.gather_object(record, gathered, dst=0)
