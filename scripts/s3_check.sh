@@ -31,7 +31,7 @@ step() {  # step STATUS NAME DETAIL
 left_behind() {  # what of the project's is still here: servers, namespaces, links, qdiscs on lo
     "$PYTHON" - <<'PY'
 import subprocess
-from harness.remote.link import leftovers
+from harness.lab.link import leftovers
 left = leftovers()
 servers = subprocess.run(["pgrep", "-f", "moto.server"], capture_output=True, text=True).stdout.split()
 left += [f"moto server pid {p}" for p in servers]
@@ -98,7 +98,7 @@ preflight() {
         step FAIL preflight "something of the project's is already here before the check: $left"
         return 1
     fi
-    step PASS preflight "root, moto $("$PYTHON" -c 'import moto; print(moto.__version__)'), obstore $("$PYTHON" -c 'import obstore; print(obstore.__version__)'), netem $("$PYTHON" -c 'from harness.remote.link import has_netem; print("present" if has_netem() else "absent (bandwidth alone, with tbf)")')"
+    step PASS preflight "root, moto $("$PYTHON" -c 'import moto; print(moto.__version__)'), obstore $("$PYTHON" -c 'import obstore; print(obstore.__version__)'), netem $("$PYTHON" -c 'from harness.lab.link import has_netem; print("present" if has_netem() else "absent (bandwidth alone, with tbf)")')"
 }
 
 run_step() {

@@ -40,10 +40,10 @@ def smoke_run(tmp_path_factory, data_dir):
 
 @pytest.fixture(scope="module")
 def s3_server():
-    """The project's own S3 store (moto's server mode on loopback, harness.remote.server) with its AWS
+    """The project's own S3 store (moto's server mode on loopback, harness.lab.server) with its AWS
     environment set for the module's tests, and the environment as it was after them (a module that asks for it
     skips first where moto's server mode or obstore is missing)."""
-    from harness.remote.server import ObjectServer
+    from harness.lab.server import ObjectServer
 
     saved = dict(os.environ)
     with ObjectServer("dlbench") as s:

@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("harness", "strategies")
 # lowest first: a module of a wing may import its own wing and the wings before it, never one after it
-WINGS = ("measure", "remote", "data", "config", "device", "train", "results", "analysis", "run", "report", "history",
+WINGS = ("measure", "lab", "data", "config", "device", "train", "results", "analysis", "run", "report", "history",
          "commands")
 BASE = {"harness.errors", "harness.progress", "harness.safewrite"}  # imported by any wing; they import no other
 # harness module but each other

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from harness import cli
+from harness.data import bucket
+from harness.data.bucket import MIRROR_ENV
 from harness.errors import UsageError
-from harness.remote import bucket
-from harness.remote.bucket import MIRROR_ENV
 
 HOSTILE = ("s3://evil/../../escaped", "s3://nosuchbucket/../../../made_before_listing", "s3://../x", "s3://./x",
            "s3://..", "s3://b//abs", "s3://b/a/./c", "s3://b/a//c")

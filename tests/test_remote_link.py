@@ -19,10 +19,10 @@ pytest.importorskip("moto.server", reason="the local object store needs moto's s
 pytestmark = pytest.mark.slow  # servers, namespaces and child processes of their own
 
 from harness.errors import UsageError  # noqa: E402
-from harness.remote import link  # noqa: E402
-from harness.remote.link import Shape, ShapedLink, has_netem, leftovers, missing_tools  # noqa: E402
-from harness.remote.server import ObjectServer, allowed_host, request_cost  # noqa: E402
-from harness.remote.tier import session, settings  # noqa: E402
+from harness.lab import link  # noqa: E402
+from harness.lab.link import Shape, ShapedLink, has_netem, leftovers, missing_tools  # noqa: E402
+from harness.lab.server import ObjectServer, allowed_host, request_cost  # noqa: E402
+from harness.lab.tier import session, settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NO_LINK = missing_tools()
@@ -58,7 +58,7 @@ def test_only_loopback_or_our_namespace_is_contacted():
 CHILD = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from harness.remote.tier import session, settings
+from harness.lab.tier import session, settings
 with session(settings("t.toml", {raw!r}), measure_cost=False) as s:
     print(s.server.process.pid, s.link.netns if s.link else "-", flush=True)
     if {fail!r}:
@@ -153,7 +153,7 @@ def test_session_sets_and_restores_the_environment():
 def test_a_killed_runs_namespace_link_and_log_are_removed_by_the_next_run():
     """SIGKILL (or the OOM killer) runs no exit handler: the namespace dlbench-<pid>, its veth and the moto log
     stayed. The next run's link (and server) remove what a dead run left, and never a live run's."""
-    from harness.remote.server import remove_dead_logs
+    from harness.lab.server import remove_dead_logs
 
     child = _child({"bandwidth_mb_s": 50})
     first = child.stdout.readline().split()

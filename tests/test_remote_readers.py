@@ -15,7 +15,7 @@ pytest.importorskip("obstore", reason="the s3 storage reads through obstore: pip
 
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
 from harness.data.materialise import materialise  # noqa: E402
-from harness.remote import counters  # noqa: E402
+from harness.measure import remotecounters  # noqa: E402
 from harness.run import remoterun  # noqa: E402
 from strategies import registry  # noqa: E402
 from strategies.remote.s3client import parse_url  # noqa: E402
@@ -80,7 +80,7 @@ def test_litdata_reads_the_chunks_from_the_bucket_itself(s3_server, tmp_path):
     assert [s.index for s in got] == [39, 0, 17]
     assert all(s.same_as(generate_sample(SPEC, s.index)) for s in got)
     reader.close()
-    f = counters.figures(stats, registry.create("storage", "s3", **params).label())
+    f = remotecounters.figures(stats, registry.create("storage", "s3", **params).label())
     assert f.samples == 3 and f.clients == "litdata"
     assert f.requests_per_sample is None  # litdata's own requests: not counted, shown as "-"
     assert remoterun.row("c", f)[1] == "-"

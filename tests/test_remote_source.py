@@ -11,11 +11,11 @@ import pytest
 pytest.importorskip("moto.server", reason="the local object store needs moto's server mode: pip install 'moto[server]'")
 pytestmark = pytest.mark.slow  # the object store is a process of its own
 
+from harness.data.bucket import MIRROR_ENV, url_of  # noqa: E402
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
 from harness.data.importer import SourceSpec  # noqa: E402
 from harness.errors import UsageError  # noqa: E402
-from harness.remote.bucket import MIRROR_ENV, url_of  # noqa: E402
-from harness.remote.server import ObjectServer  # noqa: E402
+from harness.lab.server import ObjectServer  # noqa: E402
 
 SPEC = DatasetSpec(samples=6, seed=2, profile="tiny")
 
@@ -99,7 +99,7 @@ def test_an_absolute_key_with_an_empty_prefix_is_refused(hostile, bucket):
 
 
 def test_the_prefix_matches_whole_path_segments(hostile):
-    from harness.remote.bucket import mirror
+    from harness.data.bucket import mirror
 
     root = mirror("s3://dlbench/data")
     assert sorted(p.name for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")) == ["ok.txt"]
@@ -126,7 +126,7 @@ def test_a_key_that_is_also_a_folder_is_named_and_nothing_is_fetched(bucket, tmp
 
 
 def test_a_failed_download_leaves_no_part_file(bucket, tmp_path, monkeypatch):
-    from harness.remote import bucket as bucket_mod
+    from harness.data import bucket as bucket_mod
 
     def broken(self, bucket_name, key, filename, *args, **kwargs):
         Path(filename).write_bytes(b"half")
@@ -141,7 +141,7 @@ def test_a_failed_download_leaves_no_part_file(bucket, tmp_path, monkeypatch):
 def test_the_free_space_is_checked_before_anything_is_fetched(bucket, tmp_path, monkeypatch):
     import shutil as shutil_mod
 
-    from harness.remote import bucket as bucket_mod
+    from harness.data import bucket as bucket_mod
 
     usage = shutil_mod.disk_usage(tmp_path)
     monkeypatch.setattr(bucket_mod.shutil, "disk_usage", lambda p: usage._replace(free=10))

@@ -9,9 +9,9 @@ import pytest
 
 from harness.config import scenario
 from harness.errors import UsageError
-from harness.remote import counters
-from harness.remote.link import Shape
-from harness.remote.tier import settings
+from harness.lab.link import Shape
+from harness.lab.tier import settings
+from harness.measure import remotecounters
 from harness.run import remoterun
 from strategies.remote.disktier import DiskTier
 from strategies.remote.s3client import LAT_BINS, latency_bin
@@ -67,7 +67,7 @@ def test_figures_merge_every_process(tmp_path):
         (tmp_path / f"{pid}.jsonl").write_text(json.dumps({
             "samples": samples, "requests": requests, "bytes": 5_000_000, "lists": 1, "retries": pid,
             "puts": 0, "wait_s": 0.5, "latency_bins": half, "disk_hits": 3, "disk_misses": 1, "t": 1.0}) + "\n")
-    f = counters.figures(tmp_path)
+    f = remotecounters.figures(tmp_path)
     assert (f.samples, f.requests, f.processes, f.retries) == (100, 100, 2, 1)
     assert f.requests_per_sample == 1.0 and f.mb_per_sample == pytest.approx(0.1)
     assert f.lists_per_sample == pytest.approx(0.02) and f.wait_ms_per_sample == pytest.approx(10.0)
@@ -92,14 +92,14 @@ def test_figures_over_a_window_count_what_happened_inside_it(tmp_path):
                                       + _line(4, 64, 48, 32) + _line(5, 80, 400, 32))
     (tmp_path / "old.jsonl").write_text(_line(0.5, 500, 900, slow=900))  # a previous visit's worker
     (tmp_path / "x.jsonl").write_text(_line(3, 8, 8, label="s3(b)"))
-    f = counters.figures(tmp_path, "s3(a)", window=(2.5, 4.5))
+    f = remotecounters.figures(tmp_path, "s3(a)", window=(2.5, 4.5))
     assert (f.samples, f.requests, f.processes) == (32, 16, 1)
     assert f.requests_per_sample == 0.5 and f.mb_per_sample == pytest.approx(16_000 / 1e6 / 32)
     assert f.latency_p99_ms == pytest.approx(10, rel=0.05)  # the warm-up's slow requests are not in it
     assert f.wait_ms_per_sample == pytest.approx(10)
-    whole = counters.figures(tmp_path, "s3(a)")
+    whole = remotecounters.figures(tmp_path, "s3(a)")
     assert (whole.samples, whole.requests) == (80 + 500, 400 + 900)
-    assert counters.labels(tmp_path) == ["s3(a)", "s3(b)"]
+    assert remotecounters.labels(tmp_path) == ["s3(a)", "s3(b)"]
 
 
 def test_remote_table_is_read_and_checked(tmp_path):

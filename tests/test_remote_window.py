@@ -10,8 +10,8 @@ import pytest
 
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
+from harness.measure import remotecounters
 from harness.measure.rankrecord import RankRecord
-from harness.remote import counters
 from harness.report.remotetable import remote_table
 from harness.results.cellresult import CellResult, cell_line
 from harness.results.repeats import merge_repeats
@@ -44,8 +44,8 @@ def stats(tmp_path):
 
 def test_a_visit_s_figures_cover_its_window_only(stats):
     # the gather ended at 105: the window ended close + gather = 1 s before, at 104, and began 4 s before that
-    assert counters.visit_window([_rank()], now=105.0) == (100.0, 104.0)
-    got = counters.of_visit(stats, [_rank()], now=105.0)
+    assert remotecounters.visit_window([_rank()], now=105.0) == (100.0, 104.0)
+    got = remotecounters.of_visit(stats, [_rank()], now=105.0)
     # worker 1: 64 samples, 16 requests, 12 hits, 4 misses; worker 2: 32 samples, 8 requests, 14 hits, 2 misses
     assert got["remote_requests_per_sample"] == pytest.approx(24 / 96)
     assert got["remote_mb_per_sample"] == pytest.approx(24 * 50_000 / 1e6 / 96)
@@ -59,23 +59,24 @@ def test_rank_0s_own_stamp_of_the_window_end_is_used_where_the_record_carries_it
     # the record and the samplers' stop took 3 s after the window under load: the gather then ended at 108, and
     # `now` less close and gather would put the window at 103-107, after most of its reads
     late = dataclasses.replace(_rank(), window_end_at=104.0)
-    assert counters.visit_window([late], now=108.0) == (100.0, 104.0)
-    assert counters.of_visit(stats, [late], now=108.0) == counters.of_visit(stats, [_rank()], now=105.0)
+    assert remotecounters.visit_window([late], now=108.0) == (100.0, 104.0)
+    assert remotecounters.of_visit(stats, [late], now=108.0) == remotecounters.of_visit(stats, [_rank()], now=105.0)
     assert "window_end_at" not in late.to_json()  # it crosses to rank 0 and is never written
 
 
 def test_no_figures_without_the_counters_folder_or_a_window(stats):
-    assert counters.of_visit(stats, [_rank(window_s=0.0)], now=105.0) == {}
-    assert counters.of_visit(stats, [RankRecord(window_s=4.0, phases={"warm": None}, setup_s={})], now=105.0) == {}
-    assert counters.of_visit(None, [_rank()], now=105.0) == {}
-    assert counters.of_visit(stats / "gone", [_rank()], now=105.0) == {}
+    assert remotecounters.of_visit(stats, [_rank(window_s=0.0)], now=105.0) == {}
+    idle = RankRecord(window_s=4.0, phases={"warm": None}, setup_s={})
+    assert remotecounters.of_visit(stats, [idle], now=105.0) == {}
+    assert remotecounters.of_visit(None, [_rank()], now=105.0) == {}
+    assert remotecounters.of_visit(stats / "gone", [_rank()], now=105.0) == {}
 
 
 def test_the_figures_go_into_the_line_and_the_remote_table(stats):
     cell = Cell((StrategyChoice("storage", "s3", (("format", "webdataset"),)),))
     scenario = SimpleNamespace(name="t", training=SimpleNamespace(workload="pixels", batch_size=4),
                                dataset=SimpleNamespace(samples=64))
-    remote = counters.of_visit(stats, [_rank()], now=105.0)
+    remote = remotecounters.of_visit(stats, [_rank()], now=105.0)
     line = cell_line(scenario, cell, "V100 (emulated)", True, [_rank()], 8.0, remote=remote)
     assert line["figures"]["remote_requests_per_sample"] == pytest.approx(0.25)
     read = CellResult.from_json(json.loads(json.dumps(line)))

@@ -12,7 +12,7 @@ pytest.importorskip("obstore", reason="the s3 storage reads through obstore: pip
 
 from harness.data.generator import DatasetSpec, generate_sample  # noqa: E402
 from harness.data.materialise import materialise  # noqa: E402
-from harness.remote.server import ObjectServer  # noqa: E402
+from harness.lab.server import ObjectServer  # noqa: E402
 from strategies import registry  # noqa: E402
 from strategies.remote.s3client import RangeStore, RemoteError  # noqa: E402
 from strategies.storage.s3 import read_remote  # noqa: E402

@@ -14,12 +14,12 @@ from typing import Any
 from harness.config.accelerators import Accelerator, get_accelerator
 from harness.config.matrixload import StrategyChoice, parse_matrix
 from harness.config.scenariofields import batch_fits_share, check_values, typed_sections
-from harness.data import decoders
+from harness.data import bucket, decoders
 from harness.data.decoders import DEFAULT_DECODER
 from harness.data.generator import DatasetSpec
 from harness.data.importer import SourceSpec
 from harness.errors import UsageError
-from harness.remote import bucket, tier
+from harness.lab import tier
 
 __all__ = ["Scenario", "StrategyChoice", "Training", "load"]
 
@@ -63,7 +63,7 @@ class Scenario:
     matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
     accelerators_extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # [accelerators.NAME], raw
     target: dict[str, Any] | None = None  # [target], raw
-    remote: tier.RemoteSettings | None = None  # [remote]: the project's own object store (harness.remote.tier)
+    remote: tier.RemoteSettings | None = None  # [remote]: the project's own object store (harness.lab.tier)
     budget_s: float = 0.0  # [run] budget_s: a plain run's time budget (0: one pass); --budget, --repeats, --quick
 
 

@@ -14,7 +14,7 @@ Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; har
                 ``.parquet`` files img2dataset writes beside files and tar shards have no image column.)
 ``folder``      a plain folder of ``.jpg``/``.jpeg``/``.webp``/``.png`` images with same-named ``.txt`` captions.
 
-A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.remote.bucket: the
+A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.data.bucket: the
 standard AWS resolution of endpoint and credentials; only new or changed objects are fetched), then read as
 above; its identity is the URL.
 
@@ -67,7 +67,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import safewrite
-from harness.remote import bucket
+from harness.data import bucket
 from harness.data.embeddings import (
     PROJECTION_SEED,
     PROJECTION_SIDE,

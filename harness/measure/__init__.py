@@ -2,4 +2,6 @@
 the typed per-rank record and the table of the five parts (rankrecord), the samplers of host memory, disk
 reads and loader CPU (telemetry), the CPU used outside the run (hostload), torch.profiler traces (profiling)
 and the visible GPUs (gpuinfo); and what the side benchmarks time: the read-path sources and their timing
-loop (loaderonly_sources) and the prediction checks' side measurements (sidebench). Imports no other wing."""
+loop (loaderonly_sources) and the prediction checks' side measurements (sidebench); a remote store's figures,
+merged from its readers' counters (remotecounters, which reads the latency bins of strategies.remote.s3client).
+Imports no other wing."""

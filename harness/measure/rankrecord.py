@@ -169,7 +169,7 @@ class RankRecord(JsonRecord):
     reference: dict | None = None
     consumed: dict[int, list[int]] = field(default_factory=dict)
     # the window's end as a perf_counter stamp (one clock for the machine's processes): crosses to rank 0 for
-    # the remote counters' window (harness.remote.counters.visit_window), never written
+    # the remote counters' window (harness.measure.remotecounters.visit_window), never written
     window_end_at: float | None = None
 
     def __post_init__(self) -> None:

@@ -83,7 +83,7 @@ class Figures(JsonRecord):
     other_cpu_pct: float | None = None  # CPU used on the host by processes outside the run, % of the host
     steal_pct: float | None = None  # CPU time the hypervisor gave to other guests, % of the host
     vs_probe: float | None = None  # derived when reporting: throughput / the repeat's ideal loader (probe.jsonl)
-    # a remote storage's figures over the measured window (harness.remote.counters; absent for local data)
+    # a remote storage's figures over the measured window (harness.measure.remotecounters; absent for local data)
     remote_requests_per_sample: float | None = None
     remote_mb_per_sample: float | None = None
     remote_lists_per_sample: float | None = None
@@ -319,7 +319,7 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
               remote: dict | None = None) -> dict:
     """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and a
     harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
-    repeat it belongs to; `remote`: a remote storage's figures over the window, harness.remote.counters.
+    repeat it belongs to; `remote`: a remote storage's figures over the window, harness.measure.remotecounters.
     of_visit)."""
     errors = sorted({r.error for r in records if r.error})
     page_cache = records[0].page_cache

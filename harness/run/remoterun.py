@@ -1,9 +1,9 @@
 """A bench run inside a [remote] scenario's session: the project's own object store behind its shaped link
-(harness.remote.tier, stopped on any exit), a temporary folder the readers append their counters to (the
+(harness.lab.tier, stopped on any exit), a temporary folder the readers append their counters to (the
 run's LaunchConfig.remote_counters: each visit's figures over its window go into its cells.jsonl line,
-harness.remote.counters.of_visit), then the whole run's figures of each storage setting printed and written
-beside the report (remote.md, in harness.remote.counters' COLUMNS and the client). A storage's disk tier is
-emptied at each open (strategies.storage.s3), so each visit starts cold."""
+harness.measure.remotecounters.of_visit), then the whole run's figures of each storage setting printed and
+written beside the report (remote.md, in harness.measure.remotecounters' COLUMNS and the client). A storage's
+disk tier is emptied at each open (strategies.storage.s3), so each visit starts cold."""
 from __future__ import annotations
 
 import sys
@@ -14,8 +14,9 @@ from pathlib import Path
 from harness import safewrite
 from harness.config.scenario import Scenario
 from harness.errors import UsageError
-from harness.remote import counters, tier
-from harness.remote.counters import COLUMNS, RemoteFigures
+from harness.lab import tier
+from harness.measure import remotecounters
+from harness.measure.remotecounters import COLUMNS, RemoteFigures
 from strategies.remote.s3client import RemoteError
 
 
@@ -40,7 +41,8 @@ def with_remote(sc: Scenario, torchrun: bool, run_dir: Path, run: Callable[[Path
             code = run(Path(stats))
         except RemoteError as err:  # writing the data to the bucket (materialise): the URL and the remedy
             raise UsageError(str(err)) from None
-        rows = [row(label, counters.figures(stats, label)) for label in labels if label in counters.labels(stats)]
+        rows = [row(label, remotecounters.figures(stats, label)) for label in labels
+                if label in remotecounters.labels(stats)]
     write_figures(run_dir, header, table(rows))
     return code
 
@@ -51,7 +53,7 @@ HEADER = ("cell", *(h for h, _, _ in COLUMNS), "client")
 def row(cell: str, f: RemoteFigures) -> list[str]:
     """remote.md's row of one storage setting: its figures over the whole run, and its clients."""
     values = f.values()
-    return [cell, *(counters.text(values[key], spec) for _, key, spec in COLUMNS), f.clients or "-"]
+    return [cell, *(remotecounters.text(values[key], spec) for _, key, spec in COLUMNS), f.clients or "-"]
 
 
 def table(rows: list[list[str]]) -> str:

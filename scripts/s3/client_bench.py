@@ -27,7 +27,7 @@ def clients(endpoint: str, bucket: str) -> dict:
     import s3fs
     from obstore.store import S3Store
 
-    from harness.remote.server import KEYS
+    from harness.lab.server import KEYS
 
     b3 = boto3.client("s3", endpoint_url=endpoint, region_name=KEYS["AWS_DEFAULT_REGION"])
     ob = S3Store(bucket, endpoint=endpoint, region=KEYS["AWS_DEFAULT_REGION"], client_options={"allow_http": True})
@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=200)
     ap.add_argument("--large", type=int, default=8)
     args = ap.parse_args()
-    from harness.remote.server import ObjectServer, request_cost
+    from harness.lab.server import ObjectServer, request_cost
 
     print("load:", os.getloadavg())
     with ObjectServer("bench") as server:

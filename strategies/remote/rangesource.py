@@ -8,7 +8,7 @@ a counters folder (``counters_dir``: the harness names it to the reader it opens
 travels with the pickled reader into each DataLoader worker), appends a line to ``<folder>/<pid>-<id>.jsonl``
 (``write_counters``): this source's counters in this process so far, stamped with ``time.perf_counter()``
 (CLOCK_MONOTONIC, one clock for every process of the machine), the latency bins sparse ({bin: count}). One
-file per reading process and reader; harness.remote.counters merges them, over a whole run (each file's last
+file per reading process and reader; harness.measure.remotecounters merges them, over a whole run (each file's last
 line) or over a measured window (the difference of the lines before its two ends)."""
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ class SourceCounters:
     source: RemoteSource
 
     def count_into(self, folder: str) -> None:
-        """Append this reader's counters after each batch to a file in ``folder`` (harness.remote.counters)."""
+        """Append this reader's counters after each batch to a file in ``folder`` (harness.measure.remotecounters)."""
         self.source.counters_dir = str(folder)
 
     def remote_stats(self) -> dict:

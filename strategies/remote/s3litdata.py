@@ -6,7 +6,7 @@ given to it as ``storage_options``) and reads items from them. That cache is lit
 
 The harness does not see litdata's requests, so this reader's figures have samples and the time it waited in
 litdata's reads (``wait_s``), no request, byte or latency counts: its ``client`` is "litdata", and the figures
-show "-" for what it cannot count (harness.remote.counters)."""
+show "-" for what it cannot count (harness.measure.remotecounters)."""
 from __future__ import annotations
 
 import time
@@ -30,7 +30,7 @@ class S3LitdataReader(LitdataReader):
         self.counters_dir = ""  # where read_batch appends the counters ("": nowhere)
 
     def count_into(self, folder: str) -> None:
-        """Append this reader's counters after each batch to a file in ``folder`` (harness.remote.counters)."""
+        """Append this reader's counters after each batch to a file in ``folder`` (harness.measure.remotecounters)."""
         self.counters_dir = str(folder)
 
     def __getstate__(self):  # counters are per process

@@ -25,7 +25,7 @@ workers' first read (harness.train.trainloop), so no rank's clearing meets anoth
 ``reader.remote_stats()`` gives the process's figures: requests, bytes, LIST calls, latencies, retries, the
 seconds it waited, the tier's hits; ``reader.count_into(folder)`` (the harness calls it on the reader of each
 visit) makes every process that reads it append those counters to a file in ``folder`` after each batch
-(strategies.remote.rangesource; harness.remote.counters merges them).
+(strategies.remote.rangesource; harness.measure.remotecounters merges them).
 """
 from __future__ import annotations
 

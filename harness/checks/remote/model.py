@@ -18,7 +18,7 @@ own probe there, never from a shaped setting:
                           on each request included, which no request in flight hides: one process, one GIL)
     latency               the small range GETs' wall time outside that CPU (webdataset, in_flight 1):
                           (wall - CPU) / requests
-    store capacity        1 / the moto process's CPU per small GET (harness.remote.server.request_cost,
+    store capacity        1 / the moto process's CPU per small GET (harness.lab.server.request_cost,
                           run at the calibration): one CPU-bound process
     bytes, requests       per sample, each case's own
 
@@ -26,7 +26,7 @@ own probe there, never from a shaped setting:
 whole wall time, no in-flight term, no capacity. The table prints both predictions, the measured rate and the
 errors; the calibration rows are flagged ("copy" where the row is its own input), and "link as a cap alone" is
 the model with bytes / bandwidth taken off each request's path and kept as the storage bandwidth bound: what
-tbf does while a response fits its burst (harness.remote.link.TBF_BURST).
+tbf does while a response fits its burst (harness.lab.link.TBF_BURST).
 """
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def predicted(cal: dict, latency_s: float, bandwidth: float, in_flight: int = 1,
 def link_caps_only(cal: dict, latency_s: float, bandwidth: float, in_flight: int, store_gets_s: float,
                    own: str = "own_s_per_sample") -> float:
     """The same model with the link as a cap alone (bytes / bandwidth not on each request's path): what tbf
-    does while a response fits its burst (harness.remote.link.TBF_BURST). For the table, not the model."""
+    does while a response fits its burst (harness.lab.link.TBF_BURST). For the table, not the model."""
     unshaped = predicted(cal, latency_s, 0.0, in_flight, store_gets_s, own)[0]
     bound = bandwidth * 1e6 / cal["bytes_per_sample"] if bandwidth and cal["bytes_per_sample"] else float("inf")
     return min(unshaped, bound)

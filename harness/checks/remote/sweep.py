@@ -1,5 +1,5 @@
 """The measuring side of `check-remote` (its model: model.py beside it): each bandwidth setting in
-its own remote session (harness.remote.tier: the project's store in a network namespace behind a veth pair
+its own remote session (harness.lab.tier: the project's store in a network namespace behind a veth pair
 shaped with tc; root), the cases read one after another through the s3 storage by this one process, over a
 fresh small dataset; each round's unshaped calibration predicts its shaped settings. This kernel may have no
 sch_netem: latency is then never shaped, and the latency setting is the store's measured one."""
@@ -18,10 +18,10 @@ from harness.checks.remote.model import BATCH, CASES
 from harness.data.fields import FIELDS_FOR
 from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
+from harness.lab.link import Shape
+from harness.lab.tier import RemoteSettings, session
+from harness.measure import remotecounters
 from harness.measure.hostload import HostLoad
-from harness.remote import counters
-from harness.remote.link import Shape
-from harness.remote.tier import RemoteSettings, session
 from strategies import registry
 
 FIELDS = FIELDS_FOR["pixels"]
@@ -58,7 +58,7 @@ def _figures(before: dict, after: dict, samples: int, wall: float, cpu: float, o
             "idle_s_per_request": max(0.0, wall - cpu) / requests if requests else float("nan"),
             "bytes_per_sample": (after["bytes"] - before["bytes"]) / samples,
             "request_s": wait / requests if requests else float("nan"), "outside_pct": outside,
-            "p50_ms": counters.percentile_ms(bins, 50)}
+            "p50_ms": remotecounters.percentile_ms(bins, 50)}
 
 
 def sweep(paths: dict, settings: list[float], seconds: float, spec: DatasetSpec, work: str,

@@ -3,7 +3,7 @@ bucket created, and stopped on any exit.
 
 ``ObjectServer(bucket)`` is a context manager. Entering it starts ``python -m moto.server`` bound to loopback on
 a free port (or, given ``netns`` and ``host``, inside that network namespace on that address: see
-harness.remote.link), in a session of its own; waits until it answers HTTP; creates the bucket. Leaving it,
+harness.lab.link), in a session of its own; waits until it answers HTTP; creates the bucket. Leaving it,
 the interpreter exiting (atexit) or SIGTERM / SIGINT (``stop_on_signals``) stops the server: SIGTERM to its
 process group, SIGKILL after 5 s. ``env()`` is the standard AWS environment a client reads (endpoint, region,
 keys), so every S3 client, in this process and in the ranks it starts, finds the server the standard way.
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.remote.link import alive
+from harness.lab.link import alive
 
 START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 5.0
@@ -236,7 +236,7 @@ def request_cost(server: ObjectServer, requests: int = 200, size: int = 1024) ->
     namespace the probe client runs inside it too (its traffic crosses the namespace's loopback, unshaped)."""
     cpu0 = _cpu_seconds(server.process.pid)
     if server.netns:
-        code = ("import sys; from harness.remote.server import _timed_gets; "
+        code = ("import sys; from harness.lab.server import _timed_gets; "
                 f"print(_timed_gets({server.endpoint!r}, {server.bucket!r}, {requests}, {size}))")
         done = subprocess.run(["ip", "netns", "exec", server.netns, sys.executable, "-c", code],
                               capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])

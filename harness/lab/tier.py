@@ -9,8 +9,8 @@ exit.
     bucket = "dlbench"     # the bucket the project's server creates; the storages' url names it
     namespace = true       # the server in a network namespace of the project's (false: on loopback, unshaped)
 
-``session(settings)`` is a context manager: with ``namespace`` it creates a ShapedLink (harness.remote.link)
-and starts the ObjectServer (harness.remote.server) inside it on the namespace's address, else on loopback;
+``session(settings)`` is a context manager: with ``namespace`` it creates a ShapedLink (harness.lab.link)
+and starts the ObjectServer (harness.lab.server) inside it on the namespace's address, else on loopback;
 sets the AWS environment (endpoint, region, keys) in ``os.environ`` so the ranks it starts inherit it; measures
 the server's own cost per request; and on leaving (an exception, SIGTERM or SIGINT: ``stop_on_signals``)
 stops the server, removes the link and puts the environment back. ``Session.header()`` is the lines a run's
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.remote.link import Shape, ShapedLink, missing_tools, remove_dead
-from harness.remote.server import (
+from harness.lab.link import Shape, ShapedLink, missing_tools, remove_dead
+from harness.lab.server import (
     ENV_KEYS,
     ObjectServer,
     RequestCost,
