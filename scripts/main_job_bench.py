@@ -39,8 +39,10 @@ def run_once(scenario: str, data_dir: Path, out: Path, hog: bool, plugins: list[
             hogger.wait()
     wall = time.monotonic() - began
     run_dir = next(iter(set(out.iterdir()) - before), None)
-    return {"hog": hog, "rc": done.returncode, "wall_s": wall, "run_dir": str(run_dir),
-            **(figures(run_dir) if run_dir else {})}
+    row = {"hog": hog, "rc": done.returncode, "wall_s": wall, "run_dir": str(run_dir)}
+    if done.returncode != 0:  # what went wrong, in the run's own last line
+        return {**row, "error": (done.stderr.strip().splitlines() or [""])[-1]}
+    return {**row, **(figures(run_dir) if run_dir else {})}
 
 
 def figures(run_dir: Path) -> dict:
@@ -75,6 +77,9 @@ def figures(run_dir: Path) -> dict:
 def show(row: dict) -> str:
     def num(key, spec):
         return "-" if row.get(key) is None else format(row[key], spec)
+
+    if row.get("error") is not None:
+        return f"{'hog  ' if row.get('hog') else 'quiet'}: exit {row['rc']}, {num('wall_s', '.0f')} s: {row['error']}"
 
     return (f"{'hog  ' if row.get('hog') else 'quiet'}: exit {row.get('rc', '-')}, {num('wall_s', '.0f')} s, "
             f"{row.get('passes')} passes, decided {row.get('decided')} of {row.get('effects')} on "
