@@ -90,7 +90,7 @@ def test_a_difference_within_the_draws_noise_is_not_decided():
 def test_lines_without_order_figures_fit_no_order_effect():
     results = run(with_order=False)
     assert order_effects(results, effecttables.level_order(results)) == []
-    assert {e.figure for e in effecttables.run_effects(results)} == set(effecttables.FIGURES)
+    assert {e.figure for e in effecttables.run_effects(results)} == set(effecttables.FIGURES) - {"host_rate"}  # no CPU
     assert tables.order_effects_table(effecttables.run_effects(results)).rows == []
     assert tables.order_table(merge_repeats(results)).rows == []
 
