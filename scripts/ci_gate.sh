@@ -8,7 +8,7 @@
 #    Exit 1 or 2 is the gate's at once. Exit 3: the baseline is not comparable here (another CPU model, CPU
 #    count or allowed cores, or a machine probe that differs beyond its noise; a missing baseline too); a
 #    machine of another CPU model is told before anything runs (the precheck).
-# 2. Then, whether the baseline gate passed or could not compare, the A/B gate (harness/commands/ab_gate.py):
+# 2. Then, whether the baseline gate passed or could not compare, the A/B gate (harness/gates/ab_command.py):
 #    this commit and its parent (HEAD^, checked out with `git worktree add` into a temp dir, removed on any
 #    exit), single-repeat runs of the ci scenario each, interleaved parent/current/current/parent/..., in this
 #    job on this machine, one --data-dir for both trees; exit 1 only on a significant regression of this commit

@@ -14,7 +14,7 @@ the load average before it); --until stops before a round that would start after
 
 `judge` adds every same-code run to a fresh history store (OUT/history.sqlite) and gates each run after the
 first --history-runs against the last K same-code runs before it, with every figure the gate has
-(harness.history.gate.METRICS), and prints a table of false alarms (same code, exit 1) and power (planted,
+(harness.gates.history.METRICS), and prints a table of false alarms (same code, exit 1) and power (planted,
 exit 1) per figure, each run's outside load (the median over its visits of the CPU other processes used,
 harness.measure.hostload), the planted cells' ratios and the runs in which a cell without a plant was
 flagged. Beside it, today's gates on the same runs where they apply (`today`): the A/B gate (6 against 6 runs,
@@ -138,12 +138,13 @@ def _groups(items: list, size: int) -> list[list]:
 
 
 def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int = 5) -> None:
-    """Today's gates on the same runs: the A/B gate (harness.analysis.abjudgement: 6 against 6 single-repeat
+    """Today's gates on the same runs: the A/B gate (harness.gates.ab: 6 against 6 single-repeat
     runs, cpu metric, min effect 15%, alpha 0.05 over the cells; each table in OUT/ab/) on disjoint groups of
     runs, and the baseline gate's test (results/baselines/ci.json, 10 repeats; the runs merged 5 at a time as its
     5 repeats)."""
-    from harness.analysis import abjudgement, baselinegate
-    from harness.analysis.gateinput import run_as_baseline
+    from harness.gates import ab
+    from harness.gates import baseline as baseline_gate
+    from harness.gates.inputs import run_as_baseline
     from harness.results.baseline import Baseline, BaselineError, merge
 
     kinds = sorted({r["plant_ms"] for r in judged})
@@ -155,7 +156,7 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
             pairs = list(zip(_groups(dirs[0.0], ab_runs), _groups(dirs[kind], ab_runs)))
         else:
             pairs = [(g[0::2], g[1::2]) for g in _groups(dirs[0.0], 2 * ab_runs)]
-        codes = [ab_code(abjudgement.judge(parent, current, metric="cpu"), out / "ab" / f"{kind:g}-{i}")
+        codes = [ab_code(ab.judge(parent, current, metric="cpu"), out / "ab" / f"{kind:g}-{i}")
                  for i, (parent, current) in enumerate(pairs)]
         print(f"  {_kind(kind)}: {sum(c == 1 for c in codes)} of {len(codes)} A/B exit 1 (exits {codes})")
     path = REPO / "results" / "baselines" / "ci.json"
@@ -168,7 +169,7 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
         for group in _groups(dirs[kind], baseline_repeats):
             try:
                 runs = merge([run_as_baseline(d) for d in group], "the runs")
-                comparison = baselinegate.compare(runs, base, min_effect=0.15, alpha=0.05, metric="cpu")
+                comparison = baseline_gate.compare(runs, base, min_effect=0.15, alpha=0.05, metric="cpu")
                 codes.append(comparison.exit_code)
             except BaselineError:
                 codes.append(3)
@@ -177,17 +178,18 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
 
 def ab_code(judgement, table_dir: Path) -> int:
     """The A/B gate's exit code of a judgement; its table, as the gate writes it, in TABLE_DIR/comparison.md."""
-    from harness.report import gatetable
+    from harness.gates import table
 
     if judgement.verdict is not None:
         table_dir.mkdir(parents=True, exist_ok=True)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            gatetable.show(judgement.verdict, table_dir / "comparison.md")
+            table.show(judgement.verdict, table_dir / "comparison.md")
     return judgement.exit_code
 
 
 def judge(out: Path, history_runs: int, last: int) -> int:
-    from harness.history import database, gate, runrows
+    from harness.gates import history as history_gate
+    from harness.history import database, runrows
 
     runs = [json.loads(ln) for ln in (out / "runs.jsonl").read_text().splitlines()]
     runs = [r for r in runs if r["rc"] == 0 and r["run_dir"]]
@@ -205,21 +207,21 @@ def judge(out: Path, history_runs: int, last: int) -> int:
     results = {}  # (index, metric) -> (exit, mmap ratios, slower cells)
     for r in judged:
         run, visits, _ = rows[r["index"]]
-        for metric in gate.METRICS:
-            g = gate.gate(db, run, visits, metric, last)
+        for metric in history_gate.METRICS:
+            g = history_gate.gate(db, run, visits, metric, last)
             ratios = [row.result.ratio for row in g.rows if row.cell in mmap and row.result and row.result.ratio]
             results[r["index"], metric] = (g.exit_code if g.ran else None, ratios,
                                            [row.cell for row in g.rows if row.regression])
     print(f"{len(runs)} runs ({history_runs} same-code runs first, the history), each later one gated against "
           f"the last {last} same-code runs before it; alpha 0.05 over the cells, min effect 15%")
     header = "| planted loader slowdown | runs | outside load % (median of a run's visits) |"
-    header += "".join(f" {m}: exit 1 | {m}: mmap cells' ratio |" for m in gate.METRICS)
-    print(header + "\n" + "|---" * (3 + 2 * len(gate.METRICS)) + "|")
+    header += "".join(f" {m}: exit 1 | {m}: mmap cells' ratio |" for m in history_gate.METRICS)
+    print(header + "\n" + "|---" * (3 + 2 * len(history_gate.METRICS)) + "|")
     for kind in kinds:
         these = [r for r in judged if r["plant_ms"] == kind]
         loads = [_load(rows[r["index"]][1]) for r in these]
         line = f"| {_kind(kind)} | {len(these)} | {min(loads):.0f} .. {max(loads):.0f} |"
-        for metric in gate.METRICS:
+        for metric in history_gate.METRICS:
             codes = [results[r["index"], metric][0] for r in these]
             ratios = [x for r in these for x in results[r["index"], metric][1]]
             not_run = sum(c is None for c in codes)
@@ -231,11 +233,11 @@ def judge(out: Path, history_runs: int, last: int) -> int:
         loads = _load(rows[r["index"]][1])
         verdicts = "; ".join(f"{m} exit {results[r['index'], m][0]}"
                              + (f" ({', '.join(_short(c) for c in results[r['index'], m][2])})"
-                                if results[r["index"], m][2] else "") for m in gate.METRICS)
+                                if results[r["index"], m][2] else "") for m in history_gate.METRICS)
         print(f"  #{r['index']:3d} {_kind(r['plant_ms']):28s} load {loads:5.1f}% (loadavg {r['loadavg_before']:.1f}), "
               f"{r['wall_s']:.0f} s: {verdicts}")
     print("\nruns in which a cell without a plant (not mmap) was flagged slower, per figure:")
-    for metric in gate.METRICS:
+    for metric in history_gate.METRICS:
         hit = [r for r in judged if any("storage=mmap" not in c for c in results[r["index"], metric][2])]
         print(f"  {metric}: {len(hit)} of {len(judged)} ({', '.join('#' + str(r['index']) for r in hit) or 'none'})")
     today(out, judged)

@@ -9,7 +9,7 @@ machine's own baseline (issue 40; docs/measurements/ci-gate.md has the figures i
 allocator and the pages of the memory copy are new each time), and prints each probe figure's median, range and
 between-run spread: the largest factor between two runs (max / min), which bounds the ratio of two
 single-repeat runs' figures. `refusals` makes --tries fresh processes that each measure the probe and then make
-the comparability check of `--baseline` (harness.analysis.baselinegate.check_baseline: the settings, taken as
+the comparability check of `--baseline` (harness.gates.baseline.check_baseline: the settings, taken as
 the baseline's own, then this machine and this try's probe) against BASELINE, and counts the refusals.
 
 --hog runs `python -c "while True: pass"` (one core of outside load) beside every try, started before the
@@ -36,8 +36,8 @@ def one(scenario_name: str, baseline_path: str | None) -> dict:
     sys.path.insert(0, str(REPO))
     import torch
 
-    from harness.analysis import baselinegate
     from harness.config import scenario
+    from harness.gates import baseline as baseline_gate
     from harness.results.baseline import Baseline, BaselineError, machine_of
     from harness.results.environment import Environment
     from harness.results.probeline import ProbeSeries
@@ -54,12 +54,12 @@ def one(scenario_name: str, baseline_path: str | None) -> dict:
         try:
             # the settings are the baseline's own (their check is the same on every try); the machine and the
             # probe are this try's
-            baselinegate.check_baseline(sc.name, dict(baseline.comparable),
+            baseline_gate.check_baseline(sc.name, dict(baseline.comparable),
                                         machine_of(Environment.capture([], {})), series, baseline)
             out["refused"] = None
         except BaselineError as err:
             out["refused"] = str(err)
-        out["spread_rule"] = dict(baselinegate.PROBE_SPREAD)  # the rule the try was judged by
+        out["spread_rule"] = dict(baseline_gate.PROBE_SPREAD)  # the rule the try was judged by
     return out
 
 

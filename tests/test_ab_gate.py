@@ -1,4 +1,4 @@
-"""The A/B gate (harness.commands.ab_gate over harness.run.abruns and harness.analysis.abjudgement) and
+"""The A/B gate (harness.gates.ab_command over harness.gates.trees and harness.gates.ab) and
 scripts/ci_gate.sh: this commit against its parent, runs merged into one baseline a side (results.baseline.merge),
 exit 1 only on a significant regression, exit 0 marked NOT RUN when there is no parent or it cannot run the
 scenario, the parent's worktree removed on any exit."""
@@ -14,12 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from harness.analysis import abjudgement
-from harness.analysis.gateinput import run_as_baseline
-from harness.commands import ab_gate
+from harness.gates import ab, ab_command, trees
+from harness.gates.inputs import run_as_baseline
 from harness.results.baseline import Baseline, BaselineError, machine_of, merge
 from harness.results.environment import Environment
-from harness.run import abruns
 
 NOT_RUN = 5  # the gate's documented code for "measured nothing" (harness.errors.EXIT_NOT_RUN, docs/ci-gate.md)
 
@@ -61,23 +59,23 @@ class FakeRunner:
         self.cpu, self.fail, self.comparable, self.calls = cpu or {}, fail or {}, comparable or {}, []
         self.probe = probe or {}
 
-    def __call__(self, side: str, tree: Path, out: Path) -> abruns.Outcome:
+    def __call__(self, side: str, tree: Path, out: Path) -> trees.Outcome:
         self.calls.append(side)
         if side in self.fail:
-            return abruns.Outcome(self.fail[side], None, "run_bench.py: error: no scenario named ci", 1.0)
+            return trees.Outcome(self.fail[side], None, "run_bench.py: error: no scenario named ci", 1.0)
         run = write_run(out / f"run{len(self.calls)}", self.cpu.get(side), len(self.calls),
                         self.comparable.get(side), probe=self.probe.get(side, 1.0))
-        return abruns.Outcome(0, run, "", 20.0)
+        return trees.Outcome(0, run, "", 20.0)
 
 
 def gate(tmp_path, runner, runs=6) -> int:
-    return ab_gate.main(tmp_path / "parent", tmp_path / "current", tmp_path / "data", tmp_path / "out", runs=runs,
+    return ab_command.main(tmp_path / "parent", tmp_path / "current", tmp_path / "data", tmp_path / "out", runs=runs,
                         parent_label="abc123", runner=runner)
 
 
 def test_the_sides_alternate_in_balanced_pairs():
-    assert abruns.interleaved(3) == ["parent", "current", "current", "parent", "parent", "current"]
-    assert abruns.interleaved(6).count("parent") == 6 == abruns.interleaved(6).count("current")
+    assert trees.interleaved(3) == ["parent", "current", "current", "parent", "parent", "current"]
+    assert trees.interleaved(6).count("parent") == 6 == trees.interleaved(6).count("current")
 
 
 def test_merge_concatenates_the_runs_repeats_in_order(tmp_path):
@@ -110,7 +108,7 @@ def test_merge_keeps_an_error_and_refuses_runs_that_differ(tmp_path):
 def test_the_same_code_passes(tmp_path, capsys):
     runner = FakeRunner()
     assert gate(tmp_path, runner) == 0
-    assert runner.calls == abruns.interleaved(6)
+    assert runner.calls == trees.interleaved(6)
     out, err = capsys.readouterr()
     for line in ("0 slower, 0 faster, 3 unchanged (metric: loader: timed stages / decode stage, min effect 7%, "
                  "alpha 0.0167)", "0 slower, 0 faster, 3 unchanged (metric: decode: decode stage / reference decode, "
@@ -139,7 +137,7 @@ def test_a_planted_loader_slowdown_fails_and_a_small_one_does_not(tmp_path, caps
 def test_the_cpu_metric_is_one_line_and_its_own_min_effect(tmp_path, capsys):
     """--gate-metric cpu: one figure at --min-effect (a 10% rise is below 15%), one verdict line."""
     runner = FakeRunner({"current": {CELLS[1]: 1.1}})
-    assert ab_gate.main(tmp_path / "p", tmp_path / "c", tmp_path / "d", tmp_path / "out", metric="cpu",
+    assert ab_command.main(tmp_path / "p", tmp_path / "c", tmp_path / "d", tmp_path / "out", metric="cpu",
                         runner=runner) == 0
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "passed: 0 slower, 0 faster, 3 unchanged (metric: loader + rank CPU s/sample, min effect 15%" in last
@@ -173,7 +171,7 @@ def test_this_commits_failed_run_fails_the_gate(tmp_path, capsys, rc, code):
 def this_machine(monkeypatch) -> dict:
     """This machine as the precheck sees it, fixed (capturing the environment runs git: seconds)."""
     env = Environment(cpu_model="AMD EPYC", cpu_count=2, cpu_affinity=2, hostname="here", memory_gb=25.0)
-    monkeypatch.setattr(ab_gate.Environment, "capture", staticmethod(lambda argv, device: env))
+    monkeypatch.setattr(ab_command.Environment, "capture", staticmethod(lambda argv, device: env))
     return machine_of(env)
 
 
@@ -182,13 +180,13 @@ def test_precheck_refuses_another_cpu_model_before_anything_runs(tmp_path, capsy
     base = run_as_baseline(write_run(tmp_path / "r", cpu_model="Some Other CPU"))
     base.machine = dict(here, cpu_model="Some Other CPU")
     base.save(tmp_path / "other.json")
-    assert ab_gate.precheck(tmp_path / "other.json") == 3
+    assert ab_command.precheck(tmp_path / "other.json") == 3
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("ci gate: the baseline is from another machine: CPU model Some Other CPU there, ")
     base.machine = dict(here, hostname="elsewhere")
     base.save(tmp_path / "here.json")
-    assert ab_gate.precheck(tmp_path / "here.json") == 0  # the probe is checked after the run
-    assert ab_gate.precheck(tmp_path / "missing.json") == 3 and "does not exist" in capsys.readouterr().err
+    assert ab_command.precheck(tmp_path / "here.json") == 0  # the probe is checked after the run
+    assert ab_command.precheck(tmp_path / "missing.json") == 3 and "does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # a process
@@ -199,7 +197,7 @@ def test_each_tree_runs_its_own_harness(tmp_path):
     (tree / "harness" / "__init__.py").write_text("")
     (tree / "run_bench.py").write_text("import sys, harness\nprint(harness.__file__, file=sys.stderr)\n"
                                        "sys.exit(2)\n")
-    o = abruns.bench_runner("ci", tmp_path / "data")("parent", tree, tmp_path / "out")
+    o = trees.bench_runner("ci", tmp_path / "data")("parent", tree, tmp_path / "out")
     assert o.code == 2 and o.run_dir is None and o.detail == str(tree / "harness" / "__init__.py")
 
 
@@ -211,17 +209,17 @@ def test_a_runs_outcome_is_its_new_run_directory_and_its_last_error_line(tmp_pat
         (tmp_path / name).mkdir()
     for name in ("a-ci", "b-ci"):
         (tmp_path / name / "cells.jsonl").write_text("")
-    o = abruns.outcome(1, "warming\nrun_bench.py: error: boom\nresults: b-ci\n\n", tmp_path, before, 3.0)
-    assert o == abruns.Outcome(1, tmp_path / "b-ci", "run_bench.py: error: boom", 3.0)
-    assert abruns.outcome(0, None, tmp_path, set(tmp_path.iterdir()), 0.0) == abruns.Outcome(0, None, "", 0.0)
+    o = trees.outcome(1, "warming\nrun_bench.py: error: boom\nresults: b-ci\n\n", tmp_path, before, 3.0)
+    assert o == trees.Outcome(1, tmp_path / "b-ci", "run_bench.py: error: boom", 3.0)
+    assert trees.outcome(0, None, tmp_path, set(tmp_path.iterdir()), 0.0) == trees.Outcome(0, None, "", 0.0)
 
 
 def test_the_runs_stop_at_the_first_failure_with_its_side(tmp_path, capsys):
-    runs = abruns.measure(tmp_path / "p", tmp_path / "c", tmp_path / "out", 3, FakeRunner(fail={"current": 2}))
+    runs = trees.measure(tmp_path / "p", tmp_path / "c", tmp_path / "out", 3, FakeRunner(fail={"current": 2}))
     assert runs.failed[0] == "current" and runs.failed[1].code == 2 and len(runs.dirs["parent"]) == 1
     assert capsys.readouterr().err.splitlines() == ["ci gate A/B: run 1/6 parent: exit 0 in 20 s",
                                                     "ci gate A/B: run 2/6 current: exit 2 in 1 s"]
-    whole = abruns.measure(tmp_path / "p", tmp_path / "c", tmp_path / "out2", 2, FakeRunner())
+    whole = trees.measure(tmp_path / "p", tmp_path / "c", tmp_path / "out2", 2, FakeRunner())
     assert whole.failed is None and [len(whole.dirs[s]) for s in ("parent", "current")] == [2, 2]
 
 
@@ -229,13 +227,13 @@ def test_the_judgement_says_why_there_is_no_verdict(tmp_path):
     """The parent's runs unreadable or of other settings: no verdict (exit 0); this commit's: exit 2."""
     good = [write_run(tmp_path / f"g{i}", seq=i) for i in range(2)]
     other = [write_run(tmp_path / "o", comparable=dict(COMPARABLE, batch_size=8))]
-    j = abjudgement.judge([tmp_path / "missing"], good, parent_label="abc")
+    j = ab.judge([tmp_path / "missing"], good, parent_label="abc")
     assert j.verdict is None and j.exit_code == 0 and j.not_run.startswith("the parent commit abc's runs")
-    j = abjudgement.judge(good, [tmp_path / "missing"])
+    j = ab.judge(good, [tmp_path / "missing"])
     assert j.verdict is None and j.exit_code == 2 and "is not a directory" in j.error
-    j = abjudgement.judge(other, good, parent_label="abc")
+    j = ab.judge(other, good, parent_label="abc")
     assert j.exit_code == 0 and "runs the scenario with other settings" in j.not_run
-    j = abjudgement.judge(good, good)
+    j = ab.judge(good, good)
     assert j.cells == 3 and j.verdict.exit_code == j.exit_code == 0 and not (j.error or j.not_run)
 
 
@@ -248,11 +246,11 @@ def test_the_gate_power_script_judges_as_the_gate_does(tmp_path, capsys):
     parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(4)]
     for plant, code in ((1.0, 0), (1.5, 1)):
         current = [write_run(tmp_path / f"c{plant}-{i}", {CELLS[1]: plant}, seq=i) for i in range(4)]
-        assert ab_gate.judge(parent, current, tmp_path / f"gate{plant}", alpha=0.5) == code
-        assert script.ab_code(abjudgement.judge(parent, current, alpha=0.5), tmp_path / f"script{plant}") == code
+        assert ab_command.judge(parent, current, tmp_path / f"gate{plant}", alpha=0.5) == code
+        assert script.ab_code(ab.judge(parent, current, alpha=0.5), tmp_path / f"script{plant}") == code
         assert (tmp_path / f"script{plant}" / "comparison.md").read_text() == \
             (tmp_path / f"gate{plant}" / "comparison.md").read_text()
-    assert script.ab_code(abjudgement.judge([tmp_path / "none"], parent), tmp_path / "no") == 0
+    assert script.ab_code(ab.judge([tmp_path / "none"], parent), tmp_path / "no") == 0
     assert not (tmp_path / "no").exists()
 
 
@@ -340,12 +338,12 @@ def test_the_family_of_cells_is_tested_together(tmp_path, capsys):
     is tested at alpha / 3, so the same runs fail them only at alpha 0.2 (0.067 each)."""
     parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(6)]
     current = [write_run(tmp_path / f"c{i}", {CELLS[1]: 1.3 if i < 4 else 1.0}, seq=i) for i in range(6)]
-    assert ab_gate.judge(parent, current, tmp_path / "out", metric="cpu") == 0
+    assert ab_command.judge(parent, current, tmp_path / "out", metric="cpu") == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(CELLS[1]))
     assert "unchanged" in row and " 0.0625 " in row
-    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.1, metric="cpu") == 1
-    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.1) == 0
-    assert ab_gate.judge(parent, current, tmp_path / "out", alpha=0.2) == 1
+    assert ab_command.judge(parent, current, tmp_path / "out", alpha=0.1, metric="cpu") == 1
+    assert ab_command.judge(parent, current, tmp_path / "out", alpha=0.1) == 0
+    assert ab_command.judge(parent, current, tmp_path / "out", alpha=0.2) == 1
 
 
 def test_a_pairs_shared_load_cancels(tmp_path):
@@ -356,13 +354,13 @@ def test_a_pairs_shared_load_cancels(tmp_path):
     parent = [write_run(tmp_path / f"p{i}", {c: x for c in CELLS}, seq=i) for i, x in enumerate(loads)]
     current = [write_run(tmp_path / f"c{i}", {c: x * (1.2 if c == CELLS[1] else 1.0) for c in CELLS}, seq=i)
                for i, x in enumerate(loads)]
-    j = abjudgement.judge(parent, current, metric="cpu")
+    j = ab.judge(parent, current, metric="cpu")
     rows = {r.cell: r for r in j.verdict.comparisons[0].rows}
     assert j.exit_code == 1 and j.pairs == 6
     assert rows[CELLS[1]].verdict == "slower" and rows[CELLS[1]].p == pytest.approx(1 / 64)
     assert rows[CELLS[1]].ratio == pytest.approx(1.2)
     assert {rows[c].verdict for c in (CELLS[0], CELLS[2])} == {"unchanged"}
-    shifted = abjudgement.judge(parent, current[1:] + current[:1], metric="cpu")
+    shifted = ab.judge(parent, current[1:] + current[:1], metric="cpu")
     assert shifted.exit_code == 0
 
 
@@ -370,10 +368,10 @@ def test_fewer_than_five_pairs_cannot_fail(tmp_path):
     """4 pairs reach at best p = 1/16 = 0.0625: inconclusive at 0.05, exit 0 even for a 50% rise."""
     parent = [write_run(tmp_path / f"p{i}", seq=i) for i in range(4)]
     current = [write_run(tmp_path / f"c{i}", {CELLS[1]: 1.5}, seq=i) for i in range(4)]
-    j = abjudgement.judge(parent, current)
+    j = ab.judge(parent, current)
     assert j.exit_code == 0 and {r.verdict for c in j.verdict.comparisons for r in c.rows} == {"inconclusive"}
     assert j.verdict.comparisons[0].rows[1].note == "4 pairs: a sign-flip test cannot reach p<0.0167"
-    assert abjudgement.judge(parent, current[:3]).error.startswith("4 runs of the parent against 3 of this commit")
+    assert ab.judge(parent, current[:3]).error.startswith("4 runs of the parent against 3 of this commit")
 
 
 @pytest.mark.parametrize("d, p", [
@@ -389,14 +387,14 @@ def test_fewer_than_five_pairs_cannot_fail(tmp_path):
 ])
 def test_the_sign_flip_p_by_hand(d, p):
     """2^6 = 64 sign patterns over 6 pairs, counted by hand."""
-    _, got = abjudgement.sign_flip_p(d)
+    _, got = ab.sign_flip_p(d)
     assert list(got) == pytest.approx(p)
 
 
 def test_many_pairs_sample_the_patterns():
     """Beyond EXACT_PAIRS pairs, seeded random patterns: the all-agreeing case's p is about 1 / (patterns)."""
-    n = abjudgement.EXACT_PAIRS + 4
-    assert abjudgement.sign_patterns(n).shape == (abjudgement.SAMPLED_PATTERNS + 1, n)
-    _, p = abjudgement.sign_flip_p([[0.1]] * n)
-    assert p[0] < 3 / abjudgement.SAMPLED_PATTERNS
-    assert abjudgement.sign_patterns(3).tolist()[0] == [1, 1, 1] and len(abjudgement.sign_patterns(3)) == 8
+    n = ab.EXACT_PAIRS + 4
+    assert ab.sign_patterns(n).shape == (ab.SAMPLED_PATTERNS + 1, n)
+    _, p = ab.sign_flip_p([[0.1]] * n)
+    assert p[0] < 3 / ab.SAMPLED_PATTERNS
+    assert ab.sign_patterns(3).tolist()[0] == [1, 1, 1] and len(ab.sign_patterns(3)) == 8

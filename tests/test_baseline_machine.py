@@ -1,4 +1,4 @@
-"""Issue 40's machine check (harness.analysis.baselinegate.check_machine and check_baseline): a baseline of
+"""Issue 40's machine check (harness.gates.baseline.check_machine and check_baseline): a baseline of
 this machine is accepted within the probe's spread measured between runs on one machine
 (scripts/probe_spread.py; docs/ci-gate.md), and a baseline of another CPU model is refused in one line, exit 3,
 at the command line too."""
@@ -10,9 +10,9 @@ import sys
 import pytest
 from conftest import REPO
 
-from harness.analysis import baselinegate
 from harness.commands.bench import comparable_of
 from harness.config import scenario
+from harness.gates import baseline as baseline_gate
 from harness.results.baseline import Baseline, BaselineCell, BaselineError
 from harness.results.probeline import ProbeSeries
 
@@ -33,7 +33,7 @@ def test_the_measured_extremes_of_one_machine_are_accepted(there, here):
     """The slowest and the fastest figures this machine gave in 100 probes, quiet and beside a one-core hog
     (but the one of docs/measurements/ci-gate.md at load average 13): one machine. (Under the old rule, each
     side's scatter but at least x1.10, on the wall-clock figure as well: refused.)"""
-    assert baselinegate.check_machine(HERE, here, baseline(probe=there)) == []
+    assert baseline_gate.check_machine(HERE, here, baseline(probe=there)) == []
 
 
 def test_the_issues_same_machine_baseline_is_accepted():
@@ -41,20 +41,20 @@ def test_the_issues_same_machine_baseline_is_accepted():
     machine for the ideal loader x0.89 and the memory copy x1.20."""
     there = ProbeSeries([3619.0], [8.934], [3619.0])
     here = ProbeSeries([3229.0], [10.7], [3229.0])
-    assert baselinegate.check_machine(HERE, here, baseline(probe=there)) == []
+    assert baseline_gate.check_machine(HERE, here, baseline(probe=there)) == []
 
 
 def test_beyond_the_measured_spread_is_refused():
     here = ProbeSeries([2972.0], [10.30], [3035.0 * 1.05])
     with pytest.raises(BaselineError, match=r"samples per CPU s there, 3187 here \(x2\.75; beyond its noise"):
-        baselinegate.check_machine(HERE, here, baseline(probe=LOWEST))
+        baseline_gate.check_machine(HERE, here, baseline(probe=LOWEST))
 
 
 def test_another_cpu_model_is_refused_in_one_line_whatever_its_probe():
     """A probe figure alike is no evidence of one machine: the CPU model tells machines apart."""
     other = baseline(dict(HERE, cpu_model="Intel(R) Xeon(R) Processor"), probe=LOWEST)
     with pytest.raises(BaselineError) as err:
-        baselinegate.check_baseline("ci", {"dataset_key": "k"}, HERE, LOWEST, other)
+        baseline_gate.check_baseline("ci", {"dataset_key": "k"}, HERE, LOWEST, other)
     line = str(err.value)
     assert line.startswith("the baseline is from another machine: CPU model Intel(R) Xeon(R) Processor there, "
                            "AMD EPYC here; ") and "\n" not in line and "probe" not in line.split(";")[1]

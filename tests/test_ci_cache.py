@@ -1,4 +1,4 @@
-"""`run_bench.py ci-history` (harness.commands.ci_history, harness.history.cicache): a CI job's runs of the
+"""`run_bench.py ci-history` (harness.gates.ci_command, harness.gates.cicache): a CI job's runs of the
 commit under test against the history a CI cache keeps between jobs, the one line with both verdicts and which
 binds, and the runs appended for the next job. The unit tests feed the stores with recorded run directories
 through the harness's own writer (`history add`) and run the command line in this process; the slow test runs
@@ -14,7 +14,8 @@ import pytest
 from conftest import REPO
 from test_history import CELLS, history, in_process, write_run
 
-from harness.history import cicache, database
+from harness.gates import cicache
+from harness.history import database
 
 
 def store_of(path: Path, run_dirs: list[Path]) -> Path:

@@ -150,7 +150,8 @@ def test_one_table_dispatches_every_command_line(tmp_path):
     the default command line (--list, --self-test, --check-predictions), or the default command itself."""
     from harness.checks.oom import command as oomcheck
     from harness.checks.predictions import command as check_predictions
-    from harness.commands import ab_gate, compare_runs, history, rebuild_report
+    from harness.commands import history, rebuild_report
+    from harness.gates import ab_command, compare_command
 
     run = str(tmp_path)
     assert cli.read(["list"]) == cli.read(["--list"]) == ("list", None)
@@ -160,10 +161,11 @@ def test_one_table_dispatches_every_command_line(tmp_path):
     assert type(cli.read(["check-predictions", "--scenario", "smoke"])[1]) is check_predictions.Request
     name, (request, store) = cli.read(["--scenario", "smoke", "--history", str(tmp_path / "h.sqlite")])
     assert name == "bench" and request.scenario == "smoke" and store == tmp_path / "h.sqlite"
-    for argv, kind in ((["report", run], rebuild_report.Request), (["compare", run, run], compare_runs.CompareRequest),
+    for argv, kind in ((["report", run], rebuild_report.Request),
+                       (["compare", run, run], compare_command.CompareRequest),
                        (["history", "list"], history.HistoryRequest), (["ab-gate", "--parent", run],
-                                                                       ab_gate.AbGateRequest),
-                       (["gate-precheck", run], ab_gate.GatePrecheckRequest), (["oomcheck"], oomcheck.Request)):
+                                                                       ab_command.AbGateRequest),
+                       (["gate-precheck", run], ab_command.GatePrecheckRequest), (["oomcheck"], oomcheck.Request)):
         name, request = cli.read(argv)
         assert name == argv[0] and type(request) is kind
     assert set(parsers.DEFINE) <= {n for n, c in cli.COMMANDS.items() if c.read is not None}

@@ -12,12 +12,13 @@ import pytest
 from harness.analysis import effects
 from harness.analysis.effects import EFFECTS, Effect
 from harness.checks.predictions import cases as predcases
+from harness.loaderonly import rows as loaderonly_rows
+from harness.loaderonly.rows import DECODE, LOADER, DecodeRow, LoaderRow, read_rows, write_rows
 from harness.report.effecttables import read_effects, write_effects
-from harness.results import cellresult, environment, fileformat, loaderonly_rows, probeline, rundir
+from harness.results import cellresult, environment, fileformat, probeline, rundir
 from harness.results.cellresult import CELLS, CellResult
 from harness.results.environment import ENV, Environment
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError, unchanged
-from harness.results.loaderonly_rows import DECODE, LOADER, DecodeRow, LoaderRow, read_rows, write_rows
 from harness.results.probeline import PROBE, ProbeLine
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -10,10 +10,10 @@ import time
 import pytest
 from test_rank_cpu import SpinningDevice, measured_loop, run_loop
 
-from harness.analysis import baselinegate
+from harness.gates import baseline as baseline_gate
+from harness.gates import table
 from harness.measure import reference
 from harness.measure.rankrecord import STAGES, RankRecord
-from harness.report import gatetable
 from harness.results import metrics
 from harness.results.baseline import Baseline, BaselineCell
 from harness.train import measuredloop
@@ -53,7 +53,7 @@ def test_the_load_cancels_in_every_figure(load):
     """What a busy minute does to every instruction (x0.7 .. x2.0 here; the loader + rank CPU moved -39% ..
     +42% between same-code runs on the shared 2-core machine) leaves each figure as it was."""
     quiet, busy = metrics.against_reference(records()), metrics.against_reference(records(load))
-    assert busy.keys() == quiet.keys() == set(baselinegate.FIGURES)
+    assert busy.keys() == quiet.keys() == set(baseline_gate.FIGURES)
     for key in quiet:
         assert busy[key] == pytest.approx(quiet[key], rel=1e-9), key
 
@@ -145,7 +145,7 @@ def baseline(loads: list[float], **plant) -> Baseline:
         f = metrics.against_reference(recs)
         loader = sum(v for r in recs for k, v in r.stages["s"].items() if k != "receive")
         cell.cpu_s_per_sample.append((loader + sum(r.rank_cpu_s for r in recs)) / sum(r.samples for r in recs))
-        for key in baselinegate.FIGURES:
+        for key in baseline_gate.FIGURES:
             cell.samples(key).append(f[key] * (1 + 0.002 * len(cell.samples(key))))  # a little noise
     return Baseline("ci", {"world_size": 2}, {"storage=raw": cell})
 
@@ -157,11 +157,11 @@ def test_the_gate_on_the_figures_does_not_call_load_a_regression():
     """The same code, the baseline quiet and this run beside a hog (x1.3 .. x1.45 CPU per instruction): the loader
     + rank CPU calls it slower (exit 1); each of the gate's figures, unchanged (exit 0), one line each."""
     quiet, busy = baseline(QUIET), baseline(BUSY)
-    assert baselinegate.judge(busy, quiet, metric="cpu", min_effect=0.15, same_machine=True).exit_code == 1
-    verdict = baselinegate.judge(busy, quiet, metric="figures", same_machine=True)
-    assert verdict.exit_code == 0 and [c.metric for c in verdict.comparisons] == list(baselinegate.FIGURES)
-    assert [c.min_effect for c in verdict.comparisons] == list(baselinegate.FIGURES.values())
-    text = gatetable.render_verdict(verdict)
+    assert baseline_gate.judge(busy, quiet, metric="cpu", min_effect=0.15, same_machine=True).exit_code == 1
+    verdict = baseline_gate.judge(busy, quiet, metric="figures", same_machine=True)
+    assert verdict.exit_code == 0 and [c.metric for c in verdict.comparisons] == list(baseline_gate.FIGURES)
+    assert [c.min_effect for c in verdict.comparisons] == list(baseline_gate.FIGURES.values())
+    text = table.render_verdict(verdict)
     lines = text.split("Verdict, one line per figure:\n")[1].splitlines()
     assert len(lines) == 3 and all(line.startswith("- passed: 0 slower, 0 faster, 1 unchanged") for line in lines)
 
@@ -172,11 +172,11 @@ def test_the_gate_on_the_figures_does_not_call_load_a_regression():
 def test_a_planted_change_fails_its_figure_under_load(plant, figure):
     """A change of the code a figure watches, measured under load against a quiet baseline: that figure is
     slower (exit 1), and its line says FAILED."""
-    verdict = baselinegate.judge(baseline(BUSY, **plant), baseline(QUIET), metric="figures", same_machine=True)
+    verdict = baseline_gate.judge(baseline(BUSY, **plant), baseline(QUIET), metric="figures", same_machine=True)
     failed = [c.metric for c in verdict.comparisons if c.exit_code]
     assert verdict.exit_code == 1 and failed == [figure]
-    assert f"- FAILED: 1 slower, 0 faster, 0 unchanged (metric: {baselinegate.METRIC_NAMES[figure]}" in \
-        gatetable.render_verdict(verdict)
+    assert f"- FAILED: 1 slower, 0 faster, 0 unchanged (metric: {baseline_gate.METRIC_NAMES[figure]}" in \
+        table.render_verdict(verdict)
 
 
 def test_a_baseline_keeps_the_figures_and_an_older_one_warns():
@@ -184,9 +184,9 @@ def test_a_baseline_keeps_the_figures_and_an_older_one_warns():
     again = Baseline.from_json(json.loads(json.dumps(b.to_json())))
     assert again.cells["storage=raw"].rank_vs_reference == b.cells["storage=raw"].rank_vs_reference
     old = Baseline.from_json({**b.to_json(), "cells": {"storage=raw": {
-        k: v for k, v in b.to_json()["cells"]["storage=raw"].items() if k not in baselinegate.FIGURES}}})
+        k: v for k, v in b.to_json()["cells"]["storage=raw"].items() if k not in baseline_gate.FIGURES}}})
     assert "rank_vs_reference" not in old.to_json()["cells"]["storage=raw"]
-    verdict = baselinegate.judge(b, old, metric="figures", same_machine=True)
+    verdict = baseline_gate.judge(b, old, metric="figures", same_machine=True)
     assert verdict.exit_code == 0 and {r.verdict for c in verdict.comparisons for r in c.rows} == {"new"}
     assert any("the baseline records no rank: main thread CPU / reference step" in w for w in verdict.warnings)
 

@@ -17,7 +17,8 @@ from conftest import REPO
 from harness import cli
 from harness.commands import history as history_command
 from harness.config.request import BenchRequest
-from harness.history import database, gate, runrows
+from harness.gates import history as history_gate
+from harness.history import database, runrows
 from harness.results.fileformat import VERSION_KEY, FileFormat, ResultsError
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=hdf5,batching=fixed"]
@@ -236,10 +237,10 @@ def test_the_gate_compares_only_the_same_machine_and_earlier_runs(tmp_path):
     xeon = write_run(tmp_path / "xeon", "bbb", 30, {CELLS[1]: 1.5}, cpu_model="Intel Xeon")
     run, visits, _ = runrows.rows_of(xeon)
     db = database.open_store(db_path)
-    assert gate.comparable_runs(db, run, 10) == []  # another machine has no history here
+    assert history_gate.comparable_runs(db, run, 10) == []  # another machine has no history here
     early = write_run(tmp_path / "early", "bbb", 2)
     run, visits, _ = runrows.rows_of(early)
-    assert [r["time_utc"][-6:-4] for r in gate.comparable_runs(db, run, 10)] == ["00", "01"]
+    assert [r["time_utc"][-6:-4] for r in history_gate.comparable_runs(db, run, 10)] == ["00", "01"]
 
 
 def test_a_directory_of_run_directories_adds_each_of_them(tmp_path):

@@ -1,4 +1,4 @@
-"""The history gate (harness.history.gate) on seeded synthetic histories shaped like the loaded 2-core
+"""The history gate (harness.gates.history) on seeded synthetic histories shaped like the loaded 2-core
 machine's (docs/history.md): the load of a run's minutes multiplies every CPU cost of the run by one factor
 (sd 0.25 on the log: -40% .. +40%), and each stage has its own small noise. A loader slowdown planted in one
 cell's read stage is caught by the default figure (stages over decode), a same-code run of the same spread is
@@ -8,7 +8,8 @@ from __future__ import annotations
 import math
 import random
 
-from harness.history import database, gate
+from harness.gates import history as history_gate
+from harness.history import database
 
 CELLS = ["storage=raw,batching=fixed", "storage=mmap,batching=fixed", "storage=mmap,batching=dynamic",
          "storage=hdf5,batching=fixed", "storage=raw,batching=dynamic", "storage=hdf5,batching=dynamic"]
@@ -44,7 +45,7 @@ def trial(tmp_path, seed: int, plant_s: float, figure: str) -> int:
     for minute in range(10):
         database.insert_run(db, *run_rows(rnd, minute), [])
     run, visits = run_rows(rnd, 30, plant_s)
-    result = gate.gate(db, run, visits, figure)
+    result = history_gate.gate(db, run, visits, figure)
     assert result.ran and len(result.history) == 10
     return result.exit_code
 
@@ -53,7 +54,7 @@ def test_the_default_figure_catches_a_loader_slowdown_under_load_and_passes_same
     """A plant of 0.1 ms a sample (30% of the loader's stages, 14% of the cell's loader + rank CPU) in 20
     seeded histories: caught by stages/decode in all 20; 20 same-code runs drawn the same way: none flagged.
     The cpu figure, moved by the load, catches the plant in at most 2 of the 20."""
-    assert gate.DEFAULT == "stages/decode"
+    assert history_gate.DEFAULT == "stages/decode"
     seeds = range(20)
     caught = sum(trial(tmp_path, s, 0.1e-3, "stages/decode") for s in seeds)
     alarms = sum(trial(tmp_path, s, 0.0, "stages/decode") for s in seeds)
@@ -72,6 +73,6 @@ def test_a_figure_the_history_lacks_is_no_verdict(tmp_path):
     run, visits = run_rows(rnd, 30, 1e-3)
     for v in visits:
         v["decode_cpu"] = 0.0
-    result = gate.gate(db, run, visits)
+    result = history_gate.gate(db, run, visits)
     assert result.exit_code == 0 and not result.ran
-    assert "NOT RUN: no cell of this run has the figure stages/decode" in gate.render(result)
+    assert "NOT RUN: no cell of this run has the figure stages/decode" in history_gate.render(result)

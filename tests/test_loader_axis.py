@@ -12,10 +12,10 @@ import pytest
 import torch
 from PIL import Image
 
-from harness.analysis.baselinegate import _params_differ
 from harness.config.matrix import Cell
 from harness.config.scenario import StrategyChoice
 from harness.data.decoders import decode_resize
+from harness.gates.baseline import _params_differ
 from harness.measure.rankrecord import RankRecord
 from harness.results import metrics
 from harness.results.baseline import BaselineCell

@@ -1,5 +1,5 @@
 """--loader-only on a tiny dataset: every storage, both references, both cache states; keys, not timings
-(harness.run.loaderonly_run over harness.run.loaderonly_bench; harness.report.loaderonly_tables renders)."""
+(harness.loaderonly.command over harness.loaderonly.readpath; harness.loaderonly.tables renders)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,10 +8,10 @@ import json
 import pytest
 
 from harness.config import scenario
-from harness.report.loaderonly_tables import render
-from harness.results.loaderonly_rows import DecodeRow, LoaderRow, read_rows
-from harness.run import loaderonly_run
-from harness.run.loaderonly_bench import REF_ARTICLE, REF_RAM
+from harness.loaderonly import command as loaderonly
+from harness.loaderonly.readpath import REF_ARTICLE, REF_RAM
+from harness.loaderonly.rows import DecodeRow, LoaderRow, read_rows
+from harness.loaderonly.tables import render
 
 TOML = """
 description = "loader-only test"
@@ -37,7 +37,7 @@ def measured(tmp_path_factory):
     path = root / "s.toml"
     path.write_text(TOML)
     sc = scenario.load(str(path))
-    rows, decode = loaderonly_run.run(sc, root / "data", root / "run", ("warm", "cold"),
+    rows, decode = loaderonly.run(sc, root / "data", root / "run", ("warm", "cold"),
                                       workloads=("features", "pixels"), seconds=0.01, batches=12, cold_batches=2)
     return root, rows, render(rows, decode)
 
@@ -79,7 +79,7 @@ def test_unknown_cache_state_is_a_usage_error(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text(TOML)
     with pytest.raises(UsageError, match="cache state 'hot'"):
-        loaderonly_run.run(scenario.load(str(path)), tmp_path / "d", tmp_path / "r", ("hot",))
+        loaderonly.run(scenario.load(str(path)), tmp_path / "d", tmp_path / "r", ("hot",))
 
 
 @pytest.mark.slow
@@ -107,6 +107,6 @@ def test_a_dataset_without_jpegs_reads_through_the_article_reference_too(tmp_pat
     path.write_text(TOML)
     sc = scenario.load(str(path))
     sc = dataclasses.replace(sc, dataset=dataclasses.replace(sc.dataset, content="features"))  # as --scale full
-    rows, _ = loaderonly_run.run(sc, tmp_path / "data", tmp_path / "run", ("warm",), workloads=("features",),
+    rows, _ = loaderonly.run(sc, tmp_path / "data", tmp_path / "run", ("warm",), workloads=("features",),
                                  seconds=0.01, batches=4, cold_batches=1)
     assert {r.storage for r in rows} >= {"mmap", REF_ARTICLE}

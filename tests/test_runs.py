@@ -67,7 +67,7 @@ def test_repeats_save_baseline_then_compare(scenario, data_dir, tmp_path):
     # a 2-core machine shared with other work drifts: only a change of 95% would count as a regression
     second = run_bench(*common, "--out", str(tmp_path / "b"), "--baseline", str(baseline),
                        "--min-effect", "0.95")
-    if second.returncode == 3 and "beyond its noise" in second.stderr:  # harness.analysis.baselinegate.check_machine
+    if second.returncode == 3 and "beyond its noise" in second.stderr:  # harness.gates.baseline.check_machine
         pytest.skip("the machine probe moved beyond its noise between the two runs (a loaded machine): the "
                     "baseline is refused as from another machine, the designed answer; nothing to compare")
     assert second.returncode == 0, second.stderr[-3000:] + second.stdout[-3000:]

@@ -53,19 +53,11 @@ from harness.checks.remote import command as check_remote
 from harness.cli import parsers
 from harness.cli.fromargs import bench_request, check_predictions_request_of, check_what_if, request_of, resume_argv
 from harness.cli.parsers import build_parser
-from harness.commands import (
-    ab_gate,
-    bench,
-    check_resume,
-    ci_history,
-    compare_runs,
-    history,
-    list_scenarios,
-    rebuild_report,
-    target_report,
-)
+from harness.commands import bench, check_resume, history, list_scenarios, rebuild_report, target_report
 from harness.config.request import BenchRequest
 from harness.errors import EXIT_BASELINE, EXIT_USAGE, UsageError
+from harness.gates import ab_command, ci_command, compare_command, mainrun
+from harness.gates import history as history_gate
 from harness.results.baseline import BaselineError
 from harness.results.rundir import ResultsError
 from harness.run import resume
@@ -117,10 +109,16 @@ def read_default(argv: list[str]) -> tuple[str, Any]:
 
 
 def run_bench(given: tuple[BenchRequest, Path | None]) -> int:
-    """The main run (harness.commands.bench), added to the history store when one is given (--history FILE or
-    DLBENCH_HISTORY: harness.commands.history.recorded)."""
+    """The main run (harness.commands.bench) with the baseline gate when the request asks for one
+    (harness.gates.mainrun), added to the history store when one is given (--history FILE or DLBENCH_HISTORY:
+    harness.commands.history.recorded); --loader-only is the loader-only run (harness.loaderonly)."""
     request, store = given
-    code = history.recorded(store, request, lambda: bench.main(request))
+    if request.loader_only:
+        from harness.loaderonly import command as loaderonly  # h5py, PIL and the article's code: only for this run
+
+        code = loaderonly.main(request)
+    else:
+        code = history.recorded(store, request, lambda: bench.main(request, mainrun.of(request.gate)))
     if request.torchrun is not None:
         # a torchrun rank: its work is written; leave without C++ static destructors, where torch's
         # background threads sometimes abort ("terminate called without an active exception")
@@ -152,11 +150,11 @@ COMMANDS = {  # the one dispatch table: name -> Command
     "list": Command(lambda _: list_scenarios.main()),  # --list (or the word list)
     "self-test": Command(self_test),  # --self-test (or the word self-test)
     "report": Command(rebuild_report.main, read_report),
-    "compare": Command(compare_runs.main, reader("compare", compare_runs.CompareRequest)),
-    "history": Command(history.main, reader("history", history.HistoryRequest)),
-    "ab-gate": Command(ab_gate.ab_gate_request, reader("ab-gate", ab_gate.AbGateRequest)),
-    "ci-history": Command(ci_history.main, reader("ci-history", ci_history.CiHistoryRequest)),
-    "gate-precheck": Command(ab_gate.precheck_request, reader("gate-precheck", ab_gate.GatePrecheckRequest)),
+    "compare": Command(compare_command.main, reader("compare", compare_command.CompareRequest)),
+    "history": Command(lambda r: history.main(r, history_gate.from_request), reader("history", history.HistoryRequest)),
+    "ab-gate": Command(ab_command.ab_gate_request, reader("ab-gate", ab_command.AbGateRequest)),
+    "ci-history": Command(ci_command.main, reader("ci-history", ci_command.CiHistoryRequest)),
+    "gate-precheck": Command(ab_command.precheck_request, reader("gate-precheck", ab_command.GatePrecheckRequest)),
     "check-predictions": Command(check_predictions.main, reader("check-predictions", check_predictions.Request)),
     "check-capacity": Command(check_capacity.main, reader("check-capacity", check_capacity.Request)),
     "check-remote": Command(check_remote.main, reader("check-remote", check_remote.CheckRemoteRequest)),

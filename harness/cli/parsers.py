@@ -11,18 +11,15 @@ from harness.checks.oom.inject import MODELS as OOM_MODELS
 from harness.checks.predictions import capacity as check_capacity
 from harness.checks.predictions import command as check_predictions
 from harness.checks.remote import command as check_remote
-from harness.commands import (
-    check_resume,
-    ci_history,
-    history,
-)
+from harness.commands import check_resume, history
 from harness.config import scenariofields
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS
 from harness.errors import EXIT_USAGE
+from harness.gates import ci_command
 
 REPO = Path(__file__).resolve().parent.parent.parent
-GATE_METRICS = ("throughput", "cpu", "figures")  # harness.analysis.baselinegate.metric_keys
+GATE_METRICS = ("throughput", "cpu", "figures")  # harness.gates.baseline.metric_keys
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -339,7 +336,7 @@ def ci_cache_default() -> Path | None:
 
 
 def define_ci_history(p: argparse.ArgumentParser) -> None:
-    d = ci_history.CiHistoryRequest
+    d = ci_command.CiHistoryRequest
     p.add_argument("--gate-exit", type=int, choices=range(256), required=True, metavar="N",
                    help="the A/B or baseline gate's exit code (scripts/ci_gate.sh's)")
     p.add_argument("--cache", type=Path, default=ci_cache_default(), metavar="DIR",

@@ -1,5 +1,7 @@
-"""The main job: run a scenario's matrix in real DDP ranks (spawned, or joined under torchrun), write the
-report, and save or compare a baseline (the CI gate)."""
+"""The main job: run a scenario's matrix in real DDP ranks (spawned, or joined under torchrun) and write the
+report. The door (harness/cli/) hands in the baseline gate when the request asks for one (`RunGate`,
+harness.gates.mainrun): checked before anything runs, applied after the report; it dispatches --loader-only
+to harness.loaderonly. The core imports no feature."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,28 +9,36 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Protocol
 
-from harness.analysis import baselinegate
-from harness.analysis.gateinput import run_as_baseline
-from harness.config import datasetup, scenario, target
-from harness.config.datasetup import CC3M_SAMPLES, full_scale, with_source
-from harness.config.matrix import Cell, expand, runnable, select
+from harness.config import scenario
+from harness.config.matrix import Cell
 from harness.config.request import BenchRequest
 from harness.config.runconfig import check_data_space
 from harness.device.devices import ranks_per_gpu, run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo
-from harness.report import gatetable, report
+from harness.report import report
 from harness.results import rundir
-from harness.results.baseline import Baseline, machine_of
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
-from harness.run import budgetstate, launch, remoterun, resume, stopguard, supervisor
+from harness.run import budgetstate, launch, remoterun, resume, settle, stopguard, supervisor
+from harness.run.settle import local_ranks
+
+
+class RunGate(Protocol):
+    """What the door hands the run for --baseline / --save-baseline (harness.gates.mainrun.BaselineRunGate)."""
+
+    def check(self, scenario_name: str, comparable: dict) -> None:
+        """Before anything runs: the baseline loaded and checked (settings and machine); raises to stop."""
+
+    def apply(self, run_dir: Path) -> int:
+        """After the report: the run saved as a baseline and/or compared with it; the exit code it adds."""
 
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
                   name: str | None = None) -> dict:
-    """What a baseline and a run must share to be compared (harness.analysis.baselinegate). `name`: the device's name
+    """What a baseline and a run must share to be compared (harness.gates.baseline). `name`: the device's name
     (default: `run_device_name`)."""
     t = sc.training
     return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
@@ -52,9 +62,9 @@ def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
     return not failures
 
 
-def finish_run(request: BenchRequest, run_dir: Path, env: Environment, baseline: Baseline | None,
+def finish_run(request: BenchRequest, run_dir: Path, env: Environment, gate: RunGate | None,
                ok: bool, run_target=None) -> int:
-    """The report from cells.jsonl, the sampler contract, and the baseline (saved and/or compared)."""
+    """The report from cells.jsonl, the sampler contract, and the baseline gate (saved and/or compared)."""
     cells_done: list[CellResult] = rundir.read_results(run_dir)
     print(report.write_all(run_dir, cells_done, env, what_if_cores=request.what_if_cores, target=run_target))
     code = EXIT_OK if ok else EXIT_REGRESSION
@@ -63,85 +73,26 @@ def finish_run(request: BenchRequest, run_dir: Path, env: Environment, baseline:
         print(f"run_bench.py: the sampler contract is broken in {len(broken)} cell(s): {'; '.join(broken)}",
               file=sys.stderr)
         code = EXIT_REGRESSION
-    gate = request.gate
-    if gate.save_baseline or baseline is not None:
-        current = run_as_baseline(run_dir)
-        if gate.save_baseline:
-            current.save(gate.save_baseline)
-            print(f"baseline written: {gate.save_baseline}", file=sys.stderr)
-        if baseline is not None:
-            code = max(code, gatetable.show(baselinegate.judge(current, baseline, gate.raw, gate.min_effect,
-                                                          gate.alpha, gate.strict, gate.metric),
-                                            run_dir / "comparison.md"))
+    if gate is not None:
+        code = max(code, gate.apply(run_dir))
     print(f"\nresults: {run_dir}", file=sys.stderr)
     return code
 
 
-def run_loader_only(request: BenchRequest, sc: scenario.Scenario) -> int:
-    """--loader-only: each storage's read path alone, beside a RAM gather and the article's per-row reads."""
-    from harness.report.loaderonly_tables import render
-    from harness.run import loaderonly_run  # h5py, PIL and the article's code: only for this command
 
-    argv = list(request.argv)
-    run_dir = rundir.new_run_dir(request.out, f"{sc.name}-loader")
-    env = Environment.capture(argv, {"mode": "loader-only", "accelerator": None, "world_size": 1})
-    dataclasses.replace(env, scenario=sc.name, dataset=sc.dataset.to_dict(), cache_state=request.cache_state,
-                        argv=argv, imported=datasetup.import_env(sc)).write(run_dir)
-    states = loaderonly_run.CACHE_STATES if request.cache_state == "as-is" else (request.cache_state,)
-    rows, decode = loaderonly_run.run(sc, request.data_dir, run_dir, states, progress=not request.quiet)
-    print(render(rows, decode))
-    print(f"\nresults: {run_dir}", file=sys.stderr)
-    return EXIT_OK
-
-
-def main(request: BenchRequest) -> int:
-    """The scenario (with the command line's overrides and data), its cells, then one of three modes: the
-    cells listed (--dry-run), each storage's read path alone (--loader-only), or the run."""
-    sc, cells, device, run_target = settle(request)
-    if request.dry_run:
-        for i, cell in enumerate(cells, 1):
-            print(f"{i:3d}  {cell.id}")
-        print(f"{len(cells)} cells x {request.repeats} repeats x {sc.world_size} ranks ({device})", file=sys.stderr)
+def main(request: BenchRequest, gate: RunGate | None = None) -> int:
+    """The scenario (with the command line's overrides and data), its cells, then the cells listed (--dry-run)
+    or the run, with `gate` (the baseline gate the door handed in) when the request asks for one."""
+    settled = settle.prepare(request)
+    if settled is None:  # --dry-run: the cells listed
         return EXIT_OK
-    datasetup.scan_source(sc, request.data_dir, not request.quiet, request.overrides)  # an imported source
-    if request.loader_only:  # the storages of the selected cells (--only, --exclude)
-        storages = list(dict.fromkeys(cell.choice("storage") for cell in cells))
-        return run_loader_only(request, dataclasses.replace(sc, matrix={**sc.matrix, "storage": storages}))
-    return run(request, sc, cells, device, run_target)
+    sc, cells, device, run_target = settled
+    return run(request, sc, cells, device, run_target, gate)
 
 
-def local_ranks(request: BenchRequest, sc: scenario.Scenario) -> int:
-    """The ranks on this node: torchrun's, else every rank of the scenario (spawned here)."""
-    return request.torchrun.local_world_size if request.torchrun else sc.world_size
 
-
-def settle(request: BenchRequest) -> tuple[scenario.Scenario, list[Cell], str, target.Target | None]:
-    """(the scenario, its cells, the device, the target), each settled once from the request; a mistake in
-    any of them, or an output path that cannot be written, stops here, before anything runs."""
-    r = request
-    overrides = r.overrides.given()
-    if r.data.scale == "full" and r.overrides.samples is None and r.data.path is None:
-        overrides["samples"] = CC3M_SAMPLES
-    if r.torchrun:
-        overrides["world_size"] = r.torchrun.world_size
-    sc = with_source(scenario.load(r.scenario, overrides), r.data, r.overrides.samples)  # --data, [dataset] source
-    if r.data.scale == "full":
-        sc = full_scale(sc)
-    run_target = target.of_scenario(sc, r.target)  # a mistake in it stops here, before anything runs
-    device = launch.resolve_device(r.device, local_ranks(r, sc), r.torchrun, share_gpu=r.share_gpu)
-    shipped = sc.path is not None and Path(sc.path).resolve().parent == scenario.SCENARIO_DIR.resolve()
-    cells = select(expand(sc), list(r.only), list(r.exclude), check=not shipped)
-    if shipped:  # a scenario of the project's runs the cells this machine can, and says what it left out
-        cells, notes = runnable(cells)
-        for note in notes:
-            print(f"{sc.name}: {note} (the other cells run)", file=sys.stderr)
-    rundir.check_writable_dir(r.out, "--out")  # the output paths, before anything is measured
-    if r.gate.save_baseline:
-        rundir.check_writable_file(r.gate.save_baseline, "--save-baseline")
-    return sc, cells, device, run_target
-
-
-def run(request: BenchRequest, sc: scenario.Scenario, cells: list[Cell], device: str, run_target=None) -> int:
+def run(request: BenchRequest, sc: scenario.Scenario, cells: list[Cell], device: str, run_target=None,
+        gate: RunGate | None = None) -> int:
     """The run: the data's room, the baseline checked, the run directory, then the cells in ranks (spawned,
     or this torchrun rank), the request carried whole in the LaunchConfig."""
     r = request
@@ -149,10 +100,8 @@ def run(request: BenchRequest, sc: scenario.Scenario, cells: list[Cell], device:
         check_data_space(sc, cells, r.data_dir, r.regenerate)
     sharing = ranks_per_gpu(local_ranks(r, sc), gpuinfo.gpu_count()) if r.share_gpu and device == "cuda" else 1
     comparable = comparable_of(sc, device, r.cache_state, run_device_name(sc.accelerator.name, device, sharing))
-    baseline = Baseline.load(r.gate.baseline) if r.gate.baseline else None
-    if baseline is not None:  # fail fast, before anything runs: the settings, and the machine (the probe later)
-        baselinegate.check_comparable(sc.name, comparable, baseline)
-        baselinegate.check_machine(machine_of(Environment.capture([], {})), None, baseline)
+    if gate is not None:  # fail fast, before anything runs: the settings, and the machine (the probe later)
+        gate.check(sc.name, comparable)
     settings = resume.settings_of(r, sc, cells, device, comparable)
     run_dir, env = (r.out, None) if r.rank != 0 else resume.open_run_dir(r, sc, device, comparable, len(cells),
                                                                          settings)
@@ -163,7 +112,7 @@ def run(request: BenchRequest, sc: scenario.Scenario, cells: list[Cell], device:
     config = launch.LaunchConfig(r, sc, cells, run_dir, device, device_name=comparable["device"], budget_s=budget_s,
                                  started_at=time.time() - spent_before(r, run_dir, budget_s))
     return remoterun.with_remote(sc, r.torchrun is not None, run_dir, lambda counters: run_until_stopped(
-        dataclasses.replace(config, remote_counters=counters), env, baseline, run_target))
+        dataclasses.replace(config, remote_counters=counters), env, gate, run_target))
 
 
 def spent_before(request: BenchRequest, run_dir: Path, budget_s: float) -> float:
@@ -184,7 +133,7 @@ def stopped(request: BenchRequest, run_dir: Path, env: Environment, code: int, r
     return code
 
 
-def run_until_stopped(config: launch.LaunchConfig, env: Environment | None, baseline: Baseline | None,
+def run_until_stopped(config: launch.LaunchConfig, env: Environment | None, gate: RunGate | None,
                       run_target=None) -> int:
     """The cells, spawned or as this torchrun rank; on Ctrl-C or SIGTERM the report over the cells written
     and how to resume (exit 130 or 143)."""
@@ -200,8 +149,8 @@ def run_until_stopped(config: launch.LaunchConfig, env: Environment | None, base
     guard = stopguard.StopGuard(ending) if torchrun else None  # under a scheduler's KillWait: an ending for sure
     try:
         if not torchrun:
-            return finish_run(request, config.run_dir, env, baseline, spawn_ranks(config, env), run_target)
-        return run_torchrun_rank(config, env, baseline, run_target)
+            return finish_run(request, config.run_dir, env, gate, spawn_ranks(config, env), run_target)
+        return run_torchrun_rank(config, env, gate, run_target)
     except (KeyboardInterrupt, supervisor.Interrupted) as err:
         code = err.code if isinstance(err, supervisor.Interrupted) else 130
         if guard is not None:
@@ -211,7 +160,7 @@ def run_until_stopped(config: launch.LaunchConfig, env: Environment | None, base
         return code
 
 
-def run_torchrun_rank(config: launch.LaunchConfig, env: Environment | None, baseline: Baseline | None,
+def run_torchrun_rank(config: launch.LaunchConfig, env: Environment | None, gate: RunGate | None,
                       run_target=None) -> int:
     """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
     that resumes it."""
@@ -232,4 +181,4 @@ def run_torchrun_rank(config: launch.LaunchConfig, env: Environment | None, base
         return EXIT_OK
     env.dataset_gb = launch.dataset_gb(data_paths)
     env.write(config.run_dir)
-    return finish_run(request, config.run_dir, env, baseline, True, run_target)
+    return finish_run(request, config.run_dir, env, gate, True, run_target)

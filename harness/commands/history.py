@@ -14,6 +14,7 @@ anything is measured, and the run directory the run wrote adds itself at its end
 """
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from harness.config.request import BenchRequest
 from harness.errors import EXIT_OK, EXIT_USAGE, UsageError
-from harness.history import dashboard, database, gate, queries, runrows
+from harness.history import dashboard, database, queries, runrows
 from harness.results import rundir
 from harness.results.fileformat import ResultsError
 
@@ -40,7 +41,7 @@ class HistoryRequest:
     store: Path = Path("results/history.sqlite")
     branch: str = ""
     scenario: str | None = None
-    figure: str | None = None  # None: the action's own (DEFAULT_FIGURE, or the gate's gate.DEFAULT)
+    figure: str | None = None  # None: the action's own (DEFAULT_FIGURE, or the history gate's DEFAULT)
     last: int = 10
     min_effect: float = 0.15
     alpha: float = 0.05
@@ -134,19 +135,10 @@ def _run_dirs(out: Path) -> set[Path]:
     return set(out.iterdir()) if out.is_dir() else set()
 
 
-def _gate(db, request: HistoryRequest) -> int:
-    figure = request.figure or gate.DEFAULT
-    if figure not in gate.METRICS:
-        raise UsageError(f"history gate --figure {figure}: the gate compares {', '.join(gate.METRICS)}; "
-                         f"pass one of them (default {gate.DEFAULT})")
-    run, visits, _ = runrows.rows_of(Path(request.args[0]), request.branch)
-    result = gate.gate(db, run, visits, figure, request.last,
-                       request.min_effect, request.alpha, request.branch or None)
-    print(gate.render(result))
-    return result.exit_code
 
-
-def main(request: HistoryRequest) -> int:
+def main(request: HistoryRequest, gate: Callable[[sqlite3.Connection, HistoryRequest], int] | None = None) -> int:
+    """The action; `history gate` runs `gate` (the history gate, harness.gates.history.from_request, handed in by
+    harness/cli/: the core imports no feature)."""
     _check(request)
     db = database.open_store(request.store, create=request.action == "add")
     action, args = request.action, request.args
@@ -154,7 +146,9 @@ def main(request: HistoryRequest) -> int:
     if action == "add":
         return add(db, [Path(a) for a in args], request.branch)
     if action == "gate":
-        return _gate(db, request)
+        if gate is None:
+            raise UsageError("history gate: no history gate was given (run it through run_bench.py history gate)")
+        return gate(db, request)
     if action == "list":
         print(queries.list_text(db))
     elif action == "show":

@@ -60,7 +60,7 @@ class DataOptions:
 
 @dataclass(frozen=True)
 class GateOptions:
-    """--baseline, --save-baseline and how a comparison decides (harness.analysis.baselinegate)."""
+    """--baseline, --save-baseline and how a comparison decides (harness.gates.baseline)."""
     baseline: Path | None = None
     save_baseline: Path | None = None
     metric: str = "throughput"

@@ -4,7 +4,7 @@ in commit order, and grouped per commit with its interval.
 Commit order is the order of each commit's first run in time (the store keeps no commit graph): on one branch
 that is the order the commits were measured in. Figures: "cpu" (loader + rank CPU s/sample), "throughput"
 (samples/s), "au" (AU %). A run's value for a cell is the median of its measured visits
-(harness.history.gate.cell_values); a commit's is the median of its runs, with the order-statistics interval
+(cell_values); a commit's is the median of its runs, with the order-statistics interval
 of harness.results.stats.median_interval over its runs, or, for a commit of one run, over that run's visits
 (its label says which).
 """
@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from harness.errors import UsageError
 from harness.history import database
-from harness.history.gate import cell_values
 from harness.results import stats
 
 FIGURES = {"cpu": ("cpu_per_sample", "loader + rank CPU s/sample"), "throughput": ("throughput", "samples/s"),
@@ -32,6 +31,16 @@ class Point:
     high: float
     runs: int
     label: str
+
+def cell_values(visits, figure) -> dict[str, float]:
+    """cell -> the median of its measured visits' `figure` (a function of a visit; cells without a value are
+    left out)."""
+    by_cell: dict[str, list[float]] = {}
+    for v in visits:
+        value = figure(v)
+        if not v["error"] and value is not None and value > 0:
+            by_cell.setdefault(v["cell"], []).append(value)
+    return {c: stats.median(xs) for c, xs in by_cell.items()}
 
 
 def column_of(figure: str) -> str:

@@ -39,7 +39,7 @@ harnesses read):
   only.
 - A cell that errored in any repeat keeps the error(s) and no samples (all lists empty).
 - `merge` makes one baseline of several runs of one scenario on one machine (the A/B gate's single-repeat
-  runs of one tree, harness.commands.ab_gate): their repeats in the order given.
+  runs of one tree, harness.gates.ab_command): their repeats in the order given.
 """
 from __future__ import annotations
 

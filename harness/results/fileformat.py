@@ -2,7 +2,7 @@
 
 Each kind of file is a `FileFormat`, declared beside the record that owns its JSON, with the version this
 harness writes and its written history (what each version changed): cells.jsonl (harness.results.cellresult),
-env.json (environment), probe.jsonl (probeline), loader.jsonl and decode.jsonl (loaderonly_rows), effects.jsonl
+env.json (environment), probe.jsonl (probeline), loader.jsonl and decode.jsonl (harness.loaderonly.rows), effects.jsonl
 (effects) and predictions.jsonl (checkcases). docs/results-format.md gives every history.
 
 The version is written under VERSION_KEY ("schema"): in every line of a .jsonl file (a file appended to by

@@ -4,7 +4,7 @@ Measured once per repeat so cells can be reported relative to the machine they r
 - ideal_samples_per_s: an in-memory ideal loader: the scenario's own samples, already in memory, prepared
   (JPEG decode and resize, or embeddings) and collated in one process: no storage, no workers, no IPC.
 - ideal_cpu_samples_per_s: the same loop's samples per CPU second of the probing thread (time.thread_time):
-  what the machine check compares (harness.analysis.baselinegate.check_machine). The wall-clock figure moves
+  what the machine check compares (harness.gates.baseline.check_machine). The wall-clock figure moves
   with the host's load (the time other processes take from the probe's core), the CPU figure mostly does not:
   on the 2-core development machine beside one core of outside load, 133 to 1,989 samples/s against 1,921 to
   2,584 per CPU second in the same six probes (measured; docs/measurements/ci-gate.md has the 20-run spreads).

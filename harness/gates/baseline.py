@@ -1,5 +1,5 @@
 """The CI regression gate's judgement: compare this run's cells with a saved baseline, cell by cell (the
-comparison's table: harness.report.gatetable).
+comparison's table: harness.gates.table).
 
 The baseline and its file format: harness.results.baseline.
 
@@ -23,7 +23,7 @@ ideal loader's wall-clock samples/s is the host's load as much as the machine, s
 tolerance of a figure is the largest of its PROBE_SPREAD and the factor between any repeat's figure and its own
 side's median, on either side; "beyond" is a ratio of the two medians outside [1 / tolerance, tolerance]. The
 hostname and the memory size are not checked: CI machines of one kind have fresh hostnames, and memory does not
-change the code's CPU cost per sample. A and B of one job on one machine (harness.commands.ab_gate) skip the
+change the code's CPU cost per sample. A and B of one job on one machine (harness.gates.ab_command) skip the
 check: there the probe is code under test too.
 
 The gate's figures (`metric` "figures", scripts/ci_gate.sh's): three comparisons, each of one figure at its own

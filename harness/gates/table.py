@@ -1,4 +1,4 @@
-"""A comparison of a run with a baseline (harness.analysis.baselinegate) as text or markdown: the one-line verdict
+"""A comparison of a run with a baseline (harness.gates.baseline) as text or markdown: the one-line verdict
 summary, then the table (a pull-request comment in markdown); a verdict of several figures as one such block
 per figure, then one line per figure."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness import safewrite
-from harness.analysis.baselinegate import FIGURES, Comparison, Verdict
+from harness.gates.baseline import FIGURES, Comparison, Verdict
 from harness.report.tables import Table, render_tables
 
 

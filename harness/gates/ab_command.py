@@ -1,13 +1,13 @@
 """`run_bench.py ab-gate` and `run_bench.py gate-precheck`: the A/B regression gate, for a machine that the
 committed baseline is not of (scripts/ci_gate.sh falls back to it when the baseline gate exits 3): this
-commit's tree and its parent's, measured in one job on this machine (harness.run.abruns: single-repeat runs
-interleaved in pairs), judged on the paired log ratios (harness.analysis.abjudgement: an exact sign-flip test
+commit's tree and its parent's, measured in one job on this machine (harness.gates.trees: single-repeat runs
+interleaved in pairs), judged on the paired log ratios (harness.gates.ab: an exact sign-flip test
 over the pairs, alpha over all cells together). Exit 1 only on a significant regression of this commit against
 its parent (or when this commit's own run fails as a gate run would: a crashed rank, a broken sampler
 contract); a parent that cannot run the scenario, or runs it with other settings, gives exit 5 (EXIT_NOT_RUN)
 with the gate marked as NOT RUN in one line: never a false failure, never a false pass.
 
-`precheck` is the machine half of the baseline gate's check (analysis.baselinegate.check_machine without the
+`precheck` is the machine half of the baseline gate's check (analysis.baseline_gate.check_machine without the
 probe), made before anything runs, so that a machine of another CPU model does not spend a whole gate run on
 a baseline that will be refused.
 
@@ -22,13 +22,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import abjudgement, baselinegate
 from harness.errors import EXIT_BASELINE, EXIT_NOT_RUN, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
-from harness.report import gatetable
+from harness.gates import ab, table, trees
+from harness.gates import baseline as baseline_gate
+from harness.gates.trees import PARENT, PREFIX, Runner
 from harness.results.baseline import Baseline, BaselineError, machine_of
 from harness.results.environment import Environment
-from harness.run import abruns
-from harness.run.abruns import PARENT, PREFIX, Runner
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,7 @@ def _not_run(why: str) -> int:
     return EXIT_NOT_RUN
 
 
-def _failed(side: str, o: abruns.Outcome, parent_label: str) -> int:
+def _failed(side: str, o: trees.Outcome, parent_label: str) -> int:
     """The exit code of a run that ended the runs early, with its one line."""
     why = f"exit {o.code}" + (f": {o.detail}" if o.detail else "")
     if side == PARENT:
@@ -86,32 +85,32 @@ def main(parent_root: Path, current_root: Path, data_dir: Path, out_dir: Path, r
     2 when this commit's runs cannot be read; 5 (EXIT_NOT_RUN) marked NOT RUN when the parent cannot run the
     scenario or runs it with other settings."""
     start = time.monotonic()
-    runner = runner or abruns.bench_runner(scenario, Path(data_dir))
-    done = abruns.measure(parent_root, current_root, out_dir, runs, runner)
+    runner = runner or trees.bench_runner(scenario, Path(data_dir))
+    done = trees.measure(parent_root, current_root, out_dir, runs, runner)
     if done.failed is not None:
         return _failed(*done.failed, parent_label)
-    return judge(done.dirs[PARENT], done.dirs[abruns.CURRENT], out_dir, min_effect, alpha, metric, parent_label,
+    return judge(done.dirs[PARENT], done.dirs[trees.CURRENT], out_dir, min_effect, alpha, metric, parent_label,
                  time.monotonic() - start)
 
 
 def judge(parent_dirs: list[Path], current_dirs: list[Path], out_dir: Path, min_effect: float = 0.15,
           alpha: float = 0.05, metric: str = "figures", parent_label: str = "HEAD^", wall_s: float = 0.0) -> int:
-    """The judgement (harness.analysis.abjudgement) printed: the table to stdout and OUT_DIR/comparison.md,
+    """The judgement (harness.gates.ab) printed: the table to stdout and OUT_DIR/comparison.md,
     the verdict in one line on stderr."""
-    j = abjudgement.judge(parent_dirs, current_dirs, min_effect, alpha, metric, parent_label)
+    j = ab.judge(parent_dirs, current_dirs, min_effect, alpha, metric, parent_label)
     if j.error:
         print(f"{PREFIX}: error: {j.error}", file=sys.stderr)
         return j.exit_code
     if j.verdict is None:
         return _not_run(j.not_run)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    code = gatetable.show(j.verdict, Path(out_dir) / "comparison.md")
+    code = table.show(j.verdict, Path(out_dir) / "comparison.md")
     verdict = "FAILED (a significant regression against the parent)" if code else "passed"
     lines = j.verdict.summary_lines()
     per_figure = "" if len(lines) == 1 else f" and {len(lines)} figures"
     print(f"{PREFIX} (A/B: this commit against its parent {parent_label}, {len(current_dirs)} against "
           f"{len(parent_dirs)} single-repeat runs in {j.pairs} interleaved pairs on this machine, {wall_s:.0f} s; "
-          f"{abjudgement.TEST_NAME}, alpha {alpha:g} over the {j.cells} cells{per_figure} together): {verdict}: "
+          f"{ab.TEST_NAME}, alpha {alpha:g} over the {j.cells} cells{per_figure} together): {verdict}: "
           + ("; ".join(lines) if len(lines) == 1 else "\n  " + "\n  ".join(lines)), file=sys.stderr)
     return code
 
@@ -122,7 +121,7 @@ def precheck(baseline_path: str | os.PathLike) -> int:
     missing or unreadable included)."""
     try:
         baseline = Baseline.load(baseline_path)
-        baselinegate.check_machine(machine_of(Environment.capture([], {})), None, baseline)
+        baseline_gate.check_machine(machine_of(Environment.capture([], {})), None, baseline)
     except BaselineError as err:
         print(f"{PREFIX}: {err}", file=sys.stderr)
         return EXIT_BASELINE

@@ -6,7 +6,7 @@ of the scenario's batch size read through ``reader.read_batch``, with a warm pag
 and a cold one (before each timed batch the reader is closed, its files dropped from the page cache, the
 reader reopened and the files dropped again, so only the batch's own data comes from the device). No
 training, no DataLoader, no decode. Two reference rows are measured in the same run on the same batches
-(the sources and the timing loop: harness.measure.loaderonly_sources):
+(the sources and the timing loop: harness.loaderonly.sources):
 
 * ``ref-ram-gather``: the limit. The same fields already in RAM, gathered with one fancy index per array.
 * ``ref-article-hdf5``: the first article's Dataset: its own HDF5 file, written the article's way from the
@@ -15,7 +15,7 @@ training, no DataLoader, no decode. Two reference rows are measured in the same 
   and 8 (text) chunks, which is much of why the article's reads are slow. Per-row reads of the hdf5
   storage's 16-row chunks are a harder reference (tests/benchmarks: ``features-read-bs256``).
 
-Each row (harness.results.loaderonly_rows.LoaderRow): ``storage`` (the strategy's label, or a reference name),
+Each row (harness.loaderonly.rows.LoaderRow): ``storage`` (the strategy's label, or a reference name),
 ``fields`` (``features`` or ``pixels``), ``cache_state``, ``batch_size``, ``samples_per_s``, ``mb_per_s``
 (bytes delivered) and ``vs_ram`` (samples/s over ``ref-ram-gather``'s, same fields and cache state, same
 run). For the pixels fields it also times decode + resize per image by source size (DecodeRow).
@@ -43,7 +43,8 @@ from harness.data.fields import FIELDS_FOR
 from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
 from harness.errors import UsageError
-from harness.measure.loaderonly_sources import (
+from harness.loaderonly.rows import DecodeRow, LoaderRow
+from harness.loaderonly.sources import (
     ArticleHdf5,
     RamGather,
     ReadSource,
@@ -52,7 +53,6 @@ from harness.measure.loaderonly_sources import (
     timed,
     write_article_file,
 )
-from harness.results.loaderonly_rows import DecodeRow, LoaderRow
 from strategies import registry
 from strategies.sample import IMAGE_EMB_DIM, TEXT_EMB_DIM
 
@@ -82,7 +82,7 @@ def _materialised(spec: DatasetSpec, choice: StrategyChoice, data_dir: Path, pro
 
 def article_file(spec: DatasetSpec, data_dir: Path, mmap_path: Path) -> Path:
     """The article's HDF5 file of this spec (``<key>-article.h5``), written once from the mmap
-    materialisation (harness.measure.loaderonly_sources.write_article_file)."""
+    materialisation (harness.loaderonly.sources.write_article_file)."""
     path = Path(data_dir) / f"{spec.key()}-article.h5"
     if path.exists():
         return path

@@ -1,4 +1,4 @@
-"""harness.results.baseline and harness.analysis.baselinegate: baselines on disk, verdicts and exit codes on planted
+"""harness.results.baseline and harness.gates.baseline: baselines on disk, verdicts and exit codes on planted
 changes, rendering."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from harness.analysis import baselinegate as cmp
-from harness.report.gatetable import render as render_comparison
+from harness.gates import baseline as cmp
+from harness.gates.table import render as render_comparison
 from harness.results.baseline import Baseline, BaselineError
 from harness.results.cellresult import CellResult, Figures
 from harness.results.environment import Environment

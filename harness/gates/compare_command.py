@@ -1,13 +1,13 @@
 """`run_bench.py compare RUN_A RUN_B`: run B against run A, cell by cell, as the CI gate compares a run with
-a baseline (each run directory read as a Baseline: harness.analysis.gateinput)."""
+a baseline (each run directory read as a Baseline: harness.gates.inputs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.analysis import baselinegate
-from harness.analysis.gateinput import run_as_baseline
-from harness.report import gatetable
+from harness.gates import baseline as baseline_gate
+from harness.gates import table
+from harness.gates.inputs import run_as_baseline
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,9 @@ def main(request: CompareRequest) -> int:
     r = request
     baseline = run_as_baseline(r.run_a, "run A (the baseline)")
     current = run_as_baseline(r.run_b, "run B")
-    verdict = baselinegate.judge(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
+    verdict = baseline_gate.judge(current, baseline, r.raw, r.min_effect, r.alpha, r.strict, r.gate_metric)
     if r.markdown:
-        print(gatetable.render_verdict(verdict, "markdown"))
+        print(table.render_verdict(verdict, "markdown"))
         return verdict.exit_code
-    return gatetable.show(verdict, None)
+    return table.show(verdict, None)
 

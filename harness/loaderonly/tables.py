@@ -1,12 +1,12 @@
-"""The tables of ``--loader-only`` (harness.run.loaderonly_bench's rows, as loader.jsonl and decode.jsonl hold them):
+"""The tables of ``--loader-only`` (harness.loaderonly.readpath's rows, as loader.jsonl and decode.jsonl hold them):
 the read path alone per fields, against the RAM gather and the article's reads, and decode + resize per image
 by source size."""
 from __future__ import annotations
 
 from harness.data.decoders import DECODERS
+from harness.loaderonly.readpath import REF_ARTICLE, REF_RAM
+from harness.loaderonly.rows import DecodeRow, LoaderRow
 from harness.report.tables import Table, render_tables
-from harness.results.loaderonly_rows import DecodeRow, LoaderRow
-from harness.run.loaderonly_bench import REF_ARTICLE, REF_RAM
 
 
 def tables(rows: list[LoaderRow], decode: list[DecodeRow] | None = None) -> list[Table]:

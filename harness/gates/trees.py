@@ -1,4 +1,4 @@
-"""The A/B gate's runs (harness.commands.ab_gate; harness.analysis.abjudgement judges them): this commit's
+"""The A/B gate's runs (harness.gates.ab_command; harness.gates.ab judges them): this commit's
 tree and its parent's, single-repeat runs of a scenario interleaved parent, current, current, parent, parent,
 current, ... (a balanced order: a drift of the machine during the job falls on both sides alike), each run a
 `run_bench.py` process of its own tree. The runs stop at the first that fails."""

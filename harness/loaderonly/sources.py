@@ -1,4 +1,4 @@
-"""What the read-path benchmark (harness.run.loaderonly_bench, ``--loader-only``) times, and how: a source's
+"""What the read-path benchmark (harness.loaderonly.readpath, ``--loader-only``) times, and how: a source's
 ``read(argument(batch))`` timed alone, batch after batch. The sources:
 
 * ``StorageReads``: a storage's reader (``reader.read_batch`` given the batch as a list of ints, as a

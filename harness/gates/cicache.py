@@ -1,7 +1,7 @@
 """The history gate against a CI cache: a job's runs of the commit under test judged against the history store
 that a CI system keeps between jobs (a directory restored by key, DLBENCH_CI_CACHE), the rule that says which
 verdict binds, and the runs appended for the next job. The judgement is the history gate's own
-(harness.history.gate: its lookback test, its comparable runs of one machine fingerprint and settings).
+(harness.gates.history: its lookback test, its comparable runs of one machine fingerprint and settings).
 
 The rule (docs/ci-gate.md, "History that CI keeps"):
 
@@ -22,7 +22,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from harness.errors import EXIT_BASELINE, EXIT_NOT_RUN, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
-from harness.history import database, gate
+from harness.gates import history as history_gate
+from harness.history import database
 from harness.history.lookback import MIN_RUNS
 
 CACHE_FILE = "ci-history.sqlite"  # the history store's name inside the cache directory
@@ -61,20 +62,21 @@ def judge(cache_db: sqlite3.Connection, job_db: sqlite3.Connection, runs: list[s
           min_effect: float = 0.15, alpha: float = 0.05) -> CacheVerdict:
     """The job's runs of the commit (each cell's value: the median of its visits over all of them) against
     the last `last` comparable runs of the cache, by the history gate on each of the three figures the A/B and
-    baseline gates judge (gate.FIGURES), each at alpha / 3; a figure the cache's runs lack (an older store's
+    baseline gates judge (history_gate.FIGURES), each at alpha / 3; a figure the cache's runs lack (an older store's
     rows) is left out, and the verdict runs on those that remain."""
     newest = dict(runs[-1])
     visits = [v for r in runs for v in database.visits_of(job_db, r["id"])]
-    results = [gate.gate(cache_db, newest, visits, figure, last, min_effect, alpha / len(gate.FIGURES))
-               for figure in gate.FIGURES]
+    results = [history_gate.gate(cache_db, newest, visits, figure, last, min_effect, alpha / len(history_gate.FIGURES))
+               for figure in history_gate.FIGURES]
     ran = [r for r in results if r.ran]
     if not ran:
         return not_run(_why_not(cache_db, newest, results[0]))
     return CacheVerdict(True, max(r.exit_code for r in ran), len(ran[0].history),
-                        "; ".join(gate.summary(r) for r in ran), "\n\n".join(gate.render(r) for r in ran))
+                        "; ".join(history_gate.summary(r) for r in ran),
+                        "\n\n".join(history_gate.render(r) for r in ran))
 
 
-def _why_not(cache_db: sqlite3.Connection, run: dict, result: gate.HistoryGate) -> str:
+def _why_not(cache_db: sqlite3.Connection, run: dict, result: history_gate.HistoryGate) -> str:
     """Why the history gate could not judge the run against the cache: no run of the scenario yet, only
     another machine's, only other settings, too few, or no cell with the gate's figure."""
     scenario = run["scenario"]

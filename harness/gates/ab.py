@@ -1,8 +1,8 @@
-"""The A/B gate's judgement (harness.commands.ab_gate prints it; harness.run.abruns measures the runs): the
+"""The A/B gate's judgement (harness.gates.ab_command prints it; harness.gates.trees measures the runs): the
 parent's and this commit's single-repeat runs, paired as they ran, tested cell by cell on the paired log
 ratios by an exact sign-flip test whose statistic is the largest over the cells.
 
-Pairs. The runs alternate in pairs, parent/current then current/parent (abruns.interleaved), so the k-th run
+Pairs. The runs alternate in pairs, parent/current then current/parent (trees.interleaved), so the k-th run
 of the parent and the k-th of this commit ran next to each other and share the machine's state of that
 minute: the load of other processes moves a whole run's CPU per sample by tens of percent (docs/ci-gate.md),
 and it moves both runs of a pair alike. The unit of the test is therefore the pair: d[k, c] = log(this
@@ -22,12 +22,12 @@ EXACT_PAIRS pairs, SAMPLED_PATTERNS seeded random patterns and the observed one 
 
 A cell is "slower" when p < alpha and the geometric mean of its paired ratios has risen by at least the
 minimum effect (for throughput, fallen). With the gate's figures (metric "figures") each figure is tested so,
-alone, at its own minimum effect (harness.analysis.baselinegate.FIGURES) and at alpha / 3, so that alpha
+alone, at its own minimum effect (harness.gates.baseline.FIGURES) and at alpha / 3, so that alpha
 holds for the figures and cells together (6 pairs reach p = 1/64 = 0.016, below 0.05 / 3).
 The two sides are one job on one machine: the probe is the code under
 test there, not the machine's, so it is not checked. Cells that cannot be paired (errored, missing, other
 parameters, a run without the figure) are judged as the baseline gate judges them
-(harness.analysis.baselinegate.compare_cell).
+(harness.gates.baseline.compare_cell).
 
 No verdict on this commit (NOT RUN, exit 0) when the parent's runs cannot be read or the parent runs the
 scenario with other settings; exit 2 when this commit's own runs cannot be read or the two sides have different
@@ -40,9 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.analysis import baselinegate
-from harness.analysis.gateinput import merged
 from harness.errors import EXIT_OK, EXIT_USAGE
+from harness.gates import baseline as baseline_gate
+from harness.gates.inputs import merged
 from harness.results import stats
 from harness.results.baseline import Baseline, BaselineError
 
@@ -57,7 +57,7 @@ class AbJudgement:
     the pairs, and why there is no verdict: `not_run` (the parent's side; exit 0) or `error` (this commit's;
     exit 2)."""
 
-    verdict: baselinegate.Verdict | None = None
+    verdict: baseline_gate.Verdict | None = None
     cells: int = 0
     not_run: str = ""
     error: str = ""
@@ -97,13 +97,13 @@ def pairable(parent: Baseline, current: Baseline, key: str, n: int) -> list[str]
     """The cells both sides measured in every one of the n pairs, without error, with the same parameters."""
     both = [c for c in parent.cells if c in current.cells]
     return [c for c in both if not parent.cells[c].error and not current.cells[c].error
-            and baselinegate.params_differ(current.cells[c], parent.cells[c]) is None
+            and baseline_gate.params_differ(current.cells[c], parent.cells[c]) is None
             and len(parent.cells[c].samples(key)) == n == len(current.cells[c].samples(key))
             and min(parent.cells[c].samples(key) + current.cells[c].samples(key)) > 0]
 
 
 def paired_rows(parent: Baseline, current: Baseline, key: str, n: int, min_effect: float,
-                alpha: float) -> dict[str, baselinegate.Row]:
+                alpha: float) -> dict[str, baseline_gate.Row]:
     """The pairable cells' rows: the parent's and this commit's medians, the geometric mean of the paired
     ratios, the sign-flip p-value and the verdict."""
     cells = pairable(parent, current, key, n)
@@ -112,20 +112,20 @@ def paired_rows(parent: Baseline, current: Baseline, key: str, n: int, min_effec
     d = np.array([[math.log(current.cells[c].samples(key)[k] / parent.cells[c].samples(key)[k]) for c in cells]
                   for k in range(n)])
     observed, p = sign_flip_p(d)
-    lower = key in baselinegate.LOWER_IS_BETTER
+    lower = key in baseline_gate.LOWER_IS_BETTER
     rows = {}
     for j, c in enumerate(cells):
         a, b = current.cells[c].samples(key), parent.cells[c].samples(key)
         ratio = math.exp(d[:, j].mean())
         if 2.0 ** -n >= alpha:
-            rows[c] = baselinegate.Row(c, stats.median(b), stats.median(a), ratio, None, "inconclusive",
+            rows[c] = baseline_gate.Row(c, stats.median(b), stats.median(a), ratio, None, "inconclusive",
                                        f"{n} pairs: a sign-flip test cannot reach p<{alpha:.3g}")
             continue
         significant = p[j] < alpha and abs(ratio - 1) >= min_effect
         note = "" if significant else ("below min effect" if p[j] < alpha else "not significant")
         better = ratio < 1 if lower else ratio > 1
         verdict = ("faster" if better else "slower") if significant else "unchanged"
-        rows[c] = baselinegate.Row(c, stats.median(b), stats.median(a), ratio, float(p[j]), verdict, note,
+        rows[c] = baseline_gate.Row(c, stats.median(b), stats.median(a), ratio, float(p[j]), verdict, note,
                                    regression=verdict == "slower")
     return rows
 
@@ -142,7 +142,7 @@ def judge(parent_dirs: list[Path], current_dirs: list[Path], min_effect: float =
     except BaselineError as err:
         return AbJudgement(error=str(err))
     try:
-        baselinegate.check_comparable(current.scenario, current.comparable, parent)
+        baseline_gate.check_comparable(current.scenario, current.comparable, parent)
     except BaselineError as err:
         return AbJudgement(not_run=f"the parent commit {parent_label} runs the scenario with other settings ({err})")
     n = len(current_dirs)
@@ -151,7 +151,7 @@ def judge(parent_dirs: list[Path], current_dirs: list[Path], min_effect: float =
                                  f"test needs one of each per pair")
     cells = max(1, len(set(parent.cells) & set(current.cells)))
     # one job on one machine: the probe is the code under test here, not the machine's (same_machine)
-    verdict = baselinegate.judge(current, parent, min_effect=min_effect, alpha=alpha, metric=metric,
+    verdict = baseline_gate.judge(current, parent, min_effect=min_effect, alpha=alpha, metric=metric,
                                  same_machine=True,
                                  tested=lambda key, effect, each: paired_rows(parent, current, key, n, effect, each))
     return AbJudgement(verdict, cells, pairs=n)

@@ -1,6 +1,6 @@
 """`run_bench.py ci-history --gate-exit N`: after the A/B or baseline gate of a CI job (.ci/run), the history
 gate against the history a CI system keeps between jobs, one line with both verdicts and which binds, and the
-job's exit code (harness.history.cicache has the rule).
+job's exit code (harness.gates.cicache has the rule).
 
 The cache is a directory (--cache DIR, else $DLBENCH_CI_CACHE) that the CI restores before the job and saves
 after it; its history store is DIR/ci-history.sqlite. The job's own runs are in the job's store
@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.history import cicache, database
-from harness.history.cicache import CacheVerdict
+from harness.gates import cicache
+from harness.gates.cicache import CacheVerdict
+from harness.history import database
 from harness.results.fileformat import ResultsError
 
 PREFIX = "ci gate"

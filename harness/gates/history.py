@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from harness.history import database
+from harness.errors import UsageError
+from harness.history import database, runrows
 from harness.history.lookback import MIN_RUNS, LookbackResult, lookback
-from harness.results import stats
+from harness.history.series import cell_values
 
 
 def _ratio(top: str, bottom: str):
@@ -96,15 +98,6 @@ class HistoryGate:
         return 1 if self.ran and any(r.regression for r in self.rows) else 0
 
 
-def cell_values(visits, figure) -> dict[str, float]:
-    """cell -> the median of its measured visits' `figure` (a function of a visit; cells without a value are
-    left out)."""
-    by_cell: dict[str, list[float]] = {}
-    for v in visits:
-        value = figure(v)
-        if not v["error"] and value is not None and value > 0:
-            by_cell.setdefault(v["cell"], []).append(value)
-    return {c: stats.median(xs) for c, xs in by_cell.items()}
 
 
 def comparable_runs(db: sqlite3.Connection, run: dict, last: int, branch: str | None = None) -> list[sqlite3.Row]:
@@ -148,6 +141,19 @@ def gate(db: sqlite3.Connection, run: dict, visits: list, metric: str = DEFAULT,
         warnings.append(f"NOT RUN: {len(history)} comparable run(s) in the history (scenario {run['scenario']}, "
                         f"this machine, these settings); the history gate needs {MIN_RUNS}: exit 0, no verdict")
     return HistoryGate(rows, history, metric, alpha, min_effect, warnings)
+
+
+def from_request(db: sqlite3.Connection, request) -> int:
+    """`run_bench.py history gate RUN_DIR` (harness.commands.history's request, handed here by harness/cli/):
+    the run directory against the store, the table printed; the gate's exit code."""
+    figure = request.figure or DEFAULT
+    if figure not in METRICS:
+        raise UsageError(f"history gate --figure {figure}: the gate compares {', '.join(METRICS)}; "
+                         f"pass one of them (default {DEFAULT})")
+    run, visits, _ = runrows.rows_of(Path(request.args[0]), request.branch)
+    result = gate(db, run, visits, figure, request.last, request.min_effect, request.alpha, request.branch or None)
+    print(render(result))
+    return result.exit_code
 
 
 def render(result: HistoryGate) -> str:
