@@ -11,10 +11,11 @@ from harness.results.stats import t_quantile
 
 LEVEL = 0.90  # the stated intervals' nominal coverage
 # The model's own error in log samples/s (sd), as check-predictions measures it on a quiet host: the RMS of
-# log(predicted / measured) over its scored cases (docs/measurements/prediction.md has the runs). A
-# prediction for a target (ROLL OUT) carries it beside its visits' spread (target_interval).
-MODEL_ERROR_SD = 0.03
-MODEL_ERROR_DF = 16  # the distinct measurements behind it, less one
+# log(predicted / measured) over its distinct scored measurements (docs/measurements/prediction.md has the
+# run: 2026-12-06, 2-core AMD EPYC host, outside load 0.3% median, 14 distinct measurements). A prediction
+# for a target (ROLL OUT) carries it beside its visits' spread (target_interval).
+MODEL_ERROR_SD = 0.084
+MODEL_ERROR_DF = 13  # the distinct measurements behind it, less one
 
 
 def log_sd(values) -> float:
