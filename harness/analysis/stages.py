@@ -19,6 +19,7 @@ import numpy as np
 from harness.analysis.targetmodel import Costs
 from harness.data.fields import FIELDS_FOR
 from harness.measure.rankrecord import LOADER_STAGES, STAGES, RankRecord
+from harness.results.metrics import loads_inline, per_step_ratio
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,7 @@ def main_thread_s(records: list[RankRecord]) -> float | None:
     """The ranks' main threads' CPU seconds per sample, where every rank recorded it and loaded beside its
     main thread (workers or a thread loader); else None."""
     samples = sum(r.samples for r in records)
-    if not samples or any(r.rank_main_cpu_s is None or (r.workers == 0 and r.loader != "threads")
-                          for r in records):
+    if not samples or any(r.rank_main_cpu_s is None or loads_inline(r) for r in records):
         return None
     return sum(float(r.rank_main_cpu_s) for r in records) / samples
 
@@ -128,10 +128,8 @@ def device_imbalance(records: list[RankRecord]) -> float:
     n = min((len(r.device) for r in records), default=0)
     if len(records) < 2 or not n:
         return 1.0
-    device = np.array([r.device[:n] for r in records], dtype=np.float64)
-    mean = device.mean(axis=0)
-    ok = mean > 0
-    return float(np.mean(device.max(axis=0)[ok] / mean[ok])) if ok.any() else 1.0
+    ratio = per_step_ratio(np.array([r.device[:n] for r in records], dtype=np.float64))
+    return ratio if ratio is not None else 1.0
 
 
 def for_target(measured: Costs, records: list[RankRecord]) -> Costs:

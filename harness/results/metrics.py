@@ -17,7 +17,7 @@ def _mean_or_none(values: list) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _per_step_ratio(matrix: np.ndarray) -> float | None:
+def per_step_ratio(matrix: np.ndarray) -> float | None:
     """Mean over steps (columns) of max / mean across ranks (rows), skipping steps whose mean is 0."""
     mean = matrix.mean(axis=0)
     ok = mean > 0
@@ -64,9 +64,9 @@ def balance(records: list[RankRecord]) -> dict:
     busy = np.array([np.asarray(r.step[:n]) - np.asarray(r.peer_wait[:n]) for r in records])
     cost = np.array([np.asarray(r.cost[:n], dtype=np.float64) for r in records])
     totals = busy.sum(axis=1)
-    return {"step_imbalance": _per_step_ratio(busy),
+    return {"step_imbalance": per_step_ratio(busy),
             "window_imbalance": float(totals.max() / totals.mean()) if totals.mean() > 0 else 1.0,
-            "cost_imbalance": _per_step_ratio(cost)}
+            "cost_imbalance": per_step_ratio(cost)}
 
 
 def feeding(records: list[RankRecord]) -> dict:
