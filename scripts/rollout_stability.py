@@ -31,10 +31,11 @@ QUIET_PCT = 10.0
 
 
 def pearson(x: list[float], y: list[float]) -> float:
-    mx, my = statistics.mean(x), statistics.mean(y)
-    sx = sum((a - mx) ** 2 for a in x) ** 0.5
-    sy = sum((b - my) ** 2 for b in y) ** 0.5
-    return sum((a - mx) * (b - my) for a, b in zip(x, y)) / (sx * sy) if sx and sy else 0.0
+    """statistics.correlation, 0 where either side is constant (a run of one cell's visits, say)."""
+    try:
+        return statistics.correlation(x, y)
+    except statistics.StatisticsError:
+        return 0.0
 
 
 def within_cell(cells: list[str], loads: list[float], rates: list[float]) -> tuple[list[float], list[float]]:
