@@ -170,6 +170,27 @@ def test_a_packed_storages_cold_read_is_measured_with_its_own_reader(tmp_path):
     assert read["extra_wall_s_per_sample"] >= 0.0015  # the cold pass first, the warm pass after
 
 
+def test_decode_costs_take_turns_so_a_spell_of_slow_work_does_not_fall_on_one_decoder():
+    """Two decodes of one cost; the first twelve calls run in a slow spell (twice the work). Measured one
+    after the other, the first decode took every one of its rounds in the spell; taking turns, each has a
+    round outside it, so the two come out alike."""
+    from harness.checks.predictions import sidebench
+
+    calls = []
+
+    def burn(seconds: float) -> None:
+        start = time.thread_time()
+        while time.thread_time() - start < seconds:
+            pass
+
+    def decode(_jpeg: bytes) -> None:
+        calls.append(1)
+        burn(0.002 if len(calls) <= 12 else 0.001)
+
+    costs = sidebench.decode_costs({"a": decode, "b": decode}, [b""] * 4, rounds=3)
+    assert 0.8 < costs["a"] / costs["b"] < 1.25, costs
+
+
 def test_bench_json_reads_back_with_and_without_the_small_files():
     obj = {"read_s": {"raw": 1e-5}, "decode_s": {"160/pil": 4e-4}, "area": {"160": 100.0},
            "disk": {"read_mb_s": 1000.0, "latency_ms": 0.2, "cold_cpu_s_per_byte": 1e-10},

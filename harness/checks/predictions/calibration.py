@@ -121,8 +121,8 @@ def side_bench(sc: Scenario, base: CheckCase, all_cases: list[CheckCase], data_p
     reader = storage["raw"].open(data_paths["raw"], fields=FIELDS_FOR["pixels"])
     jpegs = [s.jpeg for s in reader.read_batch(indices[:96])]
     pairs = {(c.image_size, c.decoder) for c in all_cases}
-    decode_s = {p: sidebench.decode_cost(partial(decode_resize, image_size=p[0], decoder=p[1]), jpegs)
-                for p in sorted(pairs)}
+    decode_s = sidebench.decode_costs({p: partial(decode_resize, image_size=p[0], decoder=p[1])
+                                       for p in sorted(pairs)}, jpegs)
     sides = image_sides(sc.dataset)
     area = {size: float((resized_shapes(sides, size).prod(axis=1)).mean())
             for size in sorted({c.image_size for c in all_cases})}
