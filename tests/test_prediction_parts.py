@@ -136,9 +136,20 @@ def test_the_interval_propagates_each_spread_at_the_t_quantile():
     assert interval.interval(2000.0, _spread(noise_df=0)) is None  # no measured spread: none stated
 
 
-def test_the_pooled_noise_and_its_degrees_of_freedom():
-    sd, df = interval.pooled_sd([[100.0, 100.0 * math.exp(0.1)], [50.0, 50.0 * math.exp(-0.1)], [7.0]])
-    assert df == 2 and sd == pytest.approx(0.1 / math.sqrt(2))
+def test_the_noise_is_robust_to_a_case_that_met_a_burst():
+    quiet = [[100.0, 100.0 * math.exp(0.1)], [50.0, 50.0 * math.exp(-0.1)], [80.0, 80.0 * math.exp(0.1)], [7.0]]
+    sd, df = interval.robust_sd(quiet)
+    assert sd == pytest.approx(0.1 / math.sqrt(2) / 0.67449, rel=1e-3)  # |Z|'s median scales each to an sd
+    assert df == 1  # three df at the median's 37% efficiency
+    burst = interval.robust_sd(quiet + [[100.0, 100.0 * math.exp(0.6)]])  # one case's visits 6x as far apart
+    assert burst[0] < 1.2 * sd  # a mean of squares would more than double it
+    three = interval.robust_sd([[1.0, math.exp(0.1), math.exp(0.2)]] * 4)  # 2 df each: sd 0.1 / 0.8326
+    assert three == (pytest.approx(0.1 / math.sqrt(interval._chi2_median(2) / 2), rel=1e-6), 3)
+    assert interval.robust_sd([[5.0]]) == (0.0, 0)
+
+
+def test_a_calibrated_interval_is_about_2_4_times_the_median_error():
+    assert interval.width_per_error() == pytest.approx(1.6449 / 0.6745, rel=1e-3)
 
 
 def _scored(inside: int, cases: int = 10, half_pct: float = 3.0, error_pct: float = 2.0) -> list[dict]:
@@ -156,8 +167,10 @@ def test_coverage_is_checked_both_ways_and_against_the_error_over_distinct_measu
     assert "7 of 10 scored cases (70%; 8 distinct measurements)" in line and ": too narrow" in line
     assert ": calibrated" in interval.coverage_line(_scored(9))
     assert ": too wide" in interval.coverage_line(_scored(10))  # every case inside is a fault too
-    wide = interval.coverage_line(_scored(9, half_pct=9.5, error_pct=2.0))
-    assert "median half-width 9.5% against a median |error| of 2.0%: covered by width" in wide
+    wide = interval.coverage_line(_scored(9, half_pct=10.0, error_pct=2.0))
+    assert "half-width 10.0% against a median |error| of 2.0% (5.0x; calibrated normal errors give 2.44x)" in wide
+    assert ": covered by width: over 3.7x the error" in wide
+    assert ": calibrated" in interval.coverage_line(_scored(9, half_pct=6.0, error_pct=2.0))  # 3x: in the slack
 
 
 def test_the_one_cpu_calibrations_share_is_not_used_for_its_own_launch():

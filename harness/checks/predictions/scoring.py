@@ -113,7 +113,7 @@ def rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench
         own = model.predict(calib, source, source, src_cpus).samples_per_s
         got = _throughputs(visits)
         m = statistics.mean(got)
-        noise = interval.pooled_sd(_throughputs(v) for name, v in measured.items() if name != pair.case)
+        noise = interval.robust_sd(_throughputs(v) for name, v in measured.items() if name != pair.case)
         low_high = interval.interval(shared, _spread_of(model, calib, per_visit, source, case, cpus,
                                                                   visits, noise))
         flag = ("calibration" if pair.case == pair.source or pair.case in repeats
@@ -139,7 +139,7 @@ def _spread_of(model: _Model, calib, per_visit: list, source: CheckCase, case: C
                visits: list[Visit], noise: tuple[float, int]) -> interval.Spread:
     """What the case's headline interval is propagated from (harness.checks.predictions.interval): the
     prediction from each calibration visit's costs alone (`per_visit`), at each of the case's visits'
-    outside load, and one visit's noise (`noise`: sd and df, pooled over every other case's visits)."""
+    outside load, and one visit's noise (`noise`: sd and df, robust, over every other case's visits)."""
     loads = [float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits]
     costs = tuple(model.predict(c, source, case, case_cpus, statistics.mean(loads)).samples_per_s for c in per_visit)
     at_load = tuple(model.predict(calib, source, case, case_cpus, x).samples_per_s for x in loads)
