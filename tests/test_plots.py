@@ -147,3 +147,25 @@ def test_the_effects_picture_reads_at_a_glance():
     for t in texts:
         b = t.get_window_extent(renderer)
         assert box.x0 <= b.x0 and b.x1 <= box.x1 + 1 and box.y0 <= b.y0 and b.y1 <= box.y1 + 1, t.get_text()
+
+
+def test_the_effects_picture_shows_the_stopping_rules_decisions_not_one_looks():
+    """plots/effects.png writes beside each level what EFFECTS on the first screen decides (the stopping
+    rule's word, response and pass), with the interval of its deciding look, on a real run's visits."""
+    from harness.analysis import sequential
+    from harness.report.effecttables import effects_figure
+    from harness.report.report import decision_words, plotted_decisions
+    from harness.results import rundir
+
+    results = rundir.read_results(Path(__file__).parent / "fixtures" / "run-smoke-2passes")
+    decided = sequential.decide(results, None)  # one look, at pass 2: open, with its repeated interval
+    name, pairs = plotted_decisions(decided)
+    words = decision_words(decided)
+    fig = effects_figure([], decided=(name, pairs))
+    ax = fig.axes[0]
+    shown = [t.get_text() for t in ax.texts]
+    assert shown == [words[(d.effect.axis, d.effect.level)] for d in decided.levels
+                     if d.effect.low > 0 and d.effect.high < float("inf")]
+    assert shown and all(f" on {name}" in w for w in shown) and name in ax.get_xlabel()
+    assert "deciding look" in ax.get_xlabel() and len(shown) == 2
+    assert all(not w.startswith(("higher", "lower", "no effect")) for w in shown)  # one look's 95% is not it

@@ -8,6 +8,7 @@ against the axis's first level in the matrix; `low` and `high` bound a 95% inter
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib.ticker
@@ -122,9 +123,10 @@ def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN
 
 
 def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput",
-                 min_effect: float = MIN_EFFECT, passes: int | None = None) -> Path | None:
+                 min_effect: float = MIN_EFFECT, passes: int | None = None,
+                 decided: tuple[str, list[tuple[Effect, str]]] | None = None) -> Path | None:
     """plots/effects.png (effects_figure), or None with no level to show."""
-    fig = effects_figure(effects, figure, min_effect, passes)
+    fig = effects_figure(effects, figure, min_effect, passes, decided)
     if fig is None:
         return None
     from harness.report.plots import save_png
@@ -133,12 +135,22 @@ def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput",
 
 
 def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect: float = MIN_EFFECT,
-                   passes: int | None = None):
-    """A forest plot of one figure's effects: a point and a 95% bar per level on a log axis ticked x0.9, x1.0,
-    x1.1 ..., the band of no effect larger than m shaded, and each row's decision written beside it."""
-    shown = [e for e in effects if e.figure == figure and e.kind == "main" and e.level != e.reference]
-    if not shown:
+                   passes: int | None = None, decided: tuple[str, list[tuple[Effect, str]]] | None = None):
+    """A forest plot: a point and a bar per level on a log axis ticked x0.9, x1.0, x1.1 ..., the band of no
+    effect larger than m shaded, and each row's decision written beside it. `decided`: (the response's
+    name, [(the level's effect at its deciding look, the stopping rule's words)]): those are shown, each with
+    its repeated interval; else one figure's one-look 95% effects with their one-look words."""
+    if decided is not None:
+        name, pairs = decided
+        pairs = [(e, word) for e, word in pairs if math.isfinite(e.high) and e.low > 0]
+        what = f"{name}: ratio against the axis's first level, the stopping rule's interval at its deciding look"
+    else:
+        pairs = [(e, verdict_word(e, min_effect, passes)) for e in effects
+                 if e.figure == figure and e.kind == "main" and e.level != e.reference]
+        what = f"{FIGURES[figure][1]}: ratio against the axis's first level, 95% interval"
+    if not pairs:
         return None
+    shown = [e for e, _ in pairs]
     labels = [f"{e.axis}={e.level}\nvs {e.reference}" for e in shown]
     fig = Figure(figsize=(9.0, 1.6 + 0.55 * len(shown)), dpi=110)
     FigureCanvasAgg(fig)
@@ -157,11 +169,10 @@ def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect
     ax.set_xticks(ticks, [f"x{t:.1f}" if abs(t * 10 - round(t * 10)) < 1e-9 else f"x{t:.2f}" for t in ticks])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     ax.set_yticks(y, labels, fontsize=8)
-    for yi, e in zip(y, shown):
-        ax.annotate(verdict_word(e, min_effect, passes), (1.0, yi), xycoords=("axes fraction", "data"),
+    for yi, (_, word) in zip(y, pairs):
+        ax.annotate(word, (1.0, yi), xycoords=("axes fraction", "data"),
                     xytext=(6, 0), textcoords="offset points", va="center", fontsize=8)
-    ax.set_xlabel(f"{FIGURES[figure][1]}: ratio against the axis's first level, 95% interval "
-                  f"(grey: within {min_effect:.0%})")
+    ax.set_xlabel(f"{what} (grey: within {min_effect:.0%})")
     ax.set_title("Effect of each choice")
     fig.tight_layout()
     fig.subplots_adjust(right=0.78)  # room for the decisions

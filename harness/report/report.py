@@ -278,6 +278,16 @@ def decision_words(decided: sequential.Decisions | None) -> dict[tuple[str, str]
     return words
 
 
+def plotted_decisions(decided: sequential.Decisions | None):
+    """What plots/effects.png shows: the response's name and each level's effect at its deciding (or last)
+    look with the stopping rule's words (decision_words), as the first screen's EFFECTS decides them."""
+    if decided is None:
+        return None
+    words = decision_words(decided)
+    return (verdict.RESPONSE_WORDS[decided.response],
+            [(d.effect, words[(d.effect.axis, d.effect.level)]) for d in decided.levels])
+
+
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
            what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None) -> str:
@@ -343,7 +353,8 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
                                                        fitted, target), run_dir)
     safewrite.make_dir(run_dir / "plots", run_dir)
     plots.write_plots(results, run_dir / "plots")
+    decided = sequential.decide(results, env.cell_ids if env else None, rule_of(env)) if results else None
     effecttables.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=min_effect_of(env),
-                              passes=whole_passes(results))
+                              passes=whole_passes(results), decided=plotted_decisions(decided))
     stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
     return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target)
