@@ -50,10 +50,11 @@ from harness.checks.oom import command as oomcheck
 from harness.checks.predictions import capacity as check_capacity
 from harness.checks.predictions import command as check_predictions
 from harness.checks.remote import command as check_remote
+from harness.checks.resume import command as check_resume
 from harness.cli import parsers
 from harness.cli.fromargs import bench_request, check_predictions_request_of, check_what_if, request_of, resume_argv
 from harness.cli.parsers import build_parser
-from harness.commands import bench, check_resume, history, list_scenarios, rebuild_report, target_report
+from harness.commands import bench, history, list_scenarios, rebuild_report, target_report
 from harness.config.request import BenchRequest
 from harness.errors import EXIT_BASELINE, EXIT_USAGE, UsageError
 from harness.gates import ab_command, ci_command, compare_command, mainrun

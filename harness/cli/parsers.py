@@ -11,7 +11,8 @@ from harness.checks.oom.inject import MODELS as OOM_MODELS
 from harness.checks.predictions import capacity as check_capacity
 from harness.checks.predictions import command as check_predictions
 from harness.checks.remote import command as check_remote
-from harness.commands import check_resume, history
+from harness.checks.resume import command as check_resume
+from harness.commands import history
 from harness.config import scenariofields
 from harness.config.runconfig import ORDERS
 from harness.data.importer import LAYOUTS

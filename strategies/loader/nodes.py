@@ -11,7 +11,7 @@ loader's), so a cell differs from loader = "threads" by the pipeline library alo
 
 Resumable: while it iterates, ``state_dict()`` is the nodes Loader's own state; a pipeline given that state as
 ``initial_state`` before its iteration restores it (torchdata.nodes fast-forwards the index lists), which is
-how harness.run.resumecost measures a mid-epoch resume."""
+how harness.checks.resume.measuring measures a mid-epoch resume."""
 from __future__ import annotations
 
 import importlib
@@ -25,7 +25,7 @@ INSTALL = ("the nodes loader needs the torchdata package: pip install torchdata=
 
 
 class NodesPipeline(BatchThreadPool):
-    initial_state: dict | None = None  # a Loader state_dict() to resume from (harness.run.resumecost)
+    initial_state: dict | None = None  # a Loader state_dict() to resume from (harness.checks.resume.measuring)
     _loader = None  # the nodes Loader while an iteration runs
 
     def state_dict(self) -> dict:

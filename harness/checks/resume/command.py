@@ -1,6 +1,6 @@
 """What a restart costs per loader and storage: time to the first batch (page cache warm and cold) and the
 samples repeated or dropped by a mid-epoch resume from each loader's own state, the harness's position, or
-nothing (harness.run.resumecost measures; harness.results.resumeorder counts and prints). Writes resume.jsonl
+nothing (measuring.py measures, counting.py counts, table.py prints). Writes resume.jsonl
 in a new run directory; docs/resume-cost.md has a measured table.
 
     python run_bench.py check-resume --scenario loaders --samples 512
@@ -12,11 +12,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.checks.resume import measuring, table
 from harness.config import scenario as scenario_mod
 from harness.config.scenariofields import stop_within_epoch
 from harness.errors import EXIT_OK, UsageError
-from harness.results import resumeorder, rundir
-from harness.run import resumecost
+from harness.results import rundir
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a run stopped by Ctrl-C
 
@@ -54,10 +54,10 @@ def main(request: CheckResumeRequest) -> int:
 
 def measure(request: CheckResumeRequest, sc) -> int:
     """The cases measured into a new run directory's resume.jsonl, row by row, and the table."""
-    resumecost.jobs(sc, request.data_dir, request.loaders)  # bad input fails here, before a run directory
+    measuring.jobs(sc, request.data_dir, request.loaders)  # bad input fails here, before a run directory
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-resume")
-    rows = resumecost.run(sc, request.data_dir, request.loaders, request.stop, not request.in_process,
+    rows = measuring.run(sc, request.data_dir, request.loaders, request.stop, not request.in_process,
                           on_row=lambda row: rundir.append_line(run_dir / "resume.jsonl", row))
-    print("\n".join(resumeorder.table(rows)))
+    print("\n".join(table.table(rows)))
     print(f"rows: {run_dir / 'resume.jsonl'}")
     return EXIT_OK

@@ -1,6 +1,6 @@
 """What a restart costs per loader and storage (check-resume): the time from a restart to the first batch, with
 the page cache warm and cold, and, for a stop in the middle of an epoch, the samples the resumed loader repeats
-or drops against the uninterrupted epoch (harness.results.resumeorder counts them from the recorded orders).
+or drops against the uninterrupted epoch (counting.py counts them from the recorded orders).
 
 For each cell of the scenario (its loader x storage x sampler, built as a run builds it: harness.train.pipeline,
 one rank's loader, rank 0 of the scenario's world, no training) and each way of resuming:
@@ -33,12 +33,12 @@ from pathlib import Path
 
 from torch.utils.data import DataLoader
 
+from harness.checks.resume import counting
 from harness.config.matrix import Cell, check_available, expand
 from harness.config.scenario import Scenario
 from harness.data import pagecache
 from harness.data.materialise import materialise
 from harness.errors import UsageError
-from harness.results import resumeorder
 from harness.run import supervisor
 from harness.train import pipeline
 
@@ -324,7 +324,7 @@ def measure(job: Job, reference: list[list[int]], stop: int = 0, fresh: bool = T
     stop = stop or max(1, len(reference) // 2)
     before, state = stopped(job, stop)
     out = restart_fresh(job, state, restart_timeout(len(reference))) if fresh else restart(job, state)
-    counted = resumeorder.count([i for b in reference for i in b], before, out["after"])
+    counted = counting.count([i for b in reference for i in b], before, out["after"])
     return {"loader": job.loader, "storage": job.storage, "sampler": job.sampler, "method": job.method,
             "resumable": resumable(job), "stop_batches": stop, "epoch_batches": len(reference),
             "first_batch_warm_s": out["first_batch_warm_s"], "first_batch_cold_s": out["first_batch_cold_s"],

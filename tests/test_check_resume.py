@@ -10,38 +10,37 @@ import procs
 import pytest
 
 from harness import cli
+from harness.checks.resume import counting, measuring, table
 from harness.config import scenario
-from harness.results import resumeorder
-from harness.run import resumecost
 
 
 def test_an_exact_resume_repeats_and_drops_nothing():
-    c = resumeorder.count([3, 1, 4, 0, 2], [3, 1], [4, 0, 2])
+    c = counting.count([3, 1, 4, 0, 2], [3, 1], [4, 0, 2])
     assert (c.repeated, c.dropped, c.same_order, c.expected, c.before, c.after) == (0, 0, True, 5, 2, 3)
 
 
 def test_a_restart_from_the_start_repeats_what_was_read():
-    c = resumeorder.count([3, 1, 4, 0, 2], [3, 1], [3, 1, 4, 0, 2])
+    c = counting.count([3, 1, 4, 0, 2], [3, 1], [3, 1, 4, 0, 2])
     assert (c.repeated, c.dropped, c.same_order) == (2, 0, False)
 
 
 def test_a_resume_past_the_stop_drops_what_it_skipped():
-    c = resumeorder.count([3, 1, 4, 0, 2], [3, 1], [2])
+    c = counting.count([3, 1, 4, 0, 2], [3, 1], [2])
     assert (c.repeated, c.dropped) == (0, 2)
 
 
 def test_padding_repeats_count_as_a_multiset():
     # the epoch repeats 3 once as padding: delivering it twice is no repeat, three times is one
     ref = [3, 1, 4, 0, 2, 3]
-    assert resumeorder.count(ref, [3, 1, 4], [0, 2, 3]).repeated == 0
-    c = resumeorder.count(ref, [3, 1, 4], [3, 0, 2, 3])
+    assert counting.count(ref, [3, 1, 4], [0, 2, 3]).repeated == 0
+    c = counting.count(ref, [3, 1, 4], [3, 0, 2, 3])
     assert (c.repeated, c.dropped) == (1, 0)
-    c = resumeorder.count(ref, [3, 1, 4], [0, 2])
+    c = counting.count(ref, [3, 1, 4], [0, 2])
     assert (c.repeated, c.dropped) == (0, 1)
 
 
 def test_a_reordered_resume_is_complete_but_not_the_same_order():
-    c = resumeorder.count([0, 1, 2, 3], [0, 1], [3, 2])
+    c = counting.count([0, 1, 2, 3], [0, 1], [3, 2])
     assert (c.repeated, c.dropped, c.same_order) == (0, 0, False)
 
 
@@ -49,7 +48,7 @@ def test_the_table_names_each_row_and_the_unverified_cold_drop():
     row = {"loader": "threads", "storage": "raw", "sampler": "default", "method": "none",
            "resumable": "no state", "stop_batches": 2, "epoch_batches": 4, "first_batch_warm_s": 0.01,
            "first_batch_cold_s": 0.02, "cold_verified": False, "repeated": 64, "dropped": 0, "same_order": False}
-    lines = resumeorder.table([row])
+    lines = table.table([row])
     assert "threads" in lines[1] and "0.020?" in lines[1] and " 64 " in lines[1] and "2/4" in lines[1]
 
 
@@ -81,11 +80,11 @@ def test_an_unknown_loader_is_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_real_dataloader_stopped_mid_epoch_counts_each_way(tmp_path):
     sc = scenario.load(str(_scenario(tmp_path, 'storage = ["raw"]\nloader = ["workers"]')))
-    jobs = resumecost.jobs(sc, tmp_path / "data")
+    jobs = measuring.jobs(sc, tmp_path / "data")
     assert [j.method for j in jobs] == ["none", "position", "state"]
-    reference = resumecost.epoch(jobs[0])
+    reference = measuring.epoch(jobs[0])
     assert len(reference) == 6  # 48 samples of one of 2 ranks, batches of 8
-    rows = {j.method: resumecost.measure(j, reference, stop=2, fresh=j.method == "state") for j in jobs}
+    rows = {j.method: measuring.measure(j, reference, stop=2, fresh=j.method == "state") for j in jobs}
     assert (rows["none"]["repeated"], rows["none"]["dropped"]) == (16, 0)  # the 2 batches read again
     for method in ("position", "state"):  # the state one restarted in a fresh process
         assert (rows[method]["repeated"], rows[method]["dropped"], rows[method]["same_order"]) == (0, 0, True)
