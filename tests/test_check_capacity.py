@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.checks.predictions import capacity as check_capacity
+from harness.checks.predictions import capacity_command
 from harness.errors import EXIT_OK, EXIT_REGRESSION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +64,8 @@ def test_the_check_runs_every_size_and_exits_on_its_verdict(tmp_path, capsys):
     path = tmp_path / "slow.toml"
     path.write_text(smoke.replace('accelerator = "V100-16GB"', 'accelerator = "SLOW"')
                     + '\n[accelerators.SLOW]\nmemory_gb = 16.0\nresnet50_img_per_s = 30.0\nfp16_tflops = 0.05\n')
-    code = check_capacity.main(check_capacity.Request(scenario=str(path), data_dir=tmp_path / "data",
-                                                      out=tmp_path / "out", steps=10))
+    code = capacity_command.main(capacity_command.Request(scenario=str(path), data_dir=tmp_path / "data",
+                                                          out=tmp_path / "out", steps=10))
     out = capsys.readouterr().out
     run_dir = next((tmp_path / "out").iterdir())
     got = [json.loads(line) for line in (run_dir / "capacity.jsonl").read_text().splitlines()]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness.checks.oom import command as oomcheck
 from harness.checks.oom.inject import MODELS as OOM_MODELS
-from harness.checks.predictions import capacity as check_capacity
+from harness.checks.predictions import capacity_command as check_capacity
 from harness.checks.predictions import command as check_predictions
 from harness.checks.remote import command as check_remote
 from harness.checks.resume import command as check_resume

@@ -15,29 +15,24 @@ two and not four; on a scenario whose accelerator this host feeds at no
 size (or at every size) the check says that it cannot tell. Writes capacity.jsonl, prints the table;
 docs/measurements/prediction.md has measured ones. The calibrations cost two launches per workload.
 
+This module is the model's prediction per size and the verdict, pure (from the launches' lines); the command,
+which launches, is capacity_command.py, the table capacity_table.py.
+
     python run_bench.py check-capacity --scenario capacity [--steps 40]
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import shlex
-import statistics
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from harness.analysis import rankwait, stages
 from harness.analysis.checkcases import Bench, CheckCase, RanksWait, predict_case
-from harness.analysis.targetmodel import AU_TARGET_PCT, Costs, capacity
-from harness.checks.predictions.calibration import launch_group, materialise_storages, samples_of
+from harness.analysis.targetmodel import AU_TARGET_PCT, Costs
 from harness.checks.predictions.cases import measured_at
-from harness.config import scenario as scenario_mod
-from harness.config.target import Target
 from harness.errors import EXIT_INCONCLUSIVE, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
-from harness.measure import hostload
 from harness.measure.hostload import OUTSIDE_LOAD_PCT
-from harness.results import rundir
 
 SIZES = (1, 2, 4)
 CALIBRATED = (1, 2)  # the calibrations' rank counts: the costs at 1, the ranks' wait at 2
@@ -48,27 +43,14 @@ AGREE, DISAGREE, UNDECIDED, INCONCLUSIVE = "agree", "disagree", "undecided", "in
 FED, NOT_FED, AT_LINE = "fed", "not fed", "at the line"
 
 
-@dataclass(frozen=True)
-class CheckCapacityRequest:
-    """`run_bench.py check-capacity --scenario NAME [--steps N]`."""
-
-    scenario: str
-    data_dir: Path = Path("data")
-    out: Path = Path("results")
-    steps: int = 40  # measured steps per cell of each launch
-
-
-Request = CheckCapacityRequest  # what harness.cli builds
-
-
-def _calibration(visit, workload: str, cores: int):
+def calibration_costs(visit, workload: str, cores: int):
     """The 1-rank launch's costs, with the share of the CPUs its own CPU and the outside load kept busy."""
     f = visit.line.figures
     return measured_at(stages.costs(visit.line.ranks, f, workload), float(f.get("throughput") or 0), cores,
                        float(f.get("other_cpu_pct") or 0))
 
 
-def _row(workload: str, case: CheckCase, visit, model: Model, base: CheckCase, sc, cores: int) -> dict:
+def launch_row(workload: str, case: CheckCase, visit, model: Model, base: CheckCase, sc, cores: int) -> dict:
     """The launch's measured AU and samples/s beside the model's (with the ranks' wait; without it; less the
     outside load)."""
     f = visit.line.figures
@@ -205,76 +187,6 @@ def exit_code(states: list[str]) -> int:
     if DISAGREE in states:
         return EXIT_REGRESSION
     return EXIT_OK if all(s == AGREE for s in states) else EXIT_INCONCLUSIVE
-
-
-def _calibrate(scw, base: CheckCase, workload: str, run_dir: Path, data_dir: Path, steps: int,
-               cores: int) -> Model:
-    """The calibrations, launches of their own: the costs at 1 rank, the ranks' wait at 2."""
-    one, two = (dataclasses.replace(base, name=f"{workload} calibration x{n}", world_size=n) for n in CALIBRATED)
-    v1 = launch_group(scw, [one], run_dir / "runs" / f"{workload}-calibration-1", data_dir, steps)[one.name]
-    v2 = launch_group(scw, [two], run_dir / "runs" / f"{workload}-calibration-2", data_dir, steps)[two.name]
-    calib = _calibration(v1, workload, cores)
-    au = {n: round(float(v.line.figures.get("au_pct") or 0), 1) for n, v in zip(CALIBRATED, (v1, v2))}
-    return Model(calib, rankwait.measure(v2.line.ranks, calib.rank_s), samples_of(scw), au)
-
-
-def main(request: Request) -> int:
-    """Per workload: the calibrations and the runs at 1, 2 and 4 ranks, capacity.jsonl, the table; exit 1
-    where the predicted capacity among the sizes is not the measured one."""
-    data_dir, steps = request.data_dir, request.steps
-    sc = scenario_mod.load(request.scenario)
-    cores = max(1, int(hostload.cpu_allowance() or 1))  # the whole CPUs the run may use, as check-predictions
-    run_dir = rundir.new_run_dir(request.out, f"{sc.name}-capacity")
-    tr = sc.training
-    rows, lines, verdicts = [], [], []
-    for workload in ("pixels", "features"):
-        scw = dataclasses.replace(sc, training=dataclasses.replace(tr, workload=workload))
-        base = CheckCase("calibration", 1, max(1, tr.workers), tr.batch_size, tr.image_size, "raw", tr.decoder)
-        materialise_storages(scw, base, ["raw"], run_dir, data_dir, steps, progress=False)
-        model = _calibrate(scw, base, workload, run_dir, data_dir, steps, cores)
-        visits = {}
-        for ws in SIZES:
-            case = dataclasses.replace(base, name=f"{workload} x{ws}", world_size=ws)
-            visits[case] = launch_group(scw, [case], run_dir / "runs" / f"{workload}-{ws}", data_dir,
-                                        steps)[case.name]
-        mine = [_row(workload, case, visit, model, base, scw, cores) for case, visit in visits.items()]
-        line, state = verdict(mine)
-        idle = Target(gpus_per_node=1, cores_per_node=float(cores), accelerator=sc.accelerator.name,
-                      workers_per_rank=base.workers, batch_size=base.batch_size)
-        wait = rankwait.summary(model.wait) if model.wait else "the ranks' wait not measured"
-        lines.append(f"{line}; without the ranks' wait the model says {fed(mine, 'predicted_alone_au_pct')}; "
-                     f"{workload}'s ranks' wait {wait}; on this host with the best workers per rank the 1-rank "
-                     f"costs alone keep {capacity(model.calib, idle, sc.accelerator, most=16)}")
-        rows += mine
-        verdicts.append(state)
-    for row in rows:
-        rundir.append_line(run_dir / "capacity.jsonl", row)
-    print(table(rows, sc.accelerator.name, cores))
-    print("\n".join(lines))
-    print(f"results: {run_dir}", file=sys.stderr)
-    return exit_code(verdicts)
-
-
-def table(rows: list[dict], accelerator: str, cores: int) -> str:
-    """Every launch: the outside load, the AU predicted (with the ranks' wait; without it; shared-host
-    correction) and measured, the samples/s predicted and measured, what binds; a size a calibration ran at
-    marked as its repeat."""
-    out = [f"{accelerator} on {cores} CPUs (the run's allowance); predicted: the 1-rank calibration's costs and "
-           "the 2-rank calibration's ranks' wait, nothing fitted; alone: without the ranks' wait; shared: less "
-           "the launch's measured outside load; * a repeat of a calibration's size",
-           f"{'workload':<9} {'ranks':>5} {'outside %':>9} {'AU % predicted':>14} {'alone':>6} {'shared':>6} "
-           f"{'measured':>8} {'samples/s predicted':>19} {'measured':>8}  binds"]
-    for r in rows:
-        mark = "*" if r.get("repeat") else " "
-        out.append(f"{r['workload']:<9} {r['world_size']:>4}{mark} {r['other_cpu_pct']:>9.1f} "
-                   f"{r['predicted_au_pct']:>14.1f} {r.get('predicted_alone_au_pct', r['predicted_au_pct']):>6.1f} "
-                   f"{r['predicted_shared_au_pct']:>6.1f} {r['measured_au_pct']:>8.1f} {r['predicted']:>19.1f} "
-                   f"{r['measured']:>8.1f}  {r['binds']}")
-    errors = [abs(r["predicted_au_pct"] - r["measured_au_pct"]) for r in rows]
-    alone = [abs(r.get("predicted_alone_au_pct", r["predicted_au_pct"]) - r["measured_au_pct"]) for r in rows]
-    out.append(f"AU predicted - measured: median {statistics.median(errors):.1f} points, max {max(errors):.1f} "
-               f"(without the ranks' wait: median {statistics.median(alone):.1f}, max {max(alone):.1f})")
-    return "\n".join(out)
 
 
 if __name__ == "__main__":
