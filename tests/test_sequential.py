@@ -2,6 +2,7 @@
 first screen's EFFECTS lines (harness.report.verdict), on synthetic cell lines."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from harness.analysis import sequential
 from harness.analysis.effects import HOST_RATE, THROUGHPUT, fit_effects, observations
+from harness.measure.rankrecord import RankRecord
 from harness.report import verdict
 from harness.results.cellresult import CellResult
 
@@ -68,6 +70,33 @@ def test_the_covariate_takes_the_outside_load_out_of_samples_s():
     assert np.log(width["adjusted"]) < np.log(width["plain"]) / 3  # the load was most of the noise
     (mmap,) = [e for e in adjusted if e.level == "mmap"]
     assert mmap.low < 1.10 < mmap.high
+
+
+def test_the_references_take_the_hosts_own_speed_out_of_the_host_rate():
+    """The host's speed drifts between visits (sd 8%) and moves every CPU cost alike, the fixed reference
+    work the ranks time in the same visit too: with the references as covariates the storage effect's interval
+    shrinks to about the remaining noise's, and its estimate stays true. A visit without a reading takes the
+    others' mean; a run without any is fitted as before."""
+    rng = np.random.default_rng(5)
+    drifted = visits(4, mmap_cpu=1.05, seed=5)
+    for r in drifted:
+        speed = float(np.exp(rng.normal(0, 0.08)))
+        r.figures = r.figures.replace(loader_cpu_s_per_sample=r.figures.loader_cpu_s_per_sample * speed,
+                                      rank_cpu_s_per_sample=r.figures.rank_cpu_s_per_sample * speed)
+        reference = {"version": 1, "readings": 2, "decode_s": 7e-4 * speed * float(np.exp(rng.normal(0, 0.01))),
+                     "rank_s": 5e-4 * speed * float(np.exp(rng.normal(0, 0.01)))}
+        r.ranks = [RankRecord(rank=0, reference=reference)]
+
+    def mmap_of(results):
+        fitted = fit_effects(observations(results, HOST_RATE, adjust=True), LEVELS, HOST_RATE, interactions=False)
+        return [e for e in fitted if e.level == "mmap"][0]
+
+    without = [dataclasses.replace(r, ranks=[]) for r in drifted]
+    plain, adjusted = mmap_of(without), mmap_of(drifted)
+    assert np.log(adjusted.high / adjusted.low) < np.log(plain.high / plain.low) / 2
+    assert adjusted.low < 1 / 1.05 < adjusted.high
+    drifted[0].ranks = []  # no reading: the mean of the others' logs, still fitted
+    assert mmap_of(drifted).high / mmap_of(drifted).low < plain.high / plain.low
 
 
 def test_an_effect_is_decided_once_and_kept_and_the_two_responses_are_shown():

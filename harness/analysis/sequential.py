@@ -5,7 +5,7 @@
   s per sample (the loader's and the rank's, as each visit records them): it does not move with the share of
   the CPU the run got. Elsewhere (the device binds, or the data path) samples/s is the response. The response
   is chosen once, at the first look, and kept. Both are fitted (harness.analysis.effects, with the visit's
-  `log(1 - other_cpu_pct / 100)` as a covariate) and shown side by side.
+  `log(1 - other_cpu_pct / 100)` and its ranks' reference timings as covariates) and shown side by side.
 - **Looks.** After whole passes FIRST_LOOK, FIRST_LOOK + 1, ... : at most MAX_LOOKS looks (a run with more
   whole passes takes its last look at its end). A budget stops at its last look.
 - **Boundaries.** Repeated confidence intervals (Jennison and Turnbull): at look k the interval is the fit's
