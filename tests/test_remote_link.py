@@ -22,7 +22,7 @@ from harness.errors import UsageError  # noqa: E402
 from harness.lab import link  # noqa: E402
 from harness.lab.link import Shape, ShapedLink, has_netem, leftovers, missing_tools  # noqa: E402
 from harness.lab.server import ObjectServer, allowed_host, request_cost  # noqa: E402
-from harness.lab.tier import session, settings  # noqa: E402
+from harness.lab.session import session, settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 NO_LINK = missing_tools()
@@ -58,7 +58,7 @@ def test_only_loopback_or_our_namespace_is_contacted():
 CHILD = """
 import os, sys, time
 sys.path.insert(0, {repo!r})
-from harness.lab.tier import session, settings
+from harness.lab.session import session, settings
 with session(settings("t.toml", {raw!r}), measure_cost=False) as s:
     print(s.server.process.pid, s.link.netns if s.link else "-", flush=True)
     if {fail!r}:

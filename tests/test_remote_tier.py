@@ -10,7 +10,7 @@ import pytest
 from harness.config import scenario
 from harness.errors import UsageError
 from harness.lab.link import Shape
-from harness.lab.tier import settings
+from harness.lab.session import settings
 from harness.measure import remotecounters
 from harness.run import remoterun
 from strategies.remote.disktier import DiskTier

@@ -19,7 +19,7 @@ from harness.data.decoders import DEFAULT_DECODER
 from harness.data.generator import DatasetSpec
 from harness.data.importer import SourceSpec
 from harness.errors import UsageError
-from harness.lab import tier
+from harness.lab import session
 
 __all__ = ["Scenario", "StrategyChoice", "Training", "load"]
 
@@ -63,7 +63,7 @@ class Scenario:
     matrix: dict[str, list[StrategyChoice]] = field(default_factory=dict)
     accelerators_extra: dict[str, dict[str, Any]] = field(default_factory=dict)  # [accelerators.NAME], raw
     target: dict[str, Any] | None = None  # [target], raw
-    remote: tier.RemoteSettings | None = None  # [remote]: the project's own object store (harness.lab.tier)
+    remote: session.RemoteSettings | None = None  # [remote]: the project's own object store (harness.lab.session)
     budget_s: float = 0.0  # [run] budget_s: a plain run's time budget (0: one pass); --budget, --repeats, --quick
 
 
@@ -172,7 +172,7 @@ def _validate(path: Path, raw: dict[str, Any], origin: dict[tuple[str, str], str
         dataset=_dataset(path, ds, where),
         training=Training(**tr),
         matrix=parse_matrix(path, raw.get("matrix", {}), _settings(hw, ds, tr), _settings_origin(origin)),
-        remote=tier.settings(path, raw.get("remote")),
+        remote=session.settings(path, raw.get("remote")),
         budget_s=values["run"]["budget_s"],
         **_extra_tables(path, raw),
     )

@@ -1,5 +1,5 @@
 """A bench run inside a [remote] scenario's session: the project's own object store behind its shaped link
-(harness.lab.tier, stopped on any exit), a temporary folder the readers append their counters to (the
+(harness.lab.session, stopped on any exit), a temporary folder the readers append their counters to (the
 run's LaunchConfig.remote_counters: each visit's figures over its window go into its cells.jsonl line,
 harness.measure.remotecounters.of_visit), then the whole run's figures of each storage setting printed and
 written beside the report (remote.md, in harness.measure.remotecounters' COLUMNS and the client). A storage's
@@ -14,7 +14,7 @@ from pathlib import Path
 from harness import safewrite
 from harness.config.scenario import Scenario
 from harness.errors import UsageError
-from harness.lab import tier
+from harness.lab.session import remove_dead_runs, session
 from harness.measure import remotecounters
 from harness.measure.remotecounters import COLUMNS, RemoteFigures
 from strategies.remote.s3client import RemoteError
@@ -25,7 +25,7 @@ def with_remote(sc: Scenario, torchrun: bool, run_dir: Path, run: Callable[[Path
     readers' counters folder; without one, `run(None)` as it is. `torchrun`: this process is a torchrun rank
     (refused: one process must own the store). Any run first removes what a killed remote run left."""
     if not torchrun:
-        for what in tier.remove_dead_runs():
+        for what in remove_dead_runs():
             print(f"remote: removed {what}, left by a run that was killed", file=sys.stderr)
     if sc.remote is None:
         return run(None)
@@ -33,7 +33,7 @@ def with_remote(sc: Scenario, torchrun: bool, run_dir: Path, run: Callable[[Path
         raise UsageError(f"{sc.path}: [remote] starts the project's own object store, which one process must own; "
                          "under torchrun it is not supported yet: run without torchrun (the bench spawns the ranks)")
     labels = [c.create().label() for c in sc.matrix.get("storage", []) if c.name == "s3"]
-    with tempfile.TemporaryDirectory(prefix="dlbench-remote-stats-") as stats, tier.session(sc.remote) as live:
+    with tempfile.TemporaryDirectory(prefix="dlbench-remote-stats-") as stats, session(sc.remote) as live:
         header = live.header()
         for line in header:
             print(f"remote: {line}", file=sys.stderr)

@@ -1,5 +1,5 @@
 """The measuring side of `check-remote` (its model: model.py beside it): each bandwidth setting in
-its own remote session (harness.lab.tier: the project's store in a network namespace behind a veth pair
+its own remote session (harness.lab.session: the project's store in a network namespace behind a veth pair
 shaped with tc; root), the cases read one after another through the s3 storage by this one process, over a
 fresh small dataset; each round's unshaped calibration predicts its shaped settings. This kernel may have no
 sch_netem: latency is then never shaped, and the latency setting is the store's measured one."""
@@ -19,7 +19,7 @@ from harness.data.fields import FIELDS_FOR
 from harness.data.generator import DatasetSpec
 from harness.data.materialise import materialise
 from harness.lab.link import Shape
-from harness.lab.tier import RemoteSettings, session
+from harness.lab.session import RemoteSettings, session
 from harness.measure import remotecounters
 from harness.measure.hostload import HostLoad
 from strategies import registry
