@@ -192,7 +192,7 @@ def test_hand_made_numbers_exactly():
 
     title, headers, rows, notes = astuple(ranking_table(cells))
     assert [r[2] for r in rows] == ["150", "125", "100", "OOM"] and rows[-1][0] == "-"
-    # no intervals (old lines without per-step records): no rank and no tie (harness.analysis.intervals), listed
+    # no intervals (old lines without per-step records): no rank and no tie (harness.analysis.ties), listed
     # by the point value
     assert [r[0] for r in rows[:3]] == ["-", "-", "-"]
     assert [r[3] for r in rows[:3]] == ["1.50", "1.25", "1.00"] and "vs baseline" in headers[3]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from harness.analysis.intervals import leader_and_tied
+from harness.analysis.ties import leader_and_tied
 from harness.report import ordercost, rollout, verdict
 from harness.results.repeats import merge_repeats
 from tests.test_rollout import results

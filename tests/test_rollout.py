@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.analysis import stages
-from harness.analysis.intervals import leader_and_tied
+from harness.analysis.ties import leader_and_tied
 from harness.config.target import Target
 from harness.errors import UsageError
 from harness.report import report, rollout

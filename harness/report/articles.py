@@ -14,7 +14,7 @@ noisy cells would overstate the step.
 """
 from __future__ import annotations
 
-from harness.analysis.intervals import tie_ranks
+from harness.analysis.ties import tie_ranks
 from harness.report.tables import (
     TIE_NOTE,
     Table,

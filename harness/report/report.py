@@ -18,8 +18,8 @@ import pandas as pd
 from harness import safewrite
 from harness.analysis import sequential
 from harness.analysis.effects import MIN_EFFECT, Effect, level_order, whole_passes
-from harness.analysis.intervals import leader_and_tied
 from harness.analysis.loaddependence import load_dependence
+from harness.analysis.ties import leader_and_tied
 from harness.measure.rankrecord import SHOWN_PARTS
 from harness.report import articles, effecttables, ordercost, plots, rollout, stagetable, verdict, whatif
 from harness.report.header import header_lines, outside_load_lines

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from tabulate import tabulate
 
 from harness.analysis.effects import MIN_EFFECT, ORDER_FIGURES, Effect
-from harness.analysis.intervals import Interval, ahead, interval_of, tied
+from harness.analysis.ties import Interval, ahead, interval_of, tied
 from harness.results.cellresult import CellResult
 from harness.results.orderquality import AS_SHUFFLE, OrderFigures
 from harness.results.repeats import CellSummary
@@ -100,7 +100,7 @@ def stack_label(results: list[CellResult], result: CellResult, axes: list[str]) 
 def interval(result: CellResult) -> Interval | None:
     """The throughput's interval: the cell's `throughput_ci` (batch means within the run, or across repeats
     once merged; for a line written before the figure existed, derived on read from its ranks' recorded
-    steps: harness.results.cellresult.upgrade); None when unmeasured or without one (harness.analysis.intervals
+    steps: harness.results.cellresult.upgrade); None when unmeasured or without one (harness.analysis.ties
     decides)."""
     return interval_of(result)
 

@@ -24,9 +24,9 @@ from harness.analysis.effects import (
     THROUGHPUT,
     Effect,
 )
-from harness.analysis.intervals import leader_and_tied
 from harness.analysis.loaddependence import LoadDependence
 from harness.analysis.sequential import ALPHA, DEVICE_BOUND_AU_PCT, MAX_LOOKS, Decision, Decisions, Rule, cpu_binds
+from harness.analysis.ties import leader_and_tied
 from harness.report.effecttables import verdict_word
 from harness.report.ordercost import TOLERANCE, cost_text, order_costs
 from harness.report.tables import interval, shown_axes, stack_label

@@ -1,4 +1,4 @@
-"""One definition of "tied" (harness.analysis.intervals) for FASTEST, the budget and the ranking table: a run
+"""One definition of "tied" (harness.analysis.ties) for FASTEST, the budget and the ranking table: a run
 with a cell whose interval is missing gets the same answer from all three."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.analysis import intervals
+from harness.analysis import ties
 from harness.analysis.budget import open_questions
 from harness.report.articles import ranking_table
 from harness.report.verdict import fastest_lines
@@ -25,13 +25,13 @@ RUN = [cell("raw", 1000.0, [990.0, 1010.0]),  # the leader
 
 
 def test_intervals_are_finite_pairs_of_measured_cells_only():
-    assert intervals.interval_of(cell("a", 1.0, [0.5, 1.5])) == intervals.Interval(0.5, 1.5, "interval, method unknown")
+    assert ties.interval_of(cell("a", 1.0, [0.5, 1.5])) == ties.Interval(0.5, 1.5, "interval, method unknown")
     for bad in (None, [], [1.0], [0.5, math.nan], [0.5, math.inf], ["0.5", 1.5]):
-        assert intervals.interval_of(cell("a", 1.0, bad)) is None, bad
+        assert ties.interval_of(cell("a", 1.0, bad)) is None, bad
 
 
 def test_fastest_the_budget_and_the_ranking_agree_on_a_run_with_a_missing_interval():
-    leader, tied = intervals.leader_and_tied(RUN)
+    leader, tied = ties.leader_and_tied(RUN)
     assert leader.cell == "storage=raw" and [c.cell for c in tied] == ["storage=mmap"]
     # FASTEST
     first, second = fastest_lines(RUN)
@@ -41,7 +41,7 @@ def test_fastest_the_budget_and_the_ranking_agree_on_a_run_with_a_missing_interv
     # interval, is never part of it
     assert sorted(open_questions(RUN, [c.cell for c in RUN]).tied) == ["storage=mmap", "storage=raw"]
     # the ranking table: raw and mmap tied at rank 1, hdf5 without a rank, lmdb 3rd (two cells wholly above)
-    ranks = intervals.tie_ranks(RUN)
+    ranks = ties.tie_ranks(RUN)
     assert ranks == {"storage=raw": (1, True), "storage=mmap": (1, True), "storage=hdf5": (None, False),
                      "storage=lmdb": (3, False)}
     rows = {row[1]: row[0] for row in ranking_table(RUN).rows}
@@ -51,10 +51,10 @@ def test_fastest_the_budget_and_the_ranking_agree_on_a_run_with_a_missing_interv
 @pytest.mark.parametrize("leader_ci", [None, [math.nan, 1010.0]])
 def test_a_leader_without_an_interval_is_tied_with_no_cell_in_all_three(leader_ci):
     run = [cell("raw", 1000.0, leader_ci), cell("mmap", 995.0, [980.0, 1005.0]), cell("lmdb", 500.0, [490, 510])]
-    assert intervals.leader_and_tied(run)[1] == []
+    assert ties.leader_and_tied(run)[1] == []
     assert fastest_lines(run)[1].startswith("  overlapping it: 0 of 2 other cells (")
     assert open_questions(run, [c.cell for c in run]).tied == []
-    assert intervals.tie_ranks(run)["storage=raw"] == (None, False)
+    assert ties.tie_ranks(run)["storage=raw"] == (None, False)
 
 
 def test_a_tied_cell_is_settled_by_its_ratio_to_the_leader_paired_by_pass():
@@ -65,11 +65,11 @@ def test_a_tied_cell_is_settled_by_its_ratio_to_the_leader_paired_by_pass():
     drift = [1.0, 1.3, 0.8, 1.1]  # the machine's speed per pass: cancels in the paired ratio
     same = [visit(c, 1000 * d * (1.0 if c == "raw" else 0.99 + 0.01 * (i % 2)), i)
             for i, d in enumerate(drift) for c in ("raw", "mmap")]
-    iv = intervals.paired_ratio(same, "storage=mmap", "storage=raw")
+    iv = ties.paired_ratio(same, "storage=mmap", "storage=raw")
     assert 0.97 < iv.low < iv.high < 1.02 and iv.label == "paired by pass, n=4"
-    assert intervals.settled(same, "storage=mmap", "storage=raw", 0.05)
-    assert not intervals.settled(same, "storage=mmap", "storage=raw", 0.001)
+    assert ties.settled(same, "storage=mmap", "storage=raw", 0.05)
+    assert not ties.settled(same, "storage=mmap", "storage=raw", 0.001)
     slower = [visit(c, 1000 * d * (1.0 if c == "raw" else 0.9), i) for i, d in enumerate(drift)
               for c in ("raw", "mmap")]
-    assert intervals.settled(slower, "storage=mmap", "storage=raw", 0.01)  # decidedly slower
-    assert intervals.paired_ratio(same[:2], "storage=mmap", "storage=raw") is None  # one pass
+    assert ties.settled(slower, "storage=mmap", "storage=raw", 0.01)  # decidedly slower
+    assert ties.paired_ratio(same[:2], "storage=mmap", "storage=raw") is None  # one pass
