@@ -20,7 +20,7 @@ from harness.analysis import budget
 from harness.config.matrix import Cell
 from harness.config.runconfig import LaunchConfig, visit_order
 from harness.data.materialise import verify_dir
-from harness.measure import remotecounters as counters
+from harness.measure import remotecounters
 from harness.measure.hostload import HostLoad
 from harness.measure.profiling import CellProfiler
 from harness.progress import Progress
@@ -197,7 +197,7 @@ def run_one(ctx: RankContext, cell: Cell, repeat: int, show: bool, position: int
         line = cellresult.cell_line(config.scenario, cell, config.device_name or ctx.device.name,
                                     config.device != "cuda", gathered, time.perf_counter() - started, repeat,
                                     outside=load.stop(),
-                                    remote=counters.of_visit(config.remote_counters, gathered))
+                                    remote=remotecounters.of_visit(config.remote_counters, gathered))
         rundir.append_cell(config.run_dir, line)
         if show:
             print(cellresult.summary_text(line), file=sys.stderr, flush=True)
