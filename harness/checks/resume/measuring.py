@@ -1,46 +1,48 @@
-"""What a restart costs per loader and storage (check-resume): the time from a restart to the first batch, with
-the page cache warm and cold, and, for a stop in the middle of an epoch, the samples the resumed loader repeats
-or drops against the uninterrupted epoch (counting.py counts them from the recorded orders).
+"""What a restart costs per loader and storage (check-resume): the time from a restart to the first
+batch, with the page cache warm and cold, and, for a stop in the middle of an epoch, the samples
+the resumed loader repeats or drops against the uninterrupted epoch (counting.py counts them from
+the recorded orders).
 
-For each cell of the scenario (its loader x storage x sampler, built as a run builds it: harness.train.pipeline,
-one rank's loader, rank 0 of the scenario's world, no training) and each way of resuming:
+For each cell of the scenario (its loader x storage x sampler, built as a run builds it:
+harness.train.pipeline, one rank's loader, rank 0 of the scenario's world, no training) and each
+way of resuming:
 
-* ``none``: nothing restored; the loader starts the epoch again (what a restart of a loader without state does).
-* ``position``: the harness's own position: the samplers here keep no mid-epoch state (each is a pure function of
-  (seed, epoch), moved by ``set_epoch``), so the harness resumes by skipping the batches already delivered from
-  the rebuilt batch sampler; exact whenever the batching is a function of the order (fixed batches).
-* ``state``: the loader's own state, where it has one: the nodes Loader's ``state_dict`` (strategies.loader.
-  nodes), torchdata's StatefulDataLoader for DataLoader workers (a drop-in for torch's DataLoader, which
-  has no state of its own; it fast-forwards a batch sampler without state), and, on litdata storage, litdata's
-  own StreamingDataLoader with its ``state_dict`` (litdata's shuffle instead of the harness's sampler; it reads
-  the items and decodes nothing). The thread pool and SPDL keep no state.
+* ``none``: nothing restored; the loader starts the epoch again (what a restart of a loader without
+  state does).
+* ``position``: the harness's own position: the samplers here keep no mid-epoch state (each is a
+  pure function of (seed, epoch), moved by ``set_epoch``), so the harness resumes by skipping the
+  batches already delivered from the rebuilt batch sampler; exact whenever the batching is a
+  function of the order (fixed batches).
+* ``state``: the loader's own state, where it has one: the nodes Loader's ``state_dict``
+  (strategies.loader.nodes), torchdata's StatefulDataLoader for DataLoader workers (a drop-in for
+  torch's DataLoader, which has no state of its own; it fast-forwards a batch sampler without
+  state), and, on litdata storage, litdata's own StreamingDataLoader with its ``state_dict``
+  (litdata's shuffle instead of the harness's sampler; it reads the items and decodes nothing). The
+  thread pool and SPDL keep no state.
 
-A case: the uninterrupted epoch read and recorded; a fresh loader read for ``stop`` batches (half the epoch by
-default), its state taken, then stopped for real (its iterator closed, its worker processes or threads ended,
-its readers closed); the restart, by default in a fresh spawned process: the files dropped from the page cache
-(posix_fadvise, verified by a read that reaches the device), the loader rebuilt and restored and timed to its
-first batch (cold), stopped, the files pre-read, rebuilt and timed again (warm), and read to the epoch's end.
+A case: the uninterrupted epoch read and recorded; a fresh loader read for ``stop`` batches (half
+the epoch by default), its state taken, then stopped for real (its iterator closed, its worker
+processes or threads ended, its readers closed); the restart, by default in a fresh spawned
+process: the files dropped from the page cache (posix_fadvise, verified by a read that reaches the
+device), the loader rebuilt and restored and timed to its first batch (cold), stopped, the files
+pre-read, rebuilt and timed again (warm), and read to the epoch's end.
 """
 from __future__ import annotations
 
-import itertools
 import multiprocessing as mp
 import signal
 import time
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from torch.utils.data import DataLoader
-
 from harness.checks.resume import counting
-from harness.config.matrix import Cell, check_available, expand
+from harness.checks.resume.loaders import Job, LoaderContext, open_run, read_rest
+from harness.config.matrix import check_available, expand
 from harness.config.scenario import Scenario
 from harness.data import pagecache
 from harness.data.materialise import materialise
 from harness.errors import UsageError
 from harness.run import supervisor
-from harness.train import pipeline
 
 METHODS = ("none", "position", "state")
 LITDATA_LOADER = "litdata"  # litdata's own StreamingDataLoader, on litdata storage
@@ -54,159 +56,9 @@ HOW = {"none": "no state: restart from the epoch's start",
        "position": "harness: batches delivered skipped from the batch sampler"}
 
 
-@dataclass
-class HostDevice:
-    """The device a loader-only build needs: emulated (no pinning, the catalogue's memory model)."""
-
-    emulated: bool = True
-
-
-@dataclass
-class LoaderContext:
-    """What harness.train.pipeline.build reads of a rank's context, for one rank without training."""
-
-    scenario: Scenario
-    data_paths: dict[str, Path]
-    rank: int = 0
-    world_size: int = 1
-    device: HostDevice = field(default_factory=HostDevice)
-    remote_counters: Path | None = None
-
-
-@dataclass
-class Job:
-    """One case, picklable for the fresh process: a cell (None: litdata's own loader) and a way of resuming."""
-
-    ctx: LoaderContext
-    cell: Cell | None
-    method: str
-    loader: str
-    storage: str
-    sampler: str
-    files: list[Path]
-    litdata_path: Path | None = None
-
-
-class Skipped:
-    """A batch sampler without its first ``n`` batches: the harness's position in an epoch."""
-
-    def __init__(self, batch_sampler, n: int):
-        self.batch_sampler, self.n = batch_sampler, n
-
-    def __iter__(self):
-        return itertools.islice(iter(self.batch_sampler), self.n, None)
-
-    def __len__(self) -> int:
-        return max(0, len(self.batch_sampler) - self.n)
-
-
-def _like(loader: DataLoader, cls, batch_sampler):
-    """A DataLoader (or a drop-in class) with ``loader``'s settings over another batch sampler."""
-    w = loader.num_workers
-    return cls(loader.dataset, batch_sampler=batch_sampler, num_workers=w, collate_fn=loader.collate_fn,
-               pin_memory=loader.pin_memory, persistent_workers=loader.persistent_workers,
-               prefetch_factor=loader.prefetch_factor if w else None,
-               multiprocessing_context=loader.multiprocessing_context if w else None)
-
-
-class HarnessRun:
-    """A cell's loader as a run builds it, restored the job's way from ``state`` (None: from the start)."""
-
-    def __init__(self, job: Job, state: dict | None):
-        self.job, self.pipe = job, pipeline.build(job.ctx, job.cell)
-        loader, sampler = self.pipe.loader, self.pipe.batch_sampler
-        if job.method == "position" and state:
-            sampler = Skipped(sampler, state["batches"])
-        if isinstance(loader, DataLoader):
-            if job.method == "state":
-                from torchdata.stateful_dataloader import StatefulDataLoader
-
-                loader = _like(loader, StatefulDataLoader, sampler)
-                if state:
-                    loader.load_state_dict(state)
-            elif sampler is not self.pipe.batch_sampler:
-                loader = _like(loader, DataLoader, sampler)
-        else:
-            loader.batch_sampler = sampler
-            if job.method == "state" and state:
-                loader.initial_state = state
-        self.loader, self.delivered = loader, 0
-        self.it = iter(loader)
-
-    def next(self) -> list[int]:
-        batch = next(self.it)
-        self.delivered += 1
-        return batch["index"].tolist()
-
-    def state(self) -> dict | None:
-        if self.job.method == "position":
-            return {"batches": self.delivered}
-        return self.loader.state_dict() if self.job.method == "state" else None
-
-    def close(self) -> None:
-        """A real stop: the iterator closed (its workers or threads ended), the readers closed."""
-        it, self.it = self.it, None
-        if hasattr(it, "close"):  # a generator: the thread pool, nodes, SPDL
-            it.close()
-        if hasattr(it, "_shutdown_workers"):  # a DataLoader's iterator: its worker processes
-            it._shutdown_workers()
-        reader = getattr(self.pipe.loader.dataset, "reader", None) if self.pipe.loader is not None else None
-        self.loader = None
-        self.pipe.close()
-        if reader is not None and hasattr(reader, "close"):
-            reader.close()
-
-
-def item_index(items: list[dict]) -> list[int]:
-    """litdata's batch as its sample indices (module level: the loader's workers pickle it)."""
-    return [int(it["index"]) for it in items]
-
-
-class LitdataRun:
-    """litdata's StreamingDataLoader over the litdata storage's chunks, shuffled by litdata with the scenario's
-    seed, restored from its own state_dict (None: from the start)."""
-
-    def __init__(self, job: Job, state: dict | None):
-        import litdata
-
-        tr = job.ctx.scenario.training
-        dataset = litdata.StreamingDataset(str(job.litdata_path), shuffle=True, seed=tr.seed, batch_decode=0)
-        self.job = job
-        self.loader = litdata.StreamingDataLoader(dataset, batch_size=tr.batch_size, num_workers=tr.workers,
-                                                  collate_fn=item_index)
-        if state and job.method == "state":
-            self.loader.load_state_dict(state)
-        self.it = iter(self.loader)
-
-    def next(self) -> list[int]:
-        return list(next(self.it))
-
-    def state(self) -> dict | None:
-        return self.loader.state_dict() if self.job.method == "state" else None
-
-    def close(self) -> None:
-        it, self.it = self.it, None
-        if hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-        self.loader = None
-
-
-def open_run(job: Job, state: dict | None):
-    return LitdataRun(job, state) if job.cell is None else HarnessRun(job, state)
-
-
-def read_rest(run) -> list[int]:
-    out: list[int] = []
-    while True:
-        try:
-            out += run.next()
-        except StopIteration:
-            return out
-
-
 def restart(job: Job, state: dict | None) -> dict:
-    """The restart: cold (files dropped) then warm (files pre-read), each timed from building the loader to its
-    first batch; the warm one read to the epoch's end."""
+    """The restart: cold (files dropped) then warm (files pre-read), each timed from building the
+    loader to its first batch; the warm one read to the epoch's end."""
     out: dict = {}
     for cache in ("cold", "warm"):
         prepared = pagecache.prepare(job.files, cache)
@@ -233,18 +85,21 @@ def _child(job: Job, state: dict | None, conn) -> None:
 
 
 class RestartFailed(UsageError):
-    """The restart process died or outlasted its time: one line, exit 2 (the rows measured are kept)."""
+    """The restart process died or outlasted its time: one line, exit 2 (the rows measured are
+    kept)."""
 
 
 def restart_timeout(epoch_batches: int) -> float:
-    """How long a restart may take: 120 s to start and build, and 3 s per batch of the epoch (as a cell's)."""
+    """How long a restart may take: 120 s to start and build, and 3 s per batch of the epoch (as a
+    cell's)."""
     return 120.0 + 3.0 * epoch_batches
 
 
 def restart_fresh(job: Job, state: dict | None, timeout: float = restart_timeout(0)) -> dict:
-    """The restart in a fresh spawned process (nothing of the stopped loader left in memory), watched: a
-    process that dies (the OOM killer's SIGKILL) or outlasts `timeout` is a RestartFailed; on any way out its
-    process group (its forkserver, its DataLoader workers) is killed, on Ctrl-C after it unwound."""
+    """The restart in a fresh spawned process (nothing of the stopped loader left in memory),
+    watched: a process that dies (the OOM killer's SIGKILL) or outlasts `timeout` is a
+    RestartFailed; on any way out its process group (its forkserver, its DataLoader workers) is
+    killed, on Ctrl-C after it unwound."""
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(job, state, writer))
@@ -268,7 +123,8 @@ def restart_fresh(job: Job, state: dict | None, timeout: float = restart_timeout
 
 
 def _answer(proc, reader, timeout: float, what: str) -> dict:
-    """The child's one answer, read while watching it: its death or `timeout` is a RestartFailed."""
+    """The child's one answer, read while watching it: its death or `timeout` is a
+    RestartFailed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if reader.poll(supervisor.POLL_S):
@@ -320,7 +176,8 @@ def resumable(job: Job) -> str:
 
 
 def measure(job: Job, reference: list[list[int]], stop: int = 0, fresh: bool = True) -> dict:
-    """One case's row: the stop after ``stop`` batches (0: half the epoch), the restart, the counts."""
+    """One case's row: the stop after ``stop`` batches (0: half the epoch), the restart, the
+    counts."""
     stop = stop or max(1, len(reference) // 2)
     before, state = stopped(job, stop)
     out = restart_fresh(job, state, restart_timeout(len(reference))) if fresh else restart(job, state)
@@ -336,13 +193,15 @@ def methods_of(kind: str) -> tuple[str, ...]:
 
 
 def named_axes(sc: Scenario) -> set[str]:
-    """The axes the scenario's own [matrix] names (the loaded matrix fills every other with its default)."""
+    """The axes the scenario's own [matrix] names (the loaded matrix fills every other with its
+    default)."""
     with open(sc.path, "rb") as f:
         return set(tomllib.load(f).get("matrix", {}))
 
 
 def jobs(sc: Scenario, data_dir: Path, loaders: tuple[str, ...] = ()) -> list[Job]:
-    """Every case of the scenario: each cell's ways of resuming, and litdata's own loader on litdata storage."""
+    """Every case of the scenario: each cell's ways of resuming, and litdata's own loader on
+    litdata storage."""
     if not named_axes(sc) & {"loader", "storage"}:
         raise UsageError(f"scenario {sc.name} has neither a loader nor a storage axis in its matrix; check-resume "
                          f"compares loaders and storages (try --scenario loaders)")
@@ -376,7 +235,8 @@ def jobs(sc: Scenario, data_dir: Path, loaders: tuple[str, ...] = ()) -> list[Jo
 
 def run(sc: Scenario, data_dir: Path, loaders: tuple[str, ...] = (), stop: int = 0, fresh: bool = True,
         on_row=None) -> list[dict]:
-    """Every case's row; the uninterrupted epoch read once per cell (its first way of resuming's loader)."""
+    """Every case's row; the uninterrupted epoch read once per cell (its first way of resuming's
+    loader)."""
     rows, references = [], {}
     for job in jobs(sc, data_dir, loaders):
         key = (job.loader, job.storage, job.sampler)
