@@ -1,1 +1,2 @@
-"""The engine of the data-loading benchmark: scenarios, data, launch, train loop, metrics, report."""
+"""The engine of the data-loading benchmark: scenarios, data, launch, train loop, metrics,
+report."""

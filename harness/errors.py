@@ -1,4 +1,5 @@
-"""The one error type for user mistakes (the CLI prints it as one line and exits 2) and the exit codes."""
+"""The one error type for user mistakes (the CLI prints it as one line and exits 2) and the exit
+codes."""
 
 EXIT_OK, EXIT_REGRESSION, EXIT_USAGE, EXIT_BASELINE = 0, 1, 2, 3
 EXIT_INCONCLUSIVE = 4  # a check whose figures missed only while other processes loaded the machine

@@ -1,8 +1,9 @@
 """Progress output that fits where it goes.
 
-On a terminal: one live line redrawn with a carriage return (at most every 0.1 s) and ended with a newline.
-Anywhere else (a log file, CI): a plain line at every tenth of the way, so a log holds about ten short
-lines per task instead of dozens of carriage-return updates run together on one line.
+On a terminal: one live line redrawn with a carriage return (at most every 0.1 s) and ended with a
+newline. Anywhere else (a log file, CI): a plain line at every tenth of the way, so a log holds
+about ten short lines per task instead of dozens of carriage-return updates run together on one
+line.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Checks of strategy parameter values, for ``__init__``: each raises ValueError naming the parameter."""
+"""Checks of strategy parameter values, for ``__init__``: each raises ValueError naming the
+parameter."""
 from __future__ import annotations
 
 import math

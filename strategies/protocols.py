@@ -1,14 +1,16 @@
 """One protocol per axis: what the harness may call on a strategy, and nothing else.
 
-The precision and preprocess axes are declarative: their strategies carry settings the harness applies
-(autocast, where pixels are prepared), so their protocols are attributes. A loader strategy builds the rank's
-loader itself (``Loader.pipeline``) from what the harness hands it (``LoaderInputs``).
+The precision and preprocess axes are declarative: their strategies carry settings the harness
+applies (autocast, where pixels are prepared), so their protocols are attributes. A loader strategy
+builds the rank's loader itself (``Loader.pipeline``) from what the harness hands it
+(``LoaderInputs``).
 
-Every member a harness uses is declared here. Optional capabilities have a default implementation in the
-axis's small base class (``StorageBase``, ``CacheBase``, ``BatchingBase``, ``SamplerBase``), so a strategy
-that subclasses it gets them and the harness never probes with ``getattr``. A strategy may also satisfy its protocol
-structurally; :func:`missing` names the members it lacks. The protocols are ``runtime_checkable``:
-``isinstance(obj, Cache)`` checks that every member exists (not its signature).
+Every member a harness uses is declared here. Optional capabilities have a default implementation
+in the axis's small base class (``StorageBase``, ``CacheBase``, ``BatchingBase``, ``SamplerBase``),
+so a strategy that subclasses it gets them and the harness never probes with ``getattr``. A
+strategy may also satisfy its protocol structurally; :func:`missing` names the members it lacks.
+The protocols are ``runtime_checkable``: ``isinstance(obj, Cache)`` checks that every member exists
+(not its signature).
 """
 from __future__ import annotations
 
@@ -52,9 +54,9 @@ class Storage(Protocol):
         """The data files of a materialisation (for page-cache control, sizes)."""
 
     def shards(self, path: Path) -> list[range] | None:
-        """The materialisation's shards (tar shards, row groups) as contiguous index ranges in index order,
-        covering every sample; None when the storage has none (a shard-streaming sampler then cuts its own
-        fixed-size ranges)."""
+        """The materialisation's shards (tar shards, row groups) as contiguous index ranges in
+        index order, covering every sample; None when the storage has none (a shard-streaming
+        sampler then cuts its own fixed-size ranges)."""
 
 
 class StorageBase:
@@ -69,7 +71,8 @@ class StorageBase:
 
 @runtime_checkable
 class Fetch(Protocol):
-    """What ``Cache.wrap`` returns: called with a batch of indices, returns the items in that order."""
+    """What ``Cache.wrap`` returns: called with a batch of indices, returns the items in that
+    order."""
 
     def __call__(self, indices: Sequence[int]) -> list: ...
 
@@ -104,7 +107,8 @@ class Batching(Protocol):
     splits_on_oom: bool  # True: the training step splits a batch that does not fit into micro-batches
 
     def batch_sampler(self, sampler: Iterable[int], batch_size: int, **context: Any) -> Iterable[list[int]]:
-        """The batches of one rank; ``context`` holds batch_cost, budget, sort_key, rank, world_size."""
+        """The batches of one rank; ``context`` holds batch_cost, budget, sort_key, rank,
+        world_size."""
 
     def observe(self, memory_fraction: float) -> None:
         """The device-memory use (used / capacity; > 1 after an OOM) of the step just taken."""
@@ -213,8 +217,8 @@ class Loader(Protocol):
     in_process: bool
 
     def pipeline(self, inputs: LoaderInputs) -> Iterable[dict]:
-        """The rank's loader: every batch of ``inputs.batch_sampler`` once, in its order, each the collate of
-        the dataset's ``__getitems__``; ``len()`` is the batch sampler's."""
+        """The rank's loader: every batch of ``inputs.batch_sampler`` once, in its order, each the
+        collate of the dataset's ``__getitems__``; ``len()`` is the batch sampler's."""
 
 
 class LoaderBase:

@@ -1,13 +1,15 @@
 """Registry of strategies: axis -> name -> factory.
 
-A strategy module registers itself with ``@register("storage", "hdf5")``. Built-in strategies and those of
-installed distributions (entry-point group ``dlbench.strategies``, each entry point naming a module that
-registers on import) are loaded by :func:`load_builtins`; others by ``load_plugin("package.module")``.
-A name registered twice on one axis is an error (:class:`DuplicateStrategy`) unless the second registration
-asks for it with ``@register(axis, name, override=True)``; importing the same module again is not a second
-registration. :func:`validate` checks a strategy's parameters by constructing it once, and
-:func:`check_training` checks them against the scenario's training settings (a strategy's optional
-``check_training(**settings)``, raising ValueError), so a scenario fails at load time, never inside a rank.
+A strategy module registers itself with ``@register("storage", "hdf5")``. Built-in strategies and
+those of installed distributions (entry-point group ``dlbench.strategies``, each entry point naming
+a module that registers on import) are loaded by :func:`load_builtins`; others by
+``load_plugin("package.module")``. A name registered twice on one axis is an error
+(:class:`DuplicateStrategy`) unless the second registration asks for it with ``@register(axis,
+name, override=True)``; importing the same module again is not a second registration.
+:func:`validate` checks a strategy's parameters by constructing it once, and :func:`check_training`
+checks them against the scenario's training settings (a strategy's optional
+``check_training(**settings)``, raising ValueError), so a scenario fails at load time, never inside
+a rank.
 """
 from __future__ import annotations
 
@@ -77,7 +79,8 @@ class Unavailable(InvalidParams):
 
 
 class PluginError(ImportError):
-    """A plugin module or an entry point of group ``dlbench.strategies`` failed to import; one line."""
+    """A plugin module or an entry point of group ``dlbench.strategies`` failed to import; one
+    line."""
 
 
 class DuplicateStrategy(ValueError):
@@ -89,9 +92,9 @@ def _origin(factory: Callable[..., Any]) -> str:
 
 
 def register(axis: str, name: str, override: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a factory under ``axis``/``name``. A name the axis already has (a built-in's, another
-    plugin's) is a DuplicateStrategy unless ``override`` is true; the same factory registered again (its
-    module imported twice) replaces itself silently."""
+    """Register a factory under ``axis``/``name``. A name the axis already has (a built-in's,
+    another plugin's) is a DuplicateStrategy unless ``override`` is true; the same factory
+    registered again (its module imported twice) replaces itself silently."""
     if axis not in _REGISTRY:
         raise UnknownStrategy(f"unknown axis {axis!r}; axes are {', '.join(AXES)}")
 
@@ -114,7 +117,8 @@ def load_builtins() -> None:
 
 
 def load_entry_points() -> None:
-    """Import the module of every ``dlbench.strategies`` entry point; rescans when sys.path changed."""
+    """Import the module of every ``dlbench.strategies`` entry point; rescans when sys.path
+    changed."""
     global _scanned_path
     path = tuple(sys.path)
     if path == _scanned_path:
@@ -131,8 +135,8 @@ def load_entry_points() -> None:
 
 
 def load_plugin(module: str) -> None:
-    """Import a plugin module; any failure (not found, a syntax error, an exception it raises, a duplicate
-    name) is a one-line PluginError naming the module."""
+    """Import a plugin module; any failure (not found, a syntax error, an exception it raises, a
+    duplicate name) is a one-line PluginError naming the module."""
     load_builtins()  # first, so that a plugin reusing a built-in's name is caught
     try:
         importlib.import_module(module)
@@ -183,8 +187,9 @@ def accepted(factory: Callable[..., Any]) -> list[str] | None:
 
 
 def validate(axis: str, name: str, params: dict[str, Any]) -> None:
-    """Construct the strategy once; a wrong key, a bad value or a missing protocol member is InvalidParams,
-    a package the strategy needs and this machine lacks is Unavailable (a kind of InvalidParams).
+    """Construct the strategy once; a wrong key, a bad value or a missing protocol member is
+    InvalidParams, a package the strategy needs and this machine lacks is Unavailable (a kind of
+    InvalidParams).
 
     Messages are one line, e.g. ``cache strategy 'lru' has no parameter 'capacity_MB'; accepted:
     capacity_mb, level, scope``.
@@ -212,8 +217,9 @@ def validate(axis: str, name: str, params: dict[str, Any]) -> None:
 def check_training(axis: str, name: str, params: dict[str, Any], settings: dict[str, Any]) -> None:
     """The strategy's parameters against the run's training settings (``batch_size`` per rank,
     ``world_size``, ``samples`` or None when not yet known, ``workers``): the strategy's own
-    ``check_training(**settings)`` when it has one; its ValueError becomes InvalidParams naming the axis and
-    the strategy. Called when the scenario loads, so that a value a rank would reject stops the run first."""
+    ``check_training(**settings)`` when it has one; its ValueError becomes InvalidParams naming the
+    axis and the strategy. Called when the scenario loads, so that a value a rank would reject
+    stops the run first."""
     strategy = get(axis, name)(**params)
     check = getattr(strategy, "check_training", None)
     if check is None:

@@ -14,9 +14,9 @@ FIELDS = ("jpeg", "caption", "image_emb", "text_emb")
 class Sample:
     """One CC3M-like image-text pair. Fields a reader was not asked for are None.
 
-    A reader may return the embeddings of one batch as rows of one buffer (one allocation per batch and
-    field, not per sample): each sample's rows are its own, but a sample kept longer than its batch keeps
-    that buffer alive. :meth:`detached` returns a copy whose arrays own their memory.
+    A reader may return the embeddings of one batch as rows of one buffer (one allocation per batch
+    and field, not per sample): each sample's rows are its own, but a sample kept longer than its
+    batch keeps that buffer alive. :meth:`detached` returns a copy whose arrays own their memory.
     """
 
     index: int
@@ -39,7 +39,8 @@ class Sample:
         return n
 
     def detached(self) -> Sample:
-        """A copy whose arrays own their memory (for a cache that keeps single samples of a batch)."""
+        """A copy whose arrays own their memory (for a cache that keeps single samples of a
+        batch)."""
         return Sample(self.index, self.jpeg, self.caption,
                       None if self.image_emb is None else self.image_emb.copy(),
                       None if self.text_emb is None else self.text_emb.copy())

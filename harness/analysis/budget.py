@@ -1,14 +1,15 @@
-"""Pure: where a time budget's next visits go (`--budget`), in whole passes over the run's cells, and when it
-stops (harness.analysis.sequential: the looks, their boundaries and the response).
+"""Pure: where a time budget's next visits go (`--budget`), in whole passes over the run's cells,
+and when it stops (harness.analysis.sequential: the looks, their boundaries and the response).
 
-After each whole pass from the second on, the budget looks: each effect is decided at its first look whose
-repeated interval excludes x1 or lies inside [1 / (1 + m), 1 + m], and kept. The next pass visits every cell
-(the design stays balanced: each level's effect stays the average over the other axes) while an effect is
-open, a look is left and the pass fits in the time left; otherwise the run stops. Visits disturbed by outside
-load are kept and adjusted for (the fit's covariate); visits under extreme load
-(harness.analysis.effects.extreme) leave the fit and the passes that follow measure their cells again.
-The fastest set (cells tied with the leader: harness.analysis.ties.settled) is reported when the run
-ends, and never holds it: it is not an effect and has no error rate of its own.
+After each whole pass from the second on, the budget looks: each effect is decided at its first
+look whose repeated interval excludes x1 or lies inside [1 / (1 + m), 1 + m], and kept. The next
+pass visits every cell (the design stays balanced: each level's effect stays the average over the
+other axes) while an effect is open, a look is left and the pass fits in the time left; otherwise
+the run stops. Visits disturbed by outside load are kept and adjusted for (the fit's covariate);
+visits under extreme load (harness.analysis.effects.extreme) leave the fit and the passes that
+follow measure their cells again. The fastest set (cells tied with the leader:
+harness.analysis.ties.settled) is reported when the run ends, and never holds it: it is not an
+effect and has no error rate of its own.
 """
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def open_questions(results: list[CellResult], cell_ids: list[str], min_effect: f
 
 
 def unsettled_ties(measured: list[CellResult], min_effect: float) -> list[str]:
-    """The leader and the cells tied with it that are neither within min_effect of it nor slower; []."""
+    """The leader and the cells tied with it that are neither within min_effect of it nor slower;
+    []."""
     leader, tied = leader_and_tied(merge_repeats(measured))
     unsettled = [c.cell for c in tied if not settled(measured, c.cell, leader.cell, min_effect)]
     return [leader.cell] + unsettled if unsettled else []
@@ -66,8 +68,8 @@ def _pass_seconds(results: list[CellResult], cells: int) -> float:
 def next_pass(results: list[CellResult], cell_ids: list[str], seconds_left: float,
               min_effect: float = MIN_EFFECT, family_alpha: float | None = None,
               cores: float | None = None) -> list[int]:
-    """The indices (into cell_ids) the next pass visits: every cell while an effect is open and a look is
-    left; [] when every effect is decided, no look is left, or the pass does not fit."""
+    """The indices (into cell_ids) the next pass visits: every cell while an effect is open and a
+    look is left; [] when every effect is decided, no look is left, or the pass does not fit."""
     questions = open_questions(results, cell_ids, min_effect, family_alpha, cores)
     if questions.decided or not questions.looks_left:
         return []
@@ -77,8 +79,8 @@ def next_pass(results: list[CellResult], cell_ids: list[str], seconds_left: floa
 def ending(results: list[CellResult], cell_ids: list[str], seconds_left: float, passes: int,
            min_effect: float = MIN_EFFECT, family_alpha: float | None = None,
            cores: float | None = None) -> str:
-    """Why a budget's run ends (next_pass said []): decided, no look left, or the pass that did not fit; and
-    the fastest set, reported, not waited for."""
+    """Why a budget's run ends (next_pass said []): decided, no look left, or the pass that did not
+    fit; and the fastest set, reported, not waited for."""
     questions = open_questions(results, cell_ids, min_effect, family_alpha, cores)
     head = f"budget: the run ends after {passes} pass(es): "
     tied = (f"; the fastest set: {len(questions.tied) - 1} cell(s) tied with the leader and not within "

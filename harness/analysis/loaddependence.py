@@ -1,14 +1,16 @@
-"""Pure: does an effect depend on the machine's outside load? The effects fit (harness.analysis.effects) with one
-more term per level: the level's indicator times the visit's outside load (figures.other_cpu_pct, as a share of
-the host). Every measured visit is used, disturbed ones included: they are what the question is about.
+"""Pure: does an effect depend on the machine's outside load? The effects fit
+(harness.analysis.effects) with one more term per level: the level's indicator times the visit's
+outside load (figures.other_cpu_pct, as a share of the host). Every measured visit is used,
+disturbed ones included: they are what the question is about.
 
     log figure = levels + passes + h * load / 100 + sum over levels of  g_level * [cell has level] * load / 100
 
-h takes what the load does to every cell alike (a visit disturbed within a pass); exp(g) is the factor by which
-the level's effect changes from a quiet machine (0%) to a fully loaded one (100%): the level's effect at load L
-is exp(b + g L / 100). An effect depends on the load when g's interval (at the fit's confidence, Bonferroni over
-the levels tested) excludes 0, within the range of loads the run saw. Where the loads spread less than
-MIN_LOAD_SPREAD_PCT, or g is not estimable, nothing is said.
+h takes what the load does to every cell alike (a visit disturbed within a pass); exp(g) is the
+factor by which the level's effect changes from a quiet machine (0%) to a fully loaded one (100%):
+the level's effect at load L is exp(b + g L / 100). An effect depends on the load when g's interval
+(at the fit's confidence, Bonferroni over the levels tested) excludes 0, within the range of loads
+the run saw. Where the loads spread less than MIN_LOAD_SPREAD_PCT, or g is not estimable, nothing
+is said.
 """
 from __future__ import annotations
 
@@ -50,8 +52,8 @@ def _rows(results: list[CellResult], attribute: str):
 
 def load_dependence(results: list[CellResult], order: dict[str, list[str]], attribute: str = "throughput",
                     confidence: float = CONFIDENCE) -> list[LoadDependence]:
-    """The levels whose effect on `attribute` changes with the visits' outside load (none when the loads were
-    too alike to tell)."""
+    """The levels whose effect on `attribute` changes with the visits' outside load (none when the
+    loads were too alike to tell)."""
     usable, loads = _rows(results, attribute)
     if not usable or max(loads) - min(loads) < MIN_LOAD_SPREAD_PCT:
         return []

@@ -1,10 +1,11 @@
-"""Pure: what ranks cost each other, measured at a few ranks and carried to N (docs/prediction.md, "The
-ranks' wait").
+"""Pure: what ranks cost each other, measured at a few ranks and carried to N (docs/prediction.md,
+"The ranks' wait").
 
 A 1-rank calibration cannot see it: with one rank nobody waits. Every step the ranks agree (a tiny
-allreduce) and all-reduce the gradients, so a step lasts as long as its slowest rank's busy time plus the
-agreement's own latency, and each rank spends CPU on the gradient allreduce that it did not spend alone.
-From a calibration at `ranks` >= 2 ranks (its rank records) this module takes, measured:
+allreduce) and all-reduce the gradients, so a step lasts as long as its slowest rank's busy time
+plus the agreement's own latency, and each rank spends CPU on the gradient allreduce that it did
+not spend alone. From a calibration at `ranks` >= 2 ranks (its rank records) this module takes,
+measured:
 
     busy      each rank's busy time per step (its step less its peer wait), the steps no epoch began
     latency   per step, the least peer wait among the ranks: the agreement's own time for the last to arrive
@@ -22,8 +23,8 @@ and carries them to N ranks by stated laws:
                                                    fixed cost, a wake-up and a send, outweighs its bytes,
                                                    which stay about the gradient's size, 2 (n-1)/n of it)
 
-The expected maximum is exact for the empirical distribution: sum over the sorted x_k of
-x_k ((k/m)^N - ((k-1)/m)^N). At N = `ranks` it reproduces the calibration's own mean step, so a case at
+The expected maximum is exact for the empirical distribution: sum over the sorted x_k of x_k
+((k/m)^N - ((k-1)/m)^N). At N = `ranks` it reproduces the calibration's own mean step, so a case at
 the calibration's own rank count is a repeat, not a prediction (the caller says so).
 """
 from __future__ import annotations
@@ -63,8 +64,8 @@ def expected_max(values: tuple[float, ...] | list[float], n: int) -> float:
 
 
 def measure(records, one_rank_rank_s: float) -> RankWait | None:
-    """The ranks' wait from a calibration's rank records at 2 or more ranks (None below 2 or without steps).
-    `one_rank_rank_s`: the 1-rank calibration's rank CPU seconds per sample."""
+    """The ranks' wait from a calibration's rank records at 2 or more ranks (None below 2 or
+    without steps). `one_rank_rank_s`: the 1-rank calibration's rank CPU seconds per sample."""
     if len(records) < 2:
         return None
     n = min(len(r.step) for r in records)
@@ -89,8 +90,8 @@ def measure(records, one_rank_rank_s: float) -> RankWait | None:
 
 
 def pooled(waits: list[RankWait | None]) -> RankWait | None:
-    """The waits of several launches at one rank count as one (their busy times together, the rest their
-    mean; the epoch starts' cost the mean of those that had one); None without any."""
+    """The waits of several launches at one rank count as one (their busy times together, the rest
+    their mean; the epoch starts' cost the mean of those that had one); None without any."""
     waits = [w for w in waits if w is not None]
     if not waits:
         return None
@@ -115,8 +116,8 @@ def au_pct(wait: RankWait, ranks: int, batch_size: int, samples: int) -> float:
 
 
 def rank_cpu_s(one_rank_s: float, wait: RankWait, ranks: int) -> float:
-    """The rank's CPU seconds per sample at `ranks` ranks: alone, plus the collectives' CPU by the ring's
-    messages (module docstring)."""
+    """The rank's CPU seconds per sample at `ranks` ranks: alone, plus the collectives' CPU by the
+    ring's messages (module docstring)."""
     if ranks <= 1:
         return one_rank_s
     return one_rank_s + wait.cpu_s * ring_messages(ranks) / ring_messages(wait.ranks)

@@ -1,19 +1,21 @@
-"""Pure: the configuration to use on a target, per cell, with its predicted effect (harness.analysis.targetmodel):
-workers per rank, prefetch, decoder, host or device preprocessing, and what limits next.
+"""Pure: the configuration to use on a target, per cell, with its predicted effect
+(harness.analysis.targetmodel): workers per rank, prefetch, decoder, host or device preprocessing,
+and what limits next.
 
-- workers: the fewest that make the device bind (targetmodel.workers_for_device); when no number does, the
-  number past which the prediction no longer rises (at most the node's cores per rank).
-- prefetch: enough batches in flight per worker to cover a cold read's wait for one batch while the device
-  computes one (at least 2, the DataLoader's default). The model predicts the steady state, which prefetch
-  does not change; it hides the wait's variation.
+- workers: the fewest that make the device bind (targetmodel.workers_for_device); when no number
+  does, the number past which the prediction no longer rises (at most the node's cores per rank).
+- prefetch: enough batches in flight per worker to cover a cold read's wait for one batch while the
+  device computes one (at least 2, the DataLoader's default). The model predicts the steady state,
+  which prefetch does not change; it hides the wait's variation.
 - decoder: a faster decoder when the decode is at least a third of the loader and the loader binds;
-  `decode_ratio` (the other decoder's cost over this one's, measured: the check command, --loader-only)
-  gives its predicted effect.
-- preprocessing: "device" when the loader still binds with the recommended workers and decode + transform
-  are at least half of the loader: predicted with those stages off the host and the accelerator's decode
-  time (the catalogue's jpeg_decode_mpix_per_s, `source_pixels_per_sample` when known) added to the step.
-  That rate is an assumption of the catalogue, never measured by a run: where the device time is a real
-  GPU's (measured), the advice says the decode on it is assumed (targetmodel.assumed_decode).
+  `decode_ratio` (the other decoder's cost over this one's, measured: the check command,
+  --loader-only) gives its predicted effect.
+- preprocessing: "device" when the loader still binds with the recommended workers and decode +
+  transform are at least half of the loader: predicted with those stages off the host and the
+  accelerator's decode time (the catalogue's jpeg_decode_mpix_per_s, `source_pixels_per_sample`
+  when known) added to the step. That rate is an assumption of the catalogue, never measured by a
+  run: where the device time is a real GPU's (measured), the advice says the decode on it is
+  assumed (targetmodel.assumed_decode).
 """
 from __future__ import annotations
 
@@ -71,9 +73,10 @@ def _prefetch(costs: Costs, target: Target, accelerator: Accelerator) -> int:
 
 
 def on_device(costs: Costs, accelerator: Accelerator, source_pixels_per_sample: float = 0.0) -> Costs:
-    """The costs with the decode and the transforms moved to the accelerator (the rank's device time per
-    sample grows by the modelled decode of `source_pixels_per_sample`; without it, of the decoded pixels, a
-    lower bound: a source image is at least as large as what is decoded from it)."""
+    """The costs with the decode and the transforms moved to the accelerator (the rank's device
+    time per sample grows by the modelled decode of `source_pixels_per_sample`; without it, of the
+    decoded pixels, a lower bound: a source image is at least as large as what is decoded from
+    it)."""
     stages = {k: (0.0 if k in ("decode", "transform") else v) for k, v in costs.stages.items()}
     pixels = source_pixels_per_sample or costs.padded_pixels_per_sample or 0.0
     extra = accelerator.decode_seconds(int(pixels)) if pixels else 0.0

@@ -1,8 +1,10 @@
-"""Pure: what a cell would do on a described target (harness.config.target.Target), from the costs one run
-measured (`Costs`) and the accelerator catalogue's step-time model. docs/prediction.md explains it.
+"""Pure: what a cell would do on a described target (harness.config.target.Target), from the costs
+one run measured (`Costs`) and the accelerator catalogue's step-time model. docs/prediction.md
+explains it.
 
-Per rank, with W workers, k the CPU-cost factor at the node's load (below), l and r the loader's and the
-rank's CPU seconds per sample, d the device seconds per sample, io a cold read's wait per sample:
+Per rank, with W workers, k the CPU-cost factor at the node's load (below), l and r the loader's
+and the rank's CPU seconds per sample, d the device seconds per sample, io a cold read's wait per
+sample:
 
     device bound    1 / (d + p)                       the accelerator, and p: what a step waits for beside it
                                                       (the host-to-device copy, the rank's per-step overhead
@@ -17,19 +19,20 @@ rank's CPU seconds per sample, d the device seconds per sample, io a cold read's
     storage bound   bandwidth / (all ranks x bytes per sample)      cold page cache only
     ops bound       IOPS / (all ranks x requests per sample)        cold page cache only, with IOPS given
 
-On a host shared with other busy processes, each of the run's processes gets `share` of a core (1 on a
-dedicated host; harness.analysis.checkcases' shared-host correction takes it from the measured outside
-load): the worker and rank bounds use l k / share and r k / share, and `cores` is what the run's processes
-get together.
+On a host shared with other busy processes, each of the run's processes gets `share` of a core (1
+on a dedicated host; harness.analysis.checkcases' shared-host correction takes it from the measured
+outside load): the worker and rank bounds use l k / share and r k / share, and `cores` is what the
+run's processes get together.
 
-The rate is the smallest bound, divided by the step imbalance (ranks wait for the slowest each step).
-k = 1 + (contention - 1) u, u the share of the node's cores busy at that rate (solved by iteration), where
-`contention` is the measured factor a sample's CPU cost rises by when every core is busy; the measured
-costs are first brought back to an idle host with the same factor at the load they were measured under.
-A cold read costs io = bytes / bandwidth + requests x latency / q per sample, on top of its CPU, where
-q = min(in_flight, requests per batch), at least 1: a worker fetches a batch's requests `in_flight` at a time
-(Little's law: with no CPU and no transfer, W workers reach W q / (latency x requests per sample) samples/s).
-A store's own request capacity (one server process: 1 / its CPU per request) is the ops bound's IOPS.
+The rate is the smallest bound, divided by the step imbalance (ranks wait for the slowest each
+step). k = 1 + (contention - 1) u, u the share of the node's cores busy at that rate (solved by
+iteration), where `contention` is the measured factor a sample's CPU cost rises by when every core
+is busy; the measured costs are first brought back to an idle host with the same factor at the load
+they were measured under. A cold read costs io = bytes / bandwidth + requests x latency / q per
+sample, on top of its CPU, where q = min(in_flight, requests per batch), at least 1: a worker
+fetches a batch's requests `in_flight` at a time (Little's law: with no CPU and no transfer, W
+workers reach W q / (latency x requests per sample) samples/s). A store's own request capacity (one
+server process: 1 / its CPU per request) is the ops bound's IOPS.
 """
 from __future__ import annotations
 
@@ -45,7 +48,8 @@ BOUNDS = ("device", "rank host", "loader workers", "loader CPU", "storage bandwi
 
 @dataclass(frozen=True)
 class Costs:
-    """One cell's measured costs, per sample on one rank (CPU seconds), and what they were measured under."""
+    """One cell's measured costs, per sample on one rank (CPU seconds), and what they were measured
+    under."""
 
     workload: str
     loader_s: float  # the loader's CPU seconds per sample (its stages)
@@ -75,7 +79,8 @@ class Costs:
     rank_main_s: float | None = None
 
     def at_idle(self) -> Costs:
-        """The costs brought back to an idle host (divided by the contention factor at busy_share)."""
+        """The costs brought back to an idle host (divided by the contention factor at
+        busy_share)."""
         f = _factor(self.contention, self.busy_share)
         return replace(self, loader_s=self.loader_s / f, rank_s=self.rank_s / f,
                        receive_ahead_s=self.receive_ahead_s / f,
@@ -104,7 +109,8 @@ def _factor(contention: float, busy: float) -> float:
 
 
 def device_seconds(costs: Costs, accelerator: Accelerator, batch_size: int) -> float:
-    """Device seconds per sample of a full batch on `accelerator` (the catalogue's model, or measured)."""
+    """Device seconds per sample of a full batch on `accelerator` (the catalogue's model, or
+    measured)."""
     if costs.device_s is not None:
         return costs.device_s + costs.device_extra_s
     pixels = int(costs.padded_pixels_per_sample * batch_size)
@@ -113,25 +119,26 @@ def device_seconds(costs: Costs, accelerator: Accelerator, batch_size: int) -> f
 
 
 def path_seconds(costs: Costs, batch_size: int) -> float:
-    """Seconds per sample on the step's path beside the device: the copy, and the per-step overhead and
-    agreement over the batch."""
+    """Seconds per sample on the step's path beside the device: the copy, and the per-step overhead
+    and agreement over the batch."""
     return costs.copy_s + costs.serial_step_s / max(1, batch_size)
 
 
 def assumed_decode(costs: Costs) -> bool:
-    """A measured (real GPU) device time with a modelled decode added: the catalogue's assumed decode rate,
-    not the device's own, so what is shown must say so."""
+    """A measured (real GPU) device time with a modelled decode added: the catalogue's assumed
+    decode rate, not the device's own, so what is shown must say so."""
     return costs.device_s is not None and costs.device_extra_s > 0
 
 
 def requests_at_once(costs: Costs, target: Target) -> float:
-    """Requests a worker has in flight while it waits: its in_flight, no more than a batch holds, at least 1."""
+    """Requests a worker has in flight while it waits: its in_flight, no more than a batch holds,
+    at least 1."""
     return max(1.0, min(float(costs.in_flight), costs.requests_per_sample * target.batch_size))
 
 
 def io_seconds(costs: Costs, target: Target) -> float:
-    """Wait per sample of a cold read: the bytes at the storage's bandwidth plus its latency per request,
-    shared by the requests in flight at once (Little's law)."""
+    """Wait per sample of a cold read: the bytes at the storage's bandwidth plus its latency per
+    request, shared by the requests in flight at once (Little's law)."""
     if target.page_cache != "cold":
         return 0.0
     transfer = costs.bytes_per_sample / (target.storage_read_mb_s * 1e6) if target.storage_read_mb_s else 0.0
@@ -139,8 +146,9 @@ def io_seconds(costs: Costs, target: Target) -> float:
 
 
 def rank_seconds(costs: Costs, workers: int, k: float, share: float) -> float:
-    """The rank's main thread's host seconds per sample: its own clock's where known (rank_main_s), else the
-    rank's CPU less what its receiving thread (one batch ahead with DataLoader workers) does beside it."""
+    """The rank's main thread's host seconds per sample: its own clock's where known (rank_main_s),
+    else the rank's CPU less what its receiving thread (one batch ahead with DataLoader workers)
+    does beside it."""
     if workers > 0 and costs.rank_main_s is not None:
         return costs.rank_main_s * k / share
     return (costs.rank_s - (costs.receive_ahead_s if workers > 0 else 0.0)) * k / share
@@ -148,7 +156,8 @@ def rank_seconds(costs: Costs, workers: int, k: float, share: float) -> float:
 
 def _bounds(costs: Costs, target: Target, d: float, k: float, workers: int,
             share: float = 1.0) -> dict[str, float]:
-    """Each bound's samples/s per rank; the device's is a step's device time plus its path beside it."""
+    """Each bound's samples/s per rank; the device's is a step's device time plus its path beside
+    it."""
     cold = target.page_cache == "cold"
     loader = costs.loader_s + (costs.cold_read_extra_s if cold else 0.0)
     io = io_seconds(costs, target)
@@ -173,7 +182,8 @@ def _bounds(costs: Costs, target: Target, d: float, k: float, workers: int,
 
 def _solve(costs: Costs, target: Target, d: float, workers: int,
            share: float = 1.0) -> tuple[dict[str, float], float]:
-    """The bounds at the CPU-cost factor of the load they imply (a fixed point, reached in a few rounds)."""
+    """The bounds at the CPU-cost factor of the load they imply (a fixed point, reached in a few
+    rounds)."""
     k = _factor(costs.contention, 1.0)
     for _ in range(20):
         bounds = _bounds(costs, target, d, k, workers, share)
@@ -188,8 +198,9 @@ def _solve(costs: Costs, target: Target, d: float, workers: int,
 
 def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: bool = True,
             share: float = 1.0) -> Prediction:
-    """What the cell whose costs were measured would do on the target (advise: also the workers per rank
-    that make the device bind; share: the share of a core each process gets, below 1 on a shared host)."""
+    """What the cell whose costs were measured would do on the target (advise: also the workers per
+    rank that make the device bind; share: the share of a core each process gets, below 1 on a
+    shared host)."""
     costs = measured.at_idle()
     d = device_seconds(costs, accelerator, target.batch_size)
     bounds, k = _solve(costs, target, d, target.workers_per_rank, share)
@@ -205,8 +216,8 @@ def predict(measured: Costs, target: Target, accelerator: Accelerator, advise: b
 
 
 def workers_for_device(costs: Costs, target: Target, d: float, most: int = 64) -> int | None:
-    """The fewest workers per rank at which the device binds; None when no number does (the cores, the
-    storage or the rank's own host work bind first)."""
+    """The fewest workers per rank at which the device binds; None when no number does (the cores,
+    the storage or the rank's own host work bind first)."""
     for workers in range(1, most + 1):
         bounds, _ = _solve(costs, target, d, workers)
         if bounds["device"] <= min(bounds.values()) * (1 + 1e-9):
@@ -217,8 +228,9 @@ def workers_for_device(costs: Costs, target: Target, d: float, most: int = 64) -
 
 
 def capacity(measured: Costs, target: Target, accelerator: Accelerator, most: int = 256) -> int:
-    """MLPerf Storage's figure: how many accelerators per node the target's node (cores, storage) keeps at
-    AU >= 90%, each rank with the workers that serve it best (at most the node's cores). 0: not even one."""
+    """MLPerf Storage's figure: how many accelerators per node the target's node (cores, storage)
+    keeps at AU >= 90%, each rank with the workers that serve it best (at most the node's cores).
+    0: not even one."""
     best = 0
     for gpus in range(1, most + 1):
         au, fits = -1.0, False

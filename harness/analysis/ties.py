@@ -1,18 +1,22 @@
-"""A cell's throughput interval and the one definition of "tied", for FASTEST, the budget and the ranking.
+"""A cell's throughput interval and the one definition of "tied", for FASTEST, the budget and the
+ranking.
 
-- A cell's interval is its recorded `throughput_ci` when the cell was measured and both ends are finite
-  numbers; otherwise it has none (`interval_of` is the only place that decides).
-- Two cells are **tied** when both have an interval and the two overlap: the data cannot tell them apart.
-  A cell without an interval is tied with no cell: nothing can be said of it, and it is shown so
-  ("no interval"), never folded into a tie or into an order.
+- A cell's interval is its recorded `throughput_ci` when the cell was measured and both ends are
+  finite numbers; otherwise it has none (`interval_of` is the only place that decides).
+- Two cells are **tied** when both have an interval and the two overlap: the data cannot tell them
+  apart. A cell without an interval is tied with no cell: nothing can be said of it, and it is
+  shown so ("no interval"), never folded into a tie or into an order.
 - Cell a is **ahead** of cell b when both have an interval and a's lies wholly above b's.
-- The leader is the measured cell with the highest point throughput; the tied set is the cells tied with it.
-- A cell's rank is 1 + the number of cells ahead of it; a cell without an interval has no rank (None).
-- A tied cell is **within m** of the leader when the 95% interval of its throughput ratio to the leader,
-  paired by pass (each pass's visit of the cell against that pass's visit of the leader, so that the machine's
-  drift between passes cancels), lies inside [1 / (1 + m), 1 + m] (an equivalence test): it is as fast, as
-  far as the smallest effect that matters goes. The fastest set is decided when every tied cell is within m
-  of the leader or decidedly slower by the same paired interval; the budget stops asking about it.
+- The leader is the measured cell with the highest point throughput; the tied set is the cells tied
+  with it.
+- A cell's rank is 1 + the number of cells ahead of it; a cell without an interval has no rank
+  (None).
+- A tied cell is **within m** of the leader when the 95% interval of its throughput ratio to the
+  leader, paired by pass (each pass's visit of the cell against that pass's visit of the leader, so
+  that the machine's drift between passes cancels), lies inside [1 / (1 + m), 1 + m] (an
+  equivalence test): it is as fast, as far as the smallest effect that matters goes. The fastest
+  set is decided when every tied cell is within m of the leader or decidedly slower by the same
+  paired interval; the budget stops asking about it.
 """
 from __future__ import annotations
 
@@ -55,8 +59,8 @@ def ahead(a, b) -> bool:
 
 
 def paired_ratio(visits: list, cell: str, leader: str, confidence: float = 0.95) -> Interval | None:
-    """The cell's throughput over the leader's, paired by pass: exp(mean +- t * se of the per-pass log ratios);
-    None with fewer than 2 passes that measured both."""
+    """The cell's throughput over the leader's, paired by pass: exp(mean +- t * se of the per-pass
+    log ratios); None with fewer than 2 passes that measured both."""
     by_pass: dict[int, dict[str, float]] = {}
     for v in visits:
         if v.measured and v.cell in (cell, leader) and v.figures.throughput and v.figures.throughput > 0:
@@ -88,7 +92,8 @@ def leader_and_tied(cells: list) -> tuple[object | None, list]:
 
 
 def tie_ranks(cells: list) -> dict[str, tuple[int | None, bool]]:
-    """cell id -> (rank, tied with another measured cell); rank None for a cell without an interval."""
+    """cell id -> (rank, tied with another measured cell); rank None for a cell without an
+    interval."""
     measured = [c for c in cells if c.measured]
     out = {}
     for c in measured:

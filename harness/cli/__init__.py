@@ -1,6 +1,7 @@
 """The command line, the only place that parses it: harness.cli.parsers (argparse) reads it,
-harness.cli.fromargs turns it into one frozen, typed request per command (harness.config.request, or the
-command's own `Request`), settled once, and this module dispatches the request to its command.
+harness.cli.fromargs turns it into one frozen, typed request per command (harness.config.request,
+or the command's own `Request`), settled once, and this module dispatches the request to its
+command.
 
     run_bench.py --scenario NAME [options]     run a scenario's matrix (the default command)
     run_bench.py list        (or --list)       list the scenarios
@@ -18,8 +19,8 @@ command's own `Request`), settled once, and this module dispatches the request t
     run_bench.py history ACTION ...                  the history store: add, list, show, compare, gate, steps, html
     run_bench.py ci-history --gate-exit N            after the CI gate: the history gate against a CI cache
 
-Every command also takes --debug: an error then prints its full traceback instead of one line; the exit
-code stays the same (2 or 3), so --debug in CI never turns an error into "1, a regression".
+Every command also takes --debug: an error then prints its full traceback instead of one line; the
+exit code stays the same (2 or 3), so --debug in CI never turns an error into "1, a regression".
 
 Exit codes:
     0  success, nothing regressed
@@ -68,16 +69,17 @@ __all__ = ["bench_request", "build_parser", "main", "resume_argv"]
 
 @dataclass(frozen=True)
 class Command:
-    """An entry of the dispatch table: the command's main (its request -> the exit code) and, for a command
-    named by the command line's first word, how its request is read from the words after it (None: reached
-    from the default command line alone, by its flag)."""
+    """An entry of the dispatch table: the command's main (its request -> the exit code) and, for a
+    command named by the command line's first word, how its request is read from the words after it
+    (None: reached from the default command line alone, by its flag)."""
 
     main: Callable[[Any], int]
     read: Callable[[list[str]], Any] | None = None
 
 
 def load_plugins(modules) -> None:
-    """--plugin MODULE, once, before any command runs (the spawned ranks import them again themselves)."""
+    """--plugin MODULE, once, before any command runs (the spawned ranks import them again
+    themselves)."""
     from strategies import registry
 
     for module in modules:
@@ -88,8 +90,9 @@ def load_plugins(modules) -> None:
 
 
 def read_default(argv: list[str]) -> tuple[str, Any]:
-    """The default command line (`--scenario NAME [options]`, or one of its mode flags --list, --self-test,
-    --check-predictions): the name of the command it asks for in COMMANDS, and its request."""
+    """The default command line (`--scenario NAME [options]`, or one of its mode flags --list,
+    --self-test, --check-predictions): the name of the command it asks for in COMMANDS, and its
+    request."""
     resume_dir = None
     if any(a == "--resume" or a.startswith("--resume=") for a in argv):
         resume_dir, argv = resume_argv(argv, build_parser())
@@ -111,8 +114,9 @@ def read_default(argv: list[str]) -> tuple[str, Any]:
 
 def run_bench(given: tuple[BenchRequest, Path | None]) -> int:
     """The main run (harness.commands.bench) with the baseline gate when the request asks for one
-    (harness.gates.mainrun), added to the history store when one is given (--history FILE or DLBENCH_HISTORY:
-    harness.commands.history.recorded); --loader-only is the loader-only run (harness.loaderonly)."""
+    (harness.gates.mainrun), added to the history store when one is given (--history FILE or
+    DLBENCH_HISTORY: harness.commands.history.recorded); --loader-only is the loader-only run
+    (harness.loaderonly)."""
     request, store = given
     if request.loader_only:
         from harness.loaderonly import command as loaderonly  # h5py, PIL and the article's code: only for this run
@@ -142,7 +146,8 @@ def read_report(argv: list[str]) -> rebuild_report.Request:
 
 
 def reader(name: str, request_class) -> Callable[[list[str]], Any]:
-    """`run_bench.py NAME ...` read by the command's own parser (harness.cli.parsers.DEFINE) into its Request."""
+    """`run_bench.py NAME ...` read by the command's own parser (harness.cli.parsers.DEFINE) into
+    its Request."""
     return lambda argv: request_of(request_class, parsers.subcommand_parser(name).parse_args(argv))
 
 

@@ -1,6 +1,6 @@
-"""From what the parsers read to one frozen request per command (harness.config.request, or the command's own
-`Request`), settled once: the order seed, the resume directory and the command line it replays, the torchrun
-identity. Imports no argparse: it reads the parsed options by name."""
+"""From what the parsers read to one frozen request per command (harness.config.request, or the
+command's own `Request`), settled once: the order seed, the resume directory and the command line
+it replays, the torchrun identity. Imports no argparse: it reads the parsed options by name."""
 from __future__ import annotations
 
 import os
@@ -47,14 +47,16 @@ def bench_request(ns, argv: list[str], resume_dir: Path | None) -> BenchRequest:
 
 
 def request_of(cls, ns):
-    """A command's Request from its parsed options: each field from the option of that name, lists as tuples."""
+    """A command's Request from its parsed options: each field from the option of that name, lists
+    as tuples."""
     given = vars(ns)
     return cls(**{f.name: tuple(given[f.name]) if isinstance(given[f.name], list) else given[f.name]
                   for f in fields(cls) if f.name in given})
 
 
 def check_predictions_request_of(request: BenchRequest) -> check_predictions.Request:
-    """`run_bench.py --scenario NAME --check-predictions [--steps N --samples N ...]`: what passes through."""
+    """`run_bench.py --scenario NAME --check-predictions [--steps N --samples N ...]`: what passes
+    through."""
     o = request.overrides
     return check_predictions.Request(
         scenario=request.scenario, data_dir=request.data_dir, out=request.out, plugins=request.plugins,
@@ -64,10 +66,10 @@ def check_predictions_request_of(request: BenchRequest) -> check_predictions.Req
 
 
 def resume_argv(argv: list[str], parser) -> tuple[Path, list[str]]:
-    """(RUN_DIR, the command line to run): the recorded one when only free options were given; a whole
-    command line (with --scenario) as given (its settings are checked against the run's later); other
-    options without --scenario must not change the recorded command line: a UsageError names each option
-    that differs."""
+    """(RUN_DIR, the command line to run): the recorded one when only free options were given; a
+    whole command line (with --scenario) as given (its settings are checked against the run's
+    later); other options without --scenario must not change the recorded command line: a
+    UsageError names each option that differs."""
     rest, run_dir, i = [], None, 0
     while i < len(argv):
         if argv[i] == "--resume" and i + 1 < len(argv):

@@ -1,5 +1,6 @@
-"""The command line's parsers: the only module that imports argparse (tests/test_imports.py checks it). What they
-parse becomes a typed request in harness.cli.fromargs; nothing below the CLI sees argparse's namespace."""
+"""The command line's parsers: the only module that imports argparse (tests/test_imports.py checks
+it). What they parse becomes a typed request in harness.cli.fromargs; nothing below the CLI sees
+argparse's namespace."""
 from __future__ import annotations
 
 import argparse
@@ -138,7 +139,8 @@ def add_data_options(group) -> None:
 
 
 def duration(text: str) -> float:
-    """Seconds from "300", "90s", "10m" or "1h" (argparse turns the ValueError into one line, exit 2)."""
+    """Seconds from "300", "90s", "10m" or "1h" (argparse turns the ValueError into one line, exit
+    2)."""
     units = {"s": 1, "m": 60, "h": 3600}
     number, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1)
     seconds = float(number) * unit
@@ -148,7 +150,8 @@ def duration(text: str) -> float:
 
 
 def alpha(text: str) -> float:
-    """A significance level: a number strictly between 0 and 1 (argparse prints the message, exit 2)."""
+    """A significance level: a number strictly between 0 and 1 (argparse prints the message, exit
+    2)."""
     value = float(text)
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be a number strictly between 0 and 1 (e.g. 0.05)")
@@ -332,7 +335,8 @@ def define_history(p: argparse.ArgumentParser) -> None:
 
 
 def ci_cache_default() -> Path | None:
-    """The CI cache directory when --cache is not given: $DLBENCH_CI_CACHE (None when unset or empty)."""
+    """The CI cache directory when --cache is not given: $DLBENCH_CI_CACHE (None when unset or
+    empty)."""
     return Path(os.environ["DLBENCH_CI_CACHE"]) if os.environ.get("DLBENCH_CI_CACHE") else None
 
 

@@ -1,7 +1,7 @@
-"""The main job: run a scenario's matrix in real DDP ranks (spawned, or joined under torchrun) and write the
-report. The door (harness/cli/) hands in the baseline gate when the request asks for one (`RunGate`,
-harness.gates.mainrun): checked before anything runs, applied after the report; it dispatches --loader-only
-to harness.loaderonly. The core imports no feature."""
+"""The main job: run a scenario's matrix in real DDP ranks (spawned, or joined under torchrun) and
+write the report. The door (harness/cli/) hands in the baseline gate when the request asks for one
+(`RunGate`, harness.gates.mainrun): checked before anything runs, applied after the report; it
+dispatches --loader-only to harness.loaderonly. The core imports no feature."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,19 +27,22 @@ from harness.run.settle import local_ranks
 
 
 class RunGate(Protocol):
-    """What the door hands the run for --baseline / --save-baseline (harness.gates.mainrun.BaselineRunGate)."""
+    """What the door hands the run for --baseline / --save-baseline
+    (harness.gates.mainrun.BaselineRunGate)."""
 
     def check(self, scenario_name: str, comparable: dict) -> None:
-        """Before anything runs: the baseline loaded and checked (settings and machine); raises to stop."""
+        """Before anything runs: the baseline loaded and checked (settings and machine); raises to
+        stop."""
 
     def apply(self, run_dir: Path) -> int:
-        """After the report: the run saved as a baseline and/or compared with it; the exit code it adds."""
+        """After the report: the run saved as a baseline and/or compared with it; the exit code it
+        adds."""
 
 
 def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is",
                   name: str | None = None) -> dict:
-    """What a baseline and a run must share to be compared (harness.gates.baseline). `name`: the device's name
-    (default: `run_device_name`)."""
+    """What a baseline and a run must share to be compared (harness.gates.baseline). `name`: the
+    device's name (default: `run_device_name`)."""
     t = sc.training
     return {"dataset_key": sc.dataset.key(), "world_size": sc.world_size, "workload": t.workload,
             "batch_size": t.batch_size, "accelerator": sc.accelerator.name, "emulated": device != "cuda",
@@ -51,8 +54,8 @@ def comparable_of(sc: scenario.Scenario, device: str, cache_state: str = "as-is"
 
 
 def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
-    """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as failed and
-    fresh ranks go on; False when a cell failed so (exit 1)."""
+    """Run every cell in spawned ranks, watched: a cell whose rank dies or hangs is recorded as
+    failed and fresh ranks go on; False when a cell failed so (exit 1)."""
     data_paths, failures = launch.spawn(config)
     env.dataset_gb = launch.dataset_gb(data_paths)
     env.write(config.run_dir)
@@ -64,7 +67,8 @@ def spawn_ranks(config: launch.LaunchConfig, env: Environment) -> bool:
 
 def finish_run(request: BenchRequest, run_dir: Path, env: Environment, gate: RunGate | None,
                ok: bool, run_target=None) -> int:
-    """The report from cells.jsonl, the sampler contract, and the baseline gate (saved and/or compared)."""
+    """The report from cells.jsonl, the sampler contract, and the baseline gate (saved and/or
+    compared)."""
     cells_done: list[CellResult] = rundir.read_results(run_dir)
     print(report.write_all(run_dir, cells_done, env, what_if_cores=request.what_if_cores, target=run_target))
     code = EXIT_OK if ok else EXIT_REGRESSION
@@ -81,8 +85,9 @@ def finish_run(request: BenchRequest, run_dir: Path, env: Environment, gate: Run
 
 
 def main(request: BenchRequest, gate: RunGate | None = None) -> int:
-    """The scenario (with the command line's overrides and data), its cells, then the cells listed (--dry-run)
-    or the run, with `gate` (the baseline gate the door handed in) when the request asks for one."""
+    """The scenario (with the command line's overrides and data), its cells, then the cells listed
+    (--dry-run) or the run, with `gate` (the baseline gate the door handed in) when the request
+    asks for one."""
     settled = settle.prepare(request)
     if settled is None:  # --dry-run: the cells listed
         return EXIT_OK
@@ -93,8 +98,8 @@ def main(request: BenchRequest, gate: RunGate | None = None) -> int:
 
 def run(request: BenchRequest, sc: scenario.Scenario, cells: list[Cell], device: str, run_target=None,
         gate: RunGate | None = None) -> int:
-    """The run: the data's room, the baseline checked, the run directory, then the cells in ranks (spawned,
-    or this torchrun rank), the request carried whole in the LaunchConfig."""
+    """The run: the data's room, the baseline checked, the run directory, then the cells in ranks
+    (spawned, or this torchrun rank), the request carried whole in the LaunchConfig."""
     r = request
     if r.local_rank == 0:  # the process that writes the datasets
         check_data_space(sc, cells, r.data_dir, r.regenerate)
@@ -116,15 +121,16 @@ def run(request: BenchRequest, sc: scenario.Scenario, cells: list[Cell], device:
 
 
 def spent_before(request: BenchRequest, run_dir: Path, budget_s: float) -> float:
-    """The budget's clock a resumed run goes on from (0 for a new run, or on a rank other than 0)."""
+    """The budget's clock a resumed run goes on from (0 for a new run, or on a rank other than
+    0)."""
     if not (request.resume and budget_s and request.rank == 0):
         return 0.0
     return budgetstate.spent(run_dir)
 
 
 def stopped(request: BenchRequest, run_dir: Path, env: Environment, code: int, run_target=None) -> int:
-    """Ctrl-C or SIGTERM: the report over the cells written so far (with the run's target, as a finished run's),
-    how to resume, exit 130 or 143."""
+    """Ctrl-C or SIGTERM: the report over the cells written so far (with the run's target, as a
+    finished run's), how to resume, exit 130 or 143."""
     cells_done = rundir.read_results(run_dir)
     if cells_done:
         print(report.write_all(run_dir, cells_done, env, what_if_cores=request.what_if_cores, target=run_target))
@@ -135,8 +141,8 @@ def stopped(request: BenchRequest, run_dir: Path, env: Environment, code: int, r
 
 def run_until_stopped(config: launch.LaunchConfig, env: Environment | None, gate: RunGate | None,
                       run_target=None) -> int:
-    """The cells, spawned or as this torchrun rank; on Ctrl-C or SIGTERM the report over the cells written
-    and how to resume (exit 130 or 143)."""
+    """The cells, spawned or as this torchrun rank; on Ctrl-C or SIGTERM the report over the cells
+    written and how to resume (exit 130 or 143)."""
     signal.signal(signal.SIGTERM, supervisor.raise_interrupted)
     request = config.request
 
@@ -162,8 +168,8 @@ def run_until_stopped(config: launch.LaunchConfig, env: Environment | None, gate
 
 def run_torchrun_rank(config: launch.LaunchConfig, env: Environment | None, gate: RunGate | None,
                       run_target=None) -> int:
-    """Under torchrun: no respawn. A failure ends the run with every finished cell written and the command
-    that resumes it."""
+    """Under torchrun: no respawn. A failure ends the run with every finished cell written and the
+    command that resumes it."""
     request = config.request
     rank = request.rank
     if rank == 0:  # the plan (its random order, what is left to resume) goes from rank 0 to every rank

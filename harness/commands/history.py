@@ -8,9 +8,10 @@
     history steps                        the change points of every cell's figures
     history html OUT_DIR                 the static dashboard, one page per scenario
 
-The store is --history FILE, else $DLBENCH_HISTORY, else results/history.sqlite (settled by harness/cli/).
-`recorded` wraps the main run when asked (--history FILE or DLBENCH_HISTORY): the store is opened before
-anything is measured, and the run directory the run wrote adds itself at its end (`record`).
+The store is --history FILE, else $DLBENCH_HISTORY, else results/history.sqlite (settled by
+harness/cli/). `recorded` wraps the main run when asked (--history FILE or DLBENCH_HISTORY): the
+store is opened before anything is measured, and the run directory the run wrote adds itself at its
+end (`record`).
 """
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def run_dirs(path: Path) -> list[Path]:
 
 
 def add(db, paths: list[Path], branch: str = "", quiet: bool = False) -> int:
-    """Each run directory into the store; a bad one is named in one line (exit 2) after the others are added."""
+    """Each run directory into the store; a bad one is named in one line (exit 2) after the others
+    are added."""
     bad = []
     for given in paths:
         if not given.exists():
@@ -99,8 +101,8 @@ def current_branch() -> str:
 
 
 def record(store_path: Path, run_dir: Path, branch: str | None = None) -> int:
-    """A finished run adds itself (--history / DLBENCH_HISTORY): 0, or 2 with one line; the run directory is
-    kept either way (history add RUN_DIR adds it later)."""
+    """A finished run adds itself (--history / DLBENCH_HISTORY): 0, or 2 with one line; the run
+    directory is kept either way (history add RUN_DIR adds it later)."""
     try:
         db = database.open_store(store_path)
         code = add(db, [Path(run_dir)], current_branch() if branch is None else branch)
@@ -113,10 +115,11 @@ def record(store_path: Path, run_dir: Path, branch: str | None = None) -> int:
 
 
 def recorded(store: Path | None, request: BenchRequest, run: Callable[[], int]) -> int:
-    """`run()` (the main run of `request`), then, with a store (--history FILE or DLBENCH_HISTORY) and a run
-    that writes a run directory (rank 0, not --dry-run nor --loader-only), the run directory it wrote added
-    to the store. The store opens before anything is measured (a newer or damaged one is one line, exit 2); a
-    failure to add is exit 2 at worst, never 1, and the run directory stays."""
+    """`run()` (the main run of `request`), then, with a store (--history FILE or DLBENCH_HISTORY)
+    and a run that writes a run directory (rank 0, not --dry-run nor --loader-only), the run
+    directory it wrote added to the store. The store opens before anything is measured (a newer or
+    damaged one is one line, exit 2); a failure to add is exit 2 at worst, never 1, and the run
+    directory stays."""
     if store is None or request.rank != 0 or request.dry_run or request.loader_only:
         return run()
     database.open_store(store).close()
@@ -137,8 +140,8 @@ def _run_dirs(out: Path) -> set[Path]:
 
 
 def main(request: HistoryRequest, gate: Callable[[sqlite3.Connection, HistoryRequest], int] | None = None) -> int:
-    """The action; `history gate` runs `gate` (the history gate, harness.gates.history.from_request, handed in by
-    harness/cli/: the core imports no feature)."""
+    """The action; `history gate` runs `gate` (the history gate,
+    harness.gates.history.from_request, handed in by harness/cli/: the core imports no feature)."""
     _check(request)
     db = database.open_store(request.store, create=request.action == "add")
     action, args = request.action, request.args

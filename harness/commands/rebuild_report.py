@@ -1,5 +1,5 @@
-"""`run_bench.py report RUN_DIR`: every table, summary.csv, report.md and the plots rebuilt from a run
-directory alone."""
+"""`run_bench.py report RUN_DIR`: every table, summary.csv, report.md and the plots rebuilt from a
+run directory alone."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,7 +31,8 @@ def read_run(run_dir: Path) -> list[CellResult]:
 
 
 def run_target_of(scenario_name: str, target_file: Path | None):
-    """--target FILE, else the run's scenario's [target] table when it is a shipped one, else None."""
+    """--target FILE, else the run's scenario's [target] table when it is a shipped one, else
+    None."""
     try:
         sc = scenario.load_shipped(scenario_name)
     except UsageError:

@@ -3,8 +3,8 @@ configuration to use, from a run directory alone (harness.report.stagetable):
 
     python run_bench.py target-report RUN_DIR [--target FILE]
 
-Without --target the scenario's [target] table is used when it has one (the run's env.json names the
-scenario)."""
+Without --target the scenario's [target] table is used when it has one (the run's env.json names
+the scenario)."""
 from __future__ import annotations
 
 import shlex

@@ -1,8 +1,9 @@
 """The accelerator catalogue (scenarios/accelerators.toml) and its step-time and memory models.
 
-`precision` is the catalogue rate a precision strategy selects: "amp" (the cited mixed-precision rates; what
-every figure used before the precision axis existed) or "fp32" (the cited FP32/TF32 rates; fp32 activations
-take fp32_activation_factor times the bytes, an assumption stated in the catalogue).
+`precision` is the catalogue rate a precision strategy selects: "amp" (the cited mixed-precision
+rates; what every figure used before the precision axis existed) or "fp32" (the cited FP32/TF32
+rates; fp32 activations take fp32_activation_factor times the bytes, an assumption stated in the
+catalogue).
 """
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ class Accelerator:
         return int(self.model_state_bytes + factor * self.activation_bytes_per_sample * samples)
 
     def decode_seconds(self, source_pixels: int) -> float:
-        """Modelled device time to decode, resize, flip and normalise JPEGs of `source_pixels` pixels."""
+        """Modelled device time to decode, resize, flip and normalise JPEGs of `source_pixels`
+        pixels."""
         return source_pixels / (self.jpeg_decode_mpix_per_s * 1e6)
 
 
@@ -73,9 +75,10 @@ REQUIRED_KEYS = ("memory_gb", "resnet50_img_per_s", "fp16_tflops")
 
 
 def load_catalogue(path: Path = CATALOGUE, extra: dict[str, dict] | None = None) -> dict[str, Accelerator]:
-    """The catalogue, plus a scenario's own `[accelerators.NAME]` tables (`extra`): the keys of a catalogue
-    entry, and any of the [defaults] keys for that entry alone. A NAME the catalogue has is that entry with
-    the given keys replaced; a new NAME needs memory_gb, resnet50_img_per_s and fp16_tflops."""
+    """The catalogue, plus a scenario's own `[accelerators.NAME]` tables (`extra`): the keys of a
+    catalogue entry, and any of the [defaults] keys for that entry alone. A NAME the catalogue has
+    is that entry with the given keys replaced; a new NAME needs memory_gb, resnet50_img_per_s and
+    fp16_tflops."""
     with open(path, "rb") as f:
         data = tomllib.load(f)
     defaults = data.pop("defaults")
@@ -115,8 +118,8 @@ def _entry(name: str, entry: dict, defaults: dict) -> Accelerator:
 
 
 def catalogue_match(gpu_name: str, catalogue: dict[str, Accelerator]) -> Accelerator | None:
-    """The catalogue entry a real GPU's name matches ("NVIDIA H200" -> H200, "Tesla V100-SXM2-16GB" ->
-    V100-16GB), or None."""
+    """The catalogue entry a real GPU's name matches ("NVIDIA H200" -> H200, "Tesla V100-SXM2-16GB"
+    -> V100-16GB), or None."""
     flat = gpu_name.upper().replace(" ", "").replace("-", "")
     for name in sorted(catalogue, key=len, reverse=True):
         chip, _, mem = name.upper().partition("-")
@@ -126,8 +129,9 @@ def catalogue_match(gpu_name: str, catalogue: dict[str, Accelerator]) -> Acceler
 
 
 def visible_accelerator() -> Accelerator:
-    """`accelerator = "auto"`: the visible GPU's catalogue entry with its real name and memory; a GPU the
-    catalogue lacks gets the A100-80GB's rates (an assumption, stated in its source). UsageError without one."""
+    """`accelerator = "auto"`: the visible GPU's catalogue entry with its real name and memory; a
+    GPU the catalogue lacks gets the A100-80GB's rates (an assumption, stated in its source).
+    UsageError without one."""
     from dataclasses import replace
 
     from harness.measure import gpuinfo
@@ -146,7 +150,8 @@ def visible_accelerator() -> Accelerator:
 
 
 def get_accelerator(name: str, extra: dict[str, dict] | None = None) -> Accelerator:
-    """The catalogue's entry `name` (with the scenario's own [accelerators.NAME] tables, `extra`)."""
+    """The catalogue's entry `name` (with the scenario's own [accelerators.NAME] tables,
+    `extra`)."""
     if name == "auto":
         return visible_accelerator()
     catalogue = load_catalogue(extra=extra)

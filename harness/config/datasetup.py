@@ -1,5 +1,6 @@
-"""Setting up a run's dataset before anything starts: generated (--scale full: CC3M's size) or imported
-(--data PATH or [dataset] source), from the request's typed values (harness.config.request)."""
+"""Setting up a run's dataset before anything starts: generated (--scale full: CC3M's size) or
+imported (--data PATH or [dataset] source), from the request's typed values
+(harness.config.request)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,8 +15,9 @@ CC3M_SAMPLES = 3_318_333  # image-caption pairs in Conceptual Captions 3M's trai
 
 
 def with_source(sc: scenario.Scenario, data: DataOptions, samples: int | None = None) -> scenario.Scenario:
-    """The scenario with --data as its dataset (or its [dataset] source with --data-format / --strict-data
-    applied); unchanged when neither is set. `samples`: --samples, the limit of an imported source."""
+    """The scenario with --data as its dataset (or its [dataset] source with --data-format /
+    --strict-data applied); unchanged when neither is set. `samples`: --samples, the limit of an
+    imported source."""
     current = sc.dataset if isinstance(sc.dataset, SourceSpec) else None
     if data.path is None and current is None:
         for flag, given in (("--data-format", data.layout), ("--strict-data", data.strict)):
@@ -38,9 +40,10 @@ def with_source(sc: scenario.Scenario, data: DataOptions, samples: int | None = 
 
 
 def scan_source(sc: scenario.Scenario, data_dir: Path, progress: bool, overrides: Overrides | None = None) -> None:
-    """An imported source is scanned now (or its earlier scan read from data_dir): its size, corrupt images
-    and image sides are known before the run directory is written. A sample limit (--samples) beyond the
-    source's size, or a batch beyond a rank's share, is a UsageError naming the flag or field that set it."""
+    """An imported source is scanned now (or its earlier scan read from data_dir): its size,
+    corrupt images and image sides are known before the run directory is written. A sample limit
+    (--samples) beyond the source's size, or a batch beyond a rank's share, is a UsageError naming
+    the flag or field that set it."""
     if not isinstance(sc.dataset, SourceSpec):
         return
     from harness.data.materialise import _writable, scanned
@@ -62,7 +65,8 @@ def import_env(sc: scenario.Scenario) -> dict | None:
 
 
 def full_scale(sc: scenario.Scenario) -> scenario.Scenario:
-    """--scale full: CC3M's size, embeddings and captions only (about 11 KB per sample, no JPEG)."""
+    """--scale full: CC3M's size, embeddings and captions only (about 11 KB per sample, no
+    JPEG)."""
     if sc.training.workload != "features":
         raise UsageError(f"--scale full generates embeddings only; it needs the features workload, not "
                          f"{sc.training.workload!r}: add --workload features")

@@ -1,4 +1,5 @@
-"""The strategy matrix: a scenario's [matrix] expanded into cells (the cartesian product of its axes)."""
+"""The strategy matrix: a scenario's [matrix] expanded into cells (the cartesian product of its
+axes)."""
 from __future__ import annotations
 
 import itertools
@@ -16,7 +17,8 @@ class Cell:
     choices: tuple[StrategyChoice, ...]  # one per axis, in AXES order
 
     def choice(self, axis: str) -> StrategyChoice:
-        """The cell's strategy on `axis`; a cell built with fewer axes (a synthetic one) has the default."""
+        """The cell's strategy on `axis`; a cell built with fewer axes (a synthetic one) has the
+        default."""
         i = AXES.index(axis)
         return self.choices[i] if i < len(self.choices) else StrategyChoice(axis, DEFAULTS[axis])
 
@@ -34,8 +36,8 @@ class Cell:
     @cached_property
     def advice(self) -> str | None:
         """The access hint the readers of the cell's storage give under its sampler
-        (strategies.storage.advice.cell_hint), worked out once per cell; None for a storage without an
-        `advice` parameter. A strategy that cannot be built is an error, not a missing hint."""
+        (strategies.storage.advice.cell_hint), worked out once per cell; None for a storage without
+        an `advice` parameter. A strategy that cannot be built is an error, not a missing hint."""
         return access_hints.cell_hint(self.choice("storage").create(), self.choice("sampler").create())
 
 
@@ -44,7 +46,8 @@ def expand(scenario: Scenario) -> list[Cell]:
 
 
 def parse_filter(text: str, flag: str) -> tuple[str, set[str]]:
-    """'storage=hdf5,mmap' -> ('storage', {'hdf5', 'mmap'}); a UsageError names the flag otherwise."""
+    """'storage=hdf5,mmap' -> ('storage', {'hdf5', 'mmap'}); a UsageError names the flag
+    otherwise."""
     axis, sep, values = text.partition("=")
     if not sep or not values or axis not in AXES:
         raise UsageError(f"{flag} {text!r}: write AXIS=NAME[,NAME...] with AXIS one of {', '.join(AXES)}")
@@ -52,8 +55,9 @@ def parse_filter(text: str, flag: str) -> tuple[str, set[str]]:
 
 
 def select(cells: list[Cell], only: list[str], exclude: list[str], check: bool = True) -> list[Cell]:
-    """Keep cells matching every --only filter and no --exclude filter (by strategy name or label); `check`:
-    a strategy this machine cannot run is a UsageError (else the caller leaves its cells out: `runnable`)."""
+    """Keep cells matching every --only filter and no --exclude filter (by strategy name or label);
+    `check`: a strategy this machine cannot run is a UsageError (else the caller leaves its cells
+    out: `runnable`)."""
     def matches(cell: Cell, axis: str, names: set[str]) -> bool:
         c = cell.choice(axis)
         return c.name in names or c.label in names
@@ -77,8 +81,9 @@ def select(cells: list[Cell], only: list[str], exclude: list[str], check: bool =
 
 
 def runnable(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
-    """The cells whose every strategy this machine can run, and one line per strategy left out and why (a
-    shipped scenario runs what it can; a strategy of a user's own scenario stops the run: select)."""
+    """The cells whose every strategy this machine can run, and one line per strategy left out and
+    why (a shipped scenario runs what it can; a strategy of a user's own scenario stops the run:
+    select)."""
     missing = list(dict.fromkeys(c for cell in cells for c in cell.choices if c.unavailable))
     kept = [cell for cell in cells if not any(c.unavailable for c in cell.choices)]
     if missing and not kept:
@@ -87,8 +92,8 @@ def runnable(cells: list[Cell]) -> tuple[list[Cell], list[str]]:
 
 
 def check_available(choices, remedy: bool = True) -> None:
-    """One line for the first strategy this machine cannot run (a package it lacks): how to install it,
-    and (remedy) how to leave it out."""
+    """One line for the first strategy this machine cannot run (a package it lacks): how to install
+    it, and (remedy) how to leave it out."""
     for c in choices:
         if c.unavailable:
             raise UsageError(c.unavailable + (f"; or leave it out: --exclude {c.axis}={c.label}" if remedy else ""))

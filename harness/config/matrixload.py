@@ -1,8 +1,8 @@
-"""A scenario's [matrix] table read into StrategyChoices: every entry named, every strategy known, every
-parameter accepted by the strategy and checked against the run's training settings (batch size, ranks,
-samples), so that a value a strategy would reject inside a rank stops the run when the scenario loads. A
-strategy whose package is missing here is kept, marked unavailable: the run stops on it only if the cells
-selected (--only, --exclude) need it."""
+"""A scenario's [matrix] table read into StrategyChoices: every entry named, every strategy known,
+every parameter accepted by the strategy and checked against the run's training settings (batch
+size, ranks, samples), so that a value a strategy would reject inside a rank stops the run when the
+scenario loads. A strategy whose package is missing here is kept, marked unavailable: the run stops
+on it only if the cells selected (--only, --exclude) need it."""
 from __future__ import annotations
 
 import math
@@ -57,9 +57,10 @@ def _named(path: Path, axis: str, number: int, entry: Any) -> tuple[Any, dict]:
 
 
 def parse_matrix(path: Path, raw: Any, settings: dict[str, Any], origin: str = "") -> dict[str, list[StrategyChoice]]:
-    """The [matrix] as choices per axis (defaults for the axes it omits). ``settings``: the training settings
-    each strategy's parameters are checked against (strategies.registry.check_training); ``origin`` says
-    where they came from when a command-line flag set them (e.g. " (batch_size from --batch-size)")."""
+    """The [matrix] as choices per axis (defaults for the axes it omits). ``settings``: the
+    training settings each strategy's parameters are checked against
+    (strategies.registry.check_training); ``origin`` says where they came from when a command-line
+    flag set them (e.g. " (batch_size from --batch-size)")."""
     if not isinstance(raw, dict):
         raise UsageError(f"{path}: [matrix] must be a table of axis = [strategies]")
     for axis in raw:

@@ -1,9 +1,9 @@
-"""What a command was asked to do, as typed values: harness.cli turns the command line into one frozen
-request per command, once, and the wings below take these (never argparse's namespace).
+"""What a command was asked to do, as typed values: harness.cli turns the command line into one
+frozen request per command, once, and the wings below take these (never argparse's namespace).
 
-Settled at the door, so that no lower wing looks again: the order seed (given, the resumed run's, or drawn),
-the resume directory and the command line it replays, the torchrun identity (from the environment torchrun
-sets), and the plugins (loaded by the CLI before any command runs)."""
+Settled at the door, so that no lower wing looks again: the order seed (given, the resumed run's,
+or drawn), the resume directory and the command line it replays, the torchrun identity (from the
+environment torchrun sets), and the plugins (loaded by the CLI before any command runs)."""
 from __future__ import annotations
 
 import os
@@ -34,7 +34,8 @@ class Torchrun:
 
 @dataclass(frozen=True)
 class Overrides:
-    """The scenario settings given on the command line (None: the scenario's own). Keys: scenario.OVERRIDES."""
+    """The scenario settings given on the command line (None: the scenario's own). Keys:
+    scenario.OVERRIDES."""
     samples: int | None = None
     steps: int | None = None
     epochs: int | None = None
@@ -73,7 +74,8 @@ class GateOptions:
 
 @dataclass(frozen=True)
 class BenchRequest:
-    """`run_bench.py --scenario NAME ...`: run a scenario's matrix (and its modes: --dry-run, --loader-only)."""
+    """`run_bench.py --scenario NAME ...`: run a scenario's matrix (and its modes: --dry-run,
+    --loader-only)."""
     scenario: str
     argv: tuple[str, ...]  # the command line run (with --resume: the run's recorded one); env.json keeps it
     order_seed: int  # settled: --order-seed, the resumed run's, or drawn
@@ -107,13 +109,13 @@ class BenchRequest:
 
     @classmethod
     def bare(cls, scenario: str, **options) -> BenchRequest:
-        """A request with no command line behind it (no argv, order seed 0): the launches a check makes of its
-        own, a rank outside a run."""
+        """A request with no command line behind it (no argv, order seed 0): the launches a check
+        makes of its own, a rank outside a run."""
         return cls(scenario=scenario, argv=(), order_seed=0, **options)
 
     def settled_budget_s(self, scenario_budget_s: float) -> float:
-        """The budget this run spends: --budget when given, else none with --quick or --repeats N, else the
-        scenario's [run] budget_s."""
+        """The budget this run spends: --budget when given, else none with --quick or --repeats N,
+        else the scenario's [run] budget_s."""
         if self.budget_s is not None:
             return self.budget_s
         return 0.0 if self.quick or self.repeats > 1 else scenario_budget_s

@@ -1,7 +1,7 @@
 """Scenarios: TOML files in scenarios/, read with tomllib and validated into typed objects.
 
-Every mistake becomes one UsageError naming the file, the field (or the command-line flag that set it)
-and the remedy.
+Every mistake becomes one UsageError naming the file, the field (or the command-line flag that set
+it) and the remedy.
 """
 from __future__ import annotations
 
@@ -101,8 +101,8 @@ def resolve_path(ref: str) -> Path:
 
 
 def load_shipped(name: str | None) -> Scenario:
-    """A shipped scenario by the name a run directory records (env.json, a cells.jsonl line): a name read
-    back is never taken as a path; a UsageError when it names none of scenarios/."""
+    """A shipped scenario by the name a run directory records (env.json, a cells.jsonl line): a
+    name read back is never taken as a path; a UsageError when it names none of scenarios/."""
     shipped = available()
     if not name:
         raise UsageError("the run's env.json names no scenario, whose defaults a --target file needs")
@@ -182,7 +182,8 @@ _noted_fallback = False
 
 
 def _note_decoder_fallback() -> None:
-    """Once per process, on stderr: the default decoder fell back to PIL (harness.data.decoders)."""
+    """Once per process, on stderr: the default decoder fell back to PIL
+    (harness.data.decoders)."""
     global _noted_fallback
     note = decoders.fallback_note()
     if note and not _noted_fallback:
@@ -217,8 +218,8 @@ def _extra_tables(path: Path, raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def _dataset(path: Path, ds: dict[str, Any], where) -> DatasetSpec | SourceSpec:
-    """The generated dataset, or the source [dataset] source names (a bucket's s3:// URL as it is, a folder
-    relative to the scenario file)."""
+    """The generated dataset, or the source [dataset] source names (a bucket's s3:// URL as it is,
+    a folder relative to the scenario file)."""
     if not ds["source"]:
         return DatasetSpec(samples=ds["samples"], seed=ds["seed"], profile=ds["profile"],
                            image_scale=ds["image_scale"], classes=ds["classes"])
@@ -228,8 +229,8 @@ def _dataset(path: Path, ds: dict[str, Any], where) -> DatasetSpec | SourceSpec:
 
 def source_spec(data: Path | str, layout: str | None, strict: bool, limit: int | None,
                 where: str = "--data") -> SourceSpec:
-    """An imported source as the scenario's dataset (harness.data.importer; nothing is read beyond the folder's
-    listing until it is scanned). Its errors name ``where``."""
+    """An imported source as the scenario's dataset (harness.data.importer; nothing is read beyond
+    the folder's listing until it is scanned). Its errors name ``where``."""
     try:
         return SourceSpec(data, layout=layout, strict=strict, limit=limit)
     except UsageError as err:
@@ -238,8 +239,8 @@ def source_spec(data: Path | str, layout: str | None, strict: bool, limit: int |
 
 def checked_source_size(sc: Scenario, where: str = "the data source", limit_from: str = "--samples",
                         batch_from: str = "--batch-size") -> None:
-    """After the source's scan: as many samples as the limit asked for (``limit_from`` names where it was
-    set), as many as ranks, and a batch no larger than a rank's share."""
+    """After the source's scan: as many samples as the limit asked for (``limit_from`` names where
+    it was set), as many as ranks, and a batch no larger than a rank's share."""
     spec = sc.dataset
     if spec.limit is not None and spec.samples < spec.limit:
         raise UsageError(f"{limit_from} = {spec.limit} asks for more samples than {where} has ({spec.samples}); "

@@ -1,6 +1,7 @@
-"""A scenario file's fields: each section's fields with their type and default (SCHEMA), the tables kept as they
-are (TOP_LEVEL), and the checks of the typed values (types, ranges, choices): each mistake one line naming the
-file and field. harness.config.scenario builds the Scenario from what these give."""
+"""A scenario file's fields: each section's fields with their type and default (SCHEMA), the tables
+kept as they are (TOP_LEVEL), and the checks of the typed values (types, ranges, choices): each
+mistake one line naming the file and field. harness.config.scenario builds the Scenario from what
+these give."""
 from __future__ import annotations
 
 import math
@@ -70,8 +71,8 @@ NON_NEGATIVE_FLOATS = {("run", "budget_s")}
 
 
 def _check_floats(values: dict[str, dict[str, Any]], where) -> None:
-    """Every float field finite (TOML writes nan and inf; an infinite cell_timeout_s would switch the hang guard
-    off), and the ranges of the fields listed above."""
+    """Every float field finite (TOML writes nan and inf; an infinite cell_timeout_s would switch
+    the hang guard off), and the ranges of the fields listed above."""
     for section, spec in SCHEMA.items():
         for key, (kind, _) in spec.items():
             value = values[section][key]
@@ -139,7 +140,8 @@ def check_values(path: Path, values: dict[str, dict[str, Any]], where) -> None:
 
 
 def check_classes(ds: dict[str, Any], where) -> None:
-    """[dataset] classes: 0 (none), or 2 to samples classes of a generated dataset (clustered in storage order)."""
+    """[dataset] classes: 0 (none), or 2 to samples classes of a generated dataset (clustered in
+    storage order)."""
     classes = ds["classes"]
     if not classes:
         return
@@ -166,9 +168,10 @@ TINY = 1e-9  # a non-zero magnitude below this is no realistic setting (1e-320: 
 
 def number(value: Any, where: str, *, whole: bool = False, least: float = 0, above: bool = False,
            most: float = 1e12, remedy: str = "") -> int | float:
-    """A number a user gave, checked: a whole number where `whole` (a float or bool is not), finite, zero or
-    at least TINY in magnitude, >= `least` (> it where `above`) and <= `most`; a float field takes an int.
-    Else a one-line UsageError naming `where` (the file or flag, and the field), the value and `remedy`."""
+    """A number a user gave, checked: a whole number where `whole` (a float or bool is not),
+    finite, zero or at least TINY in magnitude, >= `least` (> it where `above`) and <= `most`; a
+    float field takes an int. Else a one-line UsageError naming `where` (the file or flag, and the
+    field), the value and `remedy`."""
     kind = "a whole number" if whole else "a number"
     wrong = isinstance(value, bool) or not isinstance(value, int if whole else int | float)
     bound = f"above {least:g}" if above else f"at least {least:g}"
@@ -183,8 +186,8 @@ def number(value: Any, where: str, *, whole: bool = False, least: float = 0, abo
 
 
 def batch_fits_share(batch_size: int, samples: int, ranks: int, where: str) -> None:
-    """A batch no larger than one rank's share of the dataset (every step would read the share, and the
-    report would state a batch size no step had)."""
+    """A batch no larger than one rank's share of the dataset (every step would read the share, and
+    the report would state a batch size no step had)."""
     share = -(-samples // ranks)
     if batch_size > share:
         raise UsageError(f"{where} = {batch_size} exceeds each rank's share of the dataset ({share} samples: "
@@ -193,8 +196,9 @@ def batch_fits_share(batch_size: int, samples: int, ranks: int, where: str) -> N
 
 
 def stop_within_epoch(stop: int, samples: int, ranks: int, batch_size: int) -> None:
-    """check-resume --stop N: N batches (0: half the epoch) end inside each rank's epoch at the scenario's
-    batch size, so that a batch is left to read after the stop; else a one-line UsageError."""
+    """check-resume --stop N: N batches (0: half the epoch) end inside each rank's epoch at the
+    scenario's batch size, so that a batch is left to read after the stop; else a one-line
+    UsageError."""
     batches = max(1, -(-samples // ranks) // batch_size)
     if stop >= batches:
         allowed = f"--stop 1 to {batches - 1}, " if batches > 1 else ""

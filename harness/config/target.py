@@ -1,5 +1,6 @@
-"""The hardware a run's answer is for (the target), when it is not this machine: a `[target]` table in the
-scenario, or `--target FILE` (a TOML file holding a `[target]` table, or its keys at the top level).
+"""The hardware a run's answer is for (the target), when it is not this machine: a `[target]` table
+in the scenario, or `--target FILE` (a TOML file holding a `[target]` table, or its keys at the top
+level).
 
     [target]
     nodes = 1                 # nodes, on one shared storage
@@ -36,7 +37,8 @@ _MOST_COUNT, _MOST = 10**6, 1e9  # counts, and cores, MB/s, ms or IOPS, above th
 
 @dataclass(frozen=True)
 class Target:
-    """A described target. Counts are whole numbers; 0 bandwidth or operations per second: unlimited."""
+    """A described target. Counts are whole numbers; 0 bandwidth or operations per second:
+    unlimited."""
 
     nodes: int = 1
     gpus_per_node: int = 1
@@ -67,8 +69,8 @@ class Target:
 
 
 def parse(raw: dict, where: str, defaults: dict | None = None) -> Target:
-    """A Target from a [target] table; `where` names it in errors; `defaults` fills what it leaves out
-    (accelerator, workers_per_rank, batch_size, prefetch: the scenario's)."""
+    """A Target from a [target] table; `where` names it in errors; `defaults` fills what it leaves
+    out (accelerator, workers_per_rank, batch_size, prefetch: the scenario's)."""
     if not isinstance(raw, dict):
         raise UsageError(f"{where}: [target] must be a table of keys, got {raw!r}")
     unknown = sorted(set(raw) - set(KEYS))
@@ -116,7 +118,8 @@ def load_file(path: str | Path, defaults: dict | None = None) -> Target:
 
 
 def of_scenario(scenario, target_file: str | Path | None = None) -> Target | None:
-    """The run's target: --target FILE, else the scenario's [target] table, else None (this machine)."""
+    """The run's target: --target FILE, else the scenario's [target] table, else None (this
+    machine)."""
     defaults = scenario_defaults(scenario)
     if target_file:
         return load_file(target_file, defaults)

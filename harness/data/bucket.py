@@ -1,24 +1,27 @@
-"""A user's own dataset in a bucket (``--data s3://bucket/prefix``, or ``[dataset] source``): every object under
-the prefix copied once into a local mirror, which the importer then reads like any folder (harness.data.importer:
-webdataset tars, parquet files, img2dataset's files layout, a plain folder).
+"""A user's own dataset in a bucket (``--data s3://bucket/prefix``, or ``[dataset] source``): every
+object under the prefix copied once into a local mirror, which the importer then reads like any
+folder (harness.data.importer: webdataset tars, parquet files, img2dataset's files layout, a plain
+folder).
 
-Endpoint, region and credentials are resolved the standard way by botocore (AWS environment variables,
-~/.aws/config and ~/.aws/credentials, AWS_PROFILE, a profile's endpoint_url). The mirror is
-``$DLBENCH_S3_MIRROR/<bucket>/<prefix>/`` (default ``~/.cache/dlbench/s3``); an object already there at the
-same size and ETag (recorded in the folder's ``.s3-mirror.json``) is not fetched again, and each file's
-mtime is the object's LastModified, so the importer's source key (paths, sizes, mtimes) changes exactly when
-the bucket's objects do. One LIST per 1000 objects and one GET per object not yet mirrored.
+Endpoint, region and credentials are resolved the standard way by botocore (AWS environment
+variables, ~/.aws/config and ~/.aws/credentials, AWS_PROFILE, a profile's endpoint_url). The mirror
+is ``$DLBENCH_S3_MIRROR/<bucket>/<prefix>/`` (default ``~/.cache/dlbench/s3``); an object already
+there at the same size and ETag (recorded in the folder's ``.s3-mirror.json``) is not fetched
+again, and each file's mtime is the object's LastModified, so the importer's source key (paths,
+sizes, mtimes) changes exactly when the bucket's objects do. One LIST per 1000 objects and one GET
+per object not yet mirrored.
 
-The bucket and the prefix are checked before anything is created: a ``.`` or ``..`` part, an empty part (``//``,
-a leading ``/``) or a mirror folder that resolves outside the mirror's base is refused with one line naming
-the part. Every file is written through harness.safewrite (no write through a symbolic link).
+The bucket and the prefix are checked before anything is created: a ``.`` or ``..`` part, an empty
+part (``//``, a leading ``/``) or a mirror folder that resolves outside the mirror's base is
+refused with one line naming the part. Every file is written through harness.safewrite (no write
+through a symbolic link).
 
-The prefix matches whole path segments (``s3://b/data`` mirrors ``data/...``, never ``data2/...`` or
-``database.csv``), and a key whose path would leave the mirror (an absolute key, a ``..`` segment) is refused
-with one line naming it, before anything is written.
+The prefix matches whole path segments (``s3://b/data`` mirrors ``data/...``, never ``data2/...``
+or ``database.csv``), and a key whose path would leave the mirror (an absolute key, a ``..``
+segment) is refused with one line naming it, before anything is written.
 
-A path written ``s3://...`` arrives as ``s3:/...`` where it went through ``pathlib.Path`` (argparse's
-``type=Path``): both are read as the URL.
+A path written ``s3://...`` arrives as ``s3:/...`` where it went through ``pathlib.Path``
+(argparse's ``type=Path``): both are read as the URL.
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ INDEX = ".s3-mirror.json"
 
 
 def url_of(path: Path | str) -> str | None:
-    """``s3://bucket/prefix`` when ``path`` names one (also as pathlib writes it, ``s3:/bucket/prefix``)."""
+    """``s3://bucket/prefix`` when ``path`` names one (also as pathlib writes it,
+    ``s3:/bucket/prefix``)."""
     text = str(path)
     if text.startswith("s3://"):
         return text
@@ -52,7 +56,8 @@ def mirror_base() -> Path:
 
 
 def mirror_root(url: str) -> Path:
-    """base/bucket/prefix, checked to lie under the mirror's base (`checked_parts`); nothing is created."""
+    """base/bucket/prefix, checked to lie under the mirror's base (`checked_parts`); nothing is
+    created."""
     bucket, prefix = checked_parts(url)
     base = mirror_base()
     root = base / bucket / prefix
@@ -63,8 +68,8 @@ def mirror_root(url: str) -> Path:
 
 
 def checked_parts(url: str) -> tuple[str, str]:
-    """(bucket, prefix) of the URL; a UsageError naming the bucket or prefix with a part that is empty,
-    ``.`` or ``..`` (the mirror folder would be another one, or outside the mirror base)."""
+    """(bucket, prefix) of the URL; a UsageError naming the bucket or prefix with a part that is
+    empty, ``.`` or ``..`` (the mirror folder would be another one, or outside the mirror base)."""
     try:
         bucket, prefix = parse_url(url)
     except ValueError as err:
@@ -80,7 +85,8 @@ def checked_parts(url: str) -> tuple[str, str]:
 
 
 def mirror(url: str, progress=None) -> Path:
-    """The prefix's objects in the local mirror (fetched where missing or changed); the mirror's folder."""
+    """The prefix's objects in the local mirror (fetched where missing or changed); the mirror's
+    folder."""
     import boto3
     from botocore.config import Config
 
@@ -127,7 +133,8 @@ def _mirrored(root: Path, known: dict[str, str], obj: dict, rel: str) -> bool:
 
 
 def _fetch(client, bucket: str, obj: dict, target: Path) -> None:
-    """One object into its file: downloaded beside it and renamed into place; a failed download leaves nothing."""
+    """One object into its file: downloaded beside it and renamed into place; a failed download
+    leaves nothing."""
     partial = target.with_name(f".{target.name}.part")
     try:
         client.download_file(bucket, obj["Key"], str(partial))
@@ -139,7 +146,8 @@ def _fetch(client, bucket: str, obj: dict, target: Path) -> None:
 
 
 def check_layout(url: str, rels: list[str]) -> None:
-    """No key is both an object and a folder of other objects (``a`` and ``a/b``): a folder cannot hold both."""
+    """No key is both an object and a folder of other objects (``a`` and ``a/b``): a folder cannot
+    hold both."""
     files = set(rels)
     for rel in rels:
         parts = rel.split("/")
@@ -157,12 +165,14 @@ def check_space(url: str, root: Path, needed: int) -> None:
 
 
 def under_prefix(prefix: str, key: str) -> bool:
-    """The key lies under the prefix as a folder: whole path segments (``data`` holds ``data/x``, not ``data2``)."""
+    """The key lies under the prefix as a folder: whole path segments (``data`` holds ``data/x``,
+    not ``data2``)."""
     return not prefix or prefix.endswith("/") or key.startswith(prefix + "/")
 
 
 def safe_relative(url: str, root: Path, prefix: str, key: str) -> str:
-    """The key's path inside the mirror; a key that would land outside it is a UsageError naming the key."""
+    """The key's path inside the mirror; a key that would land outside it is a UsageError naming
+    the key."""
     rel = key[len(prefix):].lstrip("/")
     parts = rel.split("/")
     inside = (root / rel).resolve().is_relative_to(root.resolve())

@@ -1,30 +1,33 @@
 """JPEG decode + resize of the pixels workload, with a choice of decoder.
 
-``decode_resize(jpeg, image_size, decoder)`` returns uint8 HWC pixels, longest side ``image_size``, aspect
-ratio kept (the rounding ``pipeline`` and the balanced sampler's cost assume). Both decoders let libjpeg
-decode at a reduced scale, then resize bilinearly with PIL:
+``decode_resize(jpeg, image_size, decoder)`` returns uint8 HWC pixels, longest side ``image_size``,
+aspect ratio kept (the rounding ``pipeline`` and the balanced sampler's cost assume). Both decoders
+let libjpeg decode at a reduced scale, then resize bilinearly with PIL:
 
-* ``"pil"``: PIL's draft mode, DCT scaling by 1/2, 1/4 or 1/8 (the largest that keeps the image at least
-  as large as the target);
-* ``"simplejpeg"``: the libjpeg-turbo that simplejpeg bundles, asked for the smallest of libjpeg-turbo's
-  scales (n/8) that is at least as large as the target, so the resize has less to do.
+* ``"pil"``: PIL's draft mode, DCT scaling by 1/2, 1/4 or 1/8 (the largest that keeps the image at
+  least as large as the target);
+* ``"simplejpeg"``: the libjpeg-turbo that simplejpeg bundles, asked for the smallest of
+  libjpeg-turbo's scales (n/8) that is at least as large as the target, so the resize has less to
+  do.
 
-Their outputs differ by a little rounding and by the scale picked; ``mean_abs_diff`` measures it. On the
-generated cc3m data (200 images at image_scale 0.5 and 1.0; longest side 96, 160, 224) the mean absolute
-difference is 0.43-1.31 pixel levels of 255 on average over the images and 3.3-5.8 for the worst image;
-tests/test_decoders.py holds the tolerance (2 on average, 8 for any image). simplejpeg is the faster
-(7-30% less time an image, by source size), so it is the pixels workload's default where it is installed;
-where it is not (the GPU image has no simplejpeg), a scenario that names no decoder gets ``"pil"``
-(``DEFAULT_DECODER``, resolved once at import), and the run says so in one line (``fallback_note``). The
-decoder a run used is the scenario's, so the comparable settings (env.json) record what really ran. A
-scenario that names ``"simplejpeg"`` where it is not installed is refused at load time (exit 2).
+Their outputs differ by a little rounding and by the scale picked; ``mean_abs_diff`` measures it.
+On the generated cc3m data (200 images at image_scale 0.5 and 1.0; longest side 96, 160, 224) the
+mean absolute difference is 0.43-1.31 pixel levels of 255 on average over the images and 3.3-5.8
+for the worst image; tests/test_decoders.py holds the tolerance (2 on average, 8 for any image).
+simplejpeg is the faster (7-30% less time an image, by source size), so it is the pixels workload's
+default where it is installed; where it is not (the GPU image has no simplejpeg), a scenario that
+names no decoder gets ``"pil"`` (``DEFAULT_DECODER``, resolved once at import), and the run says so
+in one line (``fallback_note``). The decoder a run used is the scenario's, so the comparable
+settings (env.json) record what really ran. A scenario that names ``"simplejpeg"`` where it is not
+installed is refused at load time (exit 2).
 
-Non-JPEG images (webp and PNG sources, harness.data.importer): libjpeg has nothing to do with them. ``"pil"``
-decodes them whole (no draft mode for these formats) and resizes; ``"simplejpeg"`` decides per image by its
-first bytes (a JPEG starts ``FF D8 FF``) and hands every other image to the ``"pil"`` path, counted in
-``pil_fallbacks()`` (this process's count). The import's ``formats`` says how many images of a source are
-not JPEGs, so how many the simplejpeg decoder hands to PIL in each epoch. ``decoded_pixels`` counts a
-non-JPEG image's whole area when told which images are JPEGs.
+Non-JPEG images (webp and PNG sources, harness.data.importer): libjpeg has nothing to do with them.
+``"pil"`` decodes them whole (no draft mode for these formats) and resizes; ``"simplejpeg"``
+decides per image by its first bytes (a JPEG starts ``FF D8 FF``) and hands every other image to
+the ``"pil"`` path, counted in ``pil_fallbacks()`` (this process's count). The import's ``formats``
+says how many images of a source are not JPEGs, so how many the simplejpeg decoder hands to PIL in
+each epoch. ``decoded_pixels`` counts a non-JPEG image's whole area when told which images are
+JPEGs.
 """
 from __future__ import annotations
 
@@ -41,7 +44,8 @@ PREFERRED_DECODER = "simplejpeg"
 
 
 def installed(decoder: str) -> bool:
-    """Whether the package `decoder` needs is importable here (PIL always is: the harness requires it)."""
+    """Whether the package `decoder` needs is importable here (PIL always is: the harness requires
+    it)."""
     if decoder == "pil":
         return True
     try:
@@ -56,7 +60,8 @@ DEFAULT_DECODER = PREFERRED_DECODER if installed(PREFERRED_DECODER) else "pil"
 
 
 def fallback_note() -> str | None:
-    """One line when the default fell back to PIL because simplejpeg is not installed; else None."""
+    """One line when the default fell back to PIL because simplejpeg is not installed; else
+    None."""
     if DEFAULT_DECODER == PREFERRED_DECODER:
         return None
     return (f"note: {PREFERRED_DECODER} is not installed, so the decoder is pil (the default prefers "
@@ -75,9 +80,9 @@ def pil_fallbacks() -> int:
 
 
 def resized_shapes(sides: np.ndarray, image_size: int) -> np.ndarray:
-    """int64[N, 2] (height, width) of images of `sides` (N x (height, width)) after the pixels workload's
-    resize: longest side image_size, aspect ratio kept, rounded half to even, at least 1. The one rule: the
-    decoders, the pipeline's cost model and decoded_pixels all use it."""
+    """int64[N, 2] (height, width) of images of `sides` (N x (height, width)) after the pixels
+    workload's resize: longest side image_size, aspect ratio kept, rounded half to even, at least
+    1. The one rule: the decoders, the pipeline's cost model and decoded_pixels all use it."""
     sides = np.asarray(sides, dtype=np.float64).reshape(-1, 2)
     scale = image_size / sides.max(axis=1)
     return np.maximum(1, np.round(sides * scale[:, None])).astype(np.int64)
@@ -116,7 +121,8 @@ _IMPL = {"pil": _pil, "simplejpeg": _simplejpeg}
 
 
 def check_decoder(decoder: str) -> str:
-    """``decoder`` if it is known and importable; ValueError naming the choices or the missing package."""
+    """``decoder`` if it is known and importable; ValueError naming the choices or the missing
+    package."""
     if decoder not in _IMPL:
         raise ValueError(f"decoder must be one of {', '.join(DECODERS)}; got {decoder!r}")
     if not installed(decoder):
@@ -126,8 +132,8 @@ def check_decoder(decoder: str) -> str:
 
 
 def decode_resize(jpeg: bytes, image_size: int, decoder: str = "pil") -> np.ndarray:
-    """Image bytes (JPEG; webp or PNG too, see the module docstring) -> uint8 HWC, longest side image_size,
-    aspect ratio kept (PIL unless ``decoder`` says)."""
+    """Image bytes (JPEG; webp or PNG too, see the module docstring) -> uint8 HWC, longest side
+    image_size, aspect ratio kept (PIL unless ``decoder`` says)."""
     try:
         impl = _IMPL[decoder]
     except KeyError:
@@ -145,14 +151,16 @@ def mean_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
 
 def decoded_pixels(sides: np.ndarray, image_size: int, decoder: str = "pil",
                    jpeg: np.ndarray | None = None) -> np.ndarray:
-    """Pixels libjpeg decodes for each (height, width) in `sides` under decode_resize's reduced-scale decode.
+    """Pixels libjpeg decodes for each (height, width) in `sides` under decode_resize's
+    reduced-scale decode.
 
-    PIL's draft picks the largest scale 1/s, s in (8, 4, 2, 1), with s <= min(w // target_w, h // target_h);
-    simplejpeg picks the smallest of libjpeg-turbo's scales n/8, n = 1..8, that keeps both sides at least
-    the target's. Either decodes ceil(w * scale) x ceil(h * scale) pixels. This is the decode work of a
-    sample: on the generated cc3m data (PIL) it predicts decode+resize time better (r = 0.81) than the
-    stored JPEG bytes (0.78), the source pixels (0.76) or the resized area (0.47). ``jpeg`` (bool[N], None:
-    all are JPEGs) marks the JPEGs: any other image is decoded whole, h x w pixels, by either decoder.
+    PIL's draft picks the largest scale 1/s, s in (8, 4, 2, 1), with s <= min(w // target_w, h //
+    target_h); simplejpeg picks the smallest of libjpeg-turbo's scales n/8, n = 1..8, that keeps
+    both sides at least the target's. Either decodes ceil(w * scale) x ceil(h * scale) pixels. This
+    is the decode work of a sample: on the generated cc3m data (PIL) it predicts decode+resize time
+    better (r = 0.81) than the stored JPEG bytes (0.78), the source pixels (0.76) or the resized
+    area (0.47). ``jpeg`` (bool[N], None: all are JPEGs) marks the JPEGs: any other image is
+    decoded whole, h x w pixels, by either decoder.
     """
     sides = np.asarray(sides, dtype=np.int64)
     if jpeg is not None:

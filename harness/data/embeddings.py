@@ -1,6 +1,6 @@
 """The embeddings of an imported sample, for the features workload, when the source has none (see
-harness.data.importer for their definition), and the small decode that checks every source image (JPEG,
-webp or PNG)."""
+harness.data.importer for their definition), and the small decode that checks every source image
+(JPEG, webp or PNG)."""
 from __future__ import annotations
 
 import functools
@@ -55,10 +55,11 @@ MAX_PIXELS = 40_000_000  # an image above this (e.g. 11000 x 11000) is counted a
 
 
 def decode_checked(data: bytes) -> tuple[np.ndarray, tuple[int, int], str]:
-    """(uint8[32, 32, 3], (height, width) of the source image, its format: "JPEG", "WEBP" or "PNG"), or
-    ValueError saying why it is not usable (another format, truncated, garbage). JPEGs are decoded in
-    libjpeg's reduced-size draft mode; webp and PNG have none and are decoded whole. An image of more than
-    MAX_PIXELS is not decoded: unusable (PIL's own, larger bomb limit would warn, then decode it whole)."""
+    """(uint8[32, 32, 3], (height, width) of the source image, its format: "JPEG", "WEBP" or
+    "PNG"), or ValueError saying why it is not usable (another format, truncated, garbage). JPEGs
+    are decoded in libjpeg's reduced-size draft mode; webp and PNG have none and are decoded whole.
+    An image of more than MAX_PIXELS is not decoded: unusable (PIL's own, larger bomb limit would
+    warn, then decode it whole)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -82,7 +83,8 @@ def decode_checked(data: bytes) -> tuple[np.ndarray, tuple[int, int], str]:
 
 
 def decode_small(data: bytes) -> tuple[np.ndarray, tuple[int, int]]:
-    """(uint8[32, 32, 3], (height, width) of the source image): decode_checked without the format."""
+    """(uint8[32, 32, 3], (height, width) of the source image): decode_checked without the
+    format."""
     small, sides, _ = decode_checked(data)
     return small, sides
 

@@ -1,5 +1,6 @@
-"""What the two workloads read of a sample and how its text and pixels become model inputs: the fields per
-workload, the hashed vocabulary of the captions, and the ImageNet normalisation of the images."""
+"""What the two workloads read of a sample and how its text and pixels become model inputs: the
+fields per workload, the hashed vocabulary of the captions, and the ImageNet normalisation of the
+images."""
 from __future__ import annotations
 
 import zlib
@@ -32,8 +33,8 @@ _CONSTANTS: dict = {}
 
 
 def _constants(where: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """MEAN and STD x 255 as [1, 3, 1, 1] tensors on `where`, made once per device: building them on every
-    call was two blocking host-to-device copies per forward on a GPU."""
+    """MEAN and STD x 255 as [1, 3, 1, 1] tensors on `where`, made once per device: building them
+    on every call was two blocking host-to-device copies per forward on a GPU."""
     if where not in _CONSTANTS:
         _CONSTANTS[where] = (torch.tensor(MEAN, device=where).view(1, 3, 1, 1) * 255,
                              torch.tensor(STD, device=where).view(1, 3, 1, 1) * 255)

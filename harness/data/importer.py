@@ -1,6 +1,7 @@
 """Bring your own data: read an existing image-caption dataset as a stream of :class:`Sample`s.
 
-Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; harness.data.layouts reads them):
+Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; harness.data.layouts
+reads them):
 
 ``webdataset``  ``*.tar`` shards at the top of the folder (img2dataset ``--output_format webdataset``); per
                 sample the members ``<key>.jpg`` (or ``.jpeg``, ``.webp``, ``.png``), ``<key>.txt`` (else the
@@ -14,44 +15,50 @@ Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; har
                 ``.parquet`` files img2dataset writes beside files and tar shards have no image column.)
 ``folder``      a plain folder of ``.jpg``/``.jpeg``/``.webp``/``.png`` images with same-named ``.txt`` captions.
 
-A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.data.bucket: the
-standard AWS resolution of endpoint and credentials; only new or changed objects are fetched), then read as
-above; its identity is the URL.
+A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.data.bucket:
+the standard AWS resolution of endpoint and credentials; only new or changed objects are fetched),
+then read as above; its identity is the URL.
 
-Order: deterministic for given files: files and folder by relative path; webdataset by shard name, then key
-within the shard; parquet by file name, then row. img2dataset writes a parquet file's rows in the order its
-downloads completed, not in key order, so two downloads of one url list may number samples differently (the
-key of every row is in messages; the source's identity, ``key()``, changes with the files anyway). Samples
-are numbered 0..N-1 in that order, after skipping failed downloads and corrupt images.
+Order: deterministic for given files: files and folder by relative path; webdataset by shard name,
+then key within the shard; parquet by file name, then row. img2dataset writes a parquet file's rows
+in the order its downloads completed, not in key order, so two downloads of one url list may number
+samples differently (the key of every row is in messages; the source's identity, ``key()``, changes
+with the files anyway). Samples are numbered 0..N-1 in that order, after skipping failed downloads
+and corrupt images.
 
-Failed downloads: img2dataset's parquet layout keeps a row with a null image for each url it could not fetch
-or decode; files and webdataset keep them in the metadata ``.parquet`` beside (``status``). They are counted
-in :class:`ImportStats` (``failed_downloads``, by status), never as corrupt images.
+Failed downloads: img2dataset's parquet layout keeps a row with a null image for each url it could
+not fetch or decode; files and webdataset keep them in the metadata ``.parquet`` beside
+(``status``). They are counted in :class:`ImportStats` (``failed_downloads``, by status), never as
+corrupt images.
 
 Corrupt images: every image is decoded (at reduced size, PIL; libjpeg's draft mode for JPEGs) while
-scanning; one that is not a JPEG, webp or PNG, or does not decode (truncated, garbage) is skipped and counted,
-or raises :class:`UsageError` with ``strict=True``. ``formats`` counts the imported images by format: the
-``simplejpeg`` decoder reads JPEGs only and hands every other image to PIL (harness.data.decoders), so the
-non-JPEG count is the number of images each epoch that decoder decodes with PIL. Captions: an image without
-a caption is an error naming the first one (``missing_captions="empty"`` imports it with an empty caption
-instead, counted). A source file that cannot be read (a tar or parquet cut short) is a UsageError naming it.
+scanning; one that is not a JPEG, webp or PNG, or does not decode (truncated, garbage) is skipped
+and counted, or raises :class:`UsageError` with ``strict=True``. ``formats`` counts the imported
+images by format: the ``simplejpeg`` decoder reads JPEGs only and hands every other image to PIL
+(harness.data.decoders), so the non-JPEG count is the number of images each epoch that decoder
+decodes with PIL. Captions: an image without a caption is an error naming the first one
+(``missing_captions="empty"`` imports it with an empty caption instead, counted). A source file
+that cannot be read (a tar or parquet cut short) is a UsageError naming it.
 
 Embeddings, for the features workload, unless the source has them (2048 and 768 float32):
 
-* image: the image decoded in JPEG draft mode, converted to RGB, resized to 32x32 (bilinear, aspect not kept),
-  scaled to [0, 1] minus 0.5, flattened in HWC order to 3072 values, multiplied by a fixed Gaussian matrix
-  float32[3072, 2048] drawn from ``numpy.random.default_rng(PROJECTION_SEED)``, then L2-normalised;
-* text: the caption lower-cased and split on whitespace; each token maps to a float32[768] Gaussian vector
-  seeded by the first 8 bytes of its BLAKE2b digest; the vectors are summed and L2-normalised (an empty
-  caption gets the unit vector drawn from ``default_rng(PROJECTION_SEED + 1)``).
+* image: the image decoded in JPEG draft mode, converted to RGB, resized to 32x32 (bilinear, aspect
+  not kept), scaled to [0, 1] minus 0.5, flattened in HWC order to 3072 values, multiplied by a
+  fixed Gaussian matrix float32[3072, 2048] drawn from
+  ``numpy.random.default_rng(PROJECTION_SEED)``, then L2-normalised;
+* text: the caption lower-cased and split on whitespace; each token maps to a float32[768] Gaussian
+  vector seeded by the first 8 bytes of its BLAKE2b digest; the vectors are summed and
+  L2-normalised (an empty caption gets the unit vector drawn from ``default_rng(PROJECTION_SEED +
+  1)``).
 
-They are deterministic on a given machine; the matrix product is float32 BLAS, so another BLAS library may
-differ in the last bits. That changes nothing the benchmark measures (they are stand-ins of the right size).
+They are deterministic on a given machine; the matrix product is float32 BLAS, so another BLAS
+library may differ in the last bits. That changes nothing the benchmark measures (they are
+stand-ins of the right size).
 
-:class:`SourceSpec` has what a materialisation needs from a dataset spec: ``key()`` (path, layout, options and
-every file's relative path, size and modification time), ``samples`` / ``count()``, ``iter_samples()`` (one
-sample at a time: bounded memory), ``image_sides()``, ``jpeg_flags()``, ``to_dict()``. ``count()`` scans the
-source once (cached).
+:class:`SourceSpec` has what a materialisation needs from a dataset spec: ``key()`` (path, layout,
+options and every file's relative path, size and modification time), ``samples`` / ``count()``,
+``iter_samples()`` (one sample at a time: bounded memory), ``image_sides()``, ``jpeg_flags()``,
+``to_dict()``. ``count()`` scans the source once (cached).
 """
 from __future__ import annotations
 
@@ -129,8 +136,9 @@ class ImportStats:
 class SourceSpec:
     """An existing dataset as the harness's data source (see the module docstring).
 
-    ``layout``: one of LAYOUTS, or None to detect it. ``strict``: a corrupt image raises instead of being
-    skipped. ``missing_captions``: "error" (default) or "empty". ``limit``: import only the first N samples.
+    ``layout``: one of LAYOUTS, or None to detect it. ``strict``: a corrupt image raises instead of
+    being skipped. ``missing_captions``: "error" (default) or "empty". ``limit``: import only the
+    first N samples.
     """
 
     def __init__(self, path: Path | str, layout: str | None = None, strict: bool = False,
@@ -163,7 +171,8 @@ class SourceSpec:
                 "limit": self.limit, "importer_version": IMPORTER_VERSION}
 
     def key(self) -> str:
-        """Short stable hash of the source (path, layout, options, every file's path, size and mtime)."""
+        """Short stable hash of the source (path, layout, options, every file's path, size and
+        mtime)."""
         if self._key is None:
             h = hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode("utf-8"))
             h.update(f"projection {PROJECTION_SEED} {PROJECTION_SIDE}\n".encode())
@@ -179,7 +188,8 @@ class SourceSpec:
         return READERS[self.layout](self.root)
 
     def _usable(self, rec: Record, stats: ImportStats) -> tuple[np.ndarray, tuple[int, int], str] | None:
-        """The decoded thumbnail, sides and format of a record, or None when it is skipped (counted)."""
+        """The decoded thumbnail, sides and format of a record, or None when it is skipped
+        (counted)."""
         if rec.failed is not None:  # img2dataset could not download it: not an image of the source
             stats.failed_downloads += 1
             stats.failed_statuses[rec.failed] = stats.failed_statuses.get(rec.failed, 0) + 1
@@ -209,9 +219,9 @@ class SourceSpec:
         return small, sides, fmt
 
     def save_scan(self, directory: Path | str) -> Path:
-        """Write the scan (stats, every skipped key, image sides, JPEG flags) as ``<key>.scan.json`` +
-        ``<key>.sides.npy`` + ``<key>.jpeg.npy``
-        in ``directory``, so a later run over the unchanged source skips the scan (see ``load_scan``)."""
+        """Write the scan (stats, every skipped key, image sides, JPEG flags) as
+        ``<key>.scan.json`` + ``<key>.sides.npy`` + ``<key>.jpeg.npy`` in ``directory``, so a later
+        run over the unchanged source skips the scan (see ``load_scan``)."""
         stats = self.scan()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -225,8 +235,8 @@ class SourceSpec:
         return directory / f"{self.key()}.scan.json"
 
     def load_scan(self, directory: Path | str) -> bool:
-        """Take the scan ``save_scan`` wrote for this source (same key: same files, sizes and mtimes); False
-        when there is none."""
+        """Take the scan ``save_scan`` wrote for this source (same key: same files, sizes and
+        mtimes); False when there is none."""
         directory = Path(directory)
         try:
             doc = json.loads((directory / f"{self.key()}.scan.json").read_text())
@@ -241,9 +251,9 @@ class SourceSpec:
         return True
 
     def scan(self, progress: Callable[[int], None] | None = None) -> ImportStats:
-        """Read every record once: count the usable ones, note the corrupt ones, record image sides. Cached
-        (in memory; on disk with ``save_scan`` / ``load_scan``). ``progress`` is called with the number of
-        records read so far."""
+        """Read every record once: count the usable ones, note the corrupt ones, record image
+        sides. Cached (in memory; on disk with ``save_scan`` / ``load_scan``). ``progress`` is
+        called with the number of records read so far."""
         if self._stats is not None:
             return self._stats
         stats = ImportStats(layout=self.layout)
@@ -297,7 +307,8 @@ class SourceSpec:
         return self._sides
 
     def jpeg_flags(self) -> np.ndarray:
-        """bool[N]: True where a sample's image is a JPEG (for harness.data.decoders.decoded_pixels's ``jpeg``)."""
+        """bool[N]: True where a sample's image is a JPEG (for
+        harness.data.decoders.decoded_pixels's ``jpeg``)."""
         self.scan()
         return self._jpeg
 

@@ -1,13 +1,15 @@
-"""The layouts of a source folder (img2dataset's files, webdataset and parquet output, a plain folder): which
-one a folder is, and its raw records in a deterministic order (see harness.data.importer).
+"""The layouts of a source folder (img2dataset's files, webdataset and parquet output, a plain
+folder): which one a folder is, and its raw records in a deterministic order (see
+harness.data.importer).
 
-Images: JPEG, webp and PNG (img2dataset's ``--encode_format jpg|webp|png``) are read; other image files
-(gif, bmp, tiff) are records without an image, counted as unsupported. A caption is a ``.txt`` file / ``txt``
-member or column, else img2dataset's ``caption`` (its parquet layout has a ``caption`` column and no
-``txt``; the ``.json`` beside a files or webdataset sample has a ``caption`` key). img2dataset's failed
-downloads (parquet rows whose image is null; in the other layouts rows of the metadata ``.parquet`` beside the
-shards whose ``status`` is not ``success``) are counted apart (``download_failures``), never as corrupt images.
-A source file that cannot be read (a tar or parquet cut short, garbage) is a UsageError naming the file.
+Images: JPEG, webp and PNG (img2dataset's ``--encode_format jpg|webp|png``) are read; other image
+files (gif, bmp, tiff) are records without an image, counted as unsupported. A caption is a
+``.txt`` file / ``txt`` member or column, else img2dataset's ``caption`` (its parquet layout has a
+``caption`` column and no ``txt``; the ``.json`` beside a files or webdataset sample has a
+``caption`` key). img2dataset's failed downloads (parquet rows whose image is null; in the other
+layouts rows of the metadata ``.parquet`` beside the shards whose ``status`` is not ``success``)
+are counted apart (``download_failures``), never as corrupt images. A source file that cannot be
+read (a tar or parquet cut short, garbage) is a UsageError naming the file.
 """
 from __future__ import annotations
 
@@ -51,7 +53,8 @@ def damaged(path: Path, err: BaseException) -> UsageError:
 
 
 def caption_text(data: bytes, where: str) -> str:
-    """A caption file's text; one that is not UTF-8 is one line naming it (`where`: the file or tar member)."""
+    """A caption file's text; one that is not UTF-8 is one line naming it (`where`: the file or tar
+    member)."""
     try:
         return data.decode("utf-8").strip()
     except UnicodeDecodeError as err:
@@ -60,7 +63,8 @@ def caption_text(data: bytes, where: str) -> str:
 
 
 def walk_files(root: Path) -> Iterator[Path]:
-    """Every regular file under root, depth first, names sorted (one directory listing in memory at a time)."""
+    """Every regular file under root, depth first, names sorted (one directory listing in memory at
+    a time)."""
     with os.scandir(root) as it:
         entries = sorted(it, key=lambda e: e.name)
     for e in entries:
@@ -89,7 +93,8 @@ def _json_caption(data: bytes | None) -> str | None:
 
 
 def _files_records(root: Path) -> Iterator[Record]:
-    """files and folder layouts: every image under root with its .txt (or .json) and .npy files beside it."""
+    """files and folder layouts: every image under root with its .txt (or .json) and .npy files
+    beside it."""
     for p in walk_files(root):
         ext = p.suffix.lower()
         if ext not in IMAGE_EXTS:
@@ -215,9 +220,9 @@ READERS: dict[str, Callable[[Path], Iterator[Record]]] = {
 
 
 def download_failures(root: Path, layout: str) -> Counter:
-    """img2dataset's failed downloads recorded beside a files or webdataset layout: the rows of its metadata
-    ``.parquet`` files (no image column) whose ``status`` is not ``success``, by status. (The parquet layout's
-    failed rows are records with ``failed`` set; a plain folder has none.)"""
+    """img2dataset's failed downloads recorded beside a files or webdataset layout: the rows of its
+    metadata ``.parquet`` files (no image column) whose ``status`` is not ``success``, by status.
+    (The parquet layout's failed rows are records with ``failed`` set; a plain folder has none.)"""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -237,7 +242,8 @@ def download_failures(root: Path, layout: str) -> Counter:
 
 
 def _has_image(root: Path, depth: int, exts: tuple[str, ...] = IMAGE_EXTS) -> bool:
-    """True when an image lies directly in root (depth 0) or in a subfolder (depth 1, any level below)."""
+    """True when an image lies directly in root (depth 0) or in a subfolder (depth 1, any level
+    below)."""
     if depth == 0:
         return any(p.suffix.lower() in exts and p.is_file() for p in root.iterdir())
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
@@ -259,7 +265,8 @@ def checked_root(path: Path | str) -> Path:
 
 
 def detect_layout(path: Path | str) -> str:
-    """The layout of the dataset at ``path`` (see the module docstring), or UsageError naming the remedy."""
+    """The layout of the dataset at ``path`` (see the module docstring), or UsageError naming the
+    remedy."""
     root = checked_root(path)
     if any(root.glob("*.tar")):
         return "webdataset"

@@ -1,17 +1,19 @@
 """Materialise a dataset into a storage format, once, and reuse it afterwards.
 
-The dataset is a generated one (harness.data.generator.DatasetSpec) or an imported source (harness.data.importer
-.SourceSpec, ``--data PATH``). ``materialise(spec, "hdf5", data_dir)`` returns ``data_dir /
-f"{spec.key()}-hdf5"``; a storage built with parameters that change its files (its ``variant`` differs from
-the default instance's) gets ``f"{spec.key()}-{name}{variant}"``, e.g. ``-hdf5-chunked16``. A finished
-materialisation holds a ``manifest.json``; it is written into a temporary sibling directory and renamed into
-place atomically, so a directory with a manifest is always complete, and an interrupted run redoes only the
-storage it was writing. Generation streams sample by sample (bounded memory).
+The dataset is a generated one (harness.data.generator.DatasetSpec) or an imported source
+(harness.data.importer .SourceSpec, ``--data PATH``). ``materialise(spec, "hdf5", data_dir)``
+returns ``data_dir / f"{spec.key()}-hdf5"``; a storage built with parameters that change its files
+(its ``variant`` differs from the default instance's) gets ``f"{spec.key()}-{name}{variant}"``,
+e.g. ``-hdf5-chunked16``. A finished materialisation holds a ``manifest.json``; it is written into
+a temporary sibling directory and renamed into place atomically, so a directory with a manifest is
+always complete, and an interrupted run redoes only the storage it was writing. Generation streams
+sample by sample (bounded memory).
 
-An imported source is scanned once (every image decoded small: corrupt ones are counted and skipped; the
-scan is kept as ``<key>.scan.json`` + ``<key>.sides.npy`` in the data directory and reused while the source's
-files are unchanged), then decoded once more into the ``mmap`` storage; every other storage is written from
-that ``mmap`` materialisation, read back in chunks, so the source is read twice whatever the matrix.
+An imported source is scanned once (every image decoded small: corrupt ones are counted and
+skipped; the scan is kept as ``<key>.scan.json`` + ``<key>.sides.npy`` in the data directory and
+reused while the source's files are unchanged), then decoded once more into the ``mmap`` storage;
+every other storage is written from that ``mmap`` materialisation, read back in chunks, so the
+source is read twice whatever the matrix.
 """
 from __future__ import annotations
 
@@ -88,7 +90,8 @@ def _progress(samples: Iterable[Sample], total: int, label: str, stream: TextIO)
 
 
 def _captured(samples: Iterable[Sample], wanted: set[int], into: dict[int, Sample]) -> Iterator[Sample]:
-    """Yield the samples, keeping those whose index is in ``wanted`` (the manifest's read-back check)."""
+    """Yield the samples, keeping those whose index is in ``wanted`` (the manifest's read-back
+    check)."""
     for s in samples:
         if s.index in wanted:
             into[s.index] = s
@@ -105,9 +108,9 @@ def _sample_digest(h: hashlib._Hash, s: Sample) -> None:
 
 
 def _build_manifest(spec, storage_name: str, storage, tmp: Path, given: dict[int, Sample]) -> dict:
-    """The manifest of a finished materialisation. The first and last samples must read back as they were
-    given: for a generated dataset as the generator makes them, for a source as captured while streaming
-    (``given``)."""
+    """The manifest of a finished materialisation. The first and last samples must read back as
+    they were given: for a generated dataset as the generator makes them, for a source as captured
+    while streaming (``given``)."""
     files = sorted(storage.files(tmp))
     sizes = [(str(p.relative_to(tmp)), p.stat().st_size) for p in files]
     described = verify.describe(tmp, files, MAX_LISTED_FILES)  # sizes, sampled and full digests
@@ -151,10 +154,10 @@ def _build_manifest(spec, storage_name: str, storage, tmp: Path, given: dict[int
 
 def materialise(spec, storage_name: str, data_dir: Path, progress: bool = True, regenerate: bool = False,
                 check: str = "quick", params: dict | None = None) -> Path:
-    """The directory holding ``spec`` (a DatasetSpec or a SourceSpec) in ``storage_name`` format built with
-    ``params``, generating it if needed, checked against its manifest (`check`: "quick" sizes and sampled
-    checksums, "full" every byte, "" none). A lock file makes concurrent callers (torchrun's first process on
-    each node, sharing data_dir) generate it once."""
+    """The directory holding ``spec`` (a DatasetSpec or a SourceSpec) in ``storage_name`` format
+    built with ``params``, generating it if needed, checked against its manifest (`check`: "quick"
+    sizes and sampled checksums, "full" every byte, "" none). A lock file makes concurrent callers
+    (torchrun's first process on each node, sharing data_dir) generate it once."""
     data_dir = Path(data_dir)
     _writable(data_dir)
     storage = registry.create("storage", storage_name, **(params or {}))
@@ -184,9 +187,9 @@ def _estimate(spec, storage, data_dir: Path) -> int:
 
 
 def pending(spec, storages: list[tuple[str, dict]], data_dir: Path, regenerate: bool = False) -> list[tuple[str, int]]:
-    """The storages (name, params) of ``storages`` not yet materialised in data_dir (all of them with
-    ``regenerate``), with the bytes each will take (an imported source's staging storage included), for
-    harness.data.space.check_room before anything is written."""
+    """The storages (name, params) of ``storages`` not yet materialised in data_dir (all of them
+    with ``regenerate``), with the bytes each will take (an imported source's staging storage
+    included), for harness.data.space.check_room before anything is written."""
     out: dict[str, int] = {}
     wanted = list(storages)
     if isinstance(spec, SourceSpec):
@@ -201,8 +204,8 @@ def pending(spec, storages: list[tuple[str, dict]], data_dir: Path, regenerate: 
 
 
 def _remove_stale_tmp(final: Path) -> None:
-    """Temporary folders of this materialisation left by a process that no longer runs (killed while
-    writing); the caller holds the lock."""
+    """Temporary folders of this materialisation left by a process that no longer runs (killed
+    while writing); the caller holds the lock."""
     for tmp in final.parent.glob(f"{final.name}.tmp-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
         if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
@@ -210,8 +213,8 @@ def _remove_stale_tmp(final: Path) -> None:
 
 
 def scanned(spec: SourceSpec, data_dir: Path, progress: bool = True) -> SourceSpec:
-    """The source's scan, read from the data directory when an unchanged source was scanned before, else
-    done now (with progress) and saved there."""
+    """The source's scan, read from the data directory when an unchanged source was scanned before,
+    else done now (with progress) and saved there."""
     with _locked(Path(data_dir) / f".{spec.key()}.scan.lock"):
         if spec.load_scan(data_dir):
             stats = spec.stats
@@ -230,8 +233,9 @@ def scanned(spec: SourceSpec, data_dir: Path, progress: bool = True) -> SourceSp
 
 
 def _records_estimate(spec: SourceSpec) -> int:
-    """About how many images the scan reads (for its progress bar): the limit, else the image files of a
-    files/folder source, the rows of a parquet source, img2dataset's counted successes for tar shards."""
+    """About how many images the scan reads (for its progress bar): the limit, else the image files
+    of a files/folder source, the rows of a parquet source, img2dataset's counted successes for tar
+    shards."""
     if spec.limit is not None:
         return spec.limit
     root = spec.root
@@ -252,7 +256,8 @@ def _records_estimate(spec: SourceSpec) -> int:
 
 
 def verify_dir(path: Path, storage_name: str, full: bool = False) -> None:
-    """DataError (one line, naming the file and --regenerate) unless the files match the manifest."""
+    """DataError (one line, naming the file and --regenerate) unless the files match the
+    manifest."""
     listing = registry.create("storage", storage_name).files(path) if full else None
     verify.check(path, load_manifest(path), full=full, listing=listing)
 
@@ -280,8 +285,9 @@ def _locked(path: Path):
 
 
 def _samples(spec, storage, data_dir: Path, progress: bool) -> Iterable[Sample]:
-    """What the storage is written from: the generator; for an imported source, the source itself (the
-    staging storage) or the staging storage's materialisation read back in chunks (every other storage)."""
+    """What the storage is written from: the generator; for an imported source, the source itself
+    (the staging storage) or the staging storage's materialisation read back in chunks (every other
+    storage)."""
     if not isinstance(spec, SourceSpec):
         return iter_samples_parallel(spec)
     if storage.name == STAGING and storage.variant == registry.create("storage", STAGING).variant:

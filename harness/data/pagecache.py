@@ -1,11 +1,13 @@
 """The page-cache state of a dataset before a cell: cold (dropped) or warm (pre-read).
 
-Cold uses posix_fadvise(POSIX_FADV_DONTNEED), which needs no root: the kernel drops the clean cached pages of
-each file (pages still mapped by a live process stay). The drop is verified by reading a small piece of the
-largest file and checking, in /proc/self/io, that the read really went to the device.
+Cold uses posix_fadvise(POSIX_FADV_DONTNEED), which needs no root: the kernel drops the clean
+cached pages of each file (pages still mapped by a live process stay). The drop is verified by
+reading a small piece of the largest file and checking, in /proc/self/io, that the read really went
+to the device.
 
-`block_device(path)` names the block device behind a path's filesystem and its ``read_ahead_kb`` (what a page
-fault or a read may read ahead without an access hint; env.json records it for --data-dir).
+`block_device(path)` names the block device behind a path's filesystem and its ``read_ahead_kb``
+(what a page fault or a read may read ahead without an access hint; env.json records it for
+--data-dir).
 """
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ SYNC_ONCE_FILES = 1000  # above this many files, drop() flushes the host once in
 
 
 def drop(files: list[Path]) -> None:
-    """Drop the files' clean cached pages. Dirty pages cannot be dropped: they are flushed first, with one
-    sync() of the host for many files (a storage of millions of files: one fsync each cost minutes per cell)
-    and an fsync of each file for a few."""
+    """Drop the files' clean cached pages. Dirty pages cannot be dropped: they are flushed first,
+    with one sync() of the host for many files (a storage of millions of files: one fsync each cost
+    minutes per cell) and an fsync of each file for a few."""
     many = len(files) > SYNC_ONCE_FILES and hasattr(os, "sync")
     if many:
         os.sync()  # on Linux, returns when the writeback is done
@@ -48,7 +50,8 @@ def warm(files: list[Path]) -> int:
 
 
 def probe_read(files: list[Path]) -> dict:
-    """Read PROBE_BYTES of the largest file; report whether it came from the device, and how fast."""
+    """Read PROBE_BYTES of the largest file; report whether it came from the device, and how
+    fast."""
     path = max(files, key=lambda p: p.stat().st_size)
     before = read_bytes(os.getpid())
     start = time.perf_counter()
@@ -62,7 +65,8 @@ def probe_read(files: list[Path]) -> dict:
 
 
 def prepare(files: list[Path], state: str) -> dict:
-    """Bring the files into `state` and return what was done and verified (for the cell's record)."""
+    """Bring the files into `state` and return what was done and verified (for the cell's
+    record)."""
     if state == "as-is" or not files:
         return {"state": "as-is"}
     if state == "warm":
@@ -76,9 +80,10 @@ def prepare(files: list[Path], state: str) -> dict:
 
 
 def block_device(path: Path, sys_root: Path = Path("/sys")) -> tuple[str | None, int | None]:
-    """(device name, read_ahead_kb) of the block device holding ``path``'s filesystem (the nearest existing
-    parent of ``path``), found through its device number in /sys/dev/block; a partition reports its disk's
-    queue. (None, None) where unknown: no such device (tmpfs, overlay), or no /sys."""
+    """(device name, read_ahead_kb) of the block device holding ``path``'s filesystem (the nearest
+    existing parent of ``path``), found through its device number in /sys/dev/block; a partition
+    reports its disk's queue. (None, None) where unknown: no such device (tmpfs, overlay), or no
+    /sys."""
     path = Path(path).absolute()
     while not path.exists() and path != path.parent:
         path = path.parent

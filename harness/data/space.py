@@ -1,16 +1,18 @@
-"""Room on the data directory's file system: the bytes a materialisation will take, estimated before it is
-written, against the bytes free; and a write that fails for lack of room or permission, as one line.
+"""Room on the data directory's file system: the bytes a materialisation will take, estimated
+before it is written, against the bytes free; and a write that fails for lack of room or
+permission, as one line.
 
-The estimate reads a few samples (16 spread over a generated dataset, or the first 16 of an imported source)
-and sizes each field as the storage lays it out: raw rounds every file up to the file system's block (half a
-block wasted per variable-length file on average), a webdataset tar adds a 512-byte header per member and pads
-each to 512 bytes, lmdb keeps each record in whole 4 KiB pages (these three get 5% more: a mean of 16 samples
-is itself an estimate); the other storages (mmap, hdf5, parquet, a plugin's) are taken as their payload plus
-10%. Every storage also gets 1 MiB for its metadata. Measured (du, ext4), estimate / bytes on disk: 512
-samples of the ci dataset 1.07 raw, 1.11 webdataset, 1.08 lmdb, 1.19 mmap and hdf5, 1.21 parquet; 2000 samples
-of the 4xV100 dataset 1.00 raw, 1.07 mmap and hdf5; 64 tiny samples 2.3 (the 1 MiB dominates). A mmap writer
-on a full disk dies with SIGBUS (the kernel's answer to a page of a memory map it cannot back) instead of
-raising, so the check must come first.
+The estimate reads a few samples (16 spread over a generated dataset, or the first 16 of an
+imported source) and sizes each field as the storage lays it out: raw rounds every file up to the
+file system's block (half a block wasted per variable-length file on average), a webdataset tar
+adds a 512-byte header per member and pads each to 512 bytes, lmdb keeps each record in whole 4 KiB
+pages (these three get 5% more: a mean of 16 samples is itself an estimate); the other storages
+(mmap, hdf5, parquet, a plugin's) are taken as their payload plus 10%. Every storage also gets 1
+MiB for its metadata. Measured (du, ext4), estimate / bytes on disk: 512 samples of the ci dataset
+1.07 raw, 1.11 webdataset, 1.08 lmdb, 1.19 mmap and hdf5, 1.21 parquet; 2000 samples of the 4xV100
+dataset 1.00 raw, 1.07 mmap and hdf5; 64 tiny samples 2.3 (the 1 MiB dominates). A mmap writer on a
+full disk dies with SIGBUS (the kernel's answer to a page of a memory map it cannot back) instead
+of raising, so the check must come first.
 """
 from __future__ import annotations
 
@@ -64,8 +66,8 @@ class FieldSizes:
 
 
 def field_sizes(spec) -> FieldSizes:
-    """The mean field sizes of up to PROBE_SAMPLES samples: spread over a generated dataset, the first ones of
-    an imported source (it streams in order)."""
+    """The mean field sizes of up to PROBE_SAMPLES samples: spread over a generated dataset, the
+    first ones of an imported source (it streams in order)."""
     if isinstance(spec, DatasetSpec):
         n = min(PROBE_SAMPLES, spec.samples)
         samples = [generate_sample(spec, i * spec.samples // n) for i in range(n)] if n else []
@@ -82,13 +84,14 @@ def _round_up(size: float, unit: int) -> float:
 
 
 def _rounded(mean: float, unit: int) -> float:
-    """The expected size of a variable-length file of this mean size rounded up to ``unit``: half a unit is
-    wasted on average, and a file takes one unit at least."""
+    """The expected size of a variable-length file of this mean size rounded up to ``unit``: half a
+    unit is wasted on average, and a file takes one unit at least."""
     return max(float(unit), mean + unit / 2)
 
 
 def estimate(storage_name: str, sizes: FieldSizes, count: int, block: int) -> int:
-    """About how many bytes ``count`` samples of these sizes take in this storage (see the module's notes)."""
+    """About how many bytes ``count`` samples of these sizes take in this storage (see the module's
+    notes)."""
     fixed, variable = (sizes.image_emb, sizes.text_emb), (sizes.jpeg, sizes.caption)
     if storage_name == "raw":
         per = sum(_round_up(f, block) for f in fixed) + sum(_rounded(f, block) for f in variable)
@@ -103,8 +106,9 @@ def estimate(storage_name: str, sizes: FieldSizes, count: int, block: int) -> in
 
 
 def check_room(data_dir: Path, needs: list[tuple[str, int]], free=None) -> None:
-    """A one-line UsageError naming --data-dir when the storages still to write (name, estimated bytes) do
-    not fit in the free bytes of data_dir's file system. ``free``: the free-space function (for tests)."""
+    """A one-line UsageError naming --data-dir when the storages still to write (name, estimated
+    bytes) do not fit in the free bytes of data_dir's file system. ``free``: the free-space
+    function (for tests)."""
     if not needs:
         return
     data_dir = Path(data_dir)
@@ -118,8 +122,8 @@ def check_room(data_dir: Path, needs: list[tuple[str, int]], free=None) -> None:
 
 
 def is_room_error(err: BaseException) -> bool:
-    """True for a write that failed for lack of room or permission (ENOSPC, EDQUOT, EROFS, EACCES), also when
-    a library (h5py, pyarrow, lmdb) reports it in its own exception."""
+    """True for a write that failed for lack of room or permission (ENOSPC, EDQUOT, EROFS, EACCES),
+    also when a library (h5py, pyarrow, lmdb) reports it in its own exception."""
     if isinstance(err, OSError) and err.errno in ROOM_ERRNOS:
         return True
     text = str(err)

@@ -1,11 +1,12 @@
-"""The storage units of the materialisations the cells of this process read: tar shards, litdata chunks,
-parquet row groups, as contiguous index ranges in order (a storage's ``shard_ranges(path)``, read from its
-sidecars; None for a storage without units of its own).
+"""The storage units of the materialisations the cells of this process read: tar shards, litdata
+chunks, parquet row groups, as contiguous index ranges in order (a storage's
+``shard_ranges(path)``, read from its sidecars; None for a storage without units of its own).
 
 harness.train.pipeline.build notes them for the cell it builds; the cell's order figures
-(harness.results.cellorder) read them back when rank 0 writes the cell's line, in the same process (rank 0 builds
-its own pipeline of every cell it runs). ``shards(path)`` is not called here: it also tells the readers opened on
-the path that a shard-streaming sampler reads them (their access hint), which only such a sampler may do.
+(harness.results.cellorder) read them back when rank 0 writes the cell's line, in the same process
+(rank 0 builds its own pipeline of every cell it runs). ``shards(path)`` is not called here: it
+also tells the readers opened on the path that a shard-streaming sampler reads them (their access
+hint), which only such a sampler may do.
 """
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """Check a materialised dataset against its manifest before anything runs on it.
 
-The manifest (harness.data.materialise) lists every file with its size, a *sampled* digest (SHA-256 of the size
-and 16 blocks of 4 KiB spread over the file, first and last included) and its full SHA-256; above
-MAX_LISTED_FILES files (raw storage at scale) it lists a deterministic spot sample of files instead, plus the
-count, the total bytes and one digest over every file. `quick` checks sizes and sampled digests (a few reads
-per file: cheap enough before every cell); `full` (--verify-data) rereads every byte. A mismatch is a
-DataError naming the file and the remedy. Manifests written before digests existed get the size checks only.
+The manifest (harness.data.materialise) lists every file with its size, a *sampled* digest (SHA-256
+of the size and 16 blocks of 4 KiB spread over the file, first and last included) and its full
+SHA-256; above MAX_LISTED_FILES files (raw storage at scale) it lists a deterministic spot sample
+of files instead, plus the count, the total bytes and one digest over every file. `quick` checks
+sizes and sampled digests (a few reads per file: cheap enough before every cell); `full`
+(--verify-data) rereads every byte. A mismatch is a DataError naming the file and the remedy.
+Manifests written before digests existed get the size checks only.
 """
 from __future__ import annotations
 

@@ -1,24 +1,28 @@
 """The accelerator a rank trains on: a real CUDA device, or an emulated one.
 
-The emulated device behaves like a GPU host. The rank runs a real step on the CPU (forward, backward with
-DDP's real gradient allreduce over gloo, optimizer step) of a deliberately cheap stand-in model, so that its
-host work is a small part of the modelled step, then sleeps until the modelled step time of the catalogue
-entry has passed: the CPU is left to the DataLoader workers, as on a real GPU node. The step lasts
-max(host work, modelled time); a step whose host work outlasts the model is an overrun, and that excess is
-host overhead, never device time. The ranks agree before every step, so a rank whose data came late holds
-up the others there, as a straggler does on real GPUs.
+The emulated device behaves like a GPU host. The rank runs a real step on the CPU (forward,
+backward with DDP's real gradient allreduce over gloo, optimizer step) of a deliberately cheap
+stand-in model, so that its host work is a small part of the modelled step, then sleeps until the
+modelled step time of the catalogue entry has passed: the CPU is left to the DataLoader workers, as
+on a real GPU node. The step lasts max(host work, modelled time); a step whose host work outlasts
+the model is an overrun, and that excess is host overhead, never device time. The ranks agree
+before every step, so a rank whose data came late holds up the others there, as a straggler does on
+real GPUs.
 
-Per cell, `configure(rate, preprocess)` applies the precision and preprocess strategies. On the emulated
-device they change only the model: the catalogue rate ("amp" or "fp32") and its memory, and with device
-preprocessing the modelled decode time of the batch's JPEGs (`add_preprocess`); the stand-in runs fp32 on the
-CPU either way. On CUDA the memory budget of dynamic batching is measured (`set_memory_model`).
+Per cell, `configure(rate, preprocess)` applies the precision and preprocess strategies. On the
+emulated device they change only the model: the catalogue rate ("amp" or "fp32") and its memory,
+and with device preprocessing the modelled decode time of the batch's JPEGs (`add_preprocess`); the
+stand-in runs fp32 on the CPU either way. On CUDA the memory budget of dynamic batching is measured
+(`set_memory_model`).
 
-Both devices answer `timed_compute_s()`: the seconds the accelerator computed since `start_timer()`,
-modelled on the emulated device, CUDA-event time on a GPU. That is the `device` part of a step.
+Both devices answer `timed_compute_s()`: the seconds the accelerator computed since
+`start_timer()`, modelled on the emulated device, CUDA-event time on a GPU. That is the `device`
+part of a step.
 
-Both count in `waits` (WaitClock) the CPU seconds the calling thread spends waiting for the device: on CUDA
-the host spins in a stream or event synchronisation by default, and that spin is not the rank's own work
-(the rank's CPU figure leaves it out); the emulated device sleeps for its compute, which costs no CPU.
+Both count in `waits` (WaitClock) the CPU seconds the calling thread spends waiting for the device:
+on CUDA the host spins in a stream or event synchronisation by default, and that spin is not the
+rank's own work (the rank's CPU figure leaves it out); the emulated device sleeps for its compute,
+which costs no CPU.
 """
 from __future__ import annotations
 
@@ -33,9 +37,10 @@ from harness.errors import UsageError
 
 
 def run_device_name(accelerator: str, device: str, sharing: int = 1) -> str:
-    """The run's device as cells.jsonl and the baseline name it: on CUDA the GPUs' name (names joined with
-    "+" when they differ), with ", N ranks per GPU" when ranks share a GPU (--share-gpu: not the device one
-    rank has to itself); on an emulated run "<accelerator> (emulated)"."""
+    """The run's device as cells.jsonl and the baseline name it: on CUDA the GPUs' name (names
+    joined with "+" when they differ), with ", N ranks per GPU" when ranks share a GPU
+    (--share-gpu: not the device one rank has to itself); on an emulated run "<accelerator>
+    (emulated)"."""
     if device == "cuda":
         names = dict.fromkeys(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         return ("+".join(names) or "cuda") + (f", {sharing} ranks per GPU" if sharing > 1 else "")
@@ -43,8 +48,9 @@ def run_device_name(accelerator: str, device: str, sharing: int = 1) -> str:
 
 
 class WaitClock:
-    """CPU seconds the calling thread spent inside the device's waits (`with clock.waiting():`): what a
-    host that spins while it waits for the GPU burns, to be left out of the rank's own CPU."""
+    """CPU seconds the calling thread spent inside the device's waits (`with clock.waiting():`):
+    what a host that spins while it waits for the GPU burns, to be left out of the rank's own
+    CPU."""
 
     def __init__(self):
         self.cpu_s = 0.0
@@ -65,8 +71,9 @@ def wait_cpu_s(device) -> float:
 
 
 def uuid_text(uuid) -> str:
-    """A device UUID as comparable text: NVML writes `GPU-1A2b...` (bytes in old bindings), torch prints
-    `1a2b...`; both are lower-cased without the `GPU-` prefix. MIG UUIDs keep their `mig-` prefix."""
+    """A device UUID as comparable text: NVML writes `GPU-1A2b...` (bytes in old bindings), torch
+    prints `1a2b...`; both are lower-cased without the `GPU-` prefix. MIG UUIDs keep their `mig-`
+    prefix."""
     text = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
     text = text.strip().lower()
     return text[4:] if text.startswith("gpu-") else text
@@ -94,7 +101,8 @@ class EmulatedDevice:
         self.rate, self.preprocess = rate, preprocess
 
     def add_preprocess(self, source_pixels: int) -> None:
-        """Decode, resize, flip and normalise of JPEGs with `source_pixels` pixels, on the device: modelled."""
+        """Decode, resize, flip and normalise of JPEGs with `source_pixels` pixels, on the device:
+        modelled."""
         self._pending_s += self.accelerator.decode_seconds(source_pixels)
 
     def _need(self, samples: int, padded_pixels: int) -> int:
@@ -126,7 +134,8 @@ class EmulatedDevice:
         pass
 
     def begin_step(self, samples: int, padded_pixels: int) -> float:
-        """Model the step: raise OutOfMemoryError as a real GPU would; return the modelled seconds."""
+        """Model the step: raise OutOfMemoryError as a real GPU would; return the modelled
+        seconds."""
         if not self.fits(samples, padded_pixels):
             raise torch.OutOfMemoryError(self.oom_message(samples, padded_pixels))
         need = self._need(samples, padded_pixels)
@@ -174,21 +183,23 @@ class EmulatedDevice:
 
 
 class CudaDevice:
-    """A real GPU: compute timed with CUDA events around the step's launched work, memory from the caching
-    allocator's peak (reset once per step, read once per step).
+    """A real GPU: compute timed with CUDA events around the step's launched work, memory from the
+    caching allocator's peak (reset once per step, read once per step).
 
-    `device` time on CUDA is the span between an event recorded before the step's first launch and one
-    recorded right after its last launch (stop_timer), measured on the GPU's own clock. Host time after the
-    last launch (the wait for the GPU, the step's bookkeeping) is not in it. What it still holds: gaps
-    where the GPU waited for the host between launches inside the step (a launch-bound model, GradScaler's
-    inf check) and a wait for a slower peer inside DDP's gradient allreduce. The profiler's kernel time on
-    sampled steps (--profile) is the GPU-busy time without those gaps; scripts/gpu_check.sh compares the two.
+    `device` time on CUDA is the span between an event recorded before the step's first launch and
+    one recorded right after its last launch (stop_timer), measured on the GPU's own clock. Host
+    time after the last launch (the wait for the GPU, the step's bookkeeping) is not in it. What it
+    still holds: gaps where the GPU waited for the host between launches inside the step (a
+    launch-bound model, GradScaler's inf check) and a wait for a slower peer inside DDP's gradient
+    allreduce. The profiler's kernel time on sampled steps (--profile) is the GPU-busy time without
+    those gaps; scripts/gpu_check.sh compares the two.
     """
 
     emulated = False
 
     def __init__(self, local_rank: int, local_ranks: int = 1, share: bool = False):
-        """`share` (--share-gpu): the node's `local_ranks` ranks share its GPUs round-robin (over gloo)."""
+        """`share` (--share-gpu): the node's `local_ranks` ranks share its GPUs round-robin (over
+        gloo)."""
         index = gpu_index(local_rank, share)
         torch.cuda.set_device(index)
         self.torch_device = torch.device("cuda", index)
@@ -214,13 +225,13 @@ class CudaDevice:
         pass  # the decode runs on the GPU and is timed with the step
 
     def set_memory_model(self, base: float, per_unit: float, budget: float) -> None:
-        """Measured: a step needs base + per_unit x units bytes (units: padded pixels, or samples for
-        features); `budget` = bytes this process may use (free + its own allocations)."""
+        """Measured: a step needs base + per_unit x units bytes (units: padded pixels, or samples
+        for features); `budget` = bytes this process may use (free + its own allocations)."""
         self.memory_model = (base, per_unit, budget)
 
     def clear_memory_model(self) -> None:
-        """A cell without dynamic batching: no plan from an earlier cell's probe (it stopped fixed cells on
-        false OOMs)."""
+        """A cell without dynamic batching: no plan from an earlier cell's probe (it stopped fixed
+        cells on false OOMs)."""
         self.memory_model, self.oom_units = None, None
 
     def predicted_bytes(self, samples: int, padded_pixels: int) -> float | None:
@@ -230,7 +241,8 @@ class CudaDevice:
         return base + per_unit * (padded_pixels or samples)
 
     def note_oom(self, samples: int, padded_pixels: int) -> None:
-        """A real OOM at this size: later batches this large are split ahead instead of failing again."""
+        """A real OOM at this size: later batches this large are split ahead instead of failing
+        again."""
         units = padded_pixels or samples
         self.oom_units = units if self.oom_units is None else min(self.oom_units, units)
 
@@ -243,8 +255,8 @@ class CudaDevice:
         self._end.record()
 
     def timed_compute_s(self) -> float:
-        """GPU time between start_timer() and stop_timer() (waits for the end event); the step's memory
-        peak is read here, once."""
+        """GPU time between start_timer() and stop_timer() (waits for the end event); the step's
+        memory peak is read here, once."""
         with self.waits.waiting():
             self._end.synchronize()
         self._step_peak = torch.cuda.max_memory_allocated(self.torch_device)
@@ -268,7 +280,8 @@ class CudaDevice:
         return torch.cuda.get_device_properties(self.torch_device).total_memory
 
     def fits(self, samples: int, padded_pixels: int) -> bool:
-        """From the measured memory model and the OOMs seen; else True (the GPU tells by raising)."""
+        """From the measured memory model and the OOMs seen; else True (the GPU tells by
+        raising)."""
         units = padded_pixels or samples
         if self.oom_units is not None and units >= self.oom_units:
             return False
@@ -288,12 +301,14 @@ class CudaDevice:
         return 0.0  # the peak is reset per step (start_timer), not per micro-batch
 
     def synchronize(self) -> None:
-        """Wait for this rank's compute stream only: a side stream copying the next batch goes on."""
+        """Wait for this rank's compute stream only: a side stream copying the next batch goes
+        on."""
         with self.waits.waiting():
             torch.cuda.current_stream(self.torch_device).synchronize()
 
     def wait_event(self, event) -> None:
-        """Wait for one recorded event alone (a side-stream batch's copy), counted with the device's waits."""
+        """Wait for one recorded event alone (a side-stream batch's copy), counted with the
+        device's waits."""
         with self.waits.waiting():
             event.synchronize()
 
@@ -303,14 +318,15 @@ class CudaDevice:
 
 
 def ranks_per_gpu(local_ranks: int, gpus: int) -> int:
-    """How many of the node's ranks share each GPU under --share-gpu (round-robin; the busiest GPU's)."""
+    """How many of the node's ranks share each GPU under --share-gpu (round-robin; the busiest
+    GPU's)."""
     return max(1, -(-local_ranks // max(gpus, 1)))
 
 
 def gpu_index(local_rank: int, share: bool = False) -> int:
-    """The GPU this rank drives: its local rank when every local rank sees all the node's GPUs, or GPU 0
-    when the launcher bound one GPU per task (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES per rank); with
-    `share` (--share-gpu) the ranks take the GPUs round-robin."""
+    """The GPU this rank drives: its local rank when every local rank sees all the node's GPUs, or
+    GPU 0 when the launcher bound one GPU per task (Slurm --gpus-per-task=1, CUDA_VISIBLE_DEVICES
+    per rank); with `share` (--share-gpu) the ranks take the GPUs round-robin."""
     count = torch.cuda.device_count()
     if share:
         return local_rank % count
@@ -323,8 +339,9 @@ def gpu_index(local_rank: int, share: bool = False) -> int:
 
 
 def nvml_index_of(cuda_index: int) -> int | None:
-    """NVML's index of torch's CUDA device `cuda_index`, matched by UUID (NVML ignores CUDA_VISIBLE_DEVICES,
-    so the CUDA index is not NVML's); None when NVML or the UUID is unavailable."""
+    """NVML's index of torch's CUDA device `cuda_index`, matched by UUID (NVML ignores
+    CUDA_VISIBLE_DEVICES, so the CUDA index is not NVML's); None when NVML or the UUID is
+    unavailable."""
     try:
         import pynvml
 

@@ -1,7 +1,8 @@
-"""The workloads' models on a real GPU: ResNet-50 (bottleneck blocks [3, 4, 6, 3], random weights: nothing is
-downloaded) as the image tower of a CLIP-style model with a small transformer text tower over the caption
-tokens. Written in plain torch (no torchvision needed); the layout follows torchvision's resnet50 (v1.5: the
-stride on the 3x3 convolution), so the trunk has the same 23.5 M parameters."""
+"""The workloads' models on a real GPU: ResNet-50 (bottleneck blocks [3, 4, 6, 3], random weights:
+nothing is downloaded) as the image tower of a CLIP-style model with a small transformer text tower
+over the caption tokens. Written in plain torch (no torchvision needed); the layout follows
+torchvision's resnet50 (v1.5: the stride on the 3x3 convolution), so the trunk has the same 23.5 M
+parameters."""
 from __future__ import annotations
 
 import torch
@@ -34,7 +35,8 @@ class Bottleneck(nn.Module):
 
 
 class ResNet50(nn.Module):
-    """The trunk: images [N, 3, H, W] -> features [N, 2048] (global average pool; no classifier)."""
+    """The trunk: images [N, 3, H, W] -> features [N, 2048] (global average pool; no
+    classifier)."""
 
     LAYERS = (3, 4, 6, 3)
     features = 2048
@@ -59,7 +61,8 @@ class ResNet50(nn.Module):
 
 
 class TextTransformer(nn.Module):
-    """Token embeddings + positions, a small pre-norm transformer encoder, mean over the real tokens."""
+    """Token embeddings + positions, a small pre-norm transformer encoder, mean over the real
+    tokens."""
 
     def __init__(self, width: int = 256, layers: int = 2, heads: int = 4):
         super().__init__()
@@ -76,7 +79,8 @@ class TextTransformer(nn.Module):
 
 
 class CLIPResNet(nn.Module):
-    """ResNet-50 image tower + transformer text tower, projected to a shared space (CLIP's recipe)."""
+    """ResNet-50 image tower + transformer text tower, projected to a shared space (CLIP's
+    recipe)."""
 
     name = "CLIP (ResNet-50 + 2-layer text transformer)"
 

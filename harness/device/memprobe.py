@@ -1,22 +1,24 @@
 """On CUDA, what a training step of this cell's model costs in device memory, measured: forward and
 backward of the bare model at two batch sizes of the largest image, each peak from
-torch.cuda.max_memory_allocated, after one discarded warm-up pass (the first pass allocates cuBLAS/cuDNN
-workspaces and handles once; measured cold, they inflated the intercept and the slope). The slope is the
-bytes per padded pixel (pixels) or per sample (features); the intercept the model state.
+torch.cuda.max_memory_allocated, after one discarded warm-up pass (the first pass allocates
+cuBLAS/cuDNN workspaces and handles once; measured cold, they inflated the intercept and the
+slope). The slope is the bytes per padded pixel (pixels) or per sample (features); the intercept
+the model state.
 
-Not in the bare model's pass, added: SGD's momentum buffers (one copy of the parameters); with device
-preprocessing, the batch's decoded-and-resized buffers (a uint8 and two float32 copies of the padded batch,
-27 bytes per padded pixel). DDP's gradients live in its buckets (gradient_as_bucket_view), so they cost no
-second copy. Not in the plan: nvJPEG's full-resolution decode of the source JPEGs (it depends on each
-source's size); a batch that still runs out is split after the OOM (harness.train.ddpstep).
-The budget is what this process may use: the free memory torch.cuda.mem_get_info reports plus what the
-caching allocator already holds; with `sharing` ranks on the GPU (--share-gpu) its share of the free memory.
+Not in the bare model's pass, added: SGD's momentum buffers (one copy of the parameters); with
+device preprocessing, the batch's decoded-and-resized buffers (a uint8 and two float32 copies of
+the padded batch, 27 bytes per padded pixel). DDP's gradients live in its buckets
+(gradient_as_bucket_view), so they cost no second copy. Not in the plan: nvJPEG's full-resolution
+decode of the source JPEGs (it depends on each source's size); a batch that still runs out is split
+after the OOM (harness.train.ddpstep). The budget is what this process may use: the free memory
+torch.cuda.mem_get_info reports plus what the caching allocator already holds; with `sharing` ranks
+on the GPU (--share-gpu) its share of the free memory.
 
-The bare model is probed, not its DDP wrapper: at several ranks a probe through DDP would put its passes in
-the gradient allreduce, where one rank's OOM breaks the collective sequence (the probe's failure is agreed
-instead: harness.train.trainloop.plan_memory). DDP's gradients are views of its buckets
-(gradient_as_bucket_view), the same bytes as the bare model's .grad during the probe's backward;
-scripts/gpu/memcheck.py measures both probes against real DDP steps."""
+The bare model is probed, not its DDP wrapper: at several ranks a probe through DDP would put its
+passes in the gradient allreduce, where one rank's OOM breaks the collective sequence (the probe's
+failure is agreed instead: harness.train.trainloop.plan_memory). DDP's gradients are views of its
+buckets (gradient_as_bucket_view), the same bytes as the bare model's .grad during the probe's
+backward; scripts/gpu/memcheck.py measures both probes against real DDP steps."""
 from __future__ import annotations
 
 import torch

@@ -1,10 +1,11 @@
-"""A small image/text two-tower model with a CLIP-style contrastive loss, the emulated features stand-in, and
-which model a cell trains.
+"""A small image/text two-tower model with a CLIP-style contrastive loss, the emulated features
+stand-in, and which model a cell trains.
 
-Small on purpose: on an emulated accelerator the real CPU step must fit inside the modelled step time: the
-pixels workload trains the pooled two-tower, the features workload one linear layer on strided embeddings
-(StridedFeatures). On a real GPU the pixels workload trains harness.device.gpumodels.CLIPResNet (ResNet-50 + a
-text transformer) and the features workload the two-tower projections on the 2048/768-d embeddings.
+Small on purpose: on an emulated accelerator the real CPU step must fit inside the modelled step
+time: the pixels workload trains the pooled two-tower, the features workload one linear layer on
+strided embeddings (StridedFeatures). On a real GPU the pixels workload trains
+harness.device.gpumodels.CLIPResNet (ResNet-50 + a text transformer) and the features workload the
+two-tower projections on the 2048/768-d embeddings.
 """
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ EMBED = 128
 
 
 class PixelTower(nn.Module):
-    """The image, subsampled to at most ~32x32 and pooled to 8x8 x 3 channels, then one linear layer.
+    """The image, subsampled to at most ~32x32 and pooled to 8x8 x 3 channels, then one linear
+    layer.
 
-    Every pixel of the batch crossed the loader and the host-to-device copy; the tower reads a strided
-    subset so that its host cost stays near a millisecond whatever the image size."""
+    Every pixel of the batch crossed the loader and the host-to-device copy; the tower reads a
+    strided subset so that its host cost stays near a millisecond whatever the image size."""
 
     GRID = 8
 
@@ -51,12 +53,13 @@ def _projection(dim: int, embed: int = EMBED) -> nn.Module:
 
 
 class StridedFeatures(nn.Module):
-    """The emulated stand-in of the features workload: every 16th dimension of the image embedding and every
-    8th of the text embedding, one linear layer to one output, its mean square as the loss. The whole
-    embeddings crossed the loader and the copy; the rank's real step (forward, backward, DDP's gradient
-    allreduce of 225 parameters, the optimizer step) costs about 0.17 ms of CPU on one core where the
-    two-tower projections with a contrastive loss cost 0.56 ms, so that the harness's own host work per step
-    does not eat the modelled step it stands in for (docs/dlio.md)."""
+    """The emulated stand-in of the features workload: every 16th dimension of the image embedding
+    and every 8th of the text embedding, one linear layer to one output, its mean square as the
+    loss. The whole embeddings crossed the loader and the copy; the rank's real step (forward,
+    backward, DDP's gradient allreduce of 225 parameters, the optimizer step) costs about 0.17 ms
+    of CPU on one core where the two-tower projections with a contrastive loss cost 0.56 ms, so
+    that the harness's own host work per step does not eat the modelled step it stands in for
+    (docs/dlio.md)."""
 
     STRIDES = (16, 8)  # image, text
 
@@ -94,8 +97,9 @@ class TwoTower(nn.Module):
 
 
 def build_model(workload: str, cuda: bool) -> nn.Module:
-    """The model a cell trains; its `name` goes into the rank record. Emulated: the cheap stand-in (its
-    modelled step time is the catalogue's ResNet-50 rate). CUDA: ResNet-50 CLIP for pixels, channels_last."""
+    """The model a cell trains; its `name` goes into the rank record. Emulated: the cheap stand-in
+    (its modelled step time is the catalogue's ResNet-50 rate). CUDA: ResNet-50 CLIP for pixels,
+    channels_last."""
     if not cuda:
         if workload == "pixels":
             return TwoTower(workload, name="stand-in two-tower, emulated (8x8 pooled pixels, token bag)")

@@ -1,37 +1,40 @@
-"""The A/B gate's judgement (harness.gates.ab_command prints it; harness.gates.trees measures the runs): the
-parent's and this commit's single-repeat runs, paired as they ran, tested cell by cell on the paired log
-ratios by an exact sign-flip test whose statistic is the largest over the cells.
+"""The A/B gate's judgement (harness.gates.ab_command prints it; harness.gates.trees measures the
+runs): the parent's and this commit's single-repeat runs, paired as they ran, tested cell by cell
+on the paired log ratios by an exact sign-flip test whose statistic is the largest over the cells.
 
-Pairs. The runs alternate in pairs, parent/current then current/parent (trees.interleaved), so the k-th run
-of the parent and the k-th of this commit ran next to each other and share the machine's state of that
-minute: the load of other processes moves a whole run's CPU per sample by tens of percent (docs/ci-gate.md),
-and it moves both runs of a pair alike. The unit of the test is therefore the pair: d[k, c] = log(this
-commit's figure / the parent's) of cell c in pair k, a ratio in which the pair's shared load cancels.
+Pairs. The runs alternate in pairs, parent/current then current/parent (trees.interleaved), so the
+k-th run of the parent and the k-th of this commit ran next to each other and share the machine's
+state of that minute: the load of other processes moves a whole run's CPU per sample by tens of
+percent (docs/ci-gate.md), and it moves both runs of a pair alike. The unit of the test is
+therefore the pair: d[k, c] = log(this commit's figure / the parent's) of cell c in pair k, a ratio
+in which the pair's shared load cancels.
 
-The test. With unchanged code the two runs of a pair are exchangeable: each pair's log ratios may have either
-sign, all cells of a pair flipping together (a flip swaps the pair's two runs). Each cell's statistic is
-S_c(s) = sum_k s_k d[k, c] / sqrt(sum_k d[k, c]^2) for a sign pattern s (the denominator does not change
-under a flip: S_c is the cell's own sum, scaled so that cells of unequal noise weigh alike, and one pair's
-outlier cannot carry it); M(s) = max over cells of S_c(s). A cell's p-value is the share of the 2^n sign
-patterns whose M reaches |S_c| of the observed pattern (all +1), in the direction the cell moved: the
-single-step max-statistic permutation test, exact, and it holds the chance that any cell of unchanged code is
-called slower to alpha over all cells together, whatever their correlation (a run's load moves all of its
-cells alike, which a Bonferroni split of alpha ignores and pays for in power). n pairs can reach p = 1 / 2^n:
-5 pairs 0.031, 6 pairs 0.016; below 5 pairs no cell can be called at alpha 0.05 (inconclusive). Beyond
-EXACT_PAIRS pairs, SAMPLED_PATTERNS seeded random patterns and the observed one stand in for all of them.
+The test. With unchanged code the two runs of a pair are exchangeable: each pair's log ratios may
+have either sign, all cells of a pair flipping together (a flip swaps the pair's two runs). Each
+cell's statistic is S_c(s) = sum_k s_k d[k, c] / sqrt(sum_k d[k, c]^2) for a sign pattern s (the
+denominator does not change under a flip: S_c is the cell's own sum, scaled so that cells of
+unequal noise weigh alike, and one pair's outlier cannot carry it); M(s) = max over cells of
+S_c(s). A cell's p-value is the share of the 2^n sign patterns whose M reaches |S_c| of the
+observed pattern (all +1), in the direction the cell moved: the single-step max-statistic
+permutation test, exact, and it holds the chance that any cell of unchanged code is called slower
+to alpha over all cells together, whatever their correlation (a run's load moves all of its cells
+alike, which a Bonferroni split of alpha ignores and pays for in power). n pairs can reach p = 1 /
+2^n: 5 pairs 0.031, 6 pairs 0.016; below 5 pairs no cell can be called at alpha 0.05
+(inconclusive). Beyond EXACT_PAIRS pairs, SAMPLED_PATTERNS seeded random patterns and the observed
+one stand in for all of them.
 
-A cell is "slower" when p < alpha and the geometric mean of its paired ratios has risen by at least the
-minimum effect (for throughput, fallen). With the gate's figures (metric "figures") each figure is tested so,
-alone, at its own minimum effect (harness.gates.baseline.FIGURES) and at alpha / 3, so that alpha
-holds for the figures and cells together (6 pairs reach p = 1/64 = 0.016, below 0.05 / 3).
-The two sides are one job on one machine: the probe is the code under
-test there, not the machine's, so it is not checked. Cells that cannot be paired (errored, missing, other
-parameters, a run without the figure) are judged as the baseline gate judges them
+A cell is "slower" when p < alpha and the geometric mean of its paired ratios has risen by at least
+the minimum effect (for throughput, fallen). With the gate's figures (metric "figures") each figure
+is tested so, alone, at its own minimum effect (harness.gates.baseline.FIGURES) and at alpha / 3,
+so that alpha holds for the figures and cells together (6 pairs reach p = 1/64 = 0.016, below 0.05
+/ 3). The two sides are one job on one machine: the probe is the code under test there, not the
+machine's, so it is not checked. Cells that cannot be paired (errored, missing, other parameters, a
+run without the figure) are judged as the baseline gate judges them
 (harness.gates.baseline.compare_cell).
 
-No verdict on this commit (NOT RUN, exit 0) when the parent's runs cannot be read or the parent runs the
-scenario with other settings; exit 2 when this commit's own runs cannot be read or the two sides have different
-numbers of runs."""
+No verdict on this commit (NOT RUN, exit 0) when the parent's runs cannot be read or the parent
+runs the scenario with other settings; exit 2 when this commit's own runs cannot be read or the two
+sides have different numbers of runs."""
 from __future__ import annotations
 
 import math
@@ -53,9 +56,9 @@ TEST_NAME = "paired sign-flip test, max over cells"
 
 @dataclass(frozen=True)
 class AbJudgement:
-    """The verdict on this commit's runs against its parent's (None: no verdict), the cells it tested,
-    the pairs, and why there is no verdict: `not_run` (the parent's side; exit 0) or `error` (this commit's;
-    exit 2)."""
+    """The verdict on this commit's runs against its parent's (None: no verdict), the cells it
+    tested, the pairs, and why there is no verdict: `not_run` (the parent's side; exit 0) or
+    `error` (this commit's; exit 2)."""
 
     verdict: baseline_gate.Verdict | None = None
     cells: int = 0
@@ -71,8 +74,8 @@ class AbJudgement:
 
 
 def sign_patterns(n: int, seed: int = 0) -> np.ndarray:
-    """The sign patterns over n pairs, one a row: all 2^n of them up to EXACT_PAIRS pairs (the observed one,
-    all +1, first), else the observed one and SAMPLED_PATTERNS seeded random ones."""
+    """The sign patterns over n pairs, one a row: all 2^n of them up to EXACT_PAIRS pairs (the
+    observed one, all +1, first), else the observed one and SAMPLED_PATTERNS seeded random ones."""
     if n <= EXACT_PAIRS:
         bits = (np.arange(2 ** n)[:, None] >> np.arange(n)[None, :]) & 1
         return 1 - 2 * bits
@@ -81,8 +84,8 @@ def sign_patterns(n: int, seed: int = 0) -> np.ndarray:
 
 
 def sign_flip_p(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """d: log ratios, one row a pair, one column a cell. Per cell: the observed statistic S_c and its p-value
-    (the share of sign patterns whose max over cells reaches |S_c|)."""
+    """d: log ratios, one row a pair, one column a cell. Per cell: the observed statistic S_c and
+    its p-value (the share of sign patterns whose max over cells reaches |S_c|)."""
     d = np.asarray(d, dtype=float)
     scale = np.sqrt((d ** 2).sum(axis=0))
     scale[scale == 0] = np.inf  # a cell with no change at all: S_c = 0 under every pattern
@@ -94,7 +97,8 @@ def sign_flip_p(d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def pairable(parent: Baseline, current: Baseline, key: str, n: int) -> list[str]:
-    """The cells both sides measured in every one of the n pairs, without error, with the same parameters."""
+    """The cells both sides measured in every one of the n pairs, without error, with the same
+    parameters."""
     both = [c for c in parent.cells if c in current.cells]
     return [c for c in both if not parent.cells[c].error and not current.cells[c].error
             and baseline_gate.params_differ(current.cells[c], parent.cells[c]) is None
@@ -104,8 +108,8 @@ def pairable(parent: Baseline, current: Baseline, key: str, n: int) -> list[str]
 
 def paired_rows(parent: Baseline, current: Baseline, key: str, n: int, min_effect: float,
                 alpha: float) -> dict[str, baseline_gate.Row]:
-    """The pairable cells' rows: the parent's and this commit's medians, the geometric mean of the paired
-    ratios, the sign-flip p-value and the verdict."""
+    """The pairable cells' rows: the parent's and this commit's medians, the geometric mean of the
+    paired ratios, the sign-flip p-value and the verdict."""
     cells = pairable(parent, current, key, n)
     if not cells:
         return {}
@@ -132,7 +136,8 @@ def paired_rows(parent: Baseline, current: Baseline, key: str, n: int, min_effec
 
 def judge(parent_dirs: list[Path], current_dirs: list[Path], min_effect: float = 0.15, alpha: float = 0.05,
           metric: str = "figures", parent_label: str = "HEAD^") -> AbJudgement:
-    """This commit's runs (`current_dirs`) against its parent's, the k-th of each a pair, alpha over all cells."""
+    """This commit's runs (`current_dirs`) against its parent's, the k-th of each a pair, alpha
+    over all cells."""
     try:
         parent = merged(parent_dirs, "the parent")
     except BaselineError as err:

@@ -1,15 +1,16 @@
-"""`run_bench.py ab-gate` and `run_bench.py gate-precheck`: the A/B regression gate, for a machine that the
-committed baseline is not of (scripts/ci_gate.sh falls back to it when the baseline gate exits 3): this
-commit's tree and its parent's, measured in one job on this machine (harness.gates.trees: single-repeat runs
-interleaved in pairs), judged on the paired log ratios (harness.gates.ab: an exact sign-flip test
-over the pairs, alpha over all cells together). Exit 1 only on a significant regression of this commit against
-its parent (or when this commit's own run fails as a gate run would: a crashed rank, a broken sampler
-contract); a parent that cannot run the scenario, or runs it with other settings, gives exit 5 (EXIT_NOT_RUN)
-with the gate marked as NOT RUN in one line: never a false failure, never a false pass.
+"""`run_bench.py ab-gate` and `run_bench.py gate-precheck`: the A/B regression gate, for a machine
+that the committed baseline is not of (scripts/ci_gate.sh falls back to it when the baseline gate
+exits 3): this commit's tree and its parent's, measured in one job on this machine
+(harness.gates.trees: single-repeat runs interleaved in pairs), judged on the paired log ratios
+(harness.gates.ab: an exact sign-flip test over the pairs, alpha over all cells together). Exit 1
+only on a significant regression of this commit against its parent (or when this commit's own run
+fails as a gate run would: a crashed rank, a broken sampler contract); a parent that cannot run the
+scenario, or runs it with other settings, gives exit 5 (EXIT_NOT_RUN) with the gate marked as NOT
+RUN in one line: never a false failure, never a false pass.
 
-`precheck` is the machine half of the baseline gate's check (analysis.baseline_gate.check_machine without the
-probe), made before anything runs, so that a machine of another CPU model does not spend a whole gate run on
-a baseline that will be refused.
+`precheck` is the machine half of the baseline gate's check (analysis.baseline_gate.check_machine
+without the probe), made before anything runs, so that a machine of another CPU model does not
+spend a whole gate run on a baseline that will be refused.
 
 scripts/ci_gate.sh calls them through the command line: `run_bench.py gate-precheck BASELINE` and
 `run_bench.py ab-gate --parent DIR ...` (harness/cli/ builds the Request).
@@ -32,7 +33,8 @@ from harness.results.environment import Environment
 
 @dataclass(frozen=True)
 class AbGateRequest:
-    """`run_bench.py ab-gate`: this commit's tree against its parent's, interleaved on this machine."""
+    """`run_bench.py ab-gate`: this commit's tree against its parent's, interleaved on this
+    machine."""
     parent: Path
     current: Path = Path(".")
     data_dir: Path = Path("data")
@@ -80,10 +82,10 @@ def _failed(side: str, o: trees.Outcome, parent_label: str) -> int:
 def main(parent_root: Path, current_root: Path, data_dir: Path, out_dir: Path, runs: int = 6,
          scenario: str = "ci", min_effect: float = 0.15, alpha: float = 0.05, metric: str = "figures",
          parent_label: str = "HEAD^", runner: Runner | None = None) -> int:
-    """This commit (`current_root`) against its parent (`parent_root`): `runs` single-repeat runs each,
-    interleaved, then judged (judge). Exit 0, or 1 on a significant regression (or a failed run of this commit),
-    2 when this commit's runs cannot be read; 5 (EXIT_NOT_RUN) marked NOT RUN when the parent cannot run the
-    scenario or runs it with other settings."""
+    """This commit (`current_root`) against its parent (`parent_root`): `runs` single-repeat runs
+    each, interleaved, then judged (judge). Exit 0, or 1 on a significant regression (or a failed
+    run of this commit), 2 when this commit's runs cannot be read; 5 (EXIT_NOT_RUN) marked NOT RUN
+    when the parent cannot run the scenario or runs it with other settings."""
     start = time.monotonic()
     runner = runner or trees.bench_runner(scenario, Path(data_dir))
     done = trees.measure(parent_root, current_root, out_dir, runs, runner)
@@ -116,9 +118,9 @@ def judge(parent_dirs: list[Path], current_dirs: list[Path], out_dir: Path, min_
 
 
 def precheck(baseline_path: str | os.PathLike) -> int:
-    """0 when the baseline may be of this machine (its CPU model, CPU count and allowed cores are this
-    machine's; the probe is checked after the run), else 3 with the reason in one line (a baseline that is
-    missing or unreadable included)."""
+    """0 when the baseline may be of this machine (its CPU model, CPU count and allowed cores are
+    this machine's; the probe is checked after the run), else 3 with the reason in one line (a
+    baseline that is missing or unreadable included)."""
     try:
         baseline = Baseline.load(baseline_path)
         baseline_gate.check_machine(machine_of(Environment.capture([], {})), None, baseline)

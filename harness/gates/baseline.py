@@ -1,43 +1,46 @@
-"""The CI regression gate's judgement: compare this run's cells with a saved baseline, cell by cell (the
-comparison's table: harness.gates.table).
+"""The CI regression gate's judgement: compare this run's cells with a saved baseline, cell by cell
+(the comparison's table: harness.gates.table).
 
 The baseline and its file format: harness.results.baseline.
 
 Verdicts per cell (union of the baseline's and the run's cell ids):
 
-- "faster" / "slower": the medians differ by at least `min_effect` (relative) AND a two-sided Mann-Whitney
-  test gives p < alpha.
-- "inconclusive": the data cannot support the test: fewer than 2 repeats on a side, or so few that even
-  the most extreme ordering cannot reach alpha (2 / C(n1 + n2, n1) >= alpha: 1 vs 1 up to 3 vs 3 repeats at
-  alpha 0.05; 4 vs 4 is the least that can). The change is shown; no verdict is drawn from it.
+- "faster" / "slower": the medians differ by at least `min_effect` (relative) AND a two-sided
+  Mann-Whitney test gives p < alpha.
+- "inconclusive": the data cannot support the test: fewer than 2 repeats on a side, or so few that
+  even the most extreme ordering cannot reach alpha (2 / C(n1 + n2, n1) >= alpha: 1 vs 1 up to 3 vs
+  3 repeats at alpha 0.05; 4 vs 4 is the least that can). The change is shown; no verdict is drawn
+  from it.
 - "unchanged": tested, and not both significant and at least `min_effect`.
 - "not comparable": the cell's strategy parameters differ from the baseline's.
 - "new": not in the baseline (or it errored there). "missing": in the baseline, not in this run.
   "error": errored in this run.
 
 A baseline from another machine is not comparable at all, for every metric (BaselineError, exit 3;
-check_machine; check_baseline makes it with the settings' check): the CPU model, the CPU count or the cores the
-run was allowed differ, or a figure of the machine probe that tells machines apart differs beyond its measured
-spread between runs on one machine (PROBE_SPREAD: the ideal loader per CPU second and the memory copy; the
-ideal loader's wall-clock samples/s is the host's load as much as the machine, so it is not checked). The
-tolerance of a figure is the largest of its PROBE_SPREAD and the factor between any repeat's figure and its own
-side's median, on either side; "beyond" is a ratio of the two medians outside [1 / tolerance, tolerance]. The
-hostname and the memory size are not checked: CI machines of one kind have fresh hostnames, and memory does not
-change the code's CPU cost per sample. A and B of one job on one machine (harness.gates.ab_command) skip the
-check: there the probe is code under test too.
+check_machine; check_baseline makes it with the settings' check): the CPU model, the CPU count or
+the cores the run was allowed differ, or a figure of the machine probe that tells machines apart
+differs beyond its measured spread between runs on one machine (PROBE_SPREAD: the ideal loader per
+CPU second and the memory copy; the ideal loader's wall-clock samples/s is the host's load as much
+as the machine, so it is not checked). The tolerance of a figure is the largest of its PROBE_SPREAD
+and the factor between any repeat's figure and its own side's median, on either side; "beyond" is a
+ratio of the two medians outside [1 / tolerance, tolerance]. The hostname and the memory size are
+not checked: CI machines of one kind have fresh hostnames, and memory does not change the code's
+CPU cost per sample. A and B of one job on one machine (harness.gates.ab_command) skip the check:
+there the probe is code under test too.
 
-The gate's figures (`metric` "figures", scripts/ci_gate.sh's): three comparisons, each of one figure at its own
-minimum effect (FIGURES) and at alpha / 3 (alpha holds for the three together), one verdict line each
-(Verdict): the loader's timed stages over its decode stage, the decode stage over the reference decode, the
-rank's CPU over the reference step (harness.results.metrics.against_reference). Each is a CPU cost over work
-timed in the same visit, so that the machine's load of that minute cancels in it; together they see a
-regression in the loader, in decode and in the rank (docs/measurements/ci-gate.md has their measured spreads, from which
-the minimum effects are set).
+The gate's figures (`metric` "figures", scripts/ci_gate.sh's): three comparisons, each of one
+figure at its own minimum effect (FIGURES) and at alpha / 3 (alpha holds for the three together),
+one verdict line each (Verdict): the loader's timed stages over its decode stage, the decode stage
+over the reference decode, the rank's CPU over the reference step
+(harness.results.metrics.against_reference). Each is a CPU cost over work timed in the same visit,
+so that the machine's load of that minute cancels in it; together they see a regression in the
+loader, in decode and in the rank (docs/measurements/ci-gate.md has their measured spreads, from
+which the minimum effects are set).
 
-Exit code of a comparison: 1 when a cell is "slower", or errored now where the baseline had a result; with
-`strict`, also when a cell is "inconclusive"; else 0 (an inconclusive cell then adds one warning line). A
-"missing" or "not comparable" cell is reported but is NOT a regression: filtering cells with --only is
-legitimate.
+Exit code of a comparison: 1 when a cell is "slower", or errored now where the baseline had a
+result; with `strict`, also when a cell is "inconclusive"; else 0 (an inconclusive cell then adds
+one warning line). A "missing" or "not comparable" cell is reported but is NOT a regression:
+filtering cells with --only is legitimate.
 """
 from __future__ import annotations
 
@@ -123,8 +126,8 @@ class Comparison:
 
 @dataclass
 class Verdict:
-    """The gate's verdict: one comparison per figure judged (one for a single metric), each with its own line;
-    the exit code is the worst of theirs."""
+    """The gate's verdict: one comparison per figure judged (one for a single metric), each with
+    its own line; the exit code is the worst of theirs."""
 
     comparisons: list[Comparison]
 
@@ -146,9 +149,9 @@ def _show(v) -> str:
 
 
 def check_comparable(scenario: str, comparable: dict, baseline: Baseline) -> list[str]:
-    """Raise BaselineError (one line) when the run and the baseline differ in scenario or in a `comparable`
-    key both record; return warnings for keys only one side records (an older baseline): those are not
-    checked."""
+    """Raise BaselineError (one line) when the run and the baseline differ in scenario or in a
+    `comparable` key both record; return warnings for keys only one side records (an older
+    baseline): those are not checked."""
     if scenario != baseline.scenario:
         raise BaselineError(f"baseline is for scenario {baseline.scenario}, this run is "
                             f"{scenario}; pass the baseline of this scenario or {REMEDY}")
@@ -170,15 +173,15 @@ def check_comparable(scenario: str, comparable: dict, baseline: Baseline) -> lis
 
 
 def probe_scatter(values: list[float]) -> float:
-    """How far one side's probe figure strays: the largest factor between a repeat and the side's median (1.0
-    for one repeat; values are positive)."""
+    """How far one side's probe figure strays: the largest factor between a repeat and the side's
+    median (1.0 for one repeat; values are positive)."""
     med = stats.median(values)
     return max(max(x / med, med / x) for x in values)
 
 
 def probe_tolerance(key: str, cur: list[float], base: list[float]) -> float:
-    """The factor within which two sides' medians of a probe figure are one machine's: its measured spread
-    between runs (PROBE_SPREAD), or either side's own scatter where that is larger."""
+    """The factor within which two sides' medians of a probe figure are one machine's: its measured
+    spread between runs (PROBE_SPREAD), or either side's own scatter where that is larger."""
     return max(PROBE_SPREAD[key], probe_scatter(cur), probe_scatter(base))
 
 
@@ -195,9 +198,10 @@ def _probe_differs(key: str, cur: list[float], base: list[float]) -> str | None:
 
 
 def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) -> list[str]:
-    """Raise BaselineError (one line naming what differs, and the remedy) when the baseline was made on another
-    machine: a MACHINE_KEYS value differs, or (with `probe`) a probe figure differs beyond its noise. Return
-    warnings for what one side does not record (an older baseline): that is not checked."""
+    """Raise BaselineError (one line naming what differs, and the remedy) when the baseline was
+    made on another machine: a MACHINE_KEYS value differs, or (with `probe`) a probe figure differs
+    beyond its noise. Return warnings for what one side does not record (an older baseline): that
+    is not checked."""
     base = baseline.machine
     known = [k for k in MACHINE_KEYS if machine.get(k) not in (None, "")]  # "": an env.json without the key
     shared = [k for k in known if base.get(k) not in (None, "")]
@@ -223,14 +227,15 @@ def check_machine(machine: dict, probe: ProbeSeries | None, baseline: Baseline) 
 
 def check_baseline(scenario: str, comparable: dict, machine: dict, probe: ProbeSeries | None,
                    baseline: Baseline) -> list[str]:
-    """Whether a run may be compared with `baseline` at all: its settings (check_comparable), then its machine
-    (check_machine); a one-line BaselineError (exit 3) when not, else the warnings of both."""
+    """Whether a run may be compared with `baseline` at all: its settings (check_comparable), then
+    its machine (check_machine); a one-line BaselineError (exit 3) when not, else the warnings of
+    both."""
     return check_comparable(scenario, comparable, baseline) + check_machine(machine, probe, baseline)
 
 
 def needed_repeats(n_other: int, alpha: float, limit: int = 1000) -> int | None:
-    """The fewest repeats on one side that let the rank test reach alpha against n_other on the other side
-    (None beyond `limit`)."""
+    """The fewest repeats on one side that let the rank test reach alpha against n_other on the
+    other side (None beyond `limit`)."""
     for n in range(2, limit + 1):
         if n_other >= 2 and stats.min_attainable_p(n, n_other) < alpha:
             return n
@@ -238,7 +243,8 @@ def needed_repeats(n_other: int, alpha: float, limit: int = 1000) -> int | None:
 
 
 def params_differ(cur: BaselineCell, base: BaselineCell) -> str | None:
-    """A note naming the axes whose parameters differ, or None (also when a side does not record them)."""
+    """A note naming the axes whose parameters differ, or None (also when a side does not record
+    them)."""
     a, b = cur.params, base.params
     if a is None or b is None or a == b:
         return None
@@ -297,8 +303,8 @@ def metric_key(metric: str, raw: bool = False) -> str:
 
 
 def metric_keys(metric: str, min_effect: float, raw: bool = False) -> dict[str, float]:
-    """The baseline samples a gate metric compares, each with its minimum effect: "figures" -> the gate's
-    figures at their own (FIGURES), any other metric -> its one key at `min_effect`."""
+    """The baseline samples a gate metric compares, each with its minimum effect: "figures" -> the
+    gate's figures at their own (FIGURES), any other metric -> its one key at `min_effect`."""
     return dict(FIGURES) if metric == "figures" else {metric_key(metric, raw): min_effect}
 
 
@@ -306,10 +312,11 @@ def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect
             alpha: float = 0.05, strict: bool = False, metric: str = "throughput",
             same_machine: bool = False, tested: dict[str, Row] | None = None) -> Comparison:
     """Compare a run (as a Baseline, Baseline.from_run) with a baseline on one metric: "throughput"
-    (normalised by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per sample). A
-    baseline from another machine raises BaselineError (check_machine), unless `same_machine`: both sides were
-    measured in one job on this machine (the A/B gate). `tested`: rows already judged by another test (the A/B
-    gate's paired test), used for their cells instead of the rank test."""
+    (normalised by the machine probe, or raw with `raw`) or "cpu" (loader + rank CPU seconds per
+    sample). A baseline from another machine raises BaselineError (check_machine), unless
+    `same_machine`: both sides were measured in one job on this machine (the A/B gate). `tested`:
+    rows already judged by another test (the A/B gate's paired test), used for their cells instead
+    of the rank test."""
     if metric == "figures":
         raise ValueError("compare judges one metric; the gate's figures are judge's")
     return judge(current, baseline, raw, min_effect, alpha, strict, metric, same_machine,
@@ -319,10 +326,11 @@ def compare(current: Baseline, baseline: Baseline, raw: bool = False, min_effect
 def judge(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: float = 0.05, alpha: float = 0.05,
           strict: bool = False, metric: str = "throughput", same_machine: bool = False,
           tested=None) -> Verdict:
-    """The gate's verdict on every figure of `metric` (metric_keys), each compared as `compare` compares one, at
-    alpha over the figures together (alpha / the figures for each: Bonferroni, so that unchanged code fails
-    the gate with a chance of at most alpha whichever figure would call it). `tested(key, min_effect, alpha)`:
-    the rows another test judged for that figure (the A/B gate's), or None."""
+    """The gate's verdict on every figure of `metric` (metric_keys), each compared as `compare`
+    compares one, at alpha over the figures together (alpha / the figures for each: Bonferroni, so
+    that unchanged code fails the gate with a chance of at most alpha whichever figure would call
+    it). `tested(key, min_effect, alpha)`: the rows another test judged for that figure (the A/B
+    gate's), or None."""
     warnings = _admit(current, baseline, same_machine)
     keys = metric_keys(metric, min_effect, raw)
     each = alpha / len(keys)
@@ -332,7 +340,8 @@ def judge(current: Baseline, baseline: Baseline, raw: bool = False, min_effect: 
 
 
 def _admit(current: Baseline, baseline: Baseline, same_machine: bool) -> list[str]:
-    """Whether the two may be compared at all (BaselineError when not); the warnings of the check."""
+    """Whether the two may be compared at all (BaselineError when not); the warnings of the
+    check."""
     if same_machine:
         return check_comparable(current.scenario, current.comparable, baseline)
     return check_baseline(current.scenario, current.comparable, current.machine, current.probe, baseline)
@@ -365,7 +374,8 @@ def compare_key(current: Baseline, baseline: Baseline, key: str, min_effect: flo
 
 def inconclusive_warning(rows: list[Row], current: Baseline, baseline: Baseline, key: str, alpha: float,
                          strict: bool) -> str:
-    """One line: how many cells could not be tested, with how many repeats, and what would be needed."""
+    """One line: how many cells could not be tested, with how many repeats, and what would be
+    needed."""
     n_base = min(len(baseline.cells[r.cell].samples(key)) for r in rows)
     n_cur = min(len(current.cells[r.cell].samples(key)) for r in rows)
     need = needed_repeats(n_base, alpha)

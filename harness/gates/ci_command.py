@@ -1,16 +1,18 @@
-"""`run_bench.py ci-history --gate-exit N`: after the A/B or baseline gate of a CI job (.ci/run), the history
-gate against the history a CI system keeps between jobs, one line with both verdicts and which binds, and the
-job's exit code (harness.gates.cicache has the rule).
+"""`run_bench.py ci-history --gate-exit N`: after the A/B or baseline gate of a CI job (.ci/run),
+the history gate against the history a CI system keeps between jobs, one line with both verdicts
+and which binds, and the job's exit code (harness.gates.cicache has the rule).
 
-The cache is a directory (--cache DIR, else $DLBENCH_CI_CACHE) that the CI restores before the job and saves
-after it; its history store is DIR/ci-history.sqlite. The job's own runs are in the job's store
-(--job-history FILE, the file .ci/run gives the gate as DLBENCH_HISTORY); those of the commit under test
-(--commit, else this checkout's HEAD) are judged against the cache, then appended to it when the job passes.
+The cache is a directory (--cache DIR, else $DLBENCH_CI_CACHE) that the CI restores before the job
+and saves after it; its history store is DIR/ci-history.sqlite. The job's own runs are in the job's
+store (--job-history FILE, the file .ci/run gives the gate as DLBENCH_HISTORY); those of the commit
+under test (--commit, else this checkout's HEAD) are judged against the cache, then appended to it
+when the job passes.
 
-Without a cache: one line, the gate's exit code stands alone (its 5, NOT RUN: it measured nothing, is named
-and fails nothing by itself: the job exits 0). A cache of another machine's runs, one too short
-to judge, one that cannot be read (damaged, newer, locked), or a job that recorded no run: one line, NOT RUN,
-never a failure. A cache path that is a file or cannot be made: exit 2 with the remedy.
+Without a cache: one line, the gate's exit code stands alone (its 5, NOT RUN: it measured nothing,
+is named and fails nothing by itself: the job exits 0). A cache of another machine's runs, one too
+short to judge, one that cannot be read (damaged, newer, locked), or a job that recorded no run:
+one line, NOT RUN, never a failure. A cache path that is a file or cannot be made: exit 2 with the
+remedy.
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 @dataclass(frozen=True)
 class CiHistoryRequest:
-    """`run_bench.py ci-history`: the A/B or baseline gate's exit code, the cache directory (None: no cache),
-    the job's history store, the commit under test ("": this checkout's HEAD) and the history gate's settings."""
+    """`run_bench.py ci-history`: the A/B or baseline gate's exit code, the cache directory (None:
+    no cache), the job's history store, the commit under test ("": this checkout's HEAD) and the
+    history gate's settings."""
 
     gate_exit: int
     cache: Path | None = None
@@ -53,7 +56,8 @@ def head_commit() -> str:
 
 
 def cache_file(cache: Path) -> Path:
-    """The cache directory's history store, the directory made when the CI restored none (a first job)."""
+    """The cache directory's history store, the directory made when the CI restored none (a first
+    job)."""
     if cache.exists() and not cache.is_dir():
         raise UsageError(f"DLBENCH_CI_CACHE={cache} is a file; set it to the directory your CI restores and "
                          f"saves between jobs (docs/ci-gate.md)")

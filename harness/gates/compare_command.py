@@ -1,5 +1,5 @@
-"""`run_bench.py compare RUN_A RUN_B`: run B against run A, cell by cell, as the CI gate compares a run with
-a baseline (each run directory read as a Baseline: harness.gates.inputs)."""
+"""`run_bench.py compare RUN_A RUN_B`: run B against run A, cell by cell, as the CI gate compares a
+run with a baseline (each run directory read as a Baseline: harness.gates.inputs)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

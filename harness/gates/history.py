@@ -1,23 +1,26 @@
-"""The history gate: a run's cells against the same cells in the last K comparable runs of the store (same
-scenario, machine fingerprint and settings hash, earlier in time), each cell by the lookback test
-(harness.history.lookback) at alpha / cells (Bonferroni: with unchanged code the chance that any cell is called
-slower stays under alpha, the family-wise rate the A/B gate's sign-flip maximum over cells holds too).
+"""The history gate: a run's cells against the same cells in the last K comparable runs of the
+store (same scenario, machine fingerprint and settings hash, earlier in time), each cell by the
+lookback test (harness.history.lookback) at alpha / cells (Bonferroni: with unchanged code the
+chance that any cell is called slower stays under alpha, the family-wise rate the A/B gate's
+sign-flip maximum over cells holds too).
 
-The figure it gates on by default (DEFAULT, "stages/decode") is the loader's timed stages' CPU per sample over
-its decode stage's, both measured in the same visit by the same thread clocks (harness.train.stagetimer): a
-ratio in which the machine's load cancels. On a shared machine a run's CPU per sample moves with the load of
-its minutes (the other processes on the same cores slow every instruction: caches, the SMT sibling), by
--39% .. +42% for loader + rank ("cpu") in 10 same-code runs, which buries a loader regression; the decode
-stage is the same library work on the same samples in every run and every cell, slowed by the load as the
-other stages are, so the ratio keeps what the code added to the loader and drops what the load added to all
-of it (docs/history.md has the measured spreads and power). What it cannot see: a regression in the decode
-stage itself (it is the reference; the "stages" figure sees it, and "cpu" one in the rank) and, in a
-workload without a decode stage (features), anything: there the gate says so and --figure cpu or stages
+The figure it gates on by default (DEFAULT, "stages/decode") is the loader's timed stages' CPU per
+sample over its decode stage's, both measured in the same visit by the same thread clocks
+(harness.train.stagetimer): a ratio in which the machine's load cancels. On a shared machine a
+run's CPU per sample moves with the load of its minutes (the other processes on the same cores slow
+every instruction: caches, the SMT sibling), by -39% .. +42% for loader + rank ("cpu") in 10
+same-code runs, which buries a loader regression; the decode stage is the same library work on the
+same samples in every run and every cell, slowed by the load as the other stages are, so the ratio
+keeps what the code added to the loader and drops what the load added to all of it (docs/history.md
+has the measured spreads and power). What it cannot see: a regression in the decode stage itself
+(it is the reference; the "stages" figure sees it, and "cpu" one in the rank) and, in a workload
+without a decode stage (features), anything: there the gate says so and --figure cpu or stages
 gates instead.
 
-A cell's value in a run is the median of its measured visits there. Exit 1 when a cell is "slower" or errored
-now where every history run measured it; fewer than MIN_RUNS comparable runs is NOT RUN, exit 0 (a fresh
-clone has no history: never a false failure). The run gated is never part of its own history.
+A cell's value in a run is the median of its measured visits there. Exit 1 when a cell is "slower"
+or errored now where every history run measured it; fewer than MIN_RUNS comparable runs is NOT RUN,
+exit 0 (a fresh clone has no history: never a false failure). The run gated is never part of its
+own history.
 """
 from __future__ import annotations
 
@@ -43,8 +46,8 @@ def _column(name: str):
 
 
 def _stored_or_ratio(name: str, top: str, bottom: str):
-    """The visit's stored figure (store version 3: the cell's own, harness.results.metrics), or for a row of an
-    older store the same ratio of its two columns."""
+    """The visit's stored figure (store version 3: the cell's own, harness.results.metrics), or for
+    a row of an older store the same ratio of its two columns."""
     ratio = _ratio(top, bottom)
 
     def value(visit):
@@ -101,7 +104,8 @@ class HistoryGate:
 
 
 def comparable_runs(db: sqlite3.Connection, run: dict, last: int, branch: str | None = None) -> list[sqlite3.Row]:
-    """The last `last` runs before `run` of its scenario, machine fingerprint and settings (and `branch`)."""
+    """The last `last` runs before `run` of its scenario, machine fingerprint and settings (and
+    `branch`)."""
     sql = ("SELECT * FROM runs WHERE scenario = ? AND machine_fp = ? AND settings_hash = ? AND run_key != ? "
            "AND time_utc < ?" + (" AND branch = ?" if branch else "") + " ORDER BY time_utc DESC, id DESC LIMIT ?")
     args = [run["scenario"], run["machine_fp"], run["settings_hash"], run["run_key"], run["time_utc"]]
@@ -144,8 +148,8 @@ def gate(db: sqlite3.Connection, run: dict, visits: list, metric: str = DEFAULT,
 
 
 def from_request(db: sqlite3.Connection, request) -> int:
-    """`run_bench.py history gate RUN_DIR` (harness.commands.history's request, handed here by harness/cli/):
-    the run directory against the store, the table printed; the gate's exit code."""
+    """`run_bench.py history gate RUN_DIR` (harness.commands.history's request, handed here by
+    harness/cli/): the run directory against the store, the table printed; the gate's exit code."""
     figure = request.figure or DEFAULT
     if figure not in METRICS:
         raise UsageError(f"history gate --figure {figure}: the gate compares {', '.join(METRICS)}; "

@@ -1,6 +1,7 @@
-"""What the gates judge, read from run directories: one run directory as a Baseline (`run_as_baseline`, a
-one-line BaselineError, exit 3, when it is missing, incomplete or unreadable), and several runs of one tree
-merged into one Baseline (`merged`, the A/B gate's side: harness.results.baseline.merge)."""
+"""What the gates judge, read from run directories: one run directory as a Baseline
+(`run_as_baseline`, a one-line BaselineError, exit 3, when it is missing, incomplete or
+unreadable), and several runs of one tree merged into one Baseline (`merged`, the A/B gate's side:
+harness.results.baseline.merge)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,6 +35,6 @@ def run_as_baseline(run_dir: Path, role: str = "run") -> Baseline:
 
 
 def merged(dirs: list[Path], role: str) -> Baseline:
-    """The run directories of one side (`role`: "the parent", "this commit") as one Baseline, their repeats
-    in the order given."""
+    """The run directories of one side (`role`: "the parent", "this commit") as one Baseline, their
+    repeats in the order given."""
     return merge([run_as_baseline(d, f"{role} run") for d in dirs], f"{role}'s runs")

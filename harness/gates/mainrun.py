@@ -1,8 +1,8 @@
-"""The baseline gate around the main run (`--baseline FILE`, `--save-baseline FILE`): harness/cli/ hands one
-to harness.commands.bench when the request asks for it (the core imports no feature). Before anything runs the
-baseline is loaded and checked (its settings, then the machine; the probe is checked after the run); after the
-report the run is saved as a baseline and/or compared with it, its table printed and written to
-RUN_DIR/comparison.md."""
+"""The baseline gate around the main run (`--baseline FILE`, `--save-baseline FILE`): harness/cli/
+hands one to harness.commands.bench when the request asks for it (the core imports no feature).
+Before anything runs the baseline is loaded and checked (its settings, then the machine; the probe
+is checked after the run); after the report the run is saved as a baseline and/or compared with it,
+its table printed and written to RUN_DIR/comparison.md."""
 from __future__ import annotations
 
 import sys

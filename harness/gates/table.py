@@ -1,6 +1,6 @@
-"""A comparison of a run with a baseline (harness.gates.baseline) as text or markdown: the one-line verdict
-summary, then the table (a pull-request comment in markdown); a verdict of several figures as one such block
-per figure, then one line per figure."""
+"""A comparison of a run with a baseline (harness.gates.baseline) as text or markdown: the one-line
+verdict summary, then the table (a pull-request comment in markdown); a verdict of several figures
+as one such block per figure, then one line per figure."""
 from __future__ import annotations
 
 import sys
@@ -16,7 +16,8 @@ def _num(v: float | None) -> str:
 
 
 def render(comparison: Comparison, fmt: str = "text") -> str:
-    """A one-line verdict summary, then the table: "text" for a terminal, "markdown" for a PR comment."""
+    """A one-line verdict summary, then the table: "text" for a terminal, "markdown" for a PR
+    comment."""
     if fmt not in ("text", "markdown"):
         raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
     md = fmt == "markdown"
@@ -50,8 +51,8 @@ def render_verdict(verdict: Verdict, fmt: str = "text") -> str:
 
 
 def show(verdict: Verdict, markdown_path: Path | None) -> int:
-    """The text tables on stdout, each warning as one line on stderr, the markdown written to `markdown_path`
-    (None: not written); the verdict's exit code."""
+    """The text tables on stdout, each warning as one line on stderr, the markdown written to
+    `markdown_path` (None: not written); the verdict's exit code."""
     print("\n" + render_verdict(verdict, "text"))
     for warning in verdict.warnings:
         print(f"WARNING: {warning}", file=sys.stderr)

@@ -1,7 +1,8 @@
-"""The A/B gate's runs (harness.gates.ab_command; harness.gates.ab judges them): this commit's
-tree and its parent's, single-repeat runs of a scenario interleaved parent, current, current, parent, parent,
-current, ... (a balanced order: a drift of the machine during the job falls on both sides alike), each run a
-`run_bench.py` process of its own tree. The runs stop at the first that fails."""
+"""The A/B gate's runs (harness.gates.ab_command; harness.gates.ab judges them): this commit's tree
+and its parent's, single-repeat runs of a scenario interleaved parent, current, current, parent,
+parent, current, ... (a balanced order: a drift of the machine during the job falls on both sides
+alike), each run a `run_bench.py` process of its own tree. The runs stop at the first that
+fails."""
 from __future__ import annotations
 
 import os
@@ -18,8 +19,8 @@ PREFIX = "ci gate"  # the lines the gate prints begin so
 
 @dataclass(frozen=True)
 class Outcome:
-    """One single-repeat run of one tree: its exit code, its run directory (None when it wrote none), the last
-    line it printed on stderr, and its wall time."""
+    """One single-repeat run of one tree: its exit code, its run directory (None when it wrote
+    none), the last line it printed on stderr, and its wall time."""
 
     code: int
     run_dir: Path | None
@@ -32,21 +33,23 @@ Runner = Callable[[str, Path, Path], Outcome]  # (side, tree, out dir) -> the ru
 
 @dataclass(frozen=True)
 class AbRuns:
-    """Each side's run directories, in the order run; `failed`: the side and outcome of the run that ended
-    them early (None: every run finished)."""
+    """Each side's run directories, in the order run; `failed`: the side and outcome of the run
+    that ended them early (None: every run finished)."""
 
     dirs: dict[str, list[Path]] = field(default_factory=lambda: {PARENT: [], CURRENT: []})
     failed: tuple[str, Outcome] | None = None
 
 
 def interleaved(runs: int) -> list[str]:
-    """The order of 2 x `runs` runs: parent, current, current, parent, parent, current, ... (ABBA pairs)."""
+    """The order of 2 x `runs` runs: parent, current, current, parent, parent, current, ... (ABBA
+    pairs)."""
     return [side for i in range(runs) for side in ((PARENT, CURRENT) if i % 2 == 0 else (CURRENT, PARENT))]
 
 
 def bench_runner(scenario: str, data_dir: Path, python: str = sys.executable, timeout_s: float = 300.0) -> Runner:
-    """Runs `run_bench.py --scenario SCENARIO --repeats 1 --quiet` of a tree (its own harness first on the
-    path), with the one --data-dir (a materialisation is keyed by a hash: generated once for both trees)."""
+    """Runs `run_bench.py --scenario SCENARIO --repeats 1 --quiet` of a tree (its own harness first
+    on the path), with the one --data-dir (a materialisation is keyed by a hash: generated once for
+    both trees)."""
 
     def run(side: str, tree: Path, out: Path) -> Outcome:
         out.mkdir(parents=True, exist_ok=True)
@@ -69,16 +72,16 @@ def bench_runner(scenario: str, data_dir: Path, python: str = sys.executable, ti
 
 
 def outcome(code: int, stderr: str | None, out: Path, before: set[Path], wall_s: float) -> Outcome:
-    """A finished run's Outcome: the newest run directory under `out` not in `before` that has a cells.jsonl,
-    and the last line of stderr that is not the "results:" line."""
+    """A finished run's Outcome: the newest run directory under `out` not in `before` that has a
+    cells.jsonl, and the last line of stderr that is not the "results:" line."""
     new = sorted(d for d in out.iterdir() if d not in before and (d / "cells.jsonl").is_file())
     lines = [ln.strip() for ln in (stderr or "").splitlines() if ln.strip() and not ln.startswith("results:")]
     return Outcome(code, new[-1] if new else None, lines[-1] if lines else "", wall_s)
 
 
 def measure(parent_root: Path, current_root: Path, out_dir: Path, runs: int, runner: Runner) -> AbRuns:
-    """The interleaved runs, each under OUT_DIR/<side>, one progress line each on stderr; the first that fails
-    (an exit code, or no run directory) ends them."""
+    """The interleaved runs, each under OUT_DIR/<side>, one progress line each on stderr; the first
+    that fails (an exit code, or no run directory) ends them."""
     roots = {PARENT: Path(parent_root), CURRENT: Path(current_root)}
     done = AbRuns()
     order = interleaved(runs)

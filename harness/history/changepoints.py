@@ -1,21 +1,24 @@
-"""Pure: where a figure stepped across commits, how far (with an interval), and a slow drift (no I/O).
+"""Pure: where a figure stepped across commits, how far (with an interval), and a slow drift (no
+I/O).
 
-Input: the runs of one figure in commit order, each (commit, value); a commit may have several runs. On the log
-of the figure (a change is a factor):
+Input: the runs of one figure in commit order, each (commit, value); a commit may have several
+runs. On the log of the figure (a change is a factor):
 
-- **Steps**: the piecewise-constant fit with the fewest squared residuals plus a penalty per step (optimal
-  partitioning by dynamic programming, exact; asv's step detection fits the same kind of model), steps only
-  between commits, every segment at least MIN_SEGMENT runs. The penalty is BIC's, 2 sigma^2 log n, with sigma
-  estimated from successive differences between runs (their median absolute value, which a few steps hardly
-  move; their mean where most are 0), so that pure noise gives no step; a figure equal in every run has none.
-  Each step's size is the ratio of the geometric means of the NEAR runs on either side of it (fewer where a
-  segment is shorter: a drift beside the step then biases it little), with a 95% Welch interval on the log
-  values; a step whose interval holds 1 (no change) is not reported.
-- **Drift**: within each segment of at least MIN_DRIFT commits, the least-squares slope of the log value on
-  the commit's position, its 95% interval, and the change over the segment (exp(slope x commits)); a drift is
-  reported when the interval excludes 0 and the change is at least `min_effect`. A drift the fit cut into
-  one or more steps one way is taken back into one segment when a line fits it as well (its squared residuals
-  plus one penalty, against the pieces' plus one penalty per step), and reported as a drift, not as steps.
+- **Steps**: the piecewise-constant fit with the fewest squared residuals plus a penalty per step
+  (optimal partitioning by dynamic programming, exact; asv's step detection fits the same kind of
+  model), steps only between commits, every segment at least MIN_SEGMENT runs. The penalty is
+  BIC's, 2 sigma^2 log n, with sigma estimated from successive differences between runs (their
+  median absolute value, which a few steps hardly move; their mean where most are 0), so that pure
+  noise gives no step; a figure equal in every run has none. Each step's size is the ratio of the
+  geometric means of the NEAR runs on either side of it (fewer where a segment is shorter: a drift
+  beside the step then biases it little), with a 95% Welch interval on the log values; a step whose
+  interval holds 1 (no change) is not reported.
+- **Drift**: within each segment of at least MIN_DRIFT commits, the least-squares slope of the log
+  value on the commit's position, its 95% interval, and the change over the segment (exp(slope x
+  commits)); a drift is reported when the interval excludes 0 and the change is at least
+  `min_effect`. A drift the fit cut into one or more steps one way is taken back into one segment
+  when a line fits it as well (its squared residuals plus one penalty, against the pieces' plus one
+  penalty per step), and reported as a drift, not as steps.
 """
 from __future__ import annotations
 
@@ -63,7 +66,8 @@ def _cost(prefix: list[float], prefix2: list[float], i: int, j: int) -> float:
 
 
 def segments(logs: list[float], cuts_allowed: list[int], penalty: float) -> list[int]:
-    """The start indices of the best segments (optimal partitioning), cuts only at `cuts_allowed`."""
+    """The start indices of the best segments (optimal partitioning), cuts only at
+    `cuts_allowed`."""
     n = len(logs)
     prefix, prefix2 = [0.0], [0.0]
     for x in logs:
@@ -116,9 +120,9 @@ def _line_cost(x: list[int], y: list[float]) -> float:
 
 
 def _ramps(starts: list[int], logs: list[float], positions: list[int], penalty: float) -> list[tuple[int, int]]:
-    """Runs of one or more steps one way that a line fits as well (its squared residuals plus one penalty for
-    the slope, against the pieces' plus one per step): a drift cut into steps. (first, last) segment indices,
-    the longest first, never overlapping."""
+    """Runs of one or more steps one way that a line fits as well (its squared residuals plus one
+    penalty for the slope, against the pieces' plus one per step): a drift cut into steps. (first,
+    last) segment indices, the longest first, never overlapping."""
     chosen: list[tuple[int, int]] = []
     n = len(starts) - 1  # segments
     means = [sum(logs[a:b]) / (b - a) for a, b in zip(starts, starts[1:])]
@@ -139,7 +143,8 @@ def _ramps(starts: list[int], logs: list[float], positions: list[int], penalty: 
 
 
 def change_points(runs: list[tuple[str, float]], min_effect: float = 0.05) -> tuple[list[Step], list[Drift]]:
-    """The steps and drifts of a figure over `runs`, (commit, value) in commit order (positive values)."""
+    """The steps and drifts of a figure over `runs`, (commit, value) in commit order (positive
+    values)."""
     runs = [(c, v) for c, v in runs if v and v > 0]
     logs = [math.log(v) for _, v in runs]
     commits = [c for c, _ in runs]

@@ -1,8 +1,8 @@
-"""The static HTML dashboard (`history html OUT_DIR`): index.html and one page per scenario, each machine of it
-in its own section, named: every cell's throughput, AU and loader + rank CPU per sample over commits (each
-commit's interval drawn, harness.history.series), each axis's effect over commits (each run's fit and
-interval), the change points marked (harness.history.changepoints). Inline SVG and one inline style sheet: no
-script, no network, no CDN; it opens from the file."""
+"""The static HTML dashboard (`history html OUT_DIR`): index.html and one page per scenario, each
+machine of it in its own section, named: every cell's throughput, AU and loader + rank CPU per
+sample over commits (each commit's interval drawn, harness.history.series), each axis's effect over
+commits (each run's fit and interval), the change points marked (harness.history.changepoints).
+Inline SVG and one inline style sheet: no script, no network, no CDN; it opens from the file."""
 from __future__ import annotations
 
 import hashlib
@@ -72,8 +72,9 @@ PLAIN_NAME = 64  # a scenario name this long or shorter, of safe characters only
 
 
 def _file_name(scenario: str) -> str:
-    """The scenario's page: its name where that is safe, short and not the index's; else a safe prefix and a
-    hash of the whole name after a "~", which a plain name cannot hold, so two scenarios never share a page."""
+    """The scenario's page: its name where that is safe, short and not the index's; else a safe
+    prefix and a hash of the whole name after a "~", which a plain name cannot hold, so two
+    scenarios never share a page."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in scenario)
     if safe == scenario and 0 < len(scenario) <= PLAIN_NAME and scenario.lower() != "index" \
             and not scenario.startswith("."):

@@ -1,7 +1,9 @@
-"""The history store: one SQLite file (the standard library's sqlite3), one row per run, per cell visit and per
-effect, versioned like every file the harness writes (harness.results.fileformat's conventions).
+"""The history store: one SQLite file (the standard library's sqlite3), one row per run, per cell
+visit and per effect, versioned like every file the harness writes (harness.results.fileformat's
+conventions).
 
-Tables (version 3; version 1 lacked the visits' two stage figures, version 2 their three gate figures):
+Tables (version 3; version 1 lacked the visits' two stage figures, version 2 their three gate
+figures):
 
     meta(key, value)      "schema" -> the store's version (VERSION_KEY; a store without it is version 1)
     runs                  one row per run: run_key (unique: a run added twice is skipped), run_dir, commit_id,
@@ -19,11 +21,11 @@ Tables (version 3; version 1 lacked the visits' two stage figures, version 2 the
     effects               one row per effect of effects.jsonl: run_id, figure, axis, level, reference, kind,
                           ratio, low, high, n
 
-Opening (`open_store`): a missing file is created as version 1 (TABLES) and taken through the same steps as
-an old store, so a new store and an upgraded one are one schema; an older version is upgraded in place by the
-format's chain of steps (STORE.upgrades[v]: a connection at version v to one at v + 1, in one
-transaction); a newer version, a version that is no number, or a file that is not a SQLite database is a
-ResultsError (one line naming the file and the remedy).
+Opening (`open_store`): a missing file is created as version 1 (TABLES) and taken through the same
+steps as an old store, so a new store and an upgraded one are one schema; an older version is
+upgraded in place by the format's chain of steps (STORE.upgrades[v]: a connection at version v to
+one at v + 1, in one transaction); a newer version, a version that is no number, or a file that is
+not a SQLite database is a ResultsError (one line naming the file and the remedy).
 """
 from __future__ import annotations
 
@@ -46,7 +48,8 @@ STORE_HISTORY = {
 
 
 def _stage_columns(db: sqlite3.Connection) -> sqlite3.Connection:
-    """Version 1 -> 2: the visits' stage figures and outside load, null for the runs already in the store."""
+    """Version 1 -> 2: the visits' stage figures and outside load, null for the runs already in the
+    store."""
     for column in ("loader_stages_cpu", "decode_cpu", "other_cpu_pct"):
         db.execute(f"ALTER TABLE visits ADD COLUMN {column} REAL")
     return db
@@ -105,8 +108,9 @@ def _version(db: sqlite3.Connection, where: str) -> int | None:
 
 
 def open_store(path: str | Path, fmt: FileFormat = STORE, create: bool = True) -> sqlite3.Connection:
-    """The store at `path`, at `fmt`'s version: created when missing (with `create`), an older one upgraded in
-    place. A ResultsError (one line) for a newer store, a damaged file or a path that cannot be opened."""
+    """The store at `path`, at `fmt`'s version: created when missing (with `create`), an older one
+    upgraded in place. A ResultsError (one line) for a newer store, a damaged file or a path that
+    cannot be opened."""
     path = Path(path)
     if path.is_dir():
         raise ResultsError(f"history store {path} is a directory; pass a file path (e.g. {path / 'history.sqlite'})")
@@ -132,8 +136,8 @@ def open_store(path: str | Path, fmt: FileFormat = STORE, create: bool = True) -
 
 
 def _settle_version(db: sqlite3.Connection, fmt: FileFormat, where: str) -> None:
-    """Create or upgrade the store under a write lock taken before its version is read, so that two processes
-    opening one new (or old) store at once create (or upgrade) it once."""
+    """Create or upgrade the store under a write lock taken before its version is read, so that two
+    processes opening one new (or old) store at once create (or upgrade) it once."""
     db.execute("BEGIN IMMEDIATE")
     try:
         found = _version(db, where)
@@ -153,8 +157,9 @@ def _settle_version(db: sqlite3.Connection, fmt: FileFormat, where: str) -> None
 
 
 def _check_layout(db: sqlite3.Connection, where: str) -> None:
-    """The store's pages read back (quick_check) and its tables hold the columns this harness writes: a damaged
-    file or another program's tables under the same names is one line, not an error at the first query."""
+    """The store's pages read back (quick_check) and its tables hold the columns this harness
+    writes: a damaged file or another program's tables under the same names is one line, not an
+    error at the first query."""
     if db.execute("PRAGMA quick_check(1)").fetchone()[0] != "ok":
         raise ResultsError(f"{where} is damaged (SQLite's quick_check fails); {REMEDY}")
     first = tuple(c for c in VISIT_COLUMNS if c not in OPTIONAL_VISIT_COLUMNS)  # what every version's visits hold
@@ -178,8 +183,9 @@ def has_run(db: sqlite3.Connection, run_key: str) -> bool:
 
 
 def insert_run(db: sqlite3.Connection, run: dict, visits: list[dict], effects: list[dict]) -> int | None:
-    """One run with its visits and effects, in one transaction; None when the run is in the store already (also
-    when another process added it a moment ago). A store locked longer than LOCK_WAIT_S is a ResultsError."""
+    """One run with its visits and effects, in one transaction; None when the run is in the store
+    already (also when another process added it a moment ago). A store locked longer than
+    LOCK_WAIT_S is a ResultsError."""
     if has_run(db, run["run_key"]):
         return None
     try:

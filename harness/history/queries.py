@@ -1,5 +1,6 @@
-"""The questions a person asks of the history, as text: `history list`, `show CELL|AXIS`, `compare A B` and
-`steps` (harness.history.series reads the store, harness.history.changepoints finds the change points)."""
+"""The questions a person asks of the history, as text: `history list`, `show CELL|AXIS`, `compare
+A B` and `steps` (harness.history.series reads the store, harness.history.changepoints finds the
+change points)."""
 from __future__ import annotations
 
 import sqlite3
@@ -38,7 +39,8 @@ def _cells_matching(cells: list[str], what: str) -> list[str]:
 
 
 def show_text(db: sqlite3.Connection, what: str, scenario: str | None, figure: str) -> str:
-    """A cell's (or every cell's containing WHAT) figure over commits, or an axis's effect over commits."""
+    """A cell's (or every cell's containing WHAT) figure over commits, or an axis's effect over
+    commits."""
     series.column_of(figure)
     out = []
     for (sc, fp), runs in sorted(series.groups(db, scenario).items()):
@@ -89,7 +91,8 @@ def _commit_values(db, runs, commit: str, figure: str) -> dict[str, list[float]]
 
 
 def compare_text(db: sqlite3.Connection, commit_a: str, commit_b: str, scenario: str | None, figure: str) -> str:
-    """Every cell of commit B against commit A per scenario and machine: medians of their runs, the ratio."""
+    """Every cell of commit B against commit A per scenario and machine: medians of their runs, the
+    ratio."""
     out = []
     for (sc, fp), runs in sorted(series.groups(db, scenario).items()):
         a, b = (_commit_values(db, runs, c, figure) for c in (commit_a, commit_b))

@@ -1,12 +1,14 @@
-"""A run directory as the history store's rows: the run (commit, time, scenario, settings hash, machine
-fingerprint, verdict), one row per cell visit and one per effect. Read the way a report reads a run directory
-(harness.results.rundir, every file upgraded on read), so every run directory this harness reads can be added.
+"""A run directory as the history store's rows: the run (commit, time, scenario, settings hash,
+machine fingerprint, verdict), one row per cell visit and one per effect. Read the way a report
+reads a run directory (harness.results.rundir, every file upgraded on read), so every run directory
+this harness reads can be added.
 
-The machine fingerprint is the machine the baseline gate checks (harness.results.baseline.machine_of, its
-MACHINE_KEYS: CPU model, CPU count, cores allowed) plus the memory in whole GB, the GPUs' names and the torch
-version: runs of one fingerprint are the ones a history gate compares. The hostname is recorded, not part of
-it (CI machines of one kind get fresh hostnames). The settings hash is of env.json's `comparable` (what a
-baseline must share with a run, harness.commands.bench.comparable_of).
+The machine fingerprint is the machine the baseline gate checks
+(harness.results.baseline.machine_of, its MACHINE_KEYS: CPU model, CPU count, cores allowed) plus
+the memory in whole GB, the GPUs' names and the torch version: runs of one fingerprint are the ones
+a history gate compares. The hostname is recorded, not part of it (CI machines of one kind get
+fresh hostnames). The settings hash is of env.json's `comparable` (what a baseline must share with
+a run, harness.commands.bench.comparable_of).
 """
 from __future__ import annotations
 
@@ -71,8 +73,9 @@ def _gate_line(run_dir: Path) -> str:
 
 
 def rows_of(run_dir: str | Path, branch: str = "") -> tuple[dict, list[dict], list[dict]]:
-    """(the run, its visits, its effects) of a run directory. A ResultsError (one line) for a directory that
-    is not a run's (no env.json or cells.jsonl), or whose files are damaged or newer."""
+    """(the run, its visits, its effects) of a run directory. A ResultsError (one line) for a
+    directory that is not a run's (no env.json or cells.jsonl), or whose files are damaged or
+    newer."""
     run_dir = Path(run_dir)
     lacking = [name for name in REQUIRED if not (run_dir / name).is_file()]
     if lacking:

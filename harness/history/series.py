@@ -1,12 +1,12 @@
-"""What the queries and the dashboard read from the store: a figure of a cell (or an axis's effect) per run,
-in commit order, and grouped per commit with its interval.
+"""What the queries and the dashboard read from the store: a figure of a cell (or an axis's effect)
+per run, in commit order, and grouped per commit with its interval.
 
-Commit order is the order of each commit's first run in time (the store keeps no commit graph): on one branch
-that is the order the commits were measured in. Figures: "cpu" (loader + rank CPU s/sample), "throughput"
-(samples/s), "au" (AU %). A run's value for a cell is the median of its measured visits
-(cell_values); a commit's is the median of its runs, with the order-statistics interval
-of harness.results.stats.median_interval over its runs, or, for a commit of one run, over that run's visits
-(its label says which).
+Commit order is the order of each commit's first run in time (the store keeps no commit graph): on
+one branch that is the order the commits were measured in. Figures: "cpu" (loader + rank CPU
+s/sample), "throughput" (samples/s), "au" (AU %). A run's value for a cell is the median of its
+measured visits (cell_values); a commit's is the median of its runs, with the order-statistics
+interval of harness.results.stats.median_interval over its runs, or, for a commit of one run, over
+that run's visits (its label says which).
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ class Point:
     label: str
 
 def cell_values(visits, figure) -> dict[str, float]:
-    """cell -> the median of its measured visits' `figure` (a function of a visit; cells without a value are
-    left out)."""
+    """cell -> the median of its measured visits' `figure` (a function of a visit; cells without a
+    value are left out)."""
     by_cell: dict[str, list[float]] = {}
     for v in visits:
         value = figure(v)
@@ -94,7 +94,8 @@ def per_commit(db: sqlite3.Connection, runs: list[sqlite3.Row], cell: str, figur
 
 
 def effect_points(db: sqlite3.Connection, runs: list[sqlite3.Row], axis: str, figure: str) -> dict[str, list]:
-    """level -> [(commit, ratio, low, high)] of the axis's effect per run (the run's own fit and interval)."""
+    """level -> [(commit, ratio, low, high)] of the axis's effect per run (the run's own fit and
+    interval)."""
     fitted = EFFECT_FIGURES.get(figure, figure)
     out: dict[str, list] = {}
     for run in runs:

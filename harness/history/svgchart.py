@@ -1,7 +1,7 @@
-"""Pure: one small inline SVG chart of a figure over commits: a point per commit with its interval as a
-vertical bar, the points joined, the change points marked (a dashed line and the step's size), a drift as a
-shaded band over its commits, a reference line where given (1 for an effect's ratio). No script, no external
-resource: it renders from a file offline."""
+"""Pure: one small inline SVG chart of a figure over commits: a point per commit with its interval
+as a vertical bar, the points joined, the change points marked (a dashed line and the step's size),
+a drift as a shaded band over its commits, a reference line where given (1 for an effect's ratio).
+No script, no external resource: it renders from a file offline."""
 from __future__ import annotations
 
 from dataclasses import dataclass

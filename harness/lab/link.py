@@ -1,20 +1,22 @@
-"""The shaped network between the ranks and the object store: a network namespace the project creates for the
-server, joined to this machine by a veth pair, shaped with the kernel's own traffic control on both ends, and
-removed on any exit.
+"""The shaped network between the ranks and the object store: a network namespace the project
+creates for the server, joined to this machine by a veth pair, shaped with the kernel's own traffic
+control on both ends, and removed on any exit.
 
-``ShapedLink(Shape(latency_ms, bandwidth_mb_s, loss_pct))`` is a context manager. Entering it creates the
-namespace ``dlbench-<pid>``, the veth pair ``dlb<pid>h`` (this side) / ``dlb<pid>n`` (the namespace's side) with
-addresses in the private /30 ``10.213.<k>.0/30`` (k from the pid, the first not already routed here), and one
-root qdisc on each end's egress: requests leave through the host end, responses through the namespace end, so
-each direction is shaped. The ranks' own traffic (gloo on loopback) never crosses the veth: it is never shaped.
+``ShapedLink(Shape(latency_ms, bandwidth_mb_s, loss_pct))`` is a context manager. Entering it
+creates the namespace ``dlbench-<pid>``, the veth pair ``dlb<pid>h`` (this side) / ``dlb<pid>n``
+(the namespace's side) with addresses in the private /30 ``10.213.<k>.0/30`` (k from the pid, the
+first not already routed here), and one root qdisc on each end's egress: requests leave through the
+host end, responses through the namespace end, so each direction is shaped. The ranks' own traffic
+(gloo on loopback) never crosses the veth: it is never shaped.
 
-What each setting does, per direction: ``latency_ms`` / 2 of delay (so the round trip gains latency_ms),
-``bandwidth_mb_s`` MB/s (10^6 bytes) of rate, ``loss_pct`` % of packets dropped. With the kernel's ``netem``
-qdisc all three are one ``netem`` qdisc; a kernel without ``sch_netem`` (tc answers "Specified qdisc kind is
-unknown") still has ``tbf``, which shapes bandwidth alone: a latency or loss asked for there is one line naming
-the kernel's lack and the remedy. Leaving the link (or the interpreter exiting: atexit) deletes the namespace,
-which takes the veth pair and both qdiscs with it; ``leftovers()`` lists any namespace, link or qdisc of the
-project's still present (the check that nothing is left behind).
+What each setting does, per direction: ``latency_ms`` / 2 of delay (so the round trip gains
+latency_ms), ``bandwidth_mb_s`` MB/s (10^6 bytes) of rate, ``loss_pct`` % of packets dropped. With
+the kernel's ``netem`` qdisc all three are one ``netem`` qdisc; a kernel without ``sch_netem`` (tc
+answers "Specified qdisc kind is unknown") still has ``tbf``, which shapes bandwidth alone: a
+latency or loss asked for there is one line naming the kernel's lack and the remedy. Leaving the
+link (or the interpreter exiting: atexit) deletes the namespace, which takes the veth pair and both
+qdiscs with it; ``leftovers()`` lists any namespace, link or qdisc of the project's still present
+(the check that nothing is left behind).
 """
 from __future__ import annotations
 
@@ -64,7 +66,8 @@ def missing_tools() -> str:
 
 
 def has_netem() -> bool:
-    """Whether this kernel has the netem qdisc (probed on a dummy link of our own, removed at once)."""
+    """Whether this kernel has the netem qdisc (probed on a dummy link of our own, removed at
+    once)."""
     name = f"{LINK_PREFIX}{os.getpid()}p"
     if _ip("link", "add", name, "type", "dummy", check=False).returncode != 0:
         return False
@@ -107,7 +110,8 @@ def _subnet_index(pid: int) -> int:
 
 
 class ShapedLink:
-    """A namespace for the object server, its veth pair, addresses and qdiscs; removed on leaving."""
+    """A namespace for the object server, its veth pair, addresses and qdiscs; removed on
+    leaving."""
 
     def __init__(self, shape: Shape = Shape()):
         why = missing_tools()
@@ -168,7 +172,8 @@ class ShapedLink:
         return out
 
     def remove(self) -> None:
-        """Delete the namespace (its veth end and qdisc go with it) and this side's end; idempotent."""
+        """Delete the namespace (its veth end and qdisc go with it) and this side's end;
+        idempotent."""
         if not self.created:
             return
         self.created = False
@@ -195,8 +200,8 @@ def alive(pid: int) -> bool:
 
 
 def remove_dead() -> list[str]:
-    """The namespaces and links of runs whose process is gone (a SIGKILL or the OOM killer leaves them: no exit
-    handler ran), removed; what was removed. A live run's are never touched."""
+    """The namespaces and links of runs whose process is gone (a SIGKILL or the OOM killer leaves
+    them: no exit handler ran), removed; what was removed. A live run's are never touched."""
     removed = []
     for name in _ip("netns", "list", check=False).stdout.split():
         pid = name[len(PREFIX):]

@@ -1,16 +1,17 @@
-"""The project's own S3-compatible object store: moto's server mode, started on this machine, waited for, its
-bucket created, and stopped on any exit.
+"""The project's own S3-compatible object store: moto's server mode, started on this machine,
+waited for, its bucket created, and stopped on any exit.
 
-``ObjectServer(bucket)`` is a context manager. Entering it starts ``python -m moto.server`` bound to loopback on
-a free port (or, given ``netns`` and ``host``, inside that network namespace on that address: see
-harness.lab.link), in a session of its own; waits until it answers HTTP; creates the bucket. Leaving it,
-the interpreter exiting (atexit) or SIGTERM / SIGINT (``stop_on_signals``) stops the server: SIGTERM to its
-process group, SIGKILL after 5 s. ``env()`` is the standard AWS environment a client reads (endpoint, region,
-keys), so every S3 client, in this process and in the ranks it starts, finds the server the standard way.
+``ObjectServer(bucket)`` is a context manager. Entering it starts ``python -m moto.server`` bound
+to loopback on a free port (or, given ``netns`` and ``host``, inside that network namespace on that
+address: see harness.lab.link), in a session of its own; waits until it answers HTTP; creates the
+bucket. Leaving it, the interpreter exiting (atexit) or SIGTERM / SIGINT (``stop_on_signals``)
+stops the server: SIGTERM to its process group, SIGKILL after 5 s. ``env()`` is the standard AWS
+environment a client reads (endpoint, region, keys), so every S3 client, in this process and in the
+ranks it starts, finds the server the standard way.
 
-``request_cost(server)`` measures the server's own cost per request (a small GET from this machine on an
-unshaped path: the wall time per request and the server process's CPU seconds per request, from
-/proc/PID/stat), so that a figure bound by the server is never read as the network's.
+``request_cost(server)`` measures the server's own cost per request (a small GET from this machine
+on an unshaped path: the wall time per request and the server process's CPU seconds per request,
+from /proc/PID/stat), so that a figure bound by the server is never read as the network's.
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def allowed_host(host: str, namespace_hosts: tuple[str, ...] = ()) -> bool:
 
 
 class ObjectServer:
-    """moto's S3 server on ``host``:``port`` (loopback and a free port by default), optionally inside the
-    network namespace ``netns``; ``bucket`` created once it answers."""
+    """moto's S3 server on ``host``:``port`` (loopback and a free port by default), optionally
+    inside the network namespace ``netns``; ``bucket`` created once it answers."""
 
     def __init__(self, bucket: str = "dlbench", host: str = "127.0.0.1", port: int = 0, netns: str = ""):
         if not allowed_host(host, (host,) if netns else ()):
@@ -167,8 +168,8 @@ def remove_dead_logs() -> list[Path]:
 
 
 def _die_with_parent() -> None:
-    """In the server's process before exec: SIGTERM when the process that started it dies, even by SIGKILL
-    (prctl PR_SET_PDEATHSIG; kept across exec), so that no server outlives its run."""
+    """In the server's process before exec: SIGTERM when the process that started it dies, even by
+    SIGKILL (prctl PR_SET_PDEATHSIG; kept across exec), so that no server outlives its run."""
     import ctypes
 
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
@@ -182,8 +183,8 @@ def _signal_group(pid: int, sig: int) -> None:
 
 
 class stop_on_signals:  # noqa: N801  (a context manager used like a function)
-    """Within it SIGTERM and SIGINT raise SystemExit, so that every ``with``/``finally``/atexit that stops what
-    the project started runs; the previous handlers come back after."""
+    """Within it SIGTERM and SIGINT raise SystemExit, so that every ``with``/``finally``/atexit
+    that stops what the project started runs; the previous handlers come back after."""
 
     def __enter__(self):
         self._old = {s: signal.signal(s, self._raise) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -232,8 +233,9 @@ def _timed_gets(endpoint: str, bucket: str, requests: int, size: int) -> float:
 
 
 def request_cost(server: ObjectServer, requests: int = 200, size: int = 1024) -> RequestCost:
-    """The server's own cost per small GET, measured now (see the module's docstring). With the server in a
-    namespace the probe client runs inside it too (its traffic crosses the namespace's loopback, unshaped)."""
+    """The server's own cost per small GET, measured now (see the module's docstring). With the
+    server in a namespace the probe client runs inside it too (its traffic crosses the namespace's
+    loopback, unshaped)."""
     cpu0 = _cpu_seconds(server.process.pid)
     if server.netns:
         code = ("import sys; from harness.lab.server import _timed_gets; "

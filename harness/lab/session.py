@@ -1,6 +1,6 @@
-"""A scenario's remote store: the [remote] table read and checked, and the session that starts what it needs
-(the shaped link, the object server inside it, the AWS environment pointing at it) and stops all of it on any
-exit.
+"""A scenario's remote store: the [remote] table read and checked, and the session that starts what
+it needs (the shaped link, the object server inside it, the AWS environment pointing at it) and
+stops all of it on any exit.
 
     [remote]
     latency_ms = 20        # added round trip (half each way); needs the kernel's netem
@@ -9,12 +9,13 @@ exit.
     bucket = "dlbench"     # the bucket the project's server creates; the storages' url names it
     namespace = true       # the server in a network namespace of the project's (false: on loopback, unshaped)
 
-``session(settings)`` is a context manager: with ``namespace`` it creates a ShapedLink (harness.lab.link)
-and starts the ObjectServer (harness.lab.server) inside it on the namespace's address, else on loopback;
-sets the AWS environment (endpoint, region, keys) in ``os.environ`` so the ranks it starts inherit it; measures
-the server's own cost per request; and on leaving (an exception, SIGTERM or SIGINT: ``stop_on_signals``)
-stops the server, removes the link and puts the environment back. ``Session.header()`` is the lines a run's
-header prints: the shape, the qdiscs as tc shows them, the server's own cost.
+``session(settings)`` is a context manager: with ``namespace`` it creates a ShapedLink
+(harness.lab.link) and starts the ObjectServer (harness.lab.server) inside it on the namespace's
+address, else on loopback; sets the AWS environment (endpoint, region, keys) in ``os.environ`` so
+the ranks it starts inherit it; measures the server's own cost per request; and on leaving (an
+exception, SIGTERM or SIGINT: ``stop_on_signals``) stops the server, removes the link and puts the
+environment back. ``Session.header()`` is the lines a run's header prints: the shape, the qdiscs as
+tc shows them, the server's own cost.
 """
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ class RemoteSettings:
 
 
 def settings(path: Path | str, raw: Any) -> RemoteSettings | None:
-    """The [remote] table typed and checked (None when the scenario has none); one line per mistake."""
+    """The [remote] table typed and checked (None when the scenario has none); one line per
+    mistake."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -131,7 +133,8 @@ def session(remote: RemoteSettings, measure_cost: bool = True) -> Iterator[Sessi
 
 
 def remove_dead_runs() -> list[str]:
-    """What killed remote runs left (their namespaces and links where this process may remove them: root with
-    ip; their moto logs), removed before any run; one line each. A live run's are never touched."""
+    """What killed remote runs left (their namespaces and links where this process may remove them:
+    root with ip; their moto logs), removed before any run; one line each. A live run's are never
+    touched."""
     removed = [] if missing_tools() else remove_dead()
     return removed + [f"log {p}" for p in remove_dead_logs()]

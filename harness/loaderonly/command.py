@@ -1,7 +1,7 @@
-"""``--loader-only`` (harness/cli/ dispatches the bench request here): each storage's read path measured
-(harness.loaderonly.readpath) beside a RAM gather and the article's per-row reads, its rows written to
-``loader.jsonl`` (and ``decode.jsonl``: decode + resize per image by source size, for the pixels fields) in a
-run directory, and the tables printed (harness.loaderonly.tables)."""
+"""``--loader-only`` (harness/cli/ dispatches the bench request here): each storage's read path
+measured (harness.loaderonly.readpath) beside a RAM gather and the article's per-row reads, its
+rows written to ``loader.jsonl`` (and ``decode.jsonl``: decode + resize per image by source size,
+for the pixels fields) in a run directory, and the tables printed (harness.loaderonly.tables)."""
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +28,8 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
         batches: int = 400, cold_batches: int = 8, seed: int = 0,
         progress: bool = False) -> tuple[list[LoaderRow], list[DecodeRow]]:
     """Time every storage's read path (and the two references) per fields and cache state; write
-    ``loader.jsonl`` (and ``decode.jsonl`` for pixels) in ``run_dir``; the rows and the decode rows."""
+    ``loader.jsonl`` (and ``decode.jsonl`` for pixels) in ``run_dir``; the rows and the decode
+    rows."""
     rows, decode = benchmark(scenario, data_dir, cache_states, workloads=workloads, batch_size=batch_size,
                              seconds=seconds, batches=batches, cold_batches=cold_batches, seed=seed,
                              progress=progress)
@@ -41,8 +42,9 @@ def run(scenario: Scenario, data_dir: Path, run_dir: Path, cache_states: Sequenc
 
 
 def main(request: BenchRequest) -> int:
-    """The scenario and its cells settled as the main run settles them (harness.run.settle: --dry-run lists
-    them), then the read path of each storage of the selected cells (--only, --exclude)."""
+    """The scenario and its cells settled as the main run settles them (harness.run.settle:
+    --dry-run lists them), then the read path of each storage of the selected cells (--only,
+    --exclude)."""
     settled = settle.prepare(request)
     if settled is None:
         return EXIT_OK
@@ -52,8 +54,8 @@ def main(request: BenchRequest) -> int:
 
 
 def run_loader_only(request: BenchRequest, sc: Scenario) -> int:
-    """Each storage's read path alone, beside a RAM gather and the article's per-row reads, into a new run
-    directory; the tables printed."""
+    """Each storage's read path alone, beside a RAM gather and the article's per-row reads, into a
+    new run directory; the tables printed."""
     argv = list(request.argv)
     run_dir = rundir.new_run_dir(request.out, f"{sc.name}-loader")
     env = Environment.capture(argv, {"mode": "loader-only", "accelerator": None, "world_size": 1})

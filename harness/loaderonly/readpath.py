@@ -1,27 +1,31 @@
-"""The read-path benchmark of ``--loader-only``: the read path alone, per storage, against the machine's limit
-and the articles' code.
+"""The read-path benchmark of ``--loader-only``: the read path alone, per storage, against the
+machine's limit and the articles' code.
 
-For each storage of the scenario's matrix (and each workload's fields), in this one process: random batches
-of the scenario's batch size read through ``reader.read_batch``, with a warm page cache (every file pre-read)
-and a cold one (before each timed batch the reader is closed, its files dropped from the page cache, the
-reader reopened and the files dropped again, so only the batch's own data comes from the device). No
-training, no DataLoader, no decode. Two reference rows are measured in the same run on the same batches
-(the sources and the timing loop: harness.loaderonly.sources):
+For each storage of the scenario's matrix (and each workload's fields), in this one process: random
+batches of the scenario's batch size read through ``reader.read_batch``, with a warm page cache
+(every file pre-read) and a cold one (before each timed batch the reader is closed, its files
+dropped from the page cache, the reader reopened and the files dropped again, so only the batch's
+own data comes from the device). No training, no DataLoader, no decode. Two reference rows are
+measured in the same run on the same batches (the sources and the timing loop:
+harness.loaderonly.sources):
 
-* ``ref-ram-gather``: the limit. The same fields already in RAM, gathered with one fancy index per array.
-* ``ref-article-hdf5``: the first article's Dataset: its own HDF5 file, written the article's way from the
-  same samples (``<key>-article.h5`` in the data directory, written once), then ``dataset[i]`` per row and
-  per field. h5py's automatic chunks for those shapes are (64, 128) and (64, 96): one row spans 16 (image)
-  and 8 (text) chunks, which is much of why the article's reads are slow. Per-row reads of the hdf5
-  storage's 16-row chunks are a harder reference (tests/benchmarks: ``features-read-bs256``).
+* ``ref-ram-gather``: the limit. The same fields already in RAM, gathered with one fancy index per
+  array.
+* ``ref-article-hdf5``: the first article's Dataset: its own HDF5 file, written the article's way
+  from the same samples (``<key>-article.h5`` in the data directory, written once), then
+  ``dataset[i]`` per row and per field. h5py's automatic chunks for those shapes are (64, 128) and
+  (64, 96): one row spans 16 (image) and 8 (text) chunks, which is much of why the article's reads
+  are slow. Per-row reads of the hdf5 storage's 16-row chunks are a harder reference
+  (tests/benchmarks: ``features-read-bs256``).
 
-Each row (harness.loaderonly.rows.LoaderRow): ``storage`` (the strategy's label, or a reference name),
-``fields`` (``features`` or ``pixels``), ``cache_state``, ``batch_size``, ``samples_per_s``, ``mb_per_s``
-(bytes delivered) and ``vs_ram`` (samples/s over ``ref-ram-gather``'s, same fields and cache state, same
-run). For the pixels fields it also times decode + resize per image by source size (DecodeRow).
+Each row (harness.loaderonly.rows.LoaderRow): ``storage`` (the strategy's label, or a reference
+name), ``fields`` (``features`` or ``pixels``), ``cache_state``, ``batch_size``, ``samples_per_s``,
+``mb_per_s`` (bytes delivered) and ``vs_ram`` (samples/s over ``ref-ram-gather``'s, same fields and
+cache state, same run). For the pixels fields it also times decode + resize per image by source
+size (DecodeRow).
 
-It lives in the run wing because it needs the scenario (config), the materialisations and the page cache
-(data) and the rows it returns (results), besides the sources it times (measure).
+It lives in the run wing because it needs the scenario (config), the materialisations and the page
+cache (data) and the rows it returns (results), besides the sources it times (measure).
 """
 from __future__ import annotations
 
@@ -95,8 +99,9 @@ def article_file(spec: DatasetSpec, data_dir: Path, mmap_path: Path) -> Path:
 
 def measure_row(name: str, source: ReadSource, files: list[Path], fields_name: str, state: str,
                 batches: list[np.ndarray], seconds: float, cold_batches: int) -> LoaderRow:
-    """One source timed in one cache state: warm (the files pre-read, 3 batches of warm-up) or cold (before
-    each batch the source reopened, its files dropped from the page cache and the drop verified)."""
+    """One source timed in one cache state: warm (the files pre-read, 3 batches of warm-up) or cold
+    (before each batch the source reopened, its files dropped from the page cache and the drop
+    verified)."""
     row = LoaderRow(name, fields_name, state, len(batches[0]))
     if state == "warm" or not files:
         pagecache.warm(files)
@@ -146,7 +151,8 @@ def _pick_by_size(path: Path, count: int, per_bin: int) -> dict[int, list[bytes]
 
 
 def decode_rows(path: Path, image_size: int, count: int, per_bin: int = 40, repeats: int = 3) -> list[DecodeRow]:
-    """Decode + resize time per image, by the source's longer side, for each decoder (mmap materialisation)."""
+    """Decode + resize time per image, by the source's longer side, for each decoder (mmap
+    materialisation)."""
     rows = []
     for b, jpegs in _pick_by_size(path, count, per_bin).items():
         if not jpegs:
@@ -171,8 +177,8 @@ def benchmark(scenario: Scenario, data_dir: Path, cache_states: Sequence[str] = 
               workloads: Sequence[str] | None = None, batch_size: int | None = None, seconds: float = 1.0,
               batches: int = 400, cold_batches: int = 8, seed: int = 0,
               progress: bool = False) -> tuple[list[LoaderRow], list[DecodeRow]]:
-    """Time every storage's read path (and the two references) per fields and cache state; the rows (with
-    vs_ram) and, for the pixels fields, the decode rows."""
+    """Time every storage's read path (and the two references) per fields and cache state; the rows
+    (with vs_ram) and, for the pixels fields, the decode rows."""
     check_cache_states(cache_states)
     spec, tr = scenario.dataset, scenario.training
     bs = batch_size or tr.batch_size

@@ -1,7 +1,7 @@
-"""The lines of a --loader-only run directory: loader.jsonl (one LoaderRow per read path, fields and cache
-state) and decode.jsonl (one DecodeRow per source-size bin and decoder), each a record that owns its JSON.
-Each line carries its file's format version (LOADER_VERSION, DECODE_VERSION), read and written through
-harness.results.fileformat (LOADER, DECODE)."""
+"""The lines of a --loader-only run directory: loader.jsonl (one LoaderRow per read path, fields
+and cache state) and decode.jsonl (one DecodeRow per source-size bin and decoder), each a record
+that owns its JSON. Each line carries its file's format version (LOADER_VERSION, DECODE_VERSION),
+read and written through harness.results.fileformat (LOADER, DECODE)."""
 from __future__ import annotations
 
 import dataclasses
@@ -81,6 +81,6 @@ def write_rows(path: Path, rows: list) -> None:
 
 
 def read_rows(path: Path, kind: type) -> list:
-    """The rows of a loader.jsonl (kind LoaderRow) or decode.jsonl (DecodeRow), older versions upgraded on
-    read; a damaged or newer line is a harness.results.fileformat.ResultsError."""
+    """The rows of a loader.jsonl (kind LoaderRow) or decode.jsonl (DecodeRow), older versions
+    upgraded on read; a damaged or newer line is a harness.results.fileformat.ResultsError."""
     return fileformat.read_lines(path, FORMATS[kind], kind.from_json)

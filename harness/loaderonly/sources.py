@@ -1,18 +1,20 @@
-"""What the read-path benchmark (harness.loaderonly.readpath, ``--loader-only``) times, and how: a source's
-``read(argument(batch))`` timed alone, batch after batch. The sources:
+"""What the read-path benchmark (harness.loaderonly.readpath, ``--loader-only``) times, and how: a
+source's ``read(argument(batch))`` timed alone, batch after batch. The sources:
 
-* ``StorageReads``: a storage's reader (``reader.read_batch`` given the batch as a list of ints, as a
-  DataLoader hands it), reopenable;
-* ``RamGather``: the limit. The fields already in RAM (numpy arrays; for jpeg and caption one bytes buffer
-  with offsets), read once from the mmap materialisation, gathered with one fancy index per array (one slice
-  per sample for bytes);
-* ``ArticleHdf5``: the first article's Dataset: one h5py file opened once for single-writer-multiple-reader
-  reading, then ``dataset[i]`` per row and per field, each row wrapped with ``torch.from_numpy``;
-  ``write_article_file`` writes that file the article's way (resizable datasets, h5py's automatic
-  chunking, the latest file format, a batch of rows at a time).
+* ``StorageReads``: a storage's reader (``reader.read_batch`` given the batch as a list of ints, as
+  a DataLoader hands it), reopenable;
+* ``RamGather``: the limit. The fields already in RAM (numpy arrays; for jpeg and caption one bytes
+  buffer with offsets), read once from the mmap materialisation, gathered with one fancy index per
+  array (one slice per sample for bytes);
+* ``ArticleHdf5``: the first article's Dataset: one h5py file opened once for
+  single-writer-multiple-reader reading, then ``dataset[i]`` per row and per field, each row
+  wrapped with ``torch.from_numpy``; ``write_article_file`` writes that file the article's way
+  (resizable datasets, h5py's automatic chunking, the latest file format, a batch of rows at a
+  time).
 
 Only the read is timed: what runs before each batch (``prepare``: the cold page cache), the batch's
-conversion to what the source takes, and counting the bytes delivered are not. Imports no other wing.
+conversion to what the source takes, and counting the bytes delivered are not. Imports no other
+wing.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ ARTICLE_WRITE_BATCH = 10_000  # the article converts in batches of this many row
 
 
 def random_batches(count: int, batch_size: int, n: int, seed: int) -> list[np.ndarray]:
-    """``n`` random batches: distinct indices within a batch (with replacement when the dataset is smaller)."""
+    """``n`` random batches: distinct indices within a batch (with replacement when the dataset is
+    smaller)."""
     rng = np.random.default_rng(seed)
     replace = count < batch_size
     return [rng.choice(count, size=batch_size, replace=replace) for _ in range(n)]
@@ -38,8 +41,9 @@ def random_batches(count: int, batch_size: int, n: int, seed: int) -> list[np.nd
 def timed(source: ReadSource, batches: list[np.ndarray], prepare: Callable[[], None] | None, seconds: float,
           min_batches: int) -> tuple[float, int, int]:
     """(seconds spent in ``source.read``, samples, bytes delivered) over the batches, stopping once
-    ``seconds`` of reading and ``min_batches`` batches are done. Only the read is timed: ``prepare`` (run
-    before each batch), the batch's conversion to what the source takes, and counting the bytes are not."""
+    ``seconds`` of reading and ``min_batches`` batches are done. Only the read is timed:
+    ``prepare`` (run before each batch), the batch's conversion to what the source takes, and
+    counting the bytes are not."""
     spent, samples, nbytes = 0.0, 0, 0
     for k, batch in enumerate(batches):
         if prepare is not None:
@@ -80,7 +84,8 @@ class ReadSource:
 
 
 class StorageReads(ReadSource):
-    """A storage reader (given the batch as a list of ints, as a DataLoader hands it), reopenable."""
+    """A storage reader (given the batch as a list of ints, as a DataLoader hands it),
+    reopenable."""
 
     def __init__(self, storage, path: Path, fields: Sequence[str]):
         self.storage, self.path, self.fields = storage, path, fields
@@ -105,8 +110,8 @@ class StorageReads(ReadSource):
 
 
 class RamGather(ReadSource):
-    """The fields in RAM, read once from the mmap materialisation; a batch is one gather per array. RAM has
-    no cold state: ``reopen`` does nothing."""
+    """The fields in RAM, read once from the mmap materialisation; a batch is one gather per array.
+    RAM has no cold state: ``reopen`` does nothing."""
 
     def __init__(self, path: Path, fields: Sequence[str]):
         self.arrays = {f: np.load(path / f"{f}.npy") for f in fields if f.endswith("_emb")}
@@ -125,10 +130,11 @@ class RamGather(ReadSource):
 
 
 def write_article_file(path: Path, reader, emb_dims: dict[str, int]) -> Path:
-    """The article's HDF5 file at ``path``, written once from ``reader`` (a storage reader of every field:
-    ``len`` and ``read_batch``): datasets created empty and resizable (h5py chooses the chunks), grown and
-    written a batch at a time (the JPEG field only where the data has one). ``emb_dims``: the embedding
-    fields' widths. Written under a temporary name, then renamed; an existing file is kept."""
+    """The article's HDF5 file at ``path``, written once from ``reader`` (a storage reader of every
+    field: ``len`` and ``read_batch``): datasets created empty and resizable (h5py chooses the
+    chunks), grown and written a batch at a time (the JPEG field only where the data has one).
+    ``emb_dims``: the embedding fields' widths. Written under a temporary name, then renamed; an
+    existing file is kept."""
     path = Path(path)
     if path.exists():
         return path

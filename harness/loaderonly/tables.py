@@ -1,6 +1,6 @@
-"""The tables of ``--loader-only`` (harness.loaderonly.readpath's rows, as loader.jsonl and decode.jsonl hold them):
-the read path alone per fields, against the RAM gather and the article's reads, and decode + resize per image
-by source size."""
+"""The tables of ``--loader-only`` (harness.loaderonly.readpath's rows, as loader.jsonl and
+decode.jsonl hold them): the read path alone per fields, against the RAM gather and the article's
+reads, and decode + resize per image by source size."""
 from __future__ import annotations
 
 from harness.data.decoders import DECODERS

@@ -1,6 +1,6 @@
-"""What the visible GPUs are: name, count, memory, driver and CUDA versions (torch.cuda, NVML where pynvml
-is installed). Every call is guarded: on a machine without CUDA the answers are empty, never an error.
-The lead wires `environment()` into env.json and the baseline's comparability key."""
+"""What the visible GPUs are: name, count, memory, driver and CUDA versions (torch.cuda, NVML where
+pynvml is installed). Every call is guarded: on a machine without CUDA the answers are empty, never
+an error. The lead wires `environment()` into env.json and the baseline's comparability key."""
 from __future__ import annotations
 
 
@@ -46,8 +46,8 @@ def _nvml() -> dict:
 
 
 def environment() -> dict:
-    """The GPU facts for env.json: devices, count, names, memory, driver, CUDA runtime, cuDNN; empty lists
-    and None on a CPU-only machine."""
+    """The GPU facts for env.json: devices, count, names, memory, driver, CUDA runtime, cuDNN;
+    empty lists and None on a CPU-only machine."""
     try:
         import torch
 
@@ -62,6 +62,7 @@ def environment() -> dict:
 
 
 def comparability_key() -> dict:
-    """What makes two runs' GPUs the same for a baseline: name, count, memory, driver and CUDA versions."""
+    """What makes two runs' GPUs the same for a baseline: name, count, memory, driver and CUDA
+    versions."""
     env = environment()
     return {k: env[k] for k in ("gpu_count", "gpu_names", "gpu_memory_bytes", "driver", "cuda_runtime")}

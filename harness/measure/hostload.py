@@ -1,15 +1,17 @@
-"""Outside load: the CPU that processes outside the run used on the run's own CPUs during a visit, and steal
-time; and the run's CPU allowance (its affinity and its cgroup's quota), the cores it really has.
+"""Outside load: the CPU that processes outside the run used on the run's own CPUs during a visit,
+and steal time; and the run's CPU allowance (its affinity and its cgroup's quota), the cores it
+really has.
 
-The busy CPU comes from /proc/stat's per-CPU lines of the CPUs the run may use (sched_getaffinity: under a
-Slurm cpuset or `taskset`, other jobs on other cores are not the run's concern; user, nice, system, irq,
-softirq; guest time is inside user), the run's own from /proc/<pid>/stat of every process descending from the
-run's root process (the launcher: its ranks and their DataLoader workers), utime + stime + cutime + cstime,
-so a worker that exited and was reaped inside the tree still counts. Outside load = busy - the run's CPU, as a
-percentage of those CPUs' capacity over the visit; steal = time the hypervisor gave these vCPUs to another
-guest.
+The busy CPU comes from /proc/stat's per-CPU lines of the CPUs the run may use (sched_getaffinity:
+under a Slurm cpuset or `taskset`, other jobs on other cores are not the run's concern; user, nice,
+system, irq, softirq; guest time is inside user), the run's own from /proc/<pid>/stat of every
+process descending from the run's root process (the launcher: its ranks and their DataLoader
+workers), utime + stime + cutime + cstime, so a worker that exited and was reaped inside the tree
+still counts. Outside load = busy - the run's CPU, as a percentage of those CPUs' capacity over the
+visit; steal = time the hypervisor gave these vCPUs to another guest.
 
-A visit whose outside load passes OUTSIDE_LOAD_PCT is flagged: its figures may be another process's effect.
+A visit whose outside load passes OUTSIDE_LOAD_PCT is flagged: its figures may be another process's
+effect.
 """
 from __future__ import annotations
 
@@ -31,8 +33,9 @@ class HostTicks:
 
 
 def host_ticks(stat: str | None = None, cpus: set[int] | None = None) -> HostTicks | None:
-    """The "cpuN" lines of /proc/stat summed over `cpus` (default: the CPUs this process may run on); the
-    aggregate "cpu" line where no per-CPU line matches. None where there is no /proc/stat (not Linux)."""
+    """The "cpuN" lines of /proc/stat summed over `cpus` (default: the CPUs this process may run
+    on); the aggregate "cpu" line where no per-CPU line matches. None where there is no /proc/stat
+    (not Linux)."""
     try:
         text = stat if stat is not None else (PROC / "stat").read_text()
     except OSError:
@@ -59,8 +62,9 @@ def _ticks(line: str) -> HostTicks:
 
 
 def cpu_allowance(pid: int | str = "self", cgroup_root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """The CPUs a process may use: its affinity, capped by its cgroup's CPU quota (cgroup v2 cpu.max, or v1
-    cpu.cfs_quota_us / cpu.cfs_period_us), e.g. 8 on a 128-core host whose container has a quota of 8 CPUs."""
+    """The CPUs a process may use: its affinity, capped by its cgroup's CPU quota (cgroup v2
+    cpu.max, or v1 cpu.cfs_quota_us / cpu.cfs_period_us), e.g. 8 on a 128-core host whose container
+    has a quota of 8 CPUs."""
     try:
         cores = float(len(os.sched_getaffinity(0 if pid == "self" else int(pid))))
     except (AttributeError, OSError):
@@ -72,7 +76,8 @@ def cpu_allowance(pid: int | str = "self", cgroup_root: Path = Path("/sys/fs/cgr
 
 
 def cgroup_quota(pid: int | str = "self", cgroup_root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """CPUs' worth of quota of the process's cgroup and its ancestors (the tightest), None without one."""
+    """CPUs' worth of quota of the process's cgroup and its ancestors (the tightest), None without
+    one."""
     try:
         lines = (PROC / str(pid) / "cgroup").read_text().splitlines()
     except OSError:
@@ -119,7 +124,8 @@ def _stat_fields(pid: int) -> tuple[int, int] | None:
 
 
 def tree_ticks(root: int) -> int:
-    """CPU clock ticks of `root` and every live descendant (reaped ones are in their parent's cutime)."""
+    """CPU clock ticks of `root` and every live descendant (reaped ones are in their parent's
+    cutime)."""
     children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for entry in PROC.iterdir():
@@ -146,7 +152,8 @@ def outside_load(host0: HostTicks, host1: HostTicks, run0: int, run1: int) -> tu
 
 
 class HostLoad:
-    """start() before a visit, stop() after it: (outside load %, steal %), or (None, None) off Linux."""
+    """start() before a visit, stop() after it: (outside load %, steal %), or (None, None) off
+    Linux."""
 
     def __init__(self, root: int | None = None):
         self.root = os.getppid() if root is None else root

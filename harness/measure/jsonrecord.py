@@ -1,10 +1,11 @@
 """`JsonRecord`: the base every record with a JSON form shares: a rank's record and its parts
-(harness.measure.rankrecord) and a cells.jsonl line with its parts (harness.results.cellresult, cellparts).
+(harness.measure.rankrecord) and a cells.jsonl line with its parts (harness.results.cellresult,
+cellparts).
 
-It sits in the lowest wing, measure, because the records built there (RankRecord, in the ranks) and the
-records of the results wing both derive from it, and a wing imports only itself and the wings below it.
-It imports no other harness module. The files records are written to and read from are versioned by
-harness.results.fileformat.
+It sits in the lowest wing, measure, because the records built there (RankRecord, in the ranks) and
+the records of the results wing both derive from it, and a wing imports only itself and the wings
+below it. It imports no other harness module. The files records are written to and read from are
+versioned by harness.results.fileformat.
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 
 def plain(value: Any) -> Any:
-    """A value as JSON-ready data: records through their to_json(), lists and dicts element by element."""
+    """A value as JSON-ready data: records through their to_json(), lists and dicts element by
+    element."""
     if isinstance(value, JsonRecord):
         return value.to_json()
     if isinstance(value, list):
@@ -30,11 +32,12 @@ def plain(value: Any) -> Any:
 
 @dataclass
 class JsonRecord:
-    """A dataclass with a JSON object form. Its keys are its fields, less those in LOCAL (never written);
-    keys this version does not know are kept in `extra` and written back unchanged. A record read with
-    `from_json` writes back exactly the known keys it read (a key an older file lacks stays absent, a null
-    stays null), so a line round-trips; one built in code writes every field, those in OPTIONAL only when
-    not None. NESTED names the fields that hold another record (or a list of them)."""
+    """A dataclass with a JSON object form. Its keys are its fields, less those in LOCAL (never
+    written); keys this version does not know are kept in `extra` and written back unchanged. A
+    record read with `from_json` writes back exactly the known keys it read (a key an older file
+    lacks stays absent, a null stays null), so a line round-trips; one built in code writes every
+    field, those in OPTIONAL only when not None. NESTED names the fields that hold another record
+    (or a list of them)."""
 
     LOCAL: ClassVar[tuple[str, ...]] = ()
     OPTIONAL: ClassVar[tuple[str, ...]] = ()
@@ -84,11 +87,11 @@ class JsonRecord:
 # --- the shape of a record read back -------------------------------------------------------------------------
 
 def check_shape(cls: type, obj: Any, prefix: str = "", renamed: dict[str, str] | None = None) -> None:
-    """A JSON object read back checked against the fields of the dataclass `cls` (a JsonRecord or any other):
-    each known key's value of its field's type (an int where a float is; a nested record checked in turn)
-    and, for a field named in the class's NON_NEGATIVE, not below zero. A ValueError names the key (its path
-    from `prefix`) and the value. `renamed` maps a JSON key to its field where they differ. Keys no field
-    has are left alone (they are kept as `extra`)."""
+    """A JSON object read back checked against the fields of the dataclass `cls` (a JsonRecord or
+    any other): each known key's value of its field's type (an int where a float is; a nested
+    record checked in turn) and, for a field named in the class's NON_NEGATIVE, not below zero. A
+    ValueError names the key (its path from `prefix`) and the value. `renamed` maps a JSON key to
+    its field where they differ. Keys no field has are left alone (they are kept as `extra`)."""
     if not isinstance(obj, dict):
         raise ValueError(f"{prefix or 'the record'} = {_shown(obj)} is not a JSON object")
     hints = _hints(cls)
@@ -120,7 +123,8 @@ def _shown(value: Any) -> str:
 
 
 def _check_value(value: Any, hint: Any, where: str) -> None:
-    """`value` of the type `hint` (None, bool, int, float, str, list[X], dict[K, V], a record, a union)."""
+    """`value` of the type `hint` (None, bool, int, float, str, list[X], dict[K, V], a record, a
+    union)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return

@@ -1,36 +1,42 @@
-"""A short torch.profiler window per cell and rank (``--profile``), written for TensorBoard and Perfetto.
+"""A short torch.profiler window per cell and rank (``--profile``), written for TensorBoard and
+Perfetto.
 
 Each rank records one window (skip_first, wait, warmup, active steps; ``repeat=1``) and writes
-``<out_dir>/rank<N>.<milliseconds>.pt.trace.json``. The torch-tb-profiler plugin treats every directory holding
-``*.pt.trace.json`` files as a run (so ``results/<run>/traces/<cell>/`` is one run per cell) and derives the
-worker from the file name with ``^(.*?)(\\.\\d+)?\\.pt\\.trace\\.json(\\.gz)?$`` (torch_tb_profiler/consts.py
-WORKER_PATTERN): worker ``rank<N>``, span ``<milliseconds>``. The part after ``rank<N>`` must be all digits, or
-it becomes part of the worker name.
+``<out_dir>/rank<N>.<milliseconds>.pt.trace.json``. The torch-tb-profiler plugin treats every
+directory holding ``*.pt.trace.json`` files as a run (so ``results/<run>/traces/<cell>/`` is one
+run per cell) and derives the worker from the file name with
+``^(.*?)(\\.\\d+)?\\.pt\\.trace\\.json(\\.gz)?$`` (torch_tb_profiler/consts.py WORKER_PATTERN):
+worker ``rank<N>``, span ``<milliseconds>``. The part after ``rank<N>`` must be all digits, or it
+becomes part of the worker name.
 
-The DataLoader fix (:func:`fix_dataloader_events`): the plugin's step-time breakdown counts as "DataLoader" the
-X events named ``enumerate(DataLoader)#<iterator>.__next__`` (or ``enumerate(DataPipe)#...``)
-(profiler/event_parser.py, StepParser._parse_step). Current PyTorch records them with ``cat:
-"user_annotation"``, and torch-tb-profiler 0.4.3 drops every user_annotation event at creation except
-``ProfilerStep#N`` and gloo/nccl collectives (profiler/trace.py, create_trace_event), so DataLoader time shows
-as 0. Re-labelling exactly those events ``cat: "cpu_op"`` (what the plugin's EventTypeMap reads as an operator,
-as PyTorch used to record them) makes the plugin count them; nothing else changes, and the file stays valid
-Chrome trace JSON (``cat`` is a free-form string), so Perfetto and chrome://tracing still open it.
+The DataLoader fix (:func:`fix_dataloader_events`): the plugin's step-time breakdown counts as
+"DataLoader" the X events named ``enumerate(DataLoader)#<iterator>.__next__`` (or
+``enumerate(DataPipe)#...``) (profiler/event_parser.py, StepParser._parse_step). Current PyTorch
+records them with ``cat: "user_annotation"``, and torch-tb-profiler 0.4.3 drops every
+user_annotation event at creation except ``ProfilerStep#N`` and gloo/nccl collectives
+(profiler/trace.py, create_trace_event), so DataLoader time shows as 0. Re-labelling exactly those
+events ``cat: "cpu_op"`` (what the plugin's EventTypeMap reads as an operator, as PyTorch used to
+record them) makes the plugin count them; nothing else changes, and the file stays valid Chrome
+trace JSON (``cat`` is a free-form string), so Perfetto and chrome://tracing still open it.
 
-What the profiler costs the measured window. The trace is exported (and fixed) in :meth:`CellProfiler.__exit__`,
-after the loop, never inside ``prof.step()``: ``on_trace_ready`` only marks the trace ready. The profiler's
-first start in a process (kineto's set-up, CUPTI's on a GPU) is paid in :meth:`__enter__` by a throwaway
-session, before the warm-up steps: inside the window it took 1.27-2.07 s (4 runs on the 2-core CPU machine),
-counted as the next step's wait. What stays inside the window is the stop at the end of the active steps
-(5-36 ms there, without memory profiling). ``profile_memory`` is off by default: recording every allocation
-makes the profiled steps slower than the others (and the stop 0.5 s longer in one of two CPU runs), and the
-harness reads the device memory from the allocator's peak anyway. Run the profiler as the outermost context of
-a phase (harness.train.trainloop) so that the telemetry samplers' windows end before the export.
+What the profiler costs the measured window. The trace is exported (and fixed) in
+:meth:`CellProfiler.__exit__`, after the loop, never inside ``prof.step()``: ``on_trace_ready``
+only marks the trace ready. The profiler's first start in a process (kineto's set-up, CUPTI's on a
+GPU) is paid in :meth:`__enter__` by a throwaway session, before the warm-up steps: inside the
+window it took 1.27-2.07 s (4 runs on the 2-core CPU machine), counted as the next step's wait.
+What stays inside the window is the stop at the end of the active steps (5-36 ms there, without
+memory profiling). ``profile_memory`` is off by default: recording every allocation makes the
+profiled steps slower than the others (and the stop 0.5 s longer in one of two CPU runs), and the
+harness reads the device memory from the allocator's peak anyway. Run the profiler as the outermost
+context of a phase (harness.train.trainloop) so that the telemetry samplers' windows end before the
+export.
 
-Kernel-busy time (:func:`kernel_busy`): per profiled step (the trace's ``ProfilerStep#N`` ranges), the union
-of the GPU kernels' intervals inside it and the step's span: the GPU-busy share without the launch gaps,
-host-side syncs and hooks that the event-timed ``device`` part holds. After its export each rank writes it
-beside its trace (``rank<N>.kernel_busy.json``: {N: [busy_us, span_us]}, empty without CUDA kernels), and
-:attr:`CellProfiler.kernel_busy` keeps it for the rank's record; scripts/gpu/check_run.py reads the same.
+Kernel-busy time (:func:`kernel_busy`): per profiled step (the trace's ``ProfilerStep#N`` ranges),
+the union of the GPU kernels' intervals inside it and the step's span: the GPU-busy share without
+the launch gaps, host-side syncs and hooks that the event-timed ``device`` part holds. After its
+export each rank writes it beside its trace (``rank<N>.kernel_busy.json``: {N: [busy_us, span_us]},
+empty without CUDA kernels), and :attr:`CellProfiler.kernel_busy` keeps it for the rank's record;
+scripts/gpu/check_run.py reads the same.
 """
 from __future__ import annotations
 
@@ -46,16 +52,18 @@ from harness import safewrite
 
 
 def is_dataloader_event(event: dict) -> bool:
-    """The DataLoader-iteration events the plugin's step breakdown matches (by name, as its parser does)."""
+    """The DataLoader-iteration events the plugin's step breakdown matches (by name, as its parser
+    does)."""
     name = event.get("name") or ""
     return (name.startswith("enumerate(DataLoader)#") and name.endswith(".__next__")) \
         or name.startswith("enumerate(DataPipe)#")
 
 
 def fix_dataloader_events(path: Path | str) -> int:
-    """Re-label the trace's DataLoader-iteration events from ``user_annotation`` to ``cpu_op`` in place, so
-    torch-tb-profiler counts them as DataLoader time. Returns the number of events changed (0 when the trace
-    already uses ``cpu_op``, as older PyTorch did; running it twice changes nothing)."""
+    """Re-label the trace's DataLoader-iteration events from ``user_annotation`` to ``cpu_op`` in
+    place, so torch-tb-profiler counts them as DataLoader time. Returns the number of events
+    changed (0 when the trace already uses ``cpu_op``, as older PyTorch did; running it twice
+    changes nothing)."""
     path = Path(path)
     with path.open() as f:
         trace = json.load(f)
@@ -81,7 +89,8 @@ def union_within(intervals: list[tuple[float, float]], lo: float, hi: float) -> 
 
 
 def trace_steps(trace: dict) -> tuple[dict[int, tuple[float, float]], list[tuple[float, float]]]:
-    """({N: (start, end) of ProfilerStep#N on the host}, [(start, end) of every GPU kernel]), microseconds."""
+    """({N: (start, end) of ProfilerStep#N on the host}, [(start, end) of every GPU kernel]),
+    microseconds."""
     steps, kernels = {}, []
     for e in trace.get("traceEvents", []):
         if e.get("ph") != "X" or "dur" not in e:
@@ -95,7 +104,8 @@ def trace_steps(trace: dict) -> tuple[dict[int, tuple[float, float]], list[tuple
 
 
 def kernel_busy(trace: dict) -> dict[int, tuple[float, float]]:
-    """{N: (kernel-busy microseconds, span microseconds)} of each profiled step; {} without kernels."""
+    """{N: (kernel-busy microseconds, span microseconds)} of each profiled step; {} without
+    kernels."""
     steps, kernels = trace_steps(trace)
     if not kernels:
         return {}
@@ -105,10 +115,10 @@ def kernel_busy(trace: dict) -> dict[int, tuple[float, float]]:
 class CellProfiler:
     """torch.profiler around one cell on one rank; call :meth:`step` once per training step.
 
-    With ``out_dir=None`` nothing is profiled and :meth:`step` is a no-op (one attribute test). The window
-    is ``skip_first`` steps (e.g. the harness's warm-up steps), ``wait`` untraced steps, ``warmup`` traced but
-    discarded steps, then ``active`` recorded steps; a loop that ends inside the active part still writes
-    the steps it recorded.
+    With ``out_dir=None`` nothing is profiled and :meth:`step` is a no-op (one attribute test). The
+    window is ``skip_first`` steps (e.g. the harness's warm-up steps), ``wait`` untraced steps,
+    ``warmup`` traced but discarded steps, then ``active`` recorded steps; a loop that ends inside
+    the active part still writes the steps it recorded.
     """
 
     def __init__(self, out_dir: Path | str | None, rank: int, wait: int = 1, warmup: int = 1, active: int = 3,
@@ -151,11 +161,13 @@ class CellProfiler:
             self._prof.step()
 
     def _mark_ready(self, prof: profile) -> None:
-        """on_trace_ready, called inside prof.step() within the measured window: nothing to do there."""
+        """on_trace_ready, called inside prof.step() within the measured window: nothing to do
+        there."""
         self.trace_ready = True
 
     def _write_trace(self, prof: profile) -> None:
-        """Export under a name the plugin ignores, fix it, then rename: TensorBoard never sees a raw trace."""
+        """Export under a name the plugin ignores, fix it, then rename: TensorBoard never sees a
+        raw trace."""
         path = self.out_dir / f"rank{self.rank}.{time.time_ns() // 1_000_000}.pt.trace.json"
         tmp = path.with_name(path.name + ".raw")
         prof.export_chrome_trace(str(tmp))
@@ -172,8 +184,8 @@ _warmed: set[tuple[str, ...]] = set()  # the activity sets this process has star
 
 
 def _warm_up(activities: list) -> None:
-    """Start and stop a throwaway profiler once per process and activity set: the first start's set-up
-    (kineto, CUPTI) then happens here, before the window, not in the first profiled step."""
+    """Start and stop a throwaway profiler once per process and activity set: the first start's
+    set-up (kineto, CUPTI) then happens here, before the window, not in the first profiled step."""
     key = tuple(sorted(str(a) for a in activities))
     if key in _warmed:
         return

@@ -1,6 +1,7 @@
-"""What one rank reports of one cell: `RankRecord` (gathered to rank 0 with torch.distributed.gather_object,
-so it pickles; written as one of `ranks` in cells.jsonl; a JsonRecord, harness.measure.jsonrecord) and the five
-parts a rank's step is accounted into (`PARTS`).
+"""What one rank reports of one cell: `RankRecord` (gathered to rank 0 with
+torch.distributed.gather_object, so it pickles; written as one of `ranks` in cells.jsonl; a
+JsonRecord, harness.measure.jsonrecord) and the five parts a rank's step is accounted into
+(`PARTS`).
 
 docs/results-format.md lists every key ("Keys of a rank's record").
 """
@@ -47,9 +48,10 @@ LOADER_STAGES = tuple(s for s in STAGES if s not in RANK_STAGES)
 
 
 def window_stages(log, batch_sizes: list[int]) -> dict | None:
-    """A rank's `stages` figure: the summed stage accounts of its window's batches, from the log of every
-    batch it handed to training (harness.train.batches.StageLog; the window's batches are the last ones,
-    one per measured step that was not a shadow step). None without a log or without accounts."""
+    """A rank's `stages` figure: the summed stage accounts of its window's batches, from the log of
+    every batch it handed to training (harness.train.batches.StageLog; the window's batches are the
+    last ones, one per measured step that was not a shadow step). None without a log or without
+    accounts."""
     batches = sum(1 for n in batch_sizes if n > 0)
     if log is None or not batches:
         return None
@@ -67,7 +69,8 @@ def window_stages(log, batch_sizes: list[int]) -> dict | None:
 
 @dataclass
 class RankCache(JsonRecord):
-    """A rank's cache statistics over the window (harness.measure.steprecorder.CacheTally), all its readers."""
+    """A rank's cache statistics over the window (harness.measure.steprecorder.CacheTally), all its
+    readers."""
 
     hits: float = 0.0
     misses: float = 0.0
@@ -79,7 +82,8 @@ class RankCache(JsonRecord):
 
 @dataclass
 class Nvml(JsonRecord):
-    """NVML's sampled utilisation of a real GPU over the window (harness.measure.telemetry.NvmlSampler)."""
+    """NVML's sampled utilisation of a real GPU over the window
+    (harness.measure.telemetry.NvmlSampler)."""
 
     nvml_util_mean_pct: float | None = None
     nvml_util_max_pct: float | None = None
@@ -99,11 +103,11 @@ class Phase(JsonRecord):
 
 @dataclass
 class RankRecord(JsonRecord):
-    """One rank's record of one cell. Per-step lists hold one value per measured step (s, rounded to
-    microseconds); `step` is the sum of the five parts (PARTS). `consumed` (the indices read per epoch,
-    warm-up included, for the coverage check) crosses to rank 0 but is never written. `stages` (the loader's
-    stages over the window, window_stages) is taken from the stage log `consumed` carries when the record is
-    built, unless given."""
+    """One rank's record of one cell. Per-step lists hold one value per measured step (s, rounded
+    to microseconds); `step` is the sum of the five parts (PARTS). `consumed` (the indices read per
+    epoch, warm-up included, for the coverage check) crosses to rank 0 but is never written.
+    `stages` (the loader's stages over the window, window_stages) is taken from the stage log
+    `consumed` carries when the record is built, unless given."""
 
     LOCAL: ClassVar[tuple[str, ...]] = ("consumed", "window_end_at")
     OPTIONAL: ClassVar[tuple[str, ...]] = ("phases", "stages", "kernel_busy_s", "kernel_span_s", "launch",

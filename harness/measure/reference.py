@@ -1,27 +1,30 @@
-"""Fixed reference work a rank times in the same visit as its measured window, so that a gate can divide a
-cell's CPU costs by what the load of that minute did to work that never changes (docs/ci-gate.md, "The gate's
-figures").
+"""Fixed reference work a rank times in the same visit as its measured window, so that a gate can
+divide a cell's CPU costs by what the load of that minute did to work that never changes
+(docs/ci-gate.md, "The gate's figures").
 
-On a shared machine the CPU a piece of code costs moves with the other processes on the same cores (caches,
-the SMT sibling, memory bandwidth): by tens of percent between runs of unchanged code. A figure divided by
-the same kind of work, timed by the same kind of clock in the same minute, keeps what the code changed and
-drops most of what the load changed. Two pieces, neither of them code a strategy or the harness's pipeline
-runs, so that a change to that code moves the figure and is not divided away:
+On a shared machine the CPU a piece of code costs moves with the other processes on the same cores
+(caches, the SMT sibling, memory bandwidth): by tens of percent between runs of unchanged code. A
+figure divided by the same kind of work, timed by the same kind of clock in the same minute, keeps
+what the code changed and drops most of what the load changed. Two pieces, neither of them code a
+strategy or the harness's pipeline runs, so that a change to that code moves the figure and is not
+divided away:
 
-- `decode`: the JPEG library's work of the decode stage, called directly: PIL opens one fixed JPEG (made once
-  per process from a seeded pattern, REFERENCE_SIDES), decodes it in draft mode and resizes it bilinearly to a
-  longest side of 96, DECODES times. The pixels workload's decode stage (harness.data.decoders.decode_resize)
-  does the same kind of work on the dataset's images through the harness's code.
-- `rank`: a rank's kind of host work: the forward, backward and SGD step of a fixed small model (a linear
-  layer on pooled pixels and an embedding bag, the stand-in's shape, harness.device.standin) on a fixed batch,
-  STEPS times, with autograd and the dispatcher's per-op cost as in a rank's step.
+- `decode`: the JPEG library's work of the decode stage, called directly: PIL opens one fixed JPEG
+  (made once per process from a seeded pattern, REFERENCE_SIDES), decodes it in draft mode and
+  resizes it bilinearly to a longest side of 96, DECODES times. The pixels workload's decode stage
+  (harness.data.decoders.decode_resize) does the same kind of work on the dataset's images through
+  the harness's code.
+- `rank`: a rank's kind of host work: the forward, backward and SGD step of a fixed small model (a
+  linear layer on pooled pixels and an embedding bag, the stand-in's shape, harness.device.standin)
+  on a fixed batch, STEPS times, with autograd and the dispatcher's per-op cost as in a rank's
+  step.
 
-Each is read from the calling thread's own CPU clock (time.thread_time): what the same instructions cost now,
-not how long the thread waited for a core. `measure()` costs about 12 ms of one core; a rank takes it twice a
-visit, right after its window's clocks are read (harness.train.measuredloop), outside every figure of the
-window and never before it. Changing this work changes every figure divided by it, as a change of the code
-under test would: bump REFERENCE_VERSION (each rank record carries it) and regenerate the committed baseline in
-the same commit.
+Each is read from the calling thread's own CPU clock (time.thread_time): what the same instructions
+cost now, not how long the thread waited for a core. `measure()` costs about 12 ms of one core; a
+rank takes it twice a visit, right after its window's clocks are read (harness.train.measuredloop),
+outside every figure of the window and never before it. Changing this work changes every figure
+divided by it, as a change of the code under test would: bump REFERENCE_VERSION (each rank record
+carries it) and regenerate the committed baseline in the same commit.
 """
 from __future__ import annotations
 
@@ -44,7 +47,8 @@ BATCH = 16
 
 @lru_cache(maxsize=1)
 def reference_jpeg() -> bytes:
-    """The fixed JPEG: smooth gradients and seeded noise (a photo's mix of flat and busy blocks), quality 90."""
+    """The fixed JPEG: smooth gradients and seeded noise (a photo's mix of flat and busy blocks),
+    quality 90."""
     h, w = REFERENCE_SIDES
     rng = np.random.default_rng(20261203)
     y, x = np.mgrid[0:h, 0:w]
@@ -62,7 +66,8 @@ def decode_once(jpeg: bytes) -> np.ndarray:
 
 
 class ReferenceModel(nn.Module):
-    """The rank's reference work: pooled pixels through one linear layer, tokens through an embedding bag."""
+    """The rank's reference work: pooled pixels through one linear layer, tokens through an
+    embedding bag."""
 
     def __init__(self):
         super().__init__()
@@ -119,8 +124,8 @@ def measure() -> dict[str, float]:
 
 
 def combine(readings: list[dict[str, float]]) -> dict | None:
-    """A visit's readings as one record (the rank record's `reference`): each piece's mean over the readings,
-    their count and REFERENCE_VERSION; None without a reading."""
+    """A visit's readings as one record (the rank record's `reference`): each piece's mean over the
+    readings, their count and REFERENCE_VERSION; None without a reading."""
     if not readings:
         return None
     return {"decode_s": round(float(np.mean([r["decode_s"] for r in readings])), 9),

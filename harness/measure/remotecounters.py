@@ -1,27 +1,26 @@
-"""The remote figures of a cell, from its reading processes' counters (the files strategies.remote.rangesource
-writes into the run's counters folder, LaunchConfig.remote_counters, one per process and reader, a line of cumulative
-counters after each batch, stamped with perf_counter), merged over a whole run (each file's last line) or over
-a window [t0, t1] (per file, its last line at or before t1 less its last line at or before t0):
+"""The remote figures of a cell, from its reading processes' counters (the files
+strategies.remote.rangesource writes into the run's counters folder, LaunchConfig.remote_counters,
+one per process and reader, a line of cumulative counters after each batch, stamped with
+perf_counter), merged over a whole run (each file's last line) or over a window [t0, t1] (per file,
+its last line at or before t1 less its last line at or before t0):
 
-| figure | meaning |
-| --- | --- |
-| requests / sample | range or object GETs sent, over the samples the readers returned |
-| MB / sample | bytes those GETs brought back (10^6 bytes) |
-| LIST / sample | LIST calls (pages) made by the readers, over the samples |
-| latency p50 / p99 (ms) | of every GET, from 5%-wide log bins (the bin's geometric middle) |
-| net wait / sample (ms) | seconds the readers were blocked on the store (a batch's parallel GETs once), over samples |
-| disk hit % | disk cache tier hits / (hits + misses); empty without a tier |
-| retries | throttled (503 SlowDown) or 5xx answers retried with backoff |
-| client | the S3 client the reading processes used (obstore; boto3 in a child forked after it; litdata's own) |
+| figure | meaning | | --- | --- | | requests / sample | range or object GETs sent, over the
+samples the readers returned | | MB / sample | bytes those GETs brought back (10^6 bytes) | | LIST
+/ sample | LIST calls (pages) made by the readers, over the samples | | latency p50 / p99 (ms) | of
+every GET, from 5%-wide log bins (the bin's geometric middle) | | net wait / sample (ms) | seconds
+the readers were blocked on the store (a batch's parallel GETs once), over samples | | disk hit % |
+disk cache tier hits / (hits + misses); empty without a tier | | retries | throttled (503 SlowDown)
+or 5xx answers retried with backoff | | client | the S3 client the reading processes used (obstore;
+boto3 in a child forked after it; litdata's own) |
 
-A reader that cannot count its requests (litdata's own) writes samples and wait only: where no process of the
-merge counted requests, the request figures are None ("-").
+A reader that cannot count its requests (litdata's own) writes samples and wait only: where no
+process of the merge counted requests, the request figures are None ("-").
 
-The open's LIST (one per storage open in a rank, to refill a store that forgot its data) is set-up, not counted
-here; ``remote_setup`` on the reader holds it.
+The open's LIST (one per storage open in a rank, to refill a store that forgot its data) is set-up,
+not counted here; ``remote_setup`` on the reader holds it.
 
-``COLUMNS`` is the remote table's columns, the one list both of its tables use: the report's (per cell,
-harness.report.remotetable) and remote.md's (per storage setting, harness.run.remoterun).
+``COLUMNS`` is the remote table's columns, the one list both of its tables use: the report's (per
+cell, harness.report.remotetable) and remote.md's (per storage setting, harness.run.remoterun).
 """
 from __future__ import annotations
 
@@ -84,7 +83,8 @@ def text(value: float | None, spec: str) -> str:
 
 
 def _lines(path: Path) -> list[dict]:
-    """A counters file's lines (a line cut short by a process that died while writing it is skipped)."""
+    """A counters file's lines (a line cut short by a process that died while writing it is
+    skipped)."""
     out = []
     for text in path.read_text().splitlines():
         try:
@@ -118,9 +118,9 @@ def labels(folder: Path | str) -> list[str]:
 
 
 def merged(folder: Path | str, label: str | None = None, window: tuple[float, float] | None = None) -> dict:
-    """Every process's counters summed (of one storage label, or all), the latency bins added, and how many
-    files counted; over ``window`` (t0, t1: perf_counter seconds) only what each process counted between its
-    last line at or before t0 and its last line at or before t1."""
+    """Every process's counters summed (of one storage label, or all), the latency bins added, and
+    how many files counted; over ``window`` (t0, t1: perf_counter seconds) only what each process
+    counted between its last line at or before t0 and its last line at or before t1."""
     total = dict.fromkeys(COUNTERS, 0)
     total["latency_bins"] = [0] * LAT_BINS
     total["files"] = 0
@@ -177,11 +177,12 @@ def figures(folder: Path | str, label: str | None = None,
 
 
 def visit_window(records, now: float) -> tuple[float, float] | None:
-    """The measured window of a visit as perf_counter stamps: rank 0's own stamp of its end where the record
-    carries it (`window_end_at`), else from the records gathered on rank 0 right after the gather (``now``):
-    its window ended at least its pipeline's ``close`` and the ``gather`` before now (what ran between, the
-    record and the samplers' stop, is not counted: a window found so lies late by that much). It lasted
-    ``window_s``. None for a visit without one (no step, or --decompose's several phases)."""
+    """The measured window of a visit as perf_counter stamps: rank 0's own stamp of its end where
+    the record carries it (`window_end_at`), else from the records gathered on rank 0 right after
+    the gather (``now``): its window ended at least its pipeline's ``close`` and the ``gather``
+    before now (what ran between, the record and the samplers' stop, is not counted: a window found
+    so lies late by that much). It lasted ``window_s``. None for a visit without one (no step, or
+    --decompose's several phases)."""
     first = records[0] if records else None
     if first is None or not first.window_s or first.phases:
         return None
@@ -193,9 +194,10 @@ def visit_window(records, now: float) -> tuple[float, float] | None:
 
 def of_visit(folder: Path | str | None, records, now: float | None = None) -> dict:
     """A visit's remote figures over its measured window, as cells.jsonl's figures (RemoteFigures.
-    cell_figures), from the readers' counters in ``folder`` (the run's LaunchConfig.remote_counters, set
-    around a [remote] scenario); {} without one. perf_counter is CLOCK_MONOTONIC, one clock for every process
-    of the machine, so rank 0's stamps and the workers' lines compare."""
+    cell_figures), from the readers' counters in ``folder`` (the run's
+    LaunchConfig.remote_counters, set around a [remote] scenario); {} without one. perf_counter is
+    CLOCK_MONOTONIC, one clock for every process of the machine, so rank 0's stamps and the
+    workers' lines compare."""
     window = visit_window(records, time.perf_counter() if now is None else now)
     if not folder or window is None or not Path(folder).is_dir():
         return {}

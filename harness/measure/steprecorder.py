@@ -1,4 +1,5 @@
-"""What a rank records while it trains one cell: per-step timings and the cache statistics of its workers."""
+"""What a rank records while it trains one cell: per-step timings and the cache statistics of its
+workers."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,13 +13,14 @@ from harness.measure.rankrecord import PART_NAMES, RankCache
 class StepRecorder:
     """Per-step figures of the measured window in preallocated arrays.
 
-    A rank's wall time is accounted once, per step, into five parts that sum to the step:
-    wait (blocked getting the batch), h2d (host-to-device copy), peer_wait (the rank agreement, where a
-    fast rank waits for a slow one), device (the accelerator computing: modelled on an emulated device,
-    CUDA-event time on a GPU) and overhead (the rest of the host's time: work beyond the device time and
-    the per-step bookkeeping). `padded` is the part of `device` the emulated device slept through; `cost`
-    the summed sampler cost of the batch (what the balanced sampler balances); `launch` (where a step gives
-    it) the host's own time from the agreement's end to the step's last launch.
+    A rank's wall time is accounted once, per step, into five parts that sum to the step: wait
+    (blocked getting the batch), h2d (host-to-device copy), peer_wait (the rank agreement, where a
+    fast rank waits for a slow one), device (the accelerator computing: modelled on an emulated
+    device, CUDA-event time on a GPU) and overhead (the rest of the host's time: work beyond the
+    device time and the per-step bookkeeping). `padded` is the part of `device` the emulated device
+    slept through; `cost` the summed sampler cost of the batch (what the balanced sampler
+    balances); `launch` (where a step gives it) the host's own time from the agreement's end to the
+    step's last launch.
     """
 
     PARTS = PART_NAMES  # harness.measure.rankrecord.PARTS
@@ -41,7 +43,8 @@ class StepRecorder:
             self.arrays[name][self.n - 1] += value
 
     def as_record(self) -> dict:
-        """The per-step lists and the window's counts: fields of a harness.measure.rankrecord.RankRecord."""
+        """The per-step lists and the window's counts: fields of a
+        harness.measure.rankrecord.RankRecord."""
         a = {k: v[: self.n] for k, v in self.arrays.items()}
         rec = {k: np.round(a[k], 6).tolist() for k in self.TIMES}
         rec["step"] = np.round(sum(a[k] for k in self.PARTS), 6).tolist()
@@ -58,8 +61,8 @@ class StepRecorder:
 class CacheTally:
     """Latest cache statistics per reading process; totals at the window's start are subtracted.
 
-    Worker-scope caches report with each batch (update); a shared cache is asked directly (shared_stats)
-    at the window's start and end."""
+    Worker-scope caches report with each batch (update); a shared cache is asked directly
+    (shared_stats) at the window's start and end."""
 
     shared_stats: Callable[[], dict | None] | None = None
     latest: dict[str, dict] = field(default_factory=dict)

@@ -1,17 +1,18 @@
 """Telemetry sampled in a thread at a fixed interval during a cell, never per training step.
 
-IntervalSampler is the thread. MemorySampler: host memory and disk reads of a rank and its DataLoader
-workers. NvmlSampler: a real GPU's utilisation through NVML (nothing, cleanly, without an NVIDIA driver).
+IntervalSampler is the thread. MemorySampler: host memory and disk reads of a rank and its
+DataLoader workers. NvmlSampler: a real GPU's utilisation through NVML (nothing, cleanly, without
+an NVIDIA driver).
 
-PSS (proportional set size) counts a page shared by n processes as 1/n in each, so memory-mapped pages
-shared between workers are not counted twice; RSS is kept beside it for comparison. Disk reads come from
-/proc/<pid>/io read_bytes (bytes that really came from the block device, not from the page cache), summed
-over the processes of the tree alive at the last sample: each since the window's start, or since it
-started if it was born later. A process that exits is not counted itself: the kernel adds its counters
-to the parent that reaps it (the rank, or the DataLoader's forkserver), which is counted.
-Loader CPU time is counted the same way over the rank's descendants only (DataLoader workers, their
-forkserver, a shared cache's server): user + system time from /proc/<pid>/stat, including what reaped
-children spent (cutime + cstime), since the window's start.
+PSS (proportional set size) counts a page shared by n processes as 1/n in each, so memory-mapped
+pages shared between workers are not counted twice; RSS is kept beside it for comparison. Disk
+reads come from /proc/<pid>/io read_bytes (bytes that really came from the block device, not from
+the page cache), summed over the processes of the tree alive at the last sample: each since the
+window's start, or since it started if it was born later. A process that exits is not counted
+itself: the kernel adds its counters to the parent that reaps it (the rank, or the DataLoader's
+forkserver), which is counted. Loader CPU time is counted the same way over the rank's descendants
+only (DataLoader workers, their forkserver, a shared cache's server): user + system time from
+/proc/<pid>/stat, including what reaped children spent (cutime + cstime), since the window's start.
 """
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def stat_fields(path: Path | str) -> list[str] | None:
-    """The fields of a /proc/PID/stat (or /proc/PID/task/TID/stat) file after the command name, which may
-    hold spaces and parentheses: [state, ppid, pgrp, ...] (stat(5) fields 3 on); None if it is gone."""
+    """The fields of a /proc/PID/stat (or /proc/PID/task/TID/stat) file after the command name,
+    which may hold spaces and parentheses: [state, ppid, pgrp, ...] (stat(5) fields 3 on); None if
+    it is gone."""
     try:
         return Path(path).read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
@@ -95,8 +97,9 @@ def tree_memory(pid: int, pids: list[int] | None = None) -> tuple[int, int]:
 
 
 class IntervalSampler:
-    """Calls `_sample()` every `interval` seconds in a daemon thread, from `__enter__` to `__exit__`
-    (once more at each end), never per training step. Subclasses say whether they can sample here."""
+    """Calls `_sample()` every `interval` seconds in a daemon thread, from `__enter__` to
+    `__exit__` (once more at each end), never per training step. Subclasses say whether they can
+    sample here."""
 
     def __init__(self, interval: float):
         self.interval = interval
@@ -182,7 +185,8 @@ class MemorySampler(IntervalSampler):
 
     @property
     def loader_cpu_s(self) -> float:
-        """CPU seconds the rank's descendants (the loader's processes) spent since the window's start."""
+        """CPU seconds the rank's descendants (the loader's processes) spent since the window's
+        start."""
         with self._lock:
             return sum(max(0.0, last - self._cpu_base.get(p, 0.0)) for p, last in self._cpu_last.items())
 
@@ -193,10 +197,11 @@ class MemorySampler(IntervalSampler):
 
 
 class NvmlSampler(IntervalSampler):
-    """Mean and peak `utilization.gpu` of one device, sampled every `interval` seconds (10 Hz or faster).
+    """Mean and peak `utilization.gpu` of one device, sampled every `interval` seconds (10 Hz or
+    faster).
 
-    Where there is no NVIDIA driver or library (or no device index) it samples nothing and `figures()` is
-    None, so the tables show no NVML column."""
+    Where there is no NVIDIA driver or library (or no device index) it samples nothing and
+    `figures()` is None, so the tables show no NVML column."""
 
     def __init__(self, device_index: int | None, interval: float = 0.05):
         super().__init__(interval)

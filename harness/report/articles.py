@@ -1,16 +1,16 @@
-"""The articles' tables, measured: the tables the two blog posts print (scaling, fixed vs dynamic device
-memory, the cumulative ladder, a ranking), built from what this run measured.
+"""The articles' tables, measured: the tables the two blog posts print (scaling, fixed vs dynamic
+device memory, the cumulative ladder, a ranking), built from what this run measured.
 
 Pure functions: results in (harness.results.cellresult.CellResult, the lines of cells.jsonl), a
-harness.report.tables.Table out. Several results with the same cell id (a run with --repeats) are merged first
-(harness.results.repeats.merge_repeats):
-the median of the repeats' figures; a cell that ran once counts as n=1.
+harness.report.tables.Table out. Several results with the same cell id (a run with --repeats) are
+merged first (harness.results.repeats.merge_repeats): the median of the repeats' figures; a cell
+that ran once counts as n=1.
 
-Every throughput carries its interval ([low, high], labelled in the header or an "interval" column). The
-ranking and the ladder call two cells different only when their intervals do not overlap; otherwise they are
-a tie, and the table's footnote says so. The ladder's steps are fixed before measuring (the articles' own
-choice for each step, named in the table), never the best measured of several cells: taking the best of N
-noisy cells would overstate the step.
+Every throughput carries its interval ([low, high], labelled in the header or an "interval"
+column). The ranking and the ladder call two cells different only when their intervals do not
+overlap; otherwise they are a tie, and the table's footnote says so. The ladder's steps are fixed
+before measuring (the articles' own choice for each step, named in the table), never the best
+measured of several cells: taking the best of N noisy cells would overstate the step.
 """
 from __future__ import annotations
 
@@ -42,8 +42,8 @@ EVERYTHING_STORAGE = ("hdf5", "mmap", "raw")
 
 
 def figure(result: CellResult | None, key: str):
-    """A figure of a measured result, by its attribute's name (an unknown name is an AttributeError); None
-    for no result or an errored one."""
+    """A figure of a measured result, by its attribute's name (an unknown name is an
+    AttributeError); None for no result or an errored one."""
     return getattr(result.figures, key) if result is not None and result.measured else None
 
 
@@ -71,10 +71,10 @@ def _devices(results: list[CellResult]) -> str:
 
 
 def scaling_mismatch(results_1x: list[CellResult], results_nx: list[CellResult]) -> str | None:
-    """Why the two runs cannot be divided one by the other, or None: efficiency compares a device with itself
-    at more ranks, so both runs must be on the same device, both real or both emulated (a 1-GPU host runs
-    `1xV100` on its GPU and `4xV100` emulated; N ranks sharing one GPU are another device than one rank on it:
-    its name says so)."""
+    """Why the two runs cannot be divided one by the other, or None: efficiency compares a device
+    with itself at more ranks, so both runs must be on the same device, both real or both emulated
+    (a 1-GPU host runs `1xV100` on its GPU and `4xV100` emulated; N ranks sharing one GPU are
+    another device than one rank on it: its name says so)."""
     kinds = [{(r.device, bool(r.emulated)) for r in rs} for rs in (results_1x, results_nx)]
     if not kinds[0] or not kinds[1] or kinds[0] == kinds[1]:
         return None
@@ -83,8 +83,8 @@ def scaling_mismatch(results_1x: list[CellResult], results_nx: list[CellResult])
 
 
 def scaling_table(results_1x: list[CellResult], results_nx: list[CellResult]) -> Table:
-    """Throughput per strategy stack at 1 rank and at N ranks; efficiency = thr_N / (N x thr_1). Refused (one
-    row saying why) when the runs' devices or emulation differ (scaling_mismatch)."""
+    """Throughput per strategy stack at 1 rank and at N ranks; efficiency = thr_N / (N x thr_1).
+    Refused (one row saying why) when the runs' devices or emulation differ (scaling_mismatch)."""
     one, many = merge_repeats(results_1x), merge_repeats(results_nx)
     n1, n = ((rs[0].world_size or 1) if rs else 1 for rs in (one, many))
     mismatch = scaling_mismatch(one, many)
@@ -123,7 +123,8 @@ def _interval_notes(results: list[CellResult]) -> list[str]:
 
 
 def fixed_vs_dynamic_table(results: list[CellResult]) -> Table:
-    """Device memory of fixed vs dynamic batching per (storage, cache, sampler) stack, with mean batches."""
+    """Device memory of fixed vs dynamic batching per (storage, cache, sampler) stack, with mean
+    batches."""
     cells = merge_repeats(results)
     m = mark(cells)
     fixed = next((c.label("batching") for c in cells if c.name("batching") == "fixed"), None)
@@ -153,8 +154,8 @@ def fixed_vs_dynamic_table(results: list[CellResult]) -> Table:
 
 
 def _pick(cells: list[CellSummary], axis: str, name: str, among: list[CellSummary] | None = None) -> str:
-    """The label of the first cell (among `among` first, if given) running strategy `name` on `axis`; the
-    bare name when none does."""
+    """The label of the first cell (among `among` first, if given) running strategy `name` on
+    `axis`; the bare name when none does."""
     for pool in (among or [], cells):
         label = next((c.label(axis) for c in pool if c.name(axis) == name), None)
         if label is not None:
@@ -163,11 +164,13 @@ def _pick(cells: list[CellSummary], axis: str, name: str, among: list[CellSummar
 
 
 def ladder_steps(cells: list[CellSummary]) -> list[tuple[str, dict[str, str], CellSummary | None]]:
-    """The second article's cumulative ladder: (step, wanted strategies, the measured cell or None).
+    """The second article's cumulative ladder: (step, wanted strategies, the measured cell or
+    None).
 
-    Every step's strategies are fixed a priori (not chosen by measured throughput): the LRU cache and the
-    dynamic batching the run has (the first such label, preferring the one run on the baseline's stack), and
-    for "+ everything" also the balanced sampler and the storage of EVERYTHING_STORAGE that the run has."""
+    Every step's strategies are fixed a priori (not chosen by measured throughput): the LRU cache
+    and the dynamic batching the run has (the first such label, preferring the one run on the
+    baseline's stack), and for "+ everything" also the balanced sampler and the storage of
+    EVERYTHING_STORAGE that the run has."""
     raw_fixed = [c for c in cells if _matches(c, {"storage": "raw", "sampler": "default", "batching": "fixed"})]
     lru = _pick(cells, "cache", "lru", among=raw_fixed)
     dynamic = _pick(cells, "batching", "dynamic")
@@ -181,7 +184,8 @@ def ladder_steps(cells: list[CellSummary]) -> list[tuple[str, dict[str, str], Ce
 
 
 def _wanted_names(cells: list[CellSummary], want: dict[str, str], axes: list[str]) -> str:
-    """A wanted stack by strategy names: a label that some cell runs is shown by that cell's name."""
+    """A wanted stack by strategy names: a label that some cell runs is shown by that cell's
+    name."""
     def name(axis: str) -> str:
         label = want.get(axis, "-")
         return next((c.name(axis) for c in cells if c.label(axis) == label), label)
@@ -189,8 +193,9 @@ def _wanted_names(cells: list[CellSummary], want: dict[str, str], axes: list[str
 
 
 def ladder_table(results: list[CellResult], dataset_samples: int | None = None) -> Table:
-    """Baseline, + cache, + dynamic batching, + everything: throughput with its interval, time per epoch,
-    AU, memory, speed-up, and whether the step differs from the previous one (intervals apart) or ties."""
+    """Baseline, + cache, + dynamic batching, + everything: throughput with its interval, time per
+    epoch, AU, memory, speed-up, and whether the step differs from the previous one (intervals
+    apart) or ties."""
     cells = merge_repeats(results)
     m = mark(cells)
     samples = dataset_samples or infer_dataset_samples(cells)
@@ -230,9 +235,9 @@ def ladder_table(results: list[CellResult], dataset_samples: int | None = None) 
 
 
 def ranking_table(results: list[CellResult]) -> Table:
-    """Every cell by rank (1 + the cells whose interval lies wholly above its own), then by throughput, with
-    its speed-up over the baseline; cells whose intervals overlap another's are ties (rank marked "=");
-    errored cells last."""
+    """Every cell by rank (1 + the cells whose interval lies wholly above its own), then by
+    throughput, with its speed-up over the baseline; cells whose intervals overlap another's are
+    ties (rank marked "="); errored cells last."""
     cells = merge_repeats(results)
     m = mark(cells)
     axes = shown_axes(cells)

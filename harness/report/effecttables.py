@@ -1,10 +1,11 @@
-"""The effect of each choice, from every cell and visit of the run (harness.analysis.effects): the fits per
-figure, effects.jsonl, the table and the plot.
+"""The effect of each choice, from every cell and visit of the run (harness.analysis.effects): the
+fits per figure, effects.jsonl, the table and the plot.
 
-Figures fitted: throughput (samples/s), the host rate (cores / CPU s per sample; both with the visit's outside
-load as a covariate), AU (device busy / wall), device peak memory and host PSS. A visit's
-pass (its repeat) is a term of the fit, so drift between passes does not bias an axis. Effects are ratios
-against the axis's first level in the matrix; `low` and `high` bound a 95% interval.
+Figures fitted: throughput (samples/s), the host rate (cores / CPU s per sample; both with the
+visit's outside load as a covariate), AU (device busy / wall), device peak memory and host PSS. A
+visit's pass (its repeat) is a term of the fit, so drift between passes does not bias an axis.
+Effects are ratios against the axis's first level in the matrix; `low` and `high` bound a 95%
+interval.
 """
 from __future__ import annotations
 
@@ -51,16 +52,16 @@ def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) ->
 
 
 def write_effects(run_dir: Path, effects: list[Effect]) -> Path:
-    """effects.jsonl, one Effect a line, of the current version (harness.analysis.effects.EFFECTS), replaced
-    atomically."""
+    """effects.jsonl, one Effect a line, of the current version (harness.analysis.effects.EFFECTS),
+    replaced atomically."""
     path = Path(run_dir) / "effects.jsonl"
     fileformat.write_lines(path, [e.to_json() for e in effects], EFFECTS)
     return path
 
 
 def read_effects(run_dir: Path) -> list[Effect]:
-    """A run directory's effects.jsonl, older versions upgraded on read ([] when there is none); a damaged or
-    newer line is a harness.results.fileformat.ResultsError."""
+    """A run directory's effects.jsonl, older versions upgraded on read ([] when there is none); a
+    damaged or newer line is a harness.results.fileformat.ResultsError."""
     return fileformat.read_lines(Path(run_dir) / "effects.jsonl", EFFECTS, Effect.from_json)
 
 
@@ -77,10 +78,11 @@ def verdict_word(e: Effect, min_effect: float = MIN_EFFECT, passes: int | None =
 def effects_table(effects: list[Effect], emulated: bool, min_effect: float = MIN_EFFECT,
                   matrix_order: dict[str, list[str]] | None = None, passes: int | None = None,
                   decided: dict[tuple[str, str], str] | None = None) -> Table:
-    """One row per axis level: its effect on each figure, ratio [95% interval] against the reference, and its
-    decision. `matrix_order`: each axis's levels as the matrix lists them, to name a level no visit measured.
-    `decided`: (axis, level) -> the stopping rule's decision in words (harness.analysis.sequential), shown in
-    a column of its own; the two responses' cells then show their intervals only."""
+    """One row per axis level: its effect on each figure, ratio [95% interval] against the
+    reference, and its decision. `matrix_order`: each axis's levels as the matrix lists them, to
+    name a level no visit measured. `decided`: (axis, level) -> the stopping rule's decision in
+    words (harness.analysis.sequential), shown in a column of its own; the two responses' cells
+    then show their intervals only."""
     mark = "*" if emulated else ""
     figures = [f for f in FIGURES if any(e.figure == f for e in effects)]
     rows, seen = [], []
@@ -136,10 +138,11 @@ def effects_plot(effects: list[Effect], path: Path, figure: str = "throughput",
 
 def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect: float = MIN_EFFECT,
                    passes: int | None = None, decided: tuple[str, list[tuple[Effect, str]]] | None = None):
-    """A forest plot: a point and a bar per level on a log axis ticked x0.9, x1.0, x1.1 ..., the band of no
-    effect larger than m shaded, and each row's decision written beside it. `decided`: (the response's
-    name, [(the level's effect at its deciding look, the stopping rule's words)]): those are shown, each with
-    its repeated interval; else one figure's one-look 95% effects with their one-look words."""
+    """A forest plot: a point and a bar per level on a log axis ticked x0.9, x1.0, x1.1 ..., the
+    band of no effect larger than m shaded, and each row's decision written beside it. `decided`:
+    (the response's name, [(the level's effect at its deciding look, the stopping rule's words)]):
+    those are shown, each with its repeated interval; else one figure's one-look 95% effects with
+    their one-look words."""
     if decided is not None:
         name, pairs = decided
         pairs = [(e, word) for e, word in pairs if math.isfinite(e.high) and e.low > 0]
@@ -180,7 +183,8 @@ def effects_figure(effects: list[Effect], figure: str = "throughput", min_effect
 
 
 def _ratio_ticks(low: float, high: float) -> list[float]:
-    """Ratios to tick between low and high: steps of 0.05, 0.1, 0.25 or 0.5 (at most about 8 ticks), 1 among them."""
+    """Ratios to tick between low and high: steps of 0.05, 0.1, 0.25 or 0.5 (at most about 8
+    ticks), 1 among them."""
     for step in (0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0):
         ticks = [round(k * step, 2) for k in range(max(1, int(low / step)), int(high / step) + 1)
                  if low <= k * step <= high]

@@ -1,6 +1,7 @@
-"""The report's header: what the tables need said once, above them all (the scenario, the imported data, the
-emulation banner and the overrun verdict, the page cache, the data's device, repeats, the machine probe, the
-strategies' parameters, the host), and the warning on other processes' load during the visits.
+"""The report's header: what the tables need said once, above them all (the scenario, the imported
+data, the emulation banner and the overrun verdict, the page cache, the data's device, repeats, the
+machine probe, the strategies' parameters, the host), and the warning on other processes' load
+during the visits.
 """
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ AMPLIFICATION_WARN = 4.0  # a cold cell that read more than this many device byt
 
 def header_lines(cells: list[CellSummary], env: Environment | None = None, probe: ProbeSeries | None = None,
                  others: list[CellSummary] | None = None) -> list[str]:
-    """What the tables need said once: scenario, emulation banner and overrun verdict, page cache, repeats
-    (and failed repeats), machine probe, parameters, host. `others`: results of another run shown too
-    (the one-rank run of the scaling table)."""
+    """What the tables need said once: scenario, emulation banner and overrun verdict, page cache,
+    repeats (and failed repeats), machine probe, parameters, host. `others`: results of another run
+    shown too (the one-rank run of the scaling table)."""
     if not cells:
         return ["no cells were measured"]
     c0, every = cells[0], cells + (others or [])
@@ -43,8 +44,8 @@ def header_lines(cells: list[CellSummary], env: Environment | None = None, probe
 
 
 def import_lines(env: Environment | None) -> list[str]:
-    """The imported dataset (--data): how many samples from where, the corrupt images skipped, the failed
-    downloads and non-JPEG images counted."""
+    """The imported dataset (--data): how many samples from where, the corrupt images skipped, the
+    failed downloads and non-JPEG images counted."""
     imp = env.imported if env else None
     if not imp:
         return []
@@ -102,7 +103,8 @@ def accelerator_name(result: CellResult) -> str:
 
 
 def page_cache_lines(cells: list[CellResult], env: Environment | None) -> list[str]:
-    """The page cache's state before each cell, a cold drop not verified, a dataset that fits in RAM."""
+    """The page cache's state before each cell, a cold drop not verified, a dataset that fits in
+    RAM."""
     states = sorted({c.page_cache.state if c.page_cache else "as-is" for c in cells})
     decomposed = any(c.decomposition is not None for c in cells)
     lines = [f"Page cache before each cell: {', '.join(states)}"
@@ -118,8 +120,9 @@ def page_cache_lines(cells: list[CellResult], env: Environment | None) -> list[s
 
 
 def io_lines(results: list[CellResult], env: Environment | None = None) -> list[str]:
-    """The block device behind the data and its read-ahead (env.json), and a warning when a cold cell read
-    more than AMPLIFICATION_WARN times from the device what its readers delivered (figures.read_amplification)."""
+    """The block device behind the data and its read-ahead (env.json), and a warning when a cold
+    cell read more than AMPLIFICATION_WARN times from the device what its readers delivered
+    (figures.read_amplification)."""
     lines = []
     if env is not None and env.data_device:
         ahead = f"read_ahead_kb {env.read_ahead_kb}" if env.read_ahead_kb is not None else "read-ahead unknown"
@@ -137,8 +140,8 @@ def io_lines(results: list[CellResult], env: Environment | None = None) -> list[
 
 
 def repeat_lines(cells: list[CellSummary]) -> list[str]:
-    """What the figures and the throughput intervals are taken over (repeats or one run), and the cells some of
-    whose repeats failed."""
+    """What the figures and the throughput intervals are taken over (repeats or one run), and the
+    cells some of whose repeats failed."""
     repeats = max(c.total_repeats for c in cells)
     if repeats > 1:
         lines = [f"{repeats} repeats per cell, interleaved across cells; figures are medians over repeats, "
@@ -152,7 +155,8 @@ def repeat_lines(cells: list[CellSummary]) -> list[str]:
 
 
 def failed_repeat_lines(cells: list[CellSummary]) -> list[str]:
-    """One warning naming the cells some of whose repeats failed (figures are over the measured ones)."""
+    """One warning naming the cells some of whose repeats failed (figures are over the measured
+    ones)."""
     partial = [c for c in cells if c.failed_repeats and c.repeats]
     if not partial:
         return []
@@ -180,7 +184,8 @@ def strategy_notes(results: list[CellResult]) -> list[str]:
 
 
 def host_lines(env: Environment | None) -> list[str]:
-    """The host the run was on (env.json): its CPUs and the run's allowance of them, memory, torch."""
+    """The host the run was on (env.json): its CPUs and the run's allowance of them, memory,
+    torch."""
     if not (env and env.time_utc):
         return []
     allowed = f", the run's allowance {env.run_cpus:g}" if env.run_cpus and env.run_cpus != env.cpu_count else ""

@@ -1,7 +1,8 @@
-"""What a cell's order costs beyond speed, for the first screen: the order figures decided less mixed than an
-ideal shuffle by more than the tolerance (--order-tolerance, recorded in env.json; TOLERANCE by default), and a
-training loss decided worse than the shuffle's by more than it. FASTEST names the leader's cost; ROLL OUT passes
-over a faster cell with a cost for the fastest one without, and says so (docs/order-quality.md)."""
+"""What a cell's order costs beyond speed, for the first screen: the order figures decided less
+mixed than an ideal shuffle by more than the tolerance (--order-tolerance, recorded in env.json;
+TOLERANCE by default), and a training loss decided worse than the shuffle's by more than it.
+FASTEST names the leader's cost; ROLL OUT passes over a faster cell with a cost for the fastest one
+without, and says so (docs/order-quality.md)."""
 from __future__ import annotations
 
 from harness.report.tables import order_decisions
@@ -23,8 +24,8 @@ def tolerance_of(env) -> float:
 
 
 def order_costs(cell: CellSummary, tolerance: float) -> list[str]:
-    """The cell's order costs beyond `tolerance`, in words; [] for an order as random as a shuffle (or within
-    the tolerance), and for a cell that recorded no order."""
+    """The cell's order costs beyond `tolerance`, in words; [] for an order as random as a shuffle
+    (or within the tolerance), and for a cell that recorded no order."""
     f = cell.figures
     out = []
     if f.order_units_per_batch is not None:

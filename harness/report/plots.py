@@ -1,11 +1,12 @@
-"""PNG figures from cells.jsonl: throughput per cell, step-time distributions, and where each rank's time
-goes (the five parts of its wall time).
+"""PNG figures from cells.jsonl: throughput per cell, step-time distributions, and where each
+rank's time goes (the five parts of its wall time).
 
-Drawn on matplotlib's Agg canvas directly (no pyplot, no GUI backend, the global backend is left alone).
-Takes results (harness.results.cellresult.CellResult). Errored cells are left out. Repeats of a cell (several lines with
-its id) are merged (harness.results.repeats.merge_repeats): the bar is the median. The whiskers are the cell's
-throughput interval (harness.report.tables.interval: batch means within one run, the order-statistic interval of the
-median across repeats), and the axis label says what they are.
+Drawn on matplotlib's Agg canvas directly (no pyplot, no GUI backend, the global backend is left
+alone). Takes results (harness.results.cellresult.CellResult). Errored cells are left out. Repeats
+of a cell (several lines with its id) are merged (harness.results.repeats.merge_repeats): the bar
+is the median. The whiskers are the cell's throughput interval (harness.report.tables.interval:
+batch means within one run, the order-statistic interval of the median across repeats), and the
+axis label says what they are.
 """
 from __future__ import annotations
 
@@ -50,8 +51,8 @@ def _setup(fig: Figure, labels: list[str], axes: list[str], title: str, xlabel: 
 
 
 def save_png(fig: Figure, path: Path) -> Path:
-    """The figure as `path`, a PNG in the run directory's plots/ (harness.safewrite: never through a symbolic
-    link, plots/ included)."""
+    """The figure as `path`, a PNG in the run directory's plots/ (harness.safewrite: never through
+    a symbolic link, plots/ included)."""
     data = io.BytesIO()
     fig.savefig(data, format="png")
     return safewrite.write_bytes(path, data.getvalue(), root=Path(path).parent.parent)
@@ -63,7 +64,8 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def throughput_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
-    """One bar per cell (the median over repeats, or the run's figure), whiskers for its interval."""
+    """One bar per cell (the median over repeats, or the run's figure), whiskers for its
+    interval."""
     fig = new_figure(len(cells))
     m = EMULATED_MARK if emulated(cells) else ""
     ax = _setup(fig, labels, axes, "Throughput per cell", f"samples/s{m} (all ranks)", cells)
@@ -107,8 +109,9 @@ def step_time_plot(cells: list[CellSummary], labels: list[str], axes: list[str])
 
 
 def time_split(cell: CellResult) -> dict[str, float] | None:
-    """The five parts of a rank's wall time (% of the window, mean over ranks; their figures by name, in
-    harness.measure.rankrecord.SHOWN_PARTS order), or None for a line written before the split existed."""
+    """The five parts of a rank's wall time (% of the window, mean over ranks; their figures by
+    name, in harness.measure.rankrecord.SHOWN_PARTS order), or None for a line written before the
+    split existed."""
     values = {part.figure: getattr(cell.figures, part.figure) for part in SHOWN_PARTS}
     if any(v is None for v in values.values()):
         return None
@@ -116,8 +119,9 @@ def time_split(cell: CellResult) -> dict[str, float] | None:
 
 
 def time_split_plot(cells: list[CellSummary], labels: list[str], axes: list[str]) -> Figure:
-    """One stacked bar per cell: stall, h2d, device busy (AU), peer wait and host overhead, % of wall time.
-    A cell from an older line without the split is drawn without a bar and labelled so."""
+    """One stacked bar per cell: stall, h2d, device busy (AU), peer wait and host overhead, % of
+    wall time. A cell from an older line without the split is drawn without a bar and labelled
+    so."""
     fig = new_figure(len(cells))
     m = EMULATED_MARK if emulated(cells) else ""
     splits = [time_split(c) for c in cells]
@@ -140,7 +144,8 @@ PLOTS = (("throughput.png", throughput_plot), ("step_times.png", step_time_plot)
 
 
 def write_plots(results: list[CellResult], out_dir: Path) -> list[Path]:
-    """Write the PNG figures of the measured cells into out_dir; return their paths (none without cells)."""
+    """Write the PNG figures of the measured cells into out_dir; return their paths (none without
+    cells)."""
     shown = [c for c in merge_repeats(results) if c.measured]
     if not shown:
         return []

@@ -1,7 +1,7 @@
-"""The remote storage's table: per cell, its readers' figures over the measured window (the remote_* figures
-and disk_hit_pct of cells.jsonl, medians over the visits), in the columns harness.measure.remotecounters defines
-(COLUMNS, which remote.md's table uses too). Rows only for cells that read a remote store; none for a run on
-local data."""
+"""The remote storage's table: per cell, its readers' figures over the measured window (the
+remote_* figures and disk_hit_pct of cells.jsonl, medians over the visits), in the columns
+harness.measure.remotecounters defines (COLUMNS, which remote.md's table uses too). Rows only for
+cells that read a remote store; none for a run on local data."""
 from __future__ import annotations
 
 from harness.measure.remotecounters import COLUMNS, text

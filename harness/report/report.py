@@ -1,12 +1,13 @@
-"""The report of a run, from cells.jsonl alone: terminal text, report.md, summary.csv (pandas) and plots/.
+"""The report of a run, from cells.jsonl alone: terminal text, report.md, summary.csv (pandas) and
+plots/.
 
-Table builders are pure: results in (harness.results.cellresult.CellResult), a harness.report.tables.Table out. One
-renderer (harness.report.tables.render_tables) writes them as text or markdown; the header (harness.report.header)
-is written once, above every table.
+Table builders are pure: results in (harness.results.cellresult.CellResult), a
+harness.report.tables.Table out. One renderer (harness.report.tables.render_tables) writes them as
+text or markdown; the header (harness.report.header) is written once, above every table.
 
-Every throughput is shown with its interval as [low, high] and a label that says what the interval is
-(method, level, n): within one run, batch means over the window's steps; across repeats, the median with the
-order-statistic interval and its real coverage (harness.results.stats).
+Every throughput is shown with its interval as [low, high] and a label that says what the interval
+is (method, level, n): within one run, batch means over the window's steps; across repeats, the
+median with the order-statistic interval and its real coverage (harness.results.stats).
 """
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ ARTICLES_TITLE = "The articles' tables, measured"
 
 
 def cell_rows(cells: list[CellSummary], axes: list[str], values: Callable[[CellSummary], list | None]) -> list[list]:
-    """One row per cell: its strategies' names on `axes`, then `values(cell)`; a cell whose values are None
-    has no row."""
+    """One row per cell: its strategies' names on `axes`, then `values(cell)`; a cell whose values
+    are None has no row."""
     rows = []
     for c in cells:
         shown = values(c)
@@ -99,8 +100,8 @@ PART_HEADER_SUFFIX = {"wait": " mean/max", "device": " (device busy / wall)"}
 
 
 def _part_cells(c: CellSummary) -> list[str]:
-    """A measured cell's five parts (SHOWN_PARTS order); the stall as mean / max over ranks, an AU that keeps
-    schema 1's meaning marked "(old)"."""
+    """A measured cell's five parts (SHOWN_PARTS order); the stall as mean / max over ranks, an AU
+    that keeps schema 1's meaning marked "(old)"."""
     f = c.figures
     out = []
     for part in SHOWN_PARTS:
@@ -145,7 +146,8 @@ def _part_values(c: CellSummary, width: int, nvml: bool, overrun: bool) -> list[
 
 
 def balance_table(cells: list[CellSummary], what_if_cores: float | None = None) -> Table:
-    """Stragglers (per step and over the window), the sampler's cost balance, and what feeding costs."""
+    """Stragglers (per step and over the window), the sampler's cost balance, and what feeding
+    costs."""
     m = mark(cells[:1])
     axes = shown_axes(cells)
     headers = [*axes, "step imbalance", "window imbalance", "cost imbalance", "loader CPU ms/sample",
@@ -181,7 +183,8 @@ def _balance_values(c: CellSummary, width: int, what_if_cores: float | None) -> 
 
 
 def memory_io_table(cells: list[CellSummary]) -> Table:
-    """Memory peaks, the cache's resident size, the device's peak, disk and requested reads, the access hint."""
+    """Memory peaks, the cache's resident size, the device's peak, disk and requested reads, the
+    access hint."""
     emulated = bool(cells and cells[0].emulated)
     axes = shown_axes(cells)
     device_col = f"device peak GB{mark(cells[:1])} (modelled)" if emulated else "device peak GB"
@@ -199,7 +202,8 @@ def _memory_io_values(c: CellSummary) -> list[str]:
 
 
 def batching_table(cells: list[CellSummary]) -> Table:
-    """Batch sizes, padding, OOM events and shadow steps, and whether the sampler's contract held."""
+    """Batch sizes, padding, OOM events and shadow steps, and whether the sampler's contract
+    held."""
     axes = shown_axes(cells)
     headers = [*axes, "mean batch", "max batch", "padding waste %", "OOM events", "shadow steps",
                "coverage %", "duplicates", "missing", "sampler contract"]
@@ -216,7 +220,8 @@ def _batching_values(c: CellSummary) -> list[str]:
 
 
 def decomposition_table(cells: list[CellSummary]) -> Table:
-    """The --decompose phases: compute alone, the prep and fetch stalls, the three phases' samples/s."""
+    """The --decompose phases: compute alone, the prep and fetch stalls, the three phases'
+    samples/s."""
     m = mark(cells[:1])
     axes = shown_axes(cells)
     headers = [*axes, f"compute s/step{m}", "prep stall s/step (%)", "fetch stall s/step (%)",
@@ -250,8 +255,9 @@ def report_tables(cells: list[CellSummary], what_if_cores: float | None = None) 
 
 
 def in_matrix_order(results: list[CellResult], env: Environment | None) -> list[CellResult]:
-    """Results sorted by their cell's place in the matrix (env.json's settings list the cells), then repeat:
-    the tables list cells in the matrix's order whatever order they were visited in."""
+    """Results sorted by their cell's place in the matrix (env.json's settings list the cells),
+    then repeat: the tables list cells in the matrix's order whatever order they were visited
+    in."""
     rank = {cid: i for i, cid in enumerate((env.cell_ids if env else None) or [])}
     return sorted(results, key=lambda r: (rank.get(r.cell, len(rank)), r.repeat))
 
@@ -262,12 +268,14 @@ def min_effect_of(env: Environment | None) -> float:
 
 
 def rule_of(env: Environment | None) -> sequential.Rule:
-    """The run's decision rule as env.json records it: --min-effect, --family-alpha and the run's CPUs."""
+    """The run's decision rule as env.json records it: --min-effect, --family-alpha and the run's
+    CPUs."""
     return sequential.Rule(min_effect_of(env), env.family_alpha if env else None, env.run_cpus if env else None)
 
 
 def decision_words(decided: sequential.Decisions | None) -> dict[tuple[str, str], str] | None:
-    """(axis, level) -> the stopping rule's decision and the pass that made it, for the effects table."""
+    """(axis, level) -> the stopping rule's decision and the pass that made it, for the effects
+    table."""
     if decided is None:
         return None
     words = {}
@@ -279,8 +287,9 @@ def decision_words(decided: sequential.Decisions | None) -> dict[tuple[str, str]
 
 
 def plotted_decisions(decided: sequential.Decisions | None):
-    """What plots/effects.png shows: the response's name and each level's effect at its deciding (or last)
-    look with the stopping rule's words (decision_words), as the first screen's EFFECTS decides them."""
+    """What plots/effects.png shows: the response's name and each level's effect at its deciding
+    (or last) look with the stopping rule's words (decision_words), as the first screen's EFFECTS
+    decides them."""
     if decided is None:
         return None
     words = decision_words(decided)
@@ -291,8 +300,8 @@ def plotted_decisions(decided: sequential.Decisions | None):
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
            what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None) -> str:
-    """The whole report: the answer first (verdict, effects), the header once, the run's tables, then the
-    articles' tables. "text" or "markdown"."""
+    """The whole report: the answer first (verdict, effects), the header once, the run's tables,
+    then the articles' tables. "text" or "markdown"."""
     cells, cells_1x = merge_repeats(in_matrix_order(results, env)), merge_repeats(results_1x or [])
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])

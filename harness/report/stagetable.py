@@ -1,7 +1,8 @@
-"""The loader's per-stage profile per cell (a table and plots/stages.png, a stacked bar per cell), and with a
-target (harness.config.target) what each cell would do there: samples/s, AU, stall, what binds, the workers
-per rank that make the device bind, the accelerators a node keeps at AU >= 90% and the configuration to use
-(harness.analysis.targetmodel, harness.analysis.recommend). docs/stage-profile.md, docs/prediction.md.
+"""The loader's per-stage profile per cell (a table and plots/stages.png, a stacked bar per cell),
+and with a target (harness.config.target) what each cell would do there: samples/s, AU, stall, what
+binds, the workers per rank that make the device bind, the accelerators a node keeps at AU >= 90%
+and the configuration to use (harness.analysis.targetmodel, harness.analysis.recommend).
+docs/stage-profile.md, docs/prediction.md.
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ def _ms(seconds: float | None) -> str:
 
 
 def stage_table(results: list[CellResult]) -> Table:
-    """ms of CPU per sample of each timed stage, the loader's CPU no timer covers (untimed), h2d (wall ms per
-    sample), the timed loader stages' sum, the loader's /proc CPU and how much of it the timed stages cover."""
+    """ms of CPU per sample of each timed stage, the loader's CPU no timer covers (untimed), h2d
+    (wall ms per sample), the timed loader stages' sum, the loader's /proc CPU and how much of it
+    the timed stages cover."""
     cells, labels = _shown(results)
     rows = []
     for cell, label in zip(cells, labels):
@@ -59,8 +61,8 @@ def stage_table(results: list[CellResult]) -> Table:
 
 
 def stage_plot(results: list[CellResult], path: Path) -> Path | None:
-    """plots/stages.png: one stacked bar per cell, its stages in ms of CPU per sample, then its untimed share
-    (the loader's /proc CPU less its timed stages, where positive)."""
+    """plots/stages.png: one stacked bar per cell, its stages in ms of CPU per sample, then its
+    untimed share (the loader's /proc CPU less its timed stages, where positive)."""
     from harness.report.plots import _save, new_figure
 
     cells, labels = _shown(results)
@@ -100,8 +102,9 @@ def target_costs(cell: CellResult, target: Target):
 
 
 def in_flight(cell) -> int:
-    """The read requests a worker of the cell keeps in flight: its storage's `in_flight` (a remote storage's,
-    its default included), else 1 (local files, or a storage this installation cannot build)."""
+    """The read requests a worker of the cell keeps in flight: its storage's `in_flight` (a remote
+    storage's, its default included), else 1 (local files, or a storage this installation cannot
+    build)."""
     try:
         storage = registry.create("storage", cell.name("storage"), **cell.params.get("storage", {}))
     except Exception:  # a plugin not installed here, or parameters of another version: the serial model

@@ -1,7 +1,8 @@
-"""What every table of results shares: the Table type, the one renderer (terminal text or markdown), number
-formatting, the throughput's interval and ties, how a cell's strategies are labelled, and the order tables (how
-random a cell's batches were beside its samples/s, and each choice's effect on both). The report, the
-articles' tables and the plots import this module; none imports another's helpers.
+"""What every table of results shares: the Table type, the one renderer (terminal text or
+markdown), number formatting, the throughput's interval and ties, how a cell's strategies are
+labelled, and the order tables (how random a cell's batches were beside its samples/s, and each
+choice's effect on both). The report, the articles' tables and the plots import this module; none
+imports another's helpers.
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ class Table:
 
 
 def render_tables(tables: list[Table], fmt: str = "text", level: int = 2) -> list[str]:
-    """Lines of the tables that have rows, each under its title: "text" for a terminal (title, then the
-    table), "markdown" (a heading of `level`, a blank line, a GitHub table)."""
+    """Lines of the tables that have rows, each under its title: "text" for a terminal (title, then
+    the table), "markdown" (a heading of `level`, a blank line, a GitHub table)."""
     if fmt not in ("text", "markdown"):
         raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
     markdown = fmt == "markdown"
@@ -78,14 +79,16 @@ def common_axes(results: list[CellResult]) -> list[str]:
 
 
 def shown_axes(results: list[CellResult]) -> list[str]:
-    """Axes every result has, in AXES order; only those whose strategy varies (at least the first)."""
+    """Axes every result has, in AXES order; only those whose strategy varies (at least the
+    first)."""
     common = common_axes(results)
     varying = [a for a in common if len({r.label(a) for r in results}) > 1]
     return varying or common[:1]
 
 
 def display_name(results: list[CellResult], result: CellResult, axis: str) -> str:
-    """The strategy's name where that is unambiguous among these results, else its label with parameters."""
+    """The strategy's name where that is unambiguous among these results, else its label with
+    parameters."""
     name = result.name(axis)
     labels = {r.label(axis) for r in results if r.name(axis) == name}
     return name if len(labels) == 1 else result.label(axis)
@@ -98,10 +101,10 @@ def stack_label(results: list[CellResult], result: CellResult, axes: list[str]) 
 # --- throughput intervals and ties ------------------------------------------------------------------------
 
 def interval(result: CellResult) -> Interval | None:
-    """The throughput's interval: the cell's `throughput_ci` (batch means within the run, or across repeats
-    once merged; for a line written before the figure existed, derived on read from its ranks' recorded
-    steps: harness.results.cellresult.upgrade); None when unmeasured or without one (harness.analysis.ties
-    decides)."""
+    """The throughput's interval: the cell's `throughput_ci` (batch means within the run, or across
+    repeats once merged; for a line written before the figure existed, derived on read from its
+    ranks' recorded steps: harness.results.cellresult.upgrade); None when unmeasured or without one
+    (harness.analysis.ties decides)."""
     return interval_of(result)
 
 
@@ -115,8 +118,9 @@ def fmt_throughput(result: CellResult, value: float | None = None) -> str:
 
 
 def interval_header(results: list[CellResult]) -> tuple[str, bool]:
-    """(the words for the samples/s header, whether each row needs its own label): one shared label goes in
-    the header ("[95% CI, batch means, 10 blocks]"); differing labels go in an "interval" column."""
+    """(the words for the samples/s header, whether each row needs its own label): one shared label
+    goes in the header ("[95% CI, batch means, 10 blocks]"); differing labels go in an "interval"
+    column."""
     labels = {iv.label for iv in (interval(r) for r in results) if iv is not None}
     if not labels:
         return "", False
@@ -131,8 +135,8 @@ def interval_label_of(result: CellResult) -> str:
 
 
 def compare_intervals(a: CellResult | None, b: CellResult | None) -> str:
-    """a against b: "faster" / "slower" when their intervals do not overlap, "tie" when they do, "no interval"
-    when either has none, "-" when either is missing or unmeasured."""
+    """a against b: "faster" / "slower" when their intervals do not overlap, "tie" when they do,
+    "no interval" when either has none, "-" when either is missing or unmeasured."""
     if a is None or b is None or not a.measured or not b.measured:
         return "-"
     if interval(a) is None or interval(b) is None:
@@ -163,7 +167,8 @@ ORDER_NOTE = ("How random each cell's order was over its measured window, each f
 
 
 def order_decisions(f) -> dict[str, str | None]:
-    """A cell's order figures decided against the ideal shuffle (harness.results.orderquality.decision)."""
+    """A cell's order figures decided against the ideal shuffle
+    (harness.results.orderquality.decision)."""
     return OrderFigures(0, 0, f.order_units_per_batch, f.order_units_ideal, f.order_units_ideal_sd,
                         f.order_position_rho, f.order_position_ideal_sd, f.order_label_tv, f.order_label_tv_ideal,
                         f.order_label_tv_ideal_sd).decisions()
@@ -191,7 +196,8 @@ def _order_values(c: CellSummary) -> list[str] | None:
 
 
 def order_table(cells: list[CellSummary]) -> Table:
-    """Each cell's samples/s beside how random its order was (cells that recorded no order have no row)."""
+    """Each cell's samples/s beside how random its order was (cells that recorded no order have no
+    row)."""
     axes = shown_axes(cells)
     headers = [*axes, f"samples/s{mark(cells[:1])}", "units/batch vs shuffle", "position rho vs shuffle",
                "label TV vs shuffle", "as a shuffle?"]
@@ -201,8 +207,8 @@ def order_table(cells: list[CellSummary]) -> Table:
 
 
 def order_effects_table(effects: list[Effect], min_effect: float = MIN_EFFECT, passes: int | None = None) -> Table:
-    """Each axis level's effect on samples/s and on the order figures, on one screen (rows only where an
-    order figure was fitted)."""
+    """Each axis level's effect on samples/s and on the order figures, on one screen (rows only
+    where an order figure was fitted)."""
     figures = ["throughput", *(f for f in ORDER_FIGURES if any(e.figure == f for e in effects))]
     by = {(e.figure, e.axis, e.level): e for e in effects if e.kind == "main"}
     levels = list(dict.fromkeys((e.axis, e.level, e.reference) for e in effects

@@ -1,6 +1,7 @@
-"""The report's table of what each cell's order did to training (harness.results.ordertraining): the held-out
-loss after the window's steps against the ideal shuffle's, the loss ratio with its interval from the seeds, and
-the decision; cells without the figures (data without classes, lines before them) have no row."""
+"""The report's table of what each cell's order did to training (harness.results.ordertraining):
+the held-out loss after the window's steps against the ideal shuffle's, the loss ratio with its
+interval from the seeds, and the decision; cells without the figures (data without classes, lines
+before them) have no row."""
 from __future__ import annotations
 
 from harness.report.tables import Table, display_name, fmt_throughput, mark, short_error, shown_axes
@@ -29,7 +30,8 @@ def _values(c: CellSummary) -> list[str] | None:
 
 
 def training_table(cells: list[CellSummary]) -> Table:
-    """Each cell's held-out loss after N steps against the shuffle's (N and the seeds from the first row)."""
+    """Each cell's held-out loss after N steps against the shuffle's (N and the seeds from the
+    first row)."""
     rows = [(c, shown) for c in cells if (shown := _values(c)) is not None]
     axes = shown_axes(cells)
     first = rows[0][0].figures if rows else None

@@ -1,12 +1,14 @@
 """The answer first: the first lines of a run's output and of report.md.
 
-- the fastest configurations: the leader (the highest cell median: biased upward) and every cell whose range
-  over its visits overlaps the leader's (a description, not a test), then the configuration to roll out;
-- each choice's decision by the budget's stopping rule (harness.analysis.sequential), on the response that
-  decided (the host rate where the host's CPU binds, else samples/s), with samples/s beside it;
-- what binds: the device (AU high), the host's CPU (the loader and the rank need more cores than the host
-  has), the data (a stall with the CPU to spare), with the cores needed when the host cannot feed the
-  emulated devices.
+- the fastest configurations: the leader (the highest cell median: biased upward) and every cell
+  whose range over its visits overlaps the leader's (a description, not a test), then the
+  configuration to roll out;
+- each choice's decision by the budget's stopping rule (harness.analysis.sequential), on the
+  response that decided (the host rate where the host's CPU binds, else samples/s), with samples/s
+  beside it;
+- what binds: the device (AU high), the host's CPU (the loader and the rank need more cores than
+  the host has), the data (a stall with the CPU to spare), with the cores needed when the host
+  cannot feed the emulated devices.
 """
 from __future__ import annotations
 
@@ -36,9 +38,10 @@ SHOWN_TIED = 4  # tied cells named in the verdict (the rest are counted)
 
 
 def fastest_lines(cells: list[CellSummary], tolerance: float = TOLERANCE) -> list[str]:
-    """FASTEST and the cells whose range overlaps it; the leader's order cost where it is less random than a
-    shuffle beyond `tolerance` (harness.report.ordercost). The leader is the highest of the cells' medians:
-    its figure is biased upward (the maximum of noisy medians), and the line says so."""
+    """FASTEST and the cells whose range overlaps it; the leader's order cost where it is less
+    random than a shuffle beyond `tolerance` (harness.report.ordercost). The leader is the highest
+    of the cells' medians: its figure is biased upward (the maximum of noisy medians), and the line
+    says so."""
     leader, tied = leader_and_tied(cells)
     if leader is None:
         return ["FASTEST: no cell was measured"]
@@ -68,11 +71,12 @@ RESPONSE_WORDS = {HOST_RATE: "host rate", THROUGHPUT: "samples/s"}
 
 
 def passes_to_decide(e: Effect, passes: int, min_effect: float = MIN_EFFECT, z: float = Z_95) -> int | None:
-    """About how many whole passes in all would decide the effect with 80% power in a run of one look at
-    95% (--repeats N), assuming the true effect is today's estimate and the interval (at boundary `z`)
-    narrows as one over the square root of the passes: towards higher / lower when the estimate is at least
-    half the minimum effect away from x1, else towards "no effect larger than m". None when there is nothing
-    to project (a zero-width or unbounded interval, or no pass yet)."""
+    """About how many whole passes in all would decide the effect with 80% power in a run of one
+    look at 95% (--repeats N), assuming the true effect is today's estimate and the interval (at
+    boundary `z`) narrows as one over the square root of the passes: towards higher / lower when
+    the estimate is at least half the minimum effect away from x1, else towards "no effect larger
+    than m". None when there is nothing to project (a zero-width or unbounded interval, or no pass
+    yet)."""
     if not (0 < e.low <= e.high < math.inf):
         return None
     half = (math.log(e.high) - math.log(e.low)) / 2
@@ -114,8 +118,8 @@ def guarantee(rule: Rule, effects: int) -> str:
 
 
 def decision_lines(decisions: Decisions) -> list[str]:
-    """EFFECTS from the budget's stopping rule: the response that decided and why, each level, the levels
-    whose two responses disagree, and the count."""
+    """EFFECTS from the budget's stopping rule: the response that decided and why, each level, the
+    levels whose two responses disagree, and the count."""
     d = decisions
     if not d.levels:
         return ["EFFECTS: too few visits to fit the effect of each choice (run with --repeats 3 or more)"]
@@ -142,8 +146,8 @@ def decision_lines(decisions: Decisions) -> list[str]:
 
 
 def effect_lines(effects: list[Effect], passes: int = 1, min_effect: float = MIN_EFFECT) -> list[str]:
-    """The effects on samples/s at one look (a run read without its visits, e.g. from a history store);
-    `passes`: the whole passes over the cells so far."""
+    """The effects on samples/s at one look (a run read without its visits, e.g. from a history
+    store); `passes`: the whole passes over the cells so far."""
     shown = [e for e in effects if e.figure == "throughput" and e.kind == "main" and e.level != e.reference]
     if not shown:
         return ["EFFECTS: too few visits to fit the effect of each choice (run with --repeats 3 or more)"]
@@ -169,7 +173,8 @@ def effect_lines(effects: list[Effect], passes: int = 1, min_effect: float = MIN
 
 
 def binds_line(cells: list[CellSummary], cpu_count: float | None) -> str:
-    """What limits the run; `cpu_count`: the CPUs the run had (its allowance: affinity and cgroup quota)."""
+    """What limits the run; `cpu_count`: the CPUs the run had (its allowance: affinity and cgroup
+    quota)."""
     measured = [c for c in cells if c.measured]
     if not measured:
         return "BINDS: nothing measured"
@@ -191,9 +196,10 @@ def verdict_lines(cells: list[CellSummary], effects: list[Effect], cpu_count: in
                   passes: int = 1, min_effect: float = MIN_EFFECT, rollout: list[str] | None = None,
                   load: list[LoadDependence] | None = None, tolerance: float = TOLERANCE,
                   decisions: Decisions | None = None) -> list[str]:
-    """FASTEST, then `rollout` (harness.report.rollout: the configuration to use on the target), EFFECTS with
-    each effect that depends on the outside load (`load`, harness.analysis.loaddependence), BINDS. EFFECTS are
-    the stopping rule's `decisions` (harness.analysis.sequential) when given, else one look at `effects`."""
+    """FASTEST, then `rollout` (harness.report.rollout: the configuration to use on the target),
+    EFFECTS with each effect that depends on the outside load (`load`,
+    harness.analysis.loaddependence), BINDS. EFFECTS are the stopping rule's `decisions`
+    (harness.analysis.sequential) when given, else one look at `effects`."""
     said = decision_lines(decisions) if decisions is not None else effect_lines(effects, passes, min_effect)
     return (fastest_lines(cells, tolerance) + (rollout or []) + said
             + [d.line() for d in load or []] + [binds_line(cells, cpu_count)])

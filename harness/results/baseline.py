@@ -1,9 +1,10 @@
-"""A baseline: a run's throughput per cell and repeat, saved to compare later runs with (the CI gate).
+"""A baseline: a run's throughput per cell and repeat, saved to compare later runs with (the CI
+gate).
 
-File format "dlbench-baseline/1" (JSON; keys are stable, new optional keys may be added without bumping the
-version, any change of meaning bumps it), versioned through harness.results.fileformat like every file a run
-writes (BASELINE: its version, BASELINE_HISTORY; the "schema" key beside the "format" string, which older
-harnesses read):
+File format "dlbench-baseline/1" (JSON; keys are stable, new optional keys may be added without
+bumping the version, any change of meaning bumps it), versioned through harness.results.fileformat
+like every file a run writes (BASELINE: its version, BASELINE_HISTORY; the "schema" key beside the
+"format" string, which older harnesses read):
 
     {"format": "dlbench-baseline/1", "schema": 1, "created": "<UTC ISO time>", "scenario": "ci",
      "comparable": {"dataset_key": "<hash>", "world_size": 2, "workload": "pixels", "batch_size": 8,
@@ -17,29 +18,33 @@ harnesses read):
                              "step_p50_ms": [per repeat], "error": null,
                              "params": {"<axis>": {<the strategy's parameters>}}}}}
 
-- `comparable` must be equal between a baseline and a run, key by key, or they are not compared (exit 3).
-  `device` is the real device: on CUDA the GPU's name, on an emulated run "<accelerator> (emulated)".
-  Baselines written before `device`, `image_size`, `steps`, `epochs`, `warmup_steps`, `workers`,
-  `prefetch_factor` and `cache_state` were added lack them: they are compared on the keys both sides have,
-  with one warning naming the keys that could not be checked (analysis.compare).
-- `params` (optional, added later in version 1): a cell whose strategies' parameters differ between the
-  baseline and the run is not compared; without `params` on either side, cells are matched by id alone.
+- `comparable` must be equal between a baseline and a run, key by key, or they are not compared
+  (exit 3). `device` is the real device: on CUDA the GPU's name, on an emulated run "<accelerator>
+  (emulated)". Baselines written before `device`, `image_size`, `steps`, `epochs`, `warmup_steps`,
+  `workers`, `prefetch_factor` and `cache_state` were added lack them: they are compared on the
+  keys both sides have, with one warning naming the keys that could not be checked
+  (analysis.compare).
+- `params` (optional, added later in version 1): a cell whose strategies' parameters differ between
+  the baseline and the run is not compared; without `params` on either side, cells are matched by
+  id alone.
 - `normalised[i]` is the cell's `vs_probe` figure in repeat i (results.vsprobe.relative_to_probe):
-  throughput / the same repeat's machine probe, so a baseline made on another machine still means something.
-- `cpu_s_per_sample[i]` (optional, added later in version 1): the loader's and the rank's CPU seconds per
-  sample in repeat i, the second gate metric (`--gate-metric cpu`): it moves with the code's cost, not with
-  how much of a shared runner's CPU the run got.
-- `loader_vs_decode[i]`, `decode_vs_reference[i]`, `rank_vs_reference[i]` (optional, added later in version
-  1): the gate's figures of repeat i (harness.results.metrics.against_reference; `--gate-metric figures`),
-  CPU costs over work timed in the same visit, in which the machine's load cancels. The reference work's
-  version is not compared (each rank record carries it): a change of it is regenerated with the baseline.
-- `machine` and `probe` decide whether a baseline was made on this kind of machine (analysis.compare): the CPU
-  model, its CPU count and the cores the run was allowed (`cpu_affinity`, added later in version 1) must be
-  equal, and the probe's figures must not differ beyond their noise; `hostname` and `memory_gb` are recorded
-  only.
+  throughput / the same repeat's machine probe, so a baseline made on another machine still means
+  something.
+- `cpu_s_per_sample[i]` (optional, added later in version 1): the loader's and the rank's CPU
+  seconds per sample in repeat i, the second gate metric (`--gate-metric cpu`): it moves with the
+  code's cost, not with how much of a shared runner's CPU the run got.
+- `loader_vs_decode[i]`, `decode_vs_reference[i]`, `rank_vs_reference[i]` (optional, added later in
+  version 1): the gate's figures of repeat i (harness.results.metrics.against_reference;
+  `--gate-metric figures`), CPU costs over work timed in the same visit, in which the machine's
+  load cancels. The reference work's version is not compared (each rank record carries it): a
+  change of it is regenerated with the baseline.
+- `machine` and `probe` decide whether a baseline was made on this kind of machine
+  (analysis.compare): the CPU model, its CPU count and the cores the run was allowed
+  (`cpu_affinity`, added later in version 1) must be equal, and the probe's figures must not differ
+  beyond their noise; `hostname` and `memory_gb` are recorded only.
 - A cell that errored in any repeat keeps the error(s) and no samples (all lists empty).
-- `merge` makes one baseline of several runs of one scenario on one machine (the A/B gate's single-repeat
-  runs of one tree, harness.gates.ab_command): their repeats in the order given.
+- `merge` makes one baseline of several runs of one scenario on one machine (the A/B gate's
+  single-repeat runs of one tree, harness.gates.ab_command): their repeats in the order given.
 """
 from __future__ import annotations
 
@@ -75,12 +80,14 @@ MACHINE_KEYS = ("cpu_model", "cpu_count", "cpu_affinity")
 
 
 def machine_of(env: Environment) -> dict:
-    """What a baseline records of the machine: env.machine and, where known, the cores the run was allowed."""
+    """What a baseline records of the machine: env.machine and, where known, the cores the run was
+    allowed."""
     return {**env.machine, **({"cpu_affinity": env.cpu_affinity} if env.cpu_affinity is not None else {})}
 
 
 class BaselineError(Exception):
-    """A baseline that cannot be used (missing, unreadable, wrong format, not comparable); the CLI exits 3."""
+    """A baseline that cannot be used (missing, unreadable, wrong format, not comparable); the CLI
+    exits 3."""
 
 
 @dataclass
@@ -125,8 +132,8 @@ class Baseline:
     @classmethod
     def from_run(cls, results: list[CellResult], env: Environment, probe: ProbeSeries, comparable: dict,
                  scenario: str, created: str | None = None) -> Baseline:
-        """A run's results (one per cell and repeat) as a baseline. A ValueError (one line) when a cell has
-        two results for one repeat or the probe lacks a repeat."""
+        """A run's results (one per cell and repeat) as a baseline. A ValueError (one line) when a
+        cell has two results for one repeat or the probe lacks a repeat."""
         twice = duplicated_visit(results)
         if twice is not None:
             raise ValueError(f"cell {twice.cell} has two results for repeat {twice.repeat}")
@@ -196,10 +203,11 @@ class Baseline:
 
 
 def merge(parts: list[Baseline], where: str = "the runs") -> Baseline:
-    """Several runs of one scenario on one machine as one Baseline: each cell's samples and the probe's figures
-    concatenated in the order of `parts` (a cell errored in any part keeps the errors and no samples, as a cell
-    errored in one repeat of a run). A BaselineError (one line) when the parts differ in scenario, in a
-    `comparable` key, in the machine (MACHINE_KEYS) or in a cell's parameters, or when there are none."""
+    """Several runs of one scenario on one machine as one Baseline: each cell's samples and the
+    probe's figures concatenated in the order of `parts` (a cell errored in any part keeps the
+    errors and no samples, as a cell errored in one repeat of a run). A BaselineError (one line)
+    when the parts differ in scenario, in a `comparable` key, in the machine (MACHINE_KEYS) or in a
+    cell's parameters, or when there are none."""
     if not parts:
         raise BaselineError(f"{where}: nothing to merge")
     first = parts[0]

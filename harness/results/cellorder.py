@@ -1,16 +1,18 @@
-"""A cell's order figures, from the records its ranks gathered to rank 0: each rank's order over its measured
-window (the indices it consumed per epoch, `consumed`, cut by the window's `batch_sizes`:
-harness.results.orderquality.window_order), against the ideal shuffle of the cell's dataset laid out as its
-storage lays it out (the storage's units noted by harness.data.storageunits, else blocks of
-orderquality.DEFAULT_BLOCK positions; the classes of harness.data.generator.class_labels).
+"""A cell's order figures, from the records its ranks gathered to rank 0: each rank's order over
+its measured window (the indices it consumed per epoch, `consumed`, cut by the window's
+`batch_sizes`: harness.results.orderquality.window_order), against the ideal shuffle of the cell's
+dataset laid out as its storage lays it out (the storage's units noted by
+harness.data.storageunits, else blocks of orderquality.DEFAULT_BLOCK positions; the classes of
+harness.data.generator.class_labels).
 
-The figures go into the cell's `figures` (ORDER_FIGURES, over every rank's batches and segments) and each rank's
-into its `order` part (harness.results.cellparts.OrderQuality). The ratios are the forms fitted as effects, 1
-for an ideal shuffle: `order_units_ratio` (units met / the ideal's), `order_position_mixing` (1 - |rho|),
-`order_label_ratio` (the ideal's TV distance / the batches').
+The figures go into the cell's `figures` (ORDER_FIGURES, over every rank's batches and segments)
+and each rank's into its `order` part (harness.results.cellparts.OrderQuality). The ratios are the
+forms fitted as effects, 1 for an ideal shuffle: `order_units_ratio` (units met / the ideal's),
+`order_position_mixing` (1 - |rho|), `order_label_ratio` (the ideal's TV distance / the batches').
 
-On data with classes the cell's order is also trained on (harness.results.ordertraining: a softmax classifier of
-the class, the window's steps, against the ideal shuffle's over the same seeds): TRAIN_FIGURES, `order_train_*`.
+On data with classes the cell's order is also trained on (harness.results.ordertraining: a softmax
+classifier of the class, the window's steps, against the ideal shuffle's over the same seeds):
+TRAIN_FIGURES, `order_train_*`.
 """
 from __future__ import annotations
 
@@ -75,8 +77,9 @@ def _rank_part(rank: int, f: oq.OrderFigures) -> RankOrderQuality:
 
 
 def of_cell(records: list[RankRecord], dataset, cell_id: str) -> tuple[dict, OrderQuality | None]:
-    """(the cell's order figures, its `order` part), or ({}, None) for a cell that failed, recorded no order
-    (lines read back carry none: `consumed` is never written) or read indices outside the dataset."""
+    """(the cell's order figures, its `order` part), or ({}, None) for a cell that failed, recorded
+    no order (lines read back carry none: `consumed` is never written) or read indices outside the
+    dataset."""
     if any(r.error for r in records) or not records:
         return {}, None
     orders = [(r.rank, oq.window_order(r.consumed, r.batch_sizes)) for r in records]

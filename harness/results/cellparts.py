@@ -1,7 +1,8 @@
 """The parts of a cells.jsonl line beside its figures, each a small record that owns its JSON
 (harness.measure.jsonrecord.JsonRecord: unknown keys kept, a line read writes back what it read):
-`coverage` (Coverage, per epoch EpochCoverage), `cache` (CacheFigures), `page_cache` (PageCache, its probe
-read PageCacheCheck), `decomposition` (Decomposition) and `order` (OrderQuality, per rank RankOrderQuality). docs/results-format.md lists their keys.
+`coverage` (Coverage, per epoch EpochCoverage), `cache` (CacheFigures), `page_cache` (PageCache,
+its probe read PageCacheCheck), `decomposition` (Decomposition) and `order` (OrderQuality, per rank
+RankOrderQuality). docs/results-format.md lists their keys.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ class CacheFigures(JsonRecord):
 
 @dataclass
 class PageCacheCheck(JsonRecord):
-    """The probe read after warming or dropping the page cache (harness.data.pagecache.probe_read)."""
+    """The probe read after warming or dropping the page cache
+    (harness.data.pagecache.probe_read)."""
 
     path: str = ""
     bytes: int = 0
@@ -78,8 +80,8 @@ class PageCache(JsonRecord):
 
 @dataclass
 class Decomposition(JsonRecord):
-    """The stall decomposition of a --decompose cell: either `error` alone, or per step of the slowest rank
-    (s), their share of the cold step (%) and the phases' throughputs (samples/s)."""
+    """The stall decomposition of a --decompose cell: either `error` alone, or per step of the
+    slowest rank (s), their share of the cold step (%) and the phases' throughputs (samples/s)."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = (
         "error", "compute_s", "warm_s", "cold_s", "prep_stall_s", "fetch_stall_s", "compute_pct",
@@ -101,9 +103,10 @@ class Decomposition(JsonRecord):
 
 @dataclass
 class RankOrderQuality(JsonRecord):
-    """One rank's order over its measured window, against the ideal shuffle (harness.results.orderquality):
-    units met per batch, Spearman's rho of storage position against epoch position, the batches' TV distance
-    from the dataset's class mix; each beside the ideal's mean and sd (of the mean over the batches)."""
+    """One rank's order over its measured window, against the ideal shuffle
+    (harness.results.orderquality): units met per batch, Spearman's rho of storage position against
+    epoch position, the batches' TV distance from the dataset's class mix; each beside the ideal's
+    mean and sd (of the mean over the batches)."""
 
     OPTIONAL: ClassVar[tuple[str, ...]] = ("label_tv", "label_tv_ideal", "label_tv_ideal_sd")
 
@@ -122,9 +125,10 @@ class RankOrderQuality(JsonRecord):
 
 @dataclass
 class OrderQuality(JsonRecord):
-    """How random the cell's order was (harness.results.cellorder): what a unit is ("shards": the storage's own,
-    or "blocks of 64" positions), the dataset's classes (0: none, no label figures), how the ideal's label
-    spread was found, and each rank's figures; the cell's own are `order_*` figures."""
+    """How random the cell's order was (harness.results.cellorder): what a unit is ("shards": the
+    storage's own, or "blocks of 64" positions), the dataset's classes (0: none, no label figures),
+    how the ideal's label spread was found, and each rank's figures; the cell's own are `order_*`
+    figures."""
 
     NESTED: ClassVar[dict] = {"ranks": RankOrderQuality}
 

@@ -1,8 +1,9 @@
-"""One cell's result, one repeat: the record of one line of cells.jsonl (CellResult, its Figures), read through
-the file's versions (harness.results.cellsversions) and completed in memory, and the line written after each cell.
+"""One cell's result, one repeat: the record of one line of cells.jsonl (CellResult, its Figures),
+read through the file's versions (harness.results.cellsversions) and completed in memory, and the
+line written after each cell.
 
-A line read is written back as it was read: keys this version does not know are kept in `extra`, and what is
-filled in on read (`upgrade`) is never written. docs/results-format.md lists every key.
+A line read is written back as it was read: keys this version does not know are kept in `extra`,
+and what is filled in on read (`upgrade`) is never written. docs/results-format.md lists every key.
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ from harness.results.cellsversions import CELLS, NO_HINT, SCHEMA_VERSION
 
 @dataclass
 class Figures(JsonRecord):
-    """The figures of one cell (units in the names: _ms, _pct, _mb, _gb, _s). Every field is optional: a cell
-    that took no step has only `ranks` and `window_steps`. Built in code, it writes the figures that are not
-    None; read from a line, the ones it read (nulls included)."""
+    """The figures of one cell (units in the names: _ms, _pct, _mb, _gb, _s). Every field is
+    optional: a cell that took no step has only `ranks` and `window_steps`. Built in code, it
+    writes the figures that are not None; read from a line, the ones it read (nulls included)."""
 
     NON_NEGATIVE: ClassVar[tuple[str, ...]] = (  # checked on read (jsonrecord.check_shape)
         "ranks", "window_steps", "window_s", "samples", "throughput", "step_p50_ms", "step_p95_ms", "step_p99_ms",
@@ -127,26 +128,29 @@ class Figures(JsonRecord):
         return key in self._keys if self._keys is not None else getattr(self, key) is not None
 
     def get(self, key: str, default=None):
-        """A known figure by name; `default` when absent or null. A name that is not a known figure is a
-        KeyError (figures this version does not know are in `extra`)."""
+        """A known figure by name; `default` when absent or null. A name that is not a known figure
+        is a KeyError (figures this version does not know are in `extra`)."""
         if key not in self.known():
             raise KeyError(f"{key!r} is not a figure (harness.results.cellresult.Figures)")
         value = getattr(self, key)
         return default if value is None else value
 
     def replace(self, **changes) -> Figures:
-        """A copy with figures set (written by to_json); names that are not known figures go to `extra`."""
+        """A copy with figures set (written by to_json); names that are not known figures go to
+        `extra`."""
         known = {k: v for k, v in changes.items() if k in self.known()}
         extra = {**self.extra, **{k: v for k, v in changes.items() if k not in known}}
         keys = None if self._keys is None else self._keys | set(known)
         return dataclasses.replace(self, **known, extra=extra, _keys=keys)
 
     def derive(self, **changes) -> Figures:
-        """A copy with known figures filled in memory only (`upgrade`): to_json still writes what was read."""
+        """A copy with known figures filled in memory only (`upgrade`): to_json still writes what
+        was read."""
         return dataclasses.replace(self, **changes)
 
     def values(self) -> dict:
-        """Every figure this holds, by name: what to_json writes, and the figures derived in memory."""
+        """Every figure this holds, by name: what to_json writes, and the figures derived in
+        memory."""
         out = {k: getattr(self, k) for k in self.known() if self.writes(k) or getattr(self, k) is not None}
         out.update(self.extra)
         return out
@@ -203,10 +207,10 @@ class CellResult(JsonRecord):
 
     @classmethod
     def from_json(cls, obj: dict, where: str | None = None) -> CellResult:
-        """A line of cells.jsonl (`where`: its place, "path:line", for the errors), read through CELLS (the
-        steps from an older version) and completed in memory (`upgrade`); keys not in KEYS go to `extra`. A
-        line of a newer schema, a damaged one, or no line at all, is a ValueError (a
-        harness.results.fileformat.ResultsError where it is the file's)."""
+        """A line of cells.jsonl (`where`: its place, "path:line", for the errors), read through
+        CELLS (the steps from an older version) and completed in memory (`upgrade`); keys not in
+        KEYS go to `extra`. A line of a newer schema, a damaged one, or no line at all, is a
+        ValueError (a harness.results.fileformat.ResultsError where it is the file's)."""
         if not isinstance(obj, dict) or "cell" not in obj:
             raise ValueError(f"{where + ': ' if where else ''}not a cells.jsonl line (an object with a \"cell\" "
                              f"key): {str(obj)[:80]}")
@@ -220,8 +224,9 @@ class CellResult(JsonRecord):
     def of_cell(cls, scenario, cell, device: str, emulated: bool, world_size: int, repeat: int = 0,
                 **rest) -> CellResult:
         """A new result's identity: the cell (a harness.config.matrix.Cell) of the scenario (a
-        harness.config.scenario.Scenario), where it ran and which repeat it is; `rest` sets the other fields.
-        Every line written is built here (cell_line, harness.run.supervisor.failed_line)."""
+        harness.config.scenario.Scenario), where it ran and which repeat it is; `rest` sets the
+        other fields. Every line written is built here (cell_line,
+        harness.run.supervisor.failed_line)."""
         return cls(cell=cell.id, scenario=scenario.name, strategies=cell.strategies(),
                    params={c.axis: dict(c.params) for c in cell.choices},
                    names={c.axis: c.name for c in cell.choices}, device=device, emulated=emulated,
@@ -239,7 +244,8 @@ class CellResult(JsonRecord):
         return self.coverage is None or self.coverage.ok
 
     def name(self, axis: str) -> str:
-        """The strategy's name on an axis, without parameters ("" when the line has no such axis)."""
+        """The strategy's name on an axis, without parameters ("" when the line has no such
+        axis)."""
         return self.names.get(axis, self.strategies.get(axis, ""))
 
     def label(self, axis: str) -> str:
@@ -263,8 +269,9 @@ UNKNOWN_INTERVAL = "interval, method unknown"
 
 
 def _normalised(result: CellResult) -> CellResult:
-    """A line as read, in the shapes the current model holds: `schema` (absent: version 1), `repeat` (0),
-    `names` (derived from the labels and params), and empty objects and lists where a line has nulls."""
+    """A line as read, in the shapes the current model holds: `schema` (absent: version 1),
+    `repeat` (0), `names` (derived from the labels and params), and empty objects and lists where a
+    line has nulls."""
     read = result._keys or frozenset()
     if "schema" not in read:
         result.schema = 1
@@ -281,13 +288,14 @@ def _normalised(result: CellResult) -> CellResult:
 
 
 def upgrade(result: CellResult) -> CellResult:
-    """A line read through CELLS, completed in memory with what lines of older harnesses of its version
-    lack; what is filled in here is never written back (to_json writes the keys the line had):
+    """A line read through CELLS, completed in memory with what lines of older harnesses of its
+    version lack; what is filled in here is never written back (to_json writes the keys the line
+    had):
 
-    - a measured line without `throughput_ci` (written before the interval was): batch means over the
-      ranks' recorded steps (metrics.throughput_interval), labelled so; an interval without its label:
-      UNKNOWN_INTERVAL; without `read_amplification`: disk_read_mb / logical_read_mb; without `advice`
-      (written before the readers gave access hints): NO_HINT."""
+    - a measured line without `throughput_ci` (written before the interval was): batch means over
+      the ranks' recorded steps (metrics.throughput_interval), labelled so; an interval without its
+      label: UNKNOWN_INTERVAL; without `read_amplification`: disk_read_mb / logical_read_mb;
+      without `advice` (written before the readers gave access hints): NO_HINT."""
     read = result._keys or frozenset()
     if "advice" not in read:  # written before the readers gave access hints: the kernel's defaults
         result.advice = NO_HINT
@@ -306,8 +314,9 @@ def upgrade(result: CellResult) -> CellResult:
 
 
 def _name_of(label: str, params: dict | None) -> str:
-    """A strategy's name from its label, for lines written before names were stored: the label is the name
-    followed by "(k=v,...)" of its parameters (harness.config.scenario.StrategyChoice.label)."""
+    """A strategy's name from its label, for lines written before names were stored: the label is
+    the name followed by "(k=v,...)" of its parameters
+    (harness.config.scenario.StrategyChoice.label)."""
     if not params:
         return label
     suffix = "(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")"
@@ -317,10 +326,10 @@ def _name_of(label: str, params: dict | None) -> str:
 def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[RankRecord], elapsed: float,
               repeat: int = 0, outside: tuple[float | None, float | None] = (None, None),
               remote: dict | None = None) -> dict:
-    """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and a
-    harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in seconds, the
-    repeat it belongs to; `remote`: a remote storage's figures over the window, harness.measure.remotecounters.
-    of_visit)."""
+    """The JSON object appended to cells.jsonl for one cell (a harness.config.scenario.Scenario and
+    a harness.config.matrix.Cell, the per-rank records gathered on rank 0, the cell's wall time in
+    seconds, the repeat it belongs to; `remote`: a remote storage's figures over the window,
+    harness.measure.remotecounters.of_visit)."""
     errors = sorted({r.error for r in records if r.error})
     page_cache = records[0].page_cache
     order_figures, order = cellorder.of_cell(records, scenario.dataset, cell.id)
@@ -341,8 +350,9 @@ def cell_line(scenario, cell, device_name: str, emulated: bool, records: list[Ra
 
 
 def with_visit_figures(figures: Figures, elapsed: float, outside: tuple[float | None, float | None]) -> Figures:
-    """The figures plus how much of the visit its measured window was (`window_s`: the slowest rank's window)
-    and the host's outside load during it (harness.measure.hostload), where they were measured."""
+    """The figures plus how much of the visit its measured window was (`window_s`: the slowest
+    rank's window) and the host's outside load during it (harness.measure.hostload), where they
+    were measured."""
     extra = {}
     window = figures.window_s or 0.0
     if elapsed > 0 and window > 0:

@@ -1,7 +1,8 @@
-"""cells.jsonl's format (harness.results.fileformat): the version this harness writes (SCHEMA_VERSION), what
-each version is (CELLS_HISTORY; docs/results-format.md, "Versions"), and the step from each older version,
-applied in memory to the harness.results.cellresult.CellResult a line is read as: a line read is written back
-as it was read. CellResult.from_json reads every line through CELLS."""
+"""cells.jsonl's format (harness.results.fileformat): the version this harness writes
+(SCHEMA_VERSION), what each version is (CELLS_HISTORY; docs/results-format.md, "Versions"), and the
+step from each older version, applied in memory to the harness.results.cellresult.CellResult a line
+is read as: a line read is written back as it was read. CellResult.from_json reads every line
+through CELLS."""
 from __future__ import annotations
 
 from harness.results.fileformat import FileFormat
@@ -37,9 +38,10 @@ NO_HINT = "normal"  # the advice of a line written before the readers gave acces
 
 def _from_v1(result):
     """The step from version 1, in memory, on the harness.results.cellresult.CellResult read: its
-    `imbalance` is `window_imbalance`; a line without the five-part split (no `h2d_pct`) has an `au_pct` of
-    compute (which held the rank agreement and host overrun) / wall, not device-busy / wall: it is kept, and
-    `legacy_figures` names it. `schema` stays 1: what is written back is what was read."""
+    `imbalance` is `window_imbalance`; a line without the five-part split (no `h2d_pct`) has an
+    `au_pct` of compute (which held the rank agreement and host overrun) / wall, not device-busy /
+    wall: it is kept, and `legacy_figures` names it. `schema` stays 1: what is written back is what
+    was read."""
     f = result.figures
     if f.window_imbalance is None and f.imbalance is not None:
         result.figures = f.derive(window_imbalance=f.imbalance)

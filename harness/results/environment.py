@@ -1,11 +1,13 @@
-"""env.json: the machine, the libraries and the settings of a run, captured once for every command that writes
-a run directory (the main run and --loader-only), as one typed record that owns its JSON.
+"""env.json: the machine, the libraries and the settings of a run, captured once for every command
+that writes a run directory (the main run and --loader-only), as one typed record that owns its
+JSON.
 
 `LIBRARIES` lists every installed distribution whose version can change a figure: the training and
-numerics stack, the decoders, the storages' libraries, the tables' and plots' libraries and NVML. A library
-that is not installed is recorded as null. Keys an older or newer harness wrote and this one does not know are
-kept (`extra`) and written back unchanged, so a resumed run's env.json loses nothing. The file is versioned
-(ENV_VERSION, its history in ENV_HISTORY) and read and written through harness.results.fileformat (ENV).
+numerics stack, the decoders, the storages' libraries, the tables' and plots' libraries and NVML. A
+library that is not installed is recorded as null. Keys an older or newer harness wrote and this
+one does not know are kept (`extra`) and written back unchanged, so a resumed run's env.json loses
+nothing. The file is versioned (ENV_VERSION, its history in ENV_HISTORY) and read and written
+through harness.results.fileformat (ENV).
 """
 from __future__ import annotations
 
@@ -77,7 +79,8 @@ def _git_commit() -> dict:
 
 
 def data_dir_of(argv: list[str]) -> Path:
-    """--data-dir as the command line gave it (``--data-dir X`` or ``--data-dir=X``), else the default data/."""
+    """--data-dir as the command line gave it (``--data-dir X`` or ``--data-dir=X``), else the
+    default data/."""
     for i, arg in enumerate(argv):
         if arg == "--data-dir" and i + 1 < len(argv):
             return Path(argv[i + 1]).absolute()
@@ -87,8 +90,9 @@ def data_dir_of(argv: list[str]) -> Path:
 
 
 def free_threaded() -> bool:
-    """Whether this interpreter is a free-threaded build (3.13t and later: Py_GIL_DISABLED) running with the
-    GIL off (a free-threaded build may turn it back on: PYTHON_GIL=1, or an extension that needs it)."""
+    """Whether this interpreter is a free-threaded build (3.13t and later: Py_GIL_DISABLED) running
+    with the GIL off (a free-threaded build may turn it back on: PYTHON_GIL=1, or an extension that
+    needs it)."""
     if not sysconfig.get_config_var("Py_GIL_DISABLED"):
         return False
     gil_enabled = getattr(sys, "_is_gil_enabled", None)
@@ -96,7 +100,8 @@ def free_threaded() -> bool:
 
 
 def is_name(text: str) -> bool:
-    """A scenario's name as a run records it (its file's stem): no path, no separator, not hidden."""
+    """A scenario's name as a run records it (its file's stem): no path, no separator, not
+    hidden."""
     return bool(text) and "/" not in text and "\\" not in text and "\0" not in text and not text.startswith(".") \
         and not text.endswith(".toml") and len(text) <= 200
 
@@ -107,8 +112,9 @@ def utc_now() -> str:
 
 @dataclass
 class Environment:
-    """What env.json holds. The machine part is captured by `capture`; the run part (scenario and below) is
-    set by the command that writes the run directory (None where a command has no such setting)."""
+    """What env.json holds. The machine part is captured by `capture`; the run part (scenario and
+    below) is set by the command that writes the run directory (None where a command has no such
+    setting)."""
 
     time_utc: str = ""
     command: list[str] = field(default_factory=list)
@@ -153,8 +159,8 @@ class Environment:
 
     @property
     def run_cpus(self) -> float | None:
-        """The CPUs the run had: its allowance (affinity and cgroup quota), else its affinity, else the host's
-        count (env.json files written before the allowance was recorded)."""
+        """The CPUs the run had: its allowance (affinity and cgroup quota), else its affinity, else
+        the host's count (env.json files written before the allowance was recorded)."""
         for value in (self.cpu_allowance, self.cpu_affinity, self.cpu_count):
             if value:
                 return value
@@ -162,8 +168,8 @@ class Environment:
 
     @classmethod
     def capture(cls, argv: list[str], device: dict, data_dir: Path | None = None) -> Environment:
-        """The machine now; ``data_dir`` (default: --data-dir in ``argv``, else the repository's data/)
-        names where the data lies."""
+        """The machine now; ``data_dir`` (default: --data-dir in ``argv``, else the repository's
+        data/) names where the data lies."""
         gpu = gpuinfo.environment()  # devices, names, memory, driver, CUDA runtime, cuDNN (empty without CUDA)
         data = Path(data_dir) if data_dir is not None else data_dir_of(argv)
         name, read_ahead = block_device(data)
@@ -178,9 +184,9 @@ class Environment:
 
     @classmethod
     def from_json(cls, obj: dict) -> Environment:
-        """An env.json object of any harness version: missing keys take their defaults, unknown ones are kept.
-        A known key's value of another type, a negative count and a scenario that is no name (a path) are a
-        ValueError naming the key."""
+        """An env.json object of any harness version: missing keys take their defaults, unknown
+        ones are kept. A known key's value of another type, a negative count and a scenario that is
+        no name (a path) are a ValueError naming the key."""
         check_shape(cls, obj, renamed=RENAMED)
         scenario = obj.get("scenario")
         if scenario is not None and not is_name(scenario):
@@ -196,8 +202,8 @@ class Environment:
         return cls(**known, extra=extra)
 
     def to_json(self) -> dict:
-        """The JSON object, of the current version; a run setting that is None is left out (as the harness
-        always wrote it)."""
+        """The JSON object, of the current version; a run setting that is None is left out (as the
+        harness always wrote it)."""
         out = {}
         for f in dataclasses.fields(self):
             if f.name == "extra":
@@ -210,8 +216,9 @@ class Environment:
 
     @classmethod
     def read(cls, run_dir: Path) -> Environment:
-        """A run directory's env.json, any older version upgraded on read; an empty Environment when it does
-        not exist. A damaged or newer file is a harness.results.fileformat.ResultsError."""
+        """A run directory's env.json, any older version upgraded on read; an empty Environment
+        when it does not exist. A damaged or newer file is a
+        harness.results.fileformat.ResultsError."""
         env = read_json(Path(run_dir) / "env.json", ENV, cls.from_json)
         return env if env is not None else cls()
 
@@ -221,7 +228,8 @@ class Environment:
 
     @property
     def cell_ids(self) -> list[str] | None:
-        """The run's cells in the matrix's order, as its settings record them (None for other commands)."""
+        """The run's cells in the matrix's order, as its settings record them (None for other
+        commands)."""
         return (self.settings or {}).get("cells")
 
     @property
@@ -230,7 +238,8 @@ class Environment:
 
     @property
     def machine(self) -> dict:
-        """What a baseline records of the machine (report.compare warns when raw throughput crosses one)."""
+        """What a baseline records of the machine (report.compare warns when raw throughput crosses
+        one)."""
         return {"cpu_model": self.cpu_model, "cpu_count": self.cpu_count, "hostname": self.hostname,
                 "memory_gb": self.memory_gb}
 

@@ -1,29 +1,34 @@
-"""The versioned files of a run directory: one helper reads and writes every JSON file a run leaves.
+"""The versioned files of a run directory: one helper reads and writes every JSON file a run
+leaves.
 
-Each kind of file is a `FileFormat`, declared beside the record that owns its JSON, with the version this
-harness writes and its written history (what each version changed): cells.jsonl (harness.results.cellresult),
-env.json (environment), probe.jsonl (probeline), loader.jsonl and decode.jsonl (harness.loaderonly.rows), effects.jsonl
-(effects) and predictions.jsonl (checkcases). docs/results-format.md gives every history.
+Each kind of file is a `FileFormat`, declared beside the record that owns its JSON, with the
+version this harness writes and its written history (what each version changed): cells.jsonl
+(harness.results.cellresult), env.json (environment), probe.jsonl (probeline), loader.jsonl and
+decode.jsonl (harness.loaderonly.rows), effects.jsonl (effects) and predictions.jsonl (checkcases).
+docs/results-format.md gives every history.
 
-The version is written under VERSION_KEY ("schema"): in every line of a .jsonl file (a file appended to by
-two harness versions, a resumed run, holds lines of both) and at the top level of a .json file.
+The version is written under VERSION_KEY ("schema"): in every line of a .jsonl file (a file
+appended to by two harness versions, a resumed run, holds lines of both) and at the top level of a
+.json file.
 
 Reading, the one rule (asv's: results are upgraded on read, never rewritten by reading):
 
 - an object without the key is version 1 (written before the key existed);
-- an older version is brought to the current one in memory by the kind's chain of upgrade steps, one
-  function per step from version v to v + 1 (`FileFormat.upgrades`), after the kind's record is built;
-- a newer version, or a version that is no number, is a ResultsError: one line naming the file and the
-  remedy (this harness cannot know what the newer keys mean);
-- a damaged file (not JSON, not an object) is a ResultsError with the path; in a .jsonl file a last line cut
-  off by a crash is skipped with one warning (`json_lines`);
-- a line (or a .json file) over MAX_LINE_BYTES, a file over MAX_FILE_BYTES, a number that is not finite or
-  beyond 2^63, or nesting deeper than MAX_DEPTH is a ResultsError naming the file, the line and the key.
+- an older version is brought to the current one in memory by the kind's chain of upgrade steps,
+  one function per step from version v to v + 1 (`FileFormat.upgrades`), after the kind's record is
+  built;
+- a newer version, or a version that is no number, is a ResultsError: one line naming the file and
+  the remedy (this harness cannot know what the newer keys mean);
+- a damaged file (not JSON, not an object) is a ResultsError with the path; in a .jsonl file a last
+  line cut off by a crash is skipped with one warning (`json_lines`);
+- a line (or a .json file) over MAX_LINE_BYTES, a file over MAX_FILE_BYTES, a number that is not
+  finite or beyond 2^63, or nesting deeper than MAX_DEPTH is a ResultsError naming the file, the
+  line and the key.
 
-Writing: `write_json` (replaced atomically: a temporary file, then os.replace), `write_lines` (a whole .jsonl
-file, atomically too), `append_line` (one line, flushed to disk at once: cells.jsonl after each cell). Each
-writes the format's current version (`FileFormat.stamped`), through harness.safewrite: never through a
-symbolic link planted at the file's name (one line, exit 2).
+Writing: `write_json` (replaced atomically: a temporary file, then os.replace), `write_lines` (a
+whole .jsonl file, atomically too), `append_line` (one line, flushed to disk at once: cells.jsonl
+after each cell). Each writes the format's current version (`FileFormat.stamped`), through
+harness.safewrite: never through a symbolic link planted at the file's name (one line, exit 2).
 """
 from __future__ import annotations
 
@@ -51,21 +56,23 @@ T = TypeVar("T")
 
 
 class ResultsError(ValueError):
-    """A run directory's file that cannot be read (not JSON, not the expected shape, a newer version); one
-    line, with the path."""
+    """A run directory's file that cannot be read (not JSON, not the expected shape, a newer
+    version); one line, with the path."""
 
 
 def unchanged(thing: T) -> T:
-    """An upgrade step for a version whose change a reader of the next one needs nothing done for."""
+    """An upgrade step for a version whose change a reader of the next one needs nothing done
+    for."""
     return thing
 
 
 @dataclass(frozen=True)
 class FileFormat:
-    """One kind of file: its name, the version this harness writes, what each version changed, and the
-    upgrade steps. `upgrades[v]` takes what the kind's reader built from an object of version v (its record,
-    or the dict where the kind has none) and returns it as version v + 1 reads; every v below `version`
-    has one (a step that changes nothing is written out as `unchanged`, so that the chain says so)."""
+    """One kind of file: its name, the version this harness writes, what each version changed, and
+    the upgrade steps. `upgrades[v]` takes what the kind's reader built from an object of version v
+    (its record, or the dict where the kind has none) and returns it as version v + 1 reads; every
+    v below `version` has one (a step that changes nothing is written out as `unchanged`, so that
+    the chain says so)."""
 
     name: str
     version: int
@@ -79,7 +86,8 @@ class FileFormat:
             raise ValueError(f"{self.name}: one upgrade step per version below {self.version}")
 
     def version_of(self, obj: dict, where: str) -> int:
-        """The version an object was written in; a ResultsError for a newer one or one that is no number."""
+        """The version an object was written in; a ResultsError for a newer one or one that is no
+        number."""
         found = obj.get(VERSION_KEY, UNVERSIONED)
         if not isinstance(found, int) or isinstance(found, bool) or found < UNVERSIONED:
             raise ResultsError(f"{where}: {VERSION_KEY} {found!r} is not a {self.name} version (1 to "
@@ -96,9 +104,9 @@ class FileFormat:
         return thing
 
     def load(self, obj: Any, where: str, build: Callable[[dict], T] = unchanged) -> T:
-        """One object of this format as the current version reads it: its version checked, `build` (the
-        kind's from_json) applied, then the upgrade steps. A shape `build` refuses (ValueError, KeyError,
-        TypeError) is a ResultsError naming `where`."""
+        """One object of this format as the current version reads it: its version checked, `build`
+        (the kind's from_json) applied, then the upgrade steps. A shape `build` refuses
+        (ValueError, KeyError, TypeError) is a ResultsError naming `where`."""
         if not isinstance(obj, dict):
             raise ResultsError(f"{where} is not a JSON object, not the shape of {self.name} this harness "
                                f"writes; repair or remove it")
@@ -114,8 +122,9 @@ class FileFormat:
         return self.upgrade(thing, found)
 
     def stamped(self, obj: dict) -> dict:
-        """The object as written: the current version under VERSION_KEY. An object that carries another
-        version is refused (ValueError: a record read from an older file is never written back as current)."""
+        """The object as written: the current version under VERSION_KEY. An object that carries
+        another version is refused (ValueError: a record read from an older file is never written
+        back as current)."""
         if obj.get(VERSION_KEY, self.version) != self.version:
             raise ValueError(f"{self.name}: an object of version {obj[VERSION_KEY]} is written as version "
                              f"{self.version}; build it in this version instead")
@@ -133,8 +142,8 @@ def _too_big(where: str, what: str, limit: int) -> ResultsError:
 
 
 def _numbered_lines(path: Path) -> list[tuple[int, str]]:
-    """(number, text) of each line of a file, each read with a bound: a file over MAX_FILE_BYTES or a line
-    over MAX_LINE_BYTES is a ResultsError, found before it is held in memory."""
+    """(number, text) of each line of a file, each read with a bound: a file over MAX_FILE_BYTES or
+    a line over MAX_LINE_BYTES is a ResultsError, found before it is held in memory."""
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise _too_big(str(path), f"the file ({size / 2**20:.0f} MB) is", MAX_FILE_BYTES)
@@ -151,9 +160,9 @@ def _numbered_lines(path: Path) -> list[tuple[int, str]]:
 
 
 def parse(text: str, where: str) -> Any:
-    """One JSON record as read back: a JSONDecodeError where it is no JSON; a ResultsError naming `where` and
-    the key for nesting deeper than MAX_DEPTH, a number that is not finite (NaN, Infinity, 1e400) or an
-    integer beyond MAX_INT."""
+    """One JSON record as read back: a JSONDecodeError where it is no JSON; a ResultsError naming
+    `where` and the key for nesting deeper than MAX_DEPTH, a number that is not finite (NaN,
+    Infinity, 1e400) or an integer beyond MAX_INT."""
     try:
         obj = json.loads(text)
     except RecursionError:
@@ -168,7 +177,8 @@ def parse(text: str, where: str) -> Any:
 
 
 def _check_values(obj: Any, where: str) -> None:
-    """Every number finite and within MAX_INT, nesting within MAX_DEPTH (walked without recursion)."""
+    """Every number finite and within MAX_INT, nesting within MAX_DEPTH (walked without
+    recursion)."""
     todo = [(obj, "", 0)]
     while todo:
         value, key, depth = todo.pop()
@@ -186,11 +196,11 @@ def _check_values(obj: Any, where: str) -> None:
 
 
 def json_lines(path: Path) -> list[tuple[str, Any]]:
-    """(where, object) of each non-empty line of a .jsonl file, `where` being "path:line"; [] when the file
-    does not exist. Versions are not looked at (`read_lines` does).
+    """(where, object) of each non-empty line of a .jsonl file, `where` being "path:line"; [] when
+    the file does not exist. Versions are not looked at (`read_lines` does).
 
-    A last line that is not valid JSON was cut off by a crash while it was written: it is skipped with one
-    warning. A bad line anywhere else is a ResultsError."""
+    A last line that is not valid JSON was cut off by a crash while it was written: it is skipped
+    with one warning. A bad line anywhere else is a ResultsError."""
     path = Path(path)
     if not path.exists():
         return []
@@ -213,8 +223,8 @@ def json_lines(path: Path) -> list[tuple[str, Any]]:
 
 
 def drop_cut_tail(path: Path) -> bool:
-    """Remove a last line cut off by a crash (no final newline, not JSON), so that lines appended later
-    stay whole; True when one was removed."""
+    """Remove a last line cut off by a crash (no final newline, not JSON), so that lines appended
+    later stay whole; True when one was removed."""
     path = Path(path)
     if not path.exists():
         return False
@@ -239,13 +249,15 @@ def drop_cut_tail(path: Path) -> bool:
 
 
 def read_lines(path: Path, fmt: FileFormat, build: Callable[[dict], T] = unchanged) -> list[T]:
-    """Every line of a .jsonl file of format `fmt` as the current version reads it (`FileFormat.load`, each
-    line on its own version), in file order; [] when the file does not exist."""
+    """Every line of a .jsonl file of format `fmt` as the current version reads it
+    (`FileFormat.load`, each line on its own version), in file order; [] when the file does not
+    exist."""
     return [fmt.load(obj, where, build) for where, obj in json_lines(path)]
 
 
 def read_json(path: Path, fmt: FileFormat, build: Callable[[dict], T] = unchanged) -> T | None:
-    """A .json file of format `fmt` as the current version reads it; None when it does not exist."""
+    """A .json file of format `fmt` as the current version reads it; None when it does not
+    exist."""
     path = Path(path)
     if not path.exists():
         return None
@@ -264,9 +276,9 @@ def read_json(path: Path, fmt: FileFormat, build: Callable[[dict], T] = unchange
 # --- writing ----------------------------------------------------------------------------------------------
 
 def _replace(path: Path, text: str) -> None:
-    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader sees the old
-    file or the new one, never half of one (the ranks of a resumed torchrun run read env.json meanwhile);
-    harness.safewrite.write_text, never through a symbolic link."""
+    """Write `text` to a temporary file beside `path`, then rename it over `path`: a reader sees
+    the old file or the new one, never half of one (the ranks of a resumed torchrun run read
+    env.json meanwhile); harness.safewrite.write_text, never through a symbolic link."""
     safewrite.write_text(path, text)
 
 
@@ -276,7 +288,8 @@ def write_json(path: Path, obj: dict, fmt: FileFormat, indent: int | None = 2) -
 
 
 def write_lines(path: Path, objs: Iterable[dict], fmt: FileFormat) -> None:
-    """A whole .jsonl file (one object a line, keys sorted, each of the current version), replaced atomically."""
+    """A whole .jsonl file (one object a line, keys sorted, each of the current version), replaced
+    atomically."""
     _replace(path, "".join(json.dumps(fmt.stamped(o), sort_keys=True) + "\n" for o in objs))
 
 

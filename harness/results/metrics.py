@@ -1,8 +1,8 @@
-"""Pure functions: the per-rank records of one cell (harness.measure.rankrecord.RankRecord) -> its figures,
-coverage, cache and decomposition. Nothing here builds a strategy or reads a file.
+"""Pure functions: the per-rank records of one cell (harness.measure.rankrecord.RankRecord) -> its
+figures, coverage, cache and decomposition. Nothing here builds a strategy or reads a file.
 
-The figures are a JSON-ready dict (harness.results.cellresult.Figures.from_json wraps it); the other parts are
-the records of harness.results.cellparts (docs/results-format.md)."""
+The figures are a JSON-ready dict (harness.results.cellresult.Figures.from_json wraps it); the
+other parts are the records of harness.results.cellparts (docs/results-format.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,17 +18,19 @@ def _mean_or_none(values: list) -> float | None:
 
 
 def per_step_ratio(matrix: np.ndarray) -> float | None:
-    """Mean over steps (columns) of max / mean across ranks (rows), skipping steps whose mean is 0."""
+    """Mean over steps (columns) of max / mean across ranks (rows), skipping steps whose mean is
+    0."""
     mean = matrix.mean(axis=0)
     ok = mean > 0
     return float((matrix[:, ok].max(axis=0) / mean[ok]).mean()) if ok.any() else None
 
 
 def _cpu_s(record: RankRecord) -> tuple[float, float]:
-    """(loader, rank) CPU seconds over the window. The loader is the rank's worker processes; the rank is
-    its own process (the step's host work, receiving batches, the agreement, telemetry). With no workers
-    the rank loads inline: its time blocked on the loader (wait) is loader CPU, the rest is its own. A thread
-    loader (loader = threads) measures its threads' CPU: the loader's, taken out of the rank's."""
+    """(loader, rank) CPU seconds over the window. The loader is the rank's worker processes; the
+    rank is its own process (the step's host work, receiving batches, the agreement, telemetry).
+    With no workers the rank loads inline: its time blocked on the loader (wait) is loader CPU, the
+    rest is its own. A thread loader (loader = threads) measures its threads' CPU: the loader's,
+    taken out of the rank's."""
     rank = float(record.rank_cpu_s)
     if record.loader == "threads":  # the loader's threads run in the rank: their CPU is the loader's
         threads = float(record.loader_thread_cpu_s)
@@ -40,14 +42,15 @@ def _cpu_s(record: RankRecord) -> tuple[float, float]:
 
 
 def loads_inline(record: RankRecord) -> bool:
-    """Whether the rank's main thread loads its batches itself (no workers, no thread loader): its wait for a
-    batch is then the loader's CPU, not the rank's."""
+    """Whether the rank's main thread loads its batches itself (no workers, no thread loader): its
+    wait for a batch is then the loader's CPU, not the rank's."""
     return record.workers == 0 and record.loader != "threads"
 
 
 def accounting(records: list[RankRecord]) -> dict:
-    """Each rank's window split into its five parts (harness.measure.rankrecord.PARTS), as % of that rank's
-    window; mean over ranks. The parts of one rank sum to its window, so the five means sum to 100."""
+    """Each rank's window split into its five parts (harness.measure.rankrecord.PARTS), as % of
+    that rank's window; mean over ranks. The parts of one rank sum to its window, so the five means
+    sum to 100."""
     shares = {part.figure: [] for part in PARTS}
     for r in records:
         total = float(np.sum(r.step))
@@ -59,7 +62,8 @@ def accounting(records: list[RankRecord]) -> dict:
 
 
 def balance(records: list[RankRecord]) -> dict:
-    """Stragglers per step, beside the whole-window figure, and the balance of the sampler's cost."""
+    """Stragglers per step, beside the whole-window figure, and the balance of the sampler's
+    cost."""
     n = min(len(r.step) for r in records)
     busy = np.array([np.asarray(r.step[:n]) - np.asarray(r.peer_wait[:n]) for r in records])
     cost = np.array([np.asarray(r.cost[:n], dtype=np.float64) for r in records])
@@ -71,8 +75,9 @@ def balance(records: list[RankRecord]) -> dict:
 
 def feeding(records: list[RankRecord]) -> dict:
     """What it costs the host to feed the accelerator: loader and rank CPU seconds per sample, the
-    accelerator's rate when never starved (samples / device seconds, per rank), and the cores per rank
-    that rate needs (both CPU costs: the rank's own work runs on the same cores as its loader)."""
+    accelerator's rate when never starved (samples / device seconds, per rank), and the cores per
+    rank that rate needs (both CPU costs: the rank's own work runs on the same cores as its
+    loader)."""
     samples = sum(r.samples for r in records)
     device_s = [float(np.sum(r.device)) for r in records]
     rates = [r.samples / d for r, d in zip(records, device_s) if d > 0]
@@ -87,19 +92,22 @@ def feeding(records: list[RankRecord]) -> dict:
 
 
 def against_reference(records: list[RankRecord]) -> dict:
-    """The gates' figures: CPU costs over work timed in the same visit, so that what the machine's load does to
-    every instruction cancels in the ratio (docs/ci-gate.md, "The gate's figures"), each pooled over the ranks:
+    """The gates' figures: CPU costs over work timed in the same visit, so that what the machine's
+    load does to every instruction cancels in the ratio (docs/ci-gate.md, "The gate's figures"),
+    each pooled over the ranks:
 
-    - `loader_vs_decode`: the loader's timed stages (all but receive) per sample over its decode stage's: the
-      loader's own code against the decode library's work in the same batches;
-    - `decode_vs_reference`: the decode stage per sample over the reference decode (harness.measure.reference,
-      the rank's reading): the harness's decode code against the library's fixed work;
-    - `rank_vs_reference`: the rank's main thread's CPU per sample over the reference step (the main thread
-      alone: the process's other threads move its CPU by about 20% between same-code runs, harness.train.
-      measuredloop; with workers = 0 less the wait, in which that thread loads the batches).
+    - `loader_vs_decode`: the loader's timed stages (all but receive) per sample over its decode
+      stage's: the loader's own code against the decode library's work in the same batches;
+    - `decode_vs_reference`: the decode stage per sample over the reference decode
+      (harness.measure.reference, the rank's reading): the harness's decode code against the
+      library's fixed work;
+    - `rank_vs_reference`: the rank's main thread's CPU per sample over the reference step (the
+      main thread alone: the process's other threads move its CPU by about 20% between same-code
+      runs, harness.train.measuredloop; with workers = 0 less the wait, in which that thread loads
+      the batches).
 
-    A figure is left out where its parts were not measured: no timed decode stage (the features workload),
-    no rank with a reference reading (older lines)."""
+    A figure is left out where its parts were not measured: no timed decode stage (the features
+    workload), no rank with a reference reading (older lines)."""
     out = {}
     stage = {s: v for s, v in stage_per_sample(records).items() if s in LOADER_STAGES}
     refs = [r.reference for r in records if r.reference]
@@ -116,7 +124,8 @@ def against_reference(records: list[RankRecord]) -> dict:
 
 
 def _main_cpu_s(record: RankRecord) -> float:
-    """The rank's main thread's own CPU over the window: less its wait where it loads the batches itself."""
+    """The rank's main thread's own CPU over the window: less its wait where it loads the batches
+    itself."""
     main = float(record.rank_main_cpu_s)
     if loads_inline(record):
         return max(0.0, main - float(np.sum(record.wait)))
@@ -124,42 +133,43 @@ def _main_cpu_s(record: RankRecord) -> float:
 
 
 def kernel_au(records: list[RankRecord]) -> dict:
-    """Kernel-busy AU: the share of the profiled steps' span in which some GPU kernel ran, all ranks pooled
-    (beside the event AU, which counts launch gaps and host syncs inside the step as busy); {} unprofiled."""
+    """Kernel-busy AU: the share of the profiled steps' span in which some GPU kernel ran, all
+    ranks pooled (beside the event AU, which counts launch gaps and host syncs inside the step as
+    busy); {} unprofiled."""
     timed = [r for r in records if r.kernel_busy_s is not None and r.kernel_span_s]
     span = sum(r.kernel_span_s for r in timed)
     return {"kernel_au_pct": 100.0 * sum(r.kernel_busy_s for r in timed) / span} if span > 0 else {}
 
 
 def launch_time(records: list[RankRecord]) -> dict:
-    """The median over every rank's steps of the host's own time from the agreement to the step's last
-    launch (ms); {} where no rank recorded it."""
+    """The median over every rank's steps of the host's own time from the agreement to the step's
+    last launch (ms); {} where no rank recorded it."""
     steps = [t for r in records if r.launch for t in r.launch]
     return {"launch_ms_p50": float(np.median(steps)) * 1e3} if steps else {}
 
 
 def decode_limit(records: list[RankRecord], loader_s: float) -> dict:
-    """The decode limit ratio: the loader's whole CPU per sample over its decode stage's alone (1.0: the
-    loader costs what decoding costs; the rest is read, cache, transform, collate, send, queue, untimed);
-    {} without a timed decode stage (the features workload decodes nothing)."""
+    """The decode limit ratio: the loader's whole CPU per sample over its decode stage's alone
+    (1.0: the loader costs what decoding costs; the rest is read, cache, transform, collate, send,
+    queue, untimed); {} without a timed decode stage (the features workload decodes nothing)."""
     decode = stage_per_sample(records)["decode"]
     return {"decode_limit_ratio": loader_s / decode} if decode > 0 and loader_s > 0 else {}
 
 
 def stage_per_sample(records: list[RankRecord]) -> dict[str, float]:
-    """Each loader stage's CPU seconds per sample over the ranks' timed batches, pooled (0.0 for every stage
-    where no rank carries stages)."""
+    """Each loader stage's CPU seconds per sample over the ranks' timed batches, pooled (0.0 for
+    every stage where no rank carries stages)."""
     timed = [r for r in records if r.stages and r.stages.get("samples")]
     samples = sum(int(r.stages["samples"]) for r in timed)
     return {s: sum(float(r.stages["s"].get(s, 0.0)) for r in timed) / samples if samples else 0.0 for s in STAGES}
 
 
 def throughput_interval(records: list[RankRecord]) -> dict:
-    """The within-run interval of throughput: batch means over the window's steps. Per step, the samples of
-    all ranks and the step time of the slowest rank: the one whose window is the longest, the window the
-    throughput divides by, so the interval is centred on the throughput shown (the maximum over ranks per
-    step would add up the ranks' jitter and sit below it). {} without the per-step lists of every rank or
-    with too few steps."""
+    """The within-run interval of throughput: batch means over the window's steps. Per step, the
+    samples of all ranks and the step time of the slowest rank: the one whose window is the
+    longest, the window the throughput divides by, so the interval is centred on the throughput
+    shown (the maximum over ranks per step would add up the ranks' jitter and sit below it). {}
+    without the per-step lists of every rank or with too few steps."""
     if not records or any(not r.step or not r.batch_sizes for r in records):
         return {}
     n = min(min(len(r.step), len(r.batch_sizes)) for r in records)
@@ -226,8 +236,9 @@ def cell_figures(records: list[RankRecord]) -> dict:
 
 
 def read_amplification(device_bytes: float | None, delivered_bytes: float | None) -> dict:
-    """{"read_amplification": bytes read from the device / bytes the readers delivered}, or {} when either is
-    unknown or nothing was delivered. Below 1: part of what was delivered came from the page cache."""
+    """{"read_amplification": bytes read from the device / bytes the readers delivered}, or {} when
+    either is unknown or nothing was delivered. Below 1: part of what was delivered came from the
+    page cache."""
     if device_bytes is None or not delivered_bytes or delivered_bytes <= 0:
         return {}
     return {"read_amplification": float(device_bytes) / float(delivered_bytes)}
@@ -247,10 +258,12 @@ def cache_figures(records: list[RankRecord]) -> CacheFigures | None:
 
 
 def coverage(records: list[RankRecord], dataset_size: int) -> Coverage:
-    """DistributedSampler's contract, checked on the indices every rank consumed (warm-up included).
+    """DistributedSampler's contract, checked on the indices every rank consumed (warm-up
+    included).
 
     Per epoch: every index exactly once across ranks, apart from the padding torch adds to make the
-    epoch divisible by the world size. Missing indices are only judged for epochs every rank finished.
+    epoch divisible by the world size. Missing indices are only judged for epochs every rank
+    finished.
     """
     world = len(records)
     padding = -(-dataset_size // world) * world - dataset_size
@@ -281,9 +294,9 @@ def coverage(records: list[RankRecord], dataset_size: int) -> Coverage:
 def decomposition(records: list[RankRecord]) -> Decomposition | None:
     """Stall decomposition from the three phases of a --decompose cell (seconds per step and %).
 
-    Per phase, the time per step is the slowest rank's window / its steps. compute = compute alone on
-    batches in memory; prep stall = warm - compute (decoding, collation, workers); fetch stall = cold - warm
-    (reading from the device). Percentages are of the cold step time.
+    Per phase, the time per step is the slowest rank's window / its steps. compute = compute alone
+    on batches in memory; prep stall = warm - compute (decoding, collation, workers); fetch stall =
+    cold - warm (reading from the device). Percentages are of the cold step time.
     """
     if not all(r.phases for r in records):
         return None

@@ -1,44 +1,52 @@
-"""Pure: how random the order a cell fed its ranks was, computed exactly from the recorded order, each figure
-beside the ideal shuffle's own distribution of it, so that "as random as a shuffle" is a decision.
+"""Pure: how random the order a cell fed its ranks was, computed exactly from the recorded order,
+each figure beside the ideal shuffle's own distribution of it, so that "as random as a shuffle" is
+a decision.
 
-The recorded order (RankOrder, `window_order`): per rank, the sample indices in the order its batches delivered
-them during the measured window, the batch boundaries, and each sample's epoch and position in the rank's epoch.
-The dataset's layout (Layout): each sample's storage position (every storage here writes samples in index order,
-so by default the position is the index), the storage unit it lies in (tar shard, litdata chunk, parquet row
-group; fixed blocks of consecutive positions for a storage without units) and, optionally, its class.
+The recorded order (RankOrder, `window_order`): per rank, the sample indices in the order its
+batches delivered them during the measured window, the batch boundaries, and each sample's epoch
+and position in the rank's epoch. The dataset's layout (Layout): each sample's storage position
+(every storage here writes samples in index order, so by default the position is the index), the
+storage unit it lies in (tar shard, litdata chunk, parquet row group; fixed blocks of consecutive
+positions for a storage without units) and, optionally, its class.
 
-The ideal shuffle is a uniform random permutation of the dataset cut into each rank's batches: under it a rank's
-batch of b samples is a uniform b-subset of the N samples (torch's DistributedSampler strides a uniform
-permutation; its padding repeats aside), and the order of a rank's samples within an epoch is uniform.
+The ideal shuffle is a uniform random permutation of the dataset cut into each rank's batches:
+under it a rank's batch of b samples is a uniform b-subset of the N samples (torch's
+DistributedSampler strides a uniform permutation; its padding repeats aside), and the order of a
+rank's samples within an epoch is uniform.
 
 The three figures, and why each:
 
-- units met per batch (`units_per_batch`): the distinct shards (chunks, row groups, blocks) a batch's samples come
-  from. It is what a shard or chunk reader saves on, and what it costs in randomness: a batch from 2 shards holds
-  neighbours on storage. Ideal: exactly E = sum over units of 1 - C(N - n_s, b) / C(N, b) (`expected_units_met`),
-  and its exact per-batch variance (`units_met_variance`, from the pairwise misses C(N - n_s - n_t, b) / C(N, b));
-  the mean over a window's J batches has the sd sqrt(sum Var_j) / J, the batches taken as independent (a shuffle
-  draws them without replacement from one permutation, which lowers that sd by a factor about sqrt(1 - J b / N)).
-- position mixing (`position_rho`): Spearman's rank correlation between a sample's storage position and its
-  position in the rank's epoch, over each (rank, epoch) segment of the window, combined as the mean weighted by
-  n - 1. It detects any monotone trend (a sequential read has rho = 1) and, through its spread, order in
-  blocks; it does not see order within blocks that are themselves shuffled (the units figure does). Ideal: exactly
-  mean 0 and variance 1 / (n - 1) for a segment of n distinct samples (a uniform pairing of the two rankings), so
-  the weighted mean has sd 1 / sqrt(sum (n - 1)). `position_mixing` = 1 - |rho| is the positive form fitted as
-  an effect (1: no trend, 0: sequential).
-- label mixing (`label_tv`): per batch, the total-variation distance between its class mix and the dataset's,
-  1/2 sum_c |k_c / b - p_c| (0: the dataset's mix, 1 at most), on data whose classes are clustered in storage
-  order as real downloads are. Chosen over an entropy because it is a distance in the units of the class shares,
-  bounded, exactly computable per batch and with an exact ideal mean; the entropy of a batch of b samples is
-  biased by b and undefined against the dataset's mix. Ideal: the mean exactly, from each class's hypergeometric
-  count (`expected_tv`); its spread by a seeded Monte-Carlo of the ideal shuffle's batches (`ideal_tv_draws`:
-  a batch's class counts drawn from the multivariate hypergeometric of a uniform b-subset, MC_REPEATS draws per
-  batch size, seed MC_SEED), the window's mean's sd sqrt(sum v_j) / J with the batches independent as above
+- units met per batch (`units_per_batch`): the distinct shards (chunks, row groups, blocks) a
+  batch's samples come from. It is what a shard or chunk reader saves on, and what it costs in
+  randomness: a batch from 2 shards holds neighbours on storage. Ideal: exactly E = sum over units
+  of 1 - C(N - n_s, b) / C(N, b) (`expected_units_met`), and its exact per-batch variance
+  (`units_met_variance`, from the pairwise misses C(N - n_s - n_t, b) / C(N, b)); the mean over a
+  window's J batches has the sd sqrt(sum Var_j) / J, the batches taken as independent (a shuffle
+  draws them without replacement from one permutation, which lowers that sd by a factor about
+  sqrt(1 - J b / N)).
+- position mixing (`position_rho`): Spearman's rank correlation between a sample's storage position
+  and its position in the rank's epoch, over each (rank, epoch) segment of the window, combined as
+  the mean weighted by n - 1. It detects any monotone trend (a sequential read has rho = 1) and,
+  through its spread, order in blocks; it does not see order within blocks that are themselves
+  shuffled (the units figure does). Ideal: exactly mean 0 and variance 1 / (n - 1) for a segment of
+  n distinct samples (a uniform pairing of the two rankings), so the weighted mean has sd 1 /
+  sqrt(sum (n - 1)). `position_mixing` = 1 - |rho| is the positive form fitted as an effect (1: no
+  trend, 0: sequential).
+- label mixing (`label_tv`): per batch, the total-variation distance between its class mix and the
+  dataset's, 1/2 sum_c |k_c / b - p_c| (0: the dataset's mix, 1 at most), on data whose classes are
+  clustered in storage order as real downloads are. Chosen over an entropy because it is a distance
+  in the units of the class shares, bounded, exactly computable per batch and with an exact ideal
+  mean; the entropy of a batch of b samples is biased by b and undefined against the dataset's mix.
+  Ideal: the mean exactly, from each class's hypergeometric count (`expected_tv`); its spread by a
+  seeded Monte-Carlo of the ideal shuffle's batches (`ideal_tv_draws`: a batch's class counts drawn
+  from the multivariate hypergeometric of a uniform b-subset, MC_REPEATS draws per batch size, seed
+  MC_SEED), the window's mean's sd sqrt(sum v_j) / J with the batches independent as above
   (`ideal_tv_sd_of_mean`); LABEL_SPREAD says so where the figure is written.
 
-`decision` compares an observed figure with the ideal's mean and sd: "as a shuffle" inside mean +- Z95 sd,
-"less mixed" beyond it on the side of order (fewer units, a larger |rho|, a larger distance), "more even"
-on the other side (more units or a smaller distance than chance gives: a stratified order).
+`decision` compares an observed figure with the ideal's mean and sd: "as a shuffle" inside mean +-
+Z95 sd, "less mixed" beyond it on the side of order (fewer units, a larger |rho|, a larger
+distance), "more even" on the other side (more units or a smaller distance than chance gives: a
+stratified order).
 """
 from __future__ import annotations
 
@@ -61,8 +69,9 @@ AS_SHUFFLE, LESS_MIXED, MORE_EVEN = "as a shuffle", "less mixed", "more even"
 
 @dataclass(frozen=True)
 class RankOrder:
-    """One rank's recorded order: `indices` in delivered order, each one's `epochs` and `positions` (its offset
-    in the rank's epoch), and `batch_sizes` (the batch boundaries; they sum to len(indices))."""
+    """One rank's recorded order: `indices` in delivered order, each one's `epochs` and `positions`
+    (its offset in the rank's epoch), and `batch_sizes` (the batch boundaries; they sum to
+    len(indices))."""
 
     indices: np.ndarray
     epochs: np.ndarray
@@ -79,16 +88,18 @@ class RankOrder:
 
 
 def rank_order(batches: Sequence[Sequence[int]], epoch: int = 0, start: int = 0) -> RankOrder:
-    """A RankOrder of batches delivered one after another within one epoch, the first at offset `start`."""
+    """A RankOrder of batches delivered one after another within one epoch, the first at offset
+    `start`."""
     indices = np.asarray([i for b in batches for i in b], dtype=np.int64)
     return RankOrder(indices, np.full(len(indices), epoch, dtype=np.int64),
                      np.arange(start, start + len(indices), dtype=np.int64), tuple(len(b) for b in batches))
 
 
 def window_order(consumed: dict, batch_sizes: Sequence[int]) -> RankOrder | None:
-    """A rank's order over its measured window, from the indices it consumed per epoch (warm-up included: a
-    rank record's `consumed`) and the window's batch sizes (0 on a shadow step, which took no batch): the
-    window's batches are the last ones consumed. None when the window took no batch or the two disagree."""
+    """A rank's order over its measured window, from the indices it consumed per epoch (warm-up
+    included: a rank record's `consumed`) and the window's batch sizes (0 on a shadow step, which
+    took no batch): the window's batches are the last ones consumed. None when the window took no
+    batch or the two disagree."""
     sizes = tuple(int(n) for n in batch_sizes if n > 0)
     total = sum(sizes)
     epochs = sorted(consumed, key=int)
@@ -104,8 +115,9 @@ def window_order(consumed: dict, batch_sizes: Sequence[int]) -> RankOrder | None
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each sample lies: `units` (int64[N], the storage unit of each index), `unit_name` (what a unit is),
-    `positions` (int64[N], each index's storage position) and `classes` (int64[N] or None)."""
+    """Where each sample lies: `units` (int64[N], the storage unit of each index), `unit_name`
+    (what a unit is), `positions` (int64[N], each index's storage position) and `classes` (int64[N]
+    or None)."""
 
     units: np.ndarray
     unit_name: str
@@ -125,8 +137,8 @@ class Layout:
 
 def layout(size: int, unit_ranges: Sequence[range] | None = None, block: int = DEFAULT_BLOCK,
            classes: np.ndarray | None = None, unit_name: str = "shards") -> Layout:
-    """The layout of `size` samples in index order: units from `unit_ranges` (contiguous ranges in order,
-    covering every index: a storage's shards), else fixed blocks of `block` positions."""
+    """The layout of `size` samples in index order: units from `unit_ranges` (contiguous ranges in
+    order, covering every index: a storage's shards), else fixed blocks of `block` positions."""
     if unit_ranges is None:
         units = np.arange(size, dtype=np.int64) // block
         unit_name = f"blocks of {block}"
@@ -148,7 +160,8 @@ def _log_choose(n: int, k: int) -> float:
 
 
 def miss_probability(total: int, missed: int, b: int) -> float:
-    """P(a uniform b-subset of `total` items avoids `missed` given ones) = C(total - missed, b) / C(total, b)."""
+    """P(a uniform b-subset of `total` items avoids `missed` given ones) = C(total - missed, b) /
+    C(total, b)."""
     if total - missed < b:
         return 0.0
     return math.exp(_log_choose(total - missed, b) - _log_choose(total, b))
@@ -160,14 +173,16 @@ def _size_groups(sizes: np.ndarray) -> list[tuple[int, int]]:
 
 
 def expected_units_met(unit_sizes: np.ndarray, b: int) -> float:
-    """The ideal shuffle's expected distinct units in a batch of b: sum_s 1 - C(N - n_s, b) / C(N, b)."""
+    """The ideal shuffle's expected distinct units in a batch of b: sum_s 1 - C(N - n_s, b) / C(N,
+    b)."""
     n = int(np.sum(unit_sizes))
     return sum(count * (1.0 - miss_probability(n, size, b)) for size, count in _size_groups(unit_sizes))
 
 
 def units_met_variance(unit_sizes: np.ndarray, b: int) -> float:
-    """The exact variance of the distinct units in a uniform b-subset: sum_s q_s (1 - q_s) + sum_{s != t}
-    (q_st - q_s q_t), q_s = P(unit s missed), q_st = P(both missed) = C(N - n_s - n_t, b) / C(N, b)."""
+    """The exact variance of the distinct units in a uniform b-subset: sum_s q_s (1 - q_s) + sum_{s
+    != t} (q_st - q_s q_t), q_s = P(unit s missed), q_st = P(both missed) = C(N - n_s - n_t, b) /
+    C(N, b)."""
     n = int(np.sum(unit_sizes))
     groups = _size_groups(unit_sizes)
     q = {size: miss_probability(n, size, b) for size, _ in groups}
@@ -199,7 +214,8 @@ def average_ranks(values: np.ndarray) -> np.ndarray:
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
-    """Spearman's rank correlation (Pearson's on average ranks); 0 where either side is constant."""
+    """Spearman's rank correlation (Pearson's on average ranks); 0 where either side is
+    constant."""
     rx, ry = average_ranks(x), average_ranks(y)
     rx, ry = rx - rx.mean(), ry - ry.mean()
     denom = math.sqrt(float(rx @ rx) * float(ry @ ry))
@@ -207,8 +223,8 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
 
 
 def position_rho(orders: Sequence[RankOrder], lay: Layout) -> tuple[float | None, float | None]:
-    """(rho, the ideal's sd): the (n - 1)-weighted mean of Spearman's rho over every (rank, epoch) segment of
-    n >= 3 samples, and 1 / sqrt(sum (n - 1)); (None, None) without such a segment."""
+    """(rho, the ideal's sd): the (n - 1)-weighted mean of Spearman's rho over every (rank, epoch)
+    segment of n >= 3 samples, and 1 / sqrt(sum (n - 1)); (None, None) without such a segment."""
     weighted = weights = 0.0
     for order in orders:
         for idx, pos in order.segments():
@@ -230,7 +246,8 @@ def tv_distance(labels: np.ndarray, shares: np.ndarray) -> float:
 
 
 def _hypergeom_pmf(total: int, good: int, b: int) -> np.ndarray:
-    """P(K = k), k = 0..b, K the members of a `good`-sized class in a uniform b-subset of `total`."""
+    """P(K = k), k = 0..b, K the members of a `good`-sized class in a uniform b-subset of
+    `total`."""
     out = np.zeros(b + 1)
     base = _log_choose(total, b)
     for k in range(max(0, b - (total - good)), min(b, good) + 1):
@@ -248,8 +265,9 @@ def expected_tv(class_sizes: np.ndarray, b: int) -> float:
 
 
 def ideal_tv_draws(class_sizes: np.ndarray, b: int, repeats: int = MC_REPEATS, seed: int = MC_SEED) -> np.ndarray:
-    """float[repeats]: the TV distance of a batch of b under the ideal shuffle, a seeded Monte-Carlo: the class
-    counts drawn from the multivariate hypergeometric of a uniform b-subset."""
+    """float[repeats]: the TV distance of a batch of b under the ideal shuffle, a seeded
+    Monte-Carlo: the class counts drawn from the multivariate hypergeometric of a uniform
+    b-subset."""
     sizes = np.asarray(class_sizes, dtype=np.int64)
     counts = np.random.default_rng([seed, b]).multivariate_hypergeometric(sizes, b, size=repeats)
     return 0.5 * np.abs(counts / b - sizes / sizes.sum()).sum(axis=1)
@@ -257,8 +275,9 @@ def ideal_tv_draws(class_sizes: np.ndarray, b: int, repeats: int = MC_REPEATS, s
 
 def ideal_tv_sd_of_mean(class_sizes: np.ndarray, batch_sizes: Sequence[int], repeats: int = MC_REPEATS,
                         seed: int = MC_SEED) -> float:
-    """The sd of the mean TV distance over batches of these sizes under the ideal shuffle: sqrt(sum_j v_j) / J,
-    v_j the Monte-Carlo variance of one batch of its size (ideal_tv_draws), the batches taken as independent."""
+    """The sd of the mean TV distance over batches of these sizes under the ideal shuffle:
+    sqrt(sum_j v_j) / J, v_j the Monte-Carlo variance of one batch of its size (ideal_tv_draws),
+    the batches taken as independent."""
     var = {b: float(np.var(ideal_tv_draws(class_sizes, b, repeats, seed), ddof=1)) for b in set(batch_sizes)}
     return math.sqrt(sum(var[b] for b in batch_sizes)) / len(batch_sizes)
 
@@ -266,8 +285,9 @@ def ideal_tv_sd_of_mean(class_sizes: np.ndarray, batch_sizes: Sequence[int], rep
 # --- the figures of a cell --------------------------------------------------------------------------------
 
 def decision(observed: float | None, mean: float | None, sd: float | None, ordered_above: bool) -> str | None:
-    """AS_SHUFFLE inside mean +- Z95 sd; LESS_MIXED beyond it on the side of order (`ordered_above`: a larger
-    value is more ordered, as |rho| and the TV distance), MORE_EVEN on the other; None without the figures."""
+    """AS_SHUFFLE inside mean +- Z95 sd; LESS_MIXED beyond it on the side of order
+    (`ordered_above`: a larger value is more ordered, as |rho| and the TV distance), MORE_EVEN on
+    the other; None without the figures."""
     if observed is None or mean is None or sd is None:
         return None
     if abs(observed - mean) <= Z95 * sd:
@@ -277,7 +297,8 @@ def decision(observed: float | None, mean: float | None, sd: float | None, order
 
 @dataclass(frozen=True)
 class OrderFigures:
-    """A set of rank orders' figures (one rank's, or the cell's over all its ranks); None where not computable."""
+    """A set of rank orders' figures (one rank's, or the cell's over all its ranks); None where not
+    computable."""
 
     batches: int
     samples: int
@@ -320,8 +341,9 @@ def _labels(batches: list[np.ndarray], lay: Layout, repeats: int, seed: int) -> 
 
 def order_figures(orders: Sequence[RankOrder], lay: Layout, repeats: int = MC_REPEATS,
                   seed: int = MC_SEED) -> OrderFigures | None:
-    """The figures over these rank orders (all their batches and segments), against the ideal shuffle of
-    `lay`'s dataset; None when they hold no batch. Label figures only where `lay` has classes (two or more)."""
+    """The figures over these rank orders (all their batches and segments), against the ideal
+    shuffle of `lay`'s dataset; None when they hold no batch. Label figures only where `lay` has
+    classes (two or more)."""
     batches = [b for o in orders for b in o.batches() if len(b)]
     if not batches or lay.size == 0:
         return None

@@ -1,29 +1,33 @@
-"""Pure: what an order does to training. A small learnable task on the clustered data, trained for a fixed
-number of steps with a cell's recorded order and with the ideal shuffle's, its held-out loss beside the
-shuffle's with an interval from the seeds, so that "trains as a shuffle" is a decision.
+"""Pure: what an order does to training. A small learnable task on the clustered data, trained for
+a fixed number of steps with a cell's recorded order and with the ideal shuffle's, its held-out
+loss beside the shuffle's with an interval from the seeds, so that "trains as a shuffle" is a
+decision.
 
-The task: classify a sample's class ([dataset] classes, clustered in storage order) from its image embedding
-(which leans towards its class's centroid: harness.data.generator), with a linear softmax classifier (a
-weight matrix and a bias, float64, numpy) trained by plain SGD, learning rate LR, from weights drawn
-N(0, INIT_SD) by the seed. Everything is regenerated from the DatasetSpec: the features of every sample (the
-same draws the storages hold) and a held-out set of HELD_OUT fresh samples of the same law (a class drawn
-uniformly from the dataset's mix, an embedding leaning towards its centroid; a stream of its own, seeded by
-the dataset's seed and HELD_OUT_TAG), so no trained sample is evaluated.
+The task: classify a sample's class ([dataset] classes, clustered in storage order) from its image
+embedding (which leans towards its class's centroid: harness.data.generator), with a linear softmax
+classifier (a weight matrix and a bias, float64, numpy) trained by plain SGD, learning rate LR,
+from weights drawn N(0, INIT_SD) by the seed. Everything is regenerated from the DatasetSpec: the
+features of every sample (the same draws the storages hold) and a held-out set of HELD_OUT fresh
+samples of the same law (a class drawn uniformly from the dataset's mix, an embedding leaning
+towards its centroid; a stream of its own, seeded by the dataset's seed and HELD_OUT_TAG), so no
+trained sample is evaluated.
 
-A step is data parallel, as DistributedDataParallel steps: step j averages each rank's mean gradient over
-its j-th batch of the window (ranks' batches taken in their delivered order; the window's steps are the
-fewest batches any rank delivered). The ideal shuffle's steps have the same batch sizes per rank and step,
-dealt from uniform permutations of the N samples (a fresh one when one is used up), seeded.
+A step is data parallel, as DistributedDataParallel steps: step j averages each rank's mean
+gradient over its j-th batch of the window (ranks' batches taken in their delivered order; the
+window's steps are the fewest batches any rank delivered). The ideal shuffle's steps have the same
+batch sizes per rank and step, dealt from uniform permutations of the N samples (a fresh one when
+one is used up), seeded.
 
-Seeds s = 0..S-1: the model's initial weights are drawn by seed s for both trainings, the shuffle's order
-by (SHUFFLE_TAG, s); a pair is (the order's held-out loss, the shuffle's) under the same initial weights.
-The figure is the ratio of the mean losses (order / shuffle). Its interval: the paired differences
-d_s = L_order,s - L_shuffle,s have the mean dbar and the sd s_d; the half-width is
-t(0.975, S - 1) * s_d * sqrt(1 + 1/S), the t-interval of the mean difference widened by the order's own
-one draw (a cell's order is one draw of its sampler, fixed across the seeds: under "it is a shuffle" its loss
-varies as one shuffle's, s_d estimating that sd), then divided by the shuffle's mean loss:
-ratio = 1 + dbar / mean(L_shuffle), interval 1 + (dbar -+ half) / mean(L_shuffle). `decision`: "as a shuffle"
-when the interval holds 1, "trains worse" above it, "trains better" below it.
+Seeds s = 0..S-1: the model's initial weights are drawn by seed s for both trainings, the shuffle's
+order by (SHUFFLE_TAG, s); a pair is (the order's held-out loss, the shuffle's) under the same
+initial weights. The figure is the ratio of the mean losses (order / shuffle). Its interval: the
+paired differences d_s = L_order,s - L_shuffle,s have the mean dbar and the sd s_d; the half-width
+is t(0.975, S - 1) * s_d * sqrt(1 + 1/S), the t-interval of the mean difference widened by the
+order's own one draw (a cell's order is one draw of its sampler, fixed across the seeds: under "it
+is a shuffle" its loss varies as one shuffle's, s_d estimating that sd), then divided by the
+shuffle's mean loss: ratio = 1 + dbar / mean(L_shuffle), interval 1 + (dbar -+ half) /
+mean(L_shuffle). `decision`: "as a shuffle" when the interval holds 1, "trains worse" above it,
+"trains better" below it.
 """
 from __future__ import annotations
 
@@ -50,7 +54,8 @@ AS_SHUFFLE, WORSE, BETTER = "as a shuffle", "trains worse", "trains better"
 
 @dataclass(frozen=True)
 class Task:
-    """The features (float64[N, D]) and classes (int64[N]) of the dataset, and the held-out set's."""
+    """The features (float64[N, D]) and classes (int64[N]) of the dataset, and the held-out
+    set's."""
 
     features: np.ndarray
     labels: np.ndarray
@@ -63,8 +68,8 @@ class Task:
 
 
 def held_out(spec: DatasetSpec, n: int = HELD_OUT) -> tuple[np.ndarray, np.ndarray]:
-    """n fresh samples of the dataset's law: a class drawn from its mix, an embedding leaning towards the
-    class's centroid as the generator's do (float64[n, D], int64[n])."""
+    """n fresh samples of the dataset's law: a class drawn from its mix, an embedding leaning
+    towards the class's centroid as the generator's do (float64[n, D], int64[n])."""
     rng = np.random.default_rng([int(spec.seed), HELD_OUT_TAG])
     labels = class_labels(spec)
     drawn = labels[rng.integers(0, spec.samples, size=n)]
@@ -91,15 +96,17 @@ Steps = list[list[np.ndarray]]  # per step, each rank's batch of sample indices
 
 
 def order_steps(orders: Sequence[RankOrder]) -> Steps:
-    """Step j: each rank's j-th batch of its window; as many steps as the fewest batches a rank delivered."""
+    """Step j: each rank's j-th batch of its window; as many steps as the fewest batches a rank
+    delivered."""
     per_rank = [[b for b in o.batches() if len(b)] for o in orders]
     count = min((len(b) for b in per_rank), default=0)
     return [[batches[j] for batches in per_rank] for j in range(count)]
 
 
 def shuffle_steps(size: int, like: Steps, seed: int) -> Steps:
-    """The ideal shuffle's steps with `like`'s batch sizes: dealt in order from uniform permutations of `size`
-    samples, a fresh permutation when one is used up (a batch never spans two)."""
+    """The ideal shuffle's steps with `like`'s batch sizes: dealt in order from uniform
+    permutations of `size` samples, a fresh permutation when one is used up (a batch never spans
+    two)."""
     rng = np.random.default_rng([SHUFFLE_TAG, int(seed)])
     perm, at, out = rng.permutation(size), 0, []
     for step in like:
@@ -130,7 +137,8 @@ def gradient(task: Task, w: np.ndarray, bias: np.ndarray, batch: np.ndarray) -> 
 
 
 def train(task: Task, steps: Steps, seed: int, lr: float = LR) -> tuple[np.ndarray, np.ndarray]:
-    """(weights, bias) after SGD over the steps, each step the mean of the ranks' batch gradients."""
+    """(weights, bias) after SGD over the steps, each step the mean of the ranks' batch
+    gradients."""
     w = np.random.default_rng([int(seed)]).normal(0.0, INIT_SD, (task.features.shape[1], task.classes))
     bias = np.zeros(task.classes)
     for step in steps:
@@ -151,8 +159,8 @@ def held_out_loss(task: Task, w: np.ndarray, bias: np.ndarray) -> tuple[float, f
 
 @dataclass(frozen=True)
 class TrainingFigures:
-    """Mean held-out loss and accuracy over the seeds of the order's trainings and the shuffle's, the loss
-    ratio (order / shuffle) and its interval."""
+    """Mean held-out loss and accuracy over the seeds of the order's trainings and the shuffle's,
+    the loss ratio (order / shuffle) and its interval."""
 
     steps: int
     seeds: int
@@ -177,8 +185,9 @@ def decision(low: float, high: float) -> str:
 
 def ratio_interval(order_losses: Sequence[float], shuffle_losses: Sequence[float],
                    confidence: float = CONFIDENCE) -> tuple[float, float, float]:
-    """(ratio, low, high) of paired losses: 1 + dbar / mean(shuffle), 1 + (dbar -+ half) / mean(shuffle), half =
-    t(confidence, S - 1) * sd(d) * sqrt(1 + 1/S) (the module's doc says why)."""
+    """(ratio, low, high) of paired losses: 1 + dbar / mean(shuffle), 1 + (dbar -+ half) /
+    mean(shuffle), half = t(confidence, S - 1) * sd(d) * sqrt(1 + 1/S) (the module's doc says
+    why)."""
     a, b = np.asarray(order_losses, dtype=np.float64), np.asarray(shuffle_losses, dtype=np.float64)
     if a.shape != b.shape or a.size < 2:
         raise ValueError(f"need two or more paired losses, got {a.size} and {b.size}")
@@ -189,7 +198,8 @@ def ratio_interval(order_losses: Sequence[float], shuffle_losses: Sequence[float
 
 
 def training_figures(task: Task, steps: Steps, seeds: int = SEEDS, lr: float = LR) -> TrainingFigures | None:
-    """The order's steps trained from seeds 0..seeds-1 against the ideal shuffle's; None without a step."""
+    """The order's steps trained from seeds 0..seeds-1 against the ideal shuffle's; None without a
+    step."""
     if not steps:
         return None
     ours = [held_out_loss(task, *train(task, steps, s, lr)) for s in range(seeds)]

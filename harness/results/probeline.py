@@ -1,6 +1,7 @@
-"""probe.jsonl: the machine probe of each repeat (harness.run.probe), one ProbeLine a line, and the run's
-series of them (ProbeSeries), which makes throughput comparable across machines (`vs_probe`). Each line
-carries its format's version (PROBE_VERSION; harness.results.fileformat reads and writes it: PROBE)."""
+"""probe.jsonl: the machine probe of each repeat (harness.run.probe), one ProbeLine a line, and the
+run's series of them (ProbeSeries), which makes throughput comparable across machines (`vs_probe`).
+Each line carries its format's version (PROBE_VERSION; harness.results.fileformat reads and writes
+it: PROBE)."""
 from __future__ import annotations
 
 import dataclasses
@@ -63,7 +64,8 @@ class ProbeSeries:
                       if self.ideal_cpu_samples_per_s else {})
 
     def ideal(self, repeat: int) -> float | None:
-        """The repeat's ideal loader samples/s; None when the probe lacks it (or it is not positive)."""
+        """The repeat's ideal loader samples/s; None when the probe lacks it (or it is not
+        positive)."""
         if 0 <= repeat < len(self.ideal_samples_per_s) and self.ideal_samples_per_s[repeat] > 0:
             return self.ideal_samples_per_s[repeat]
         return None

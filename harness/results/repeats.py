@@ -1,5 +1,6 @@
-"""The repeats of a cell merged into one CellSummary: the medians of the measured repeats' figures, the
-throughput's interval across repeats (harness.results.stats), and how many repeats failed and why."""
+"""The repeats of a cell merged into one CellSummary: the medians of the measured repeats' figures,
+the throughput's interval across repeats (harness.results.stats), and how many repeats failed and
+why."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -12,9 +13,10 @@ from harness.results.cellresult import CellResult, Figures
 
 @dataclass
 class CellSummary(CellResult):
-    """The repeats of one cell merged. `figures` are the medians over the measured repeats (integers stay
-    integers), `ranks` the measured repeats' ranks pooled. A cell counts as errored only when no repeat was
-    measured; `failed_repeats` and `repeat_errors` say how many of the others failed and why."""
+    """The repeats of one cell merged. `figures` are the medians over the measured repeats
+    (integers stay integers), `ranks` the measured repeats' ranks pooled. A cell counts as errored
+    only when no repeat was measured; `failed_repeats` and `repeat_errors` say how many of the
+    others failed and why."""
 
     repeats: int = 1  # measured repeats
     failed_repeats: int = 0
@@ -28,7 +30,8 @@ class CellSummary(CellResult):
 
 
 def merge_repeats(results: list[CellResult]) -> list[CellSummary]:
-    """One CellSummary per cell id, in first-seen order. Idempotent: summaries pass through unchanged."""
+    """One CellSummary per cell id, in first-seen order. Idempotent: summaries pass through
+    unchanged."""
     groups: dict[str, list[CellResult]] = {}
     for r in results:
         groups.setdefault(r.cell, []).append(r)

@@ -1,7 +1,7 @@
-"""A run's directory under results/: env.json (results.environment), cells.jsonl (appended per cell), probe.jsonl,
-summary.csv, report.md. Its JSON files are versioned, read (older versions upgraded on read) and written
-through harness.results.fileformat; `read_lines`, `append_line` and `write_json` are the unversioned forms for
-files that have no format yet."""
+"""A run's directory under results/: env.json (results.environment), cells.jsonl (appended per
+cell), probe.jsonl, summary.csv, report.md. Its JSON files are versioned, read (older versions
+upgraded on read) and written through harness.results.fileformat; `read_lines`, `append_line` and
+`write_json` are the unversioned forms for files that have no format yet."""
 from __future__ import annotations
 
 import json
@@ -49,8 +49,9 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def check_writable_dir(path: Path, flag: str, shown: Path | None = None) -> None:
-    """Before anything is measured: ``path`` is a writable directory or can be created as one (nothing is
-    created); else a one-line UsageError naming ``flag`` (and ``shown``, default ``path``)."""
+    """Before anything is measured: ``path`` is a writable directory or can be created as one
+    (nothing is created); else a one-line UsageError naming ``flag`` (and ``shown``, default
+    ``path``)."""
     base = _nearest_existing(path)
     path = shown if shown is not None else path
     if not base.is_dir():
@@ -65,8 +66,8 @@ def check_writable_dir(path: Path, flag: str, shown: Path | None = None) -> None
 
 
 def check_writable_file(path: Path, flag: str) -> None:
-    """Before anything is measured: a file can be written at ``path`` (its directory exists or can be
-    created, and ``path`` is not a directory); else a one-line UsageError naming ``flag``."""
+    """Before anything is measured: a file can be written at ``path`` (its directory exists or can
+    be created, and ``path`` is not a directory); else a one-line UsageError naming ``flag``."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory; pass a file path (e.g. {path / 'baseline.json'})")
@@ -76,13 +77,15 @@ def check_writable_file(path: Path, flag: str) -> None:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    """A JSON file of no versioned format (a command's own notes), keys sorted (harness.safewrite)."""
+    """A JSON file of no versioned format (a command's own notes), keys sorted
+    (harness.safewrite)."""
     safewrite.write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def append_line(path: Path, obj: dict) -> None:
-    """Append one object as one JSON line and flush it to disk at once (no format: a command's own lines;
-    the run directory's files go through append_cell, append_probe); never through a symbolic link."""
+    """Append one object as one JSON line and flush it to disk at once (no format: a command's own
+    lines; the run directory's files go through append_cell, append_probe); never through a
+    symbolic link."""
     with safewrite.open_append(path) as f:
         f.write(json.dumps(obj, sort_keys=True) + "\n")
         f.flush()
@@ -90,7 +93,8 @@ def append_line(path: Path, obj: dict) -> None:
 
 
 def append_cell(run_dir: Path, cell: dict) -> None:
-    """One line of cells.jsonl (a CellResult's JSON), of the current version, flushed to disk at once."""
+    """One line of cells.jsonl (a CellResult's JSON), of the current version, flushed to disk at
+    once."""
     fileformat.append_line(Path(run_dir) / "cells.jsonl", cell, CELLS)
 
 
@@ -100,16 +104,16 @@ def append_probe(run_dir: Path, line: ProbeLine) -> None:
 
 
 def read_lines(path: Path) -> list[dict]:
-    """The JSON objects of a .jsonl file, one per non-empty line, versions not looked at; [] when the file
-    does not exist. A cut last line is skipped with one warning; a bad line elsewhere is a ResultsError
-    (harness.results.fileformat.json_lines)."""
+    """The JSON objects of a .jsonl file, one per non-empty line, versions not looked at; [] when
+    the file does not exist. A cut last line is skipped with one warning; a bad line elsewhere is a
+    ResultsError (harness.results.fileformat.json_lines)."""
     return [obj for _, obj in fileformat.json_lines(path)]
 
 
 def read_results(run_dir: Path) -> list[CellResult]:
-    """cells.jsonl as CellResults, in file order, each line upgraded on read from the version it was written
-    in; [] when it does not exist. A damaged line (a value of the wrong type or below zero included) or one
-    of a newer version is a ResultsError naming the line and the key."""
+    """cells.jsonl as CellResults, in file order, each line upgraded on read from the version it
+    was written in; [] when it does not exist. A damaged line (a value of the wrong type or below
+    zero included) or one of a newer version is a ResultsError naming the line and the key."""
     path = Path(run_dir) / "cells.jsonl"
     out = []
     for where, obj in fileformat.json_lines(path):
@@ -136,8 +140,9 @@ def _check_cell_line(obj, where: str) -> None:
 
 
 def read_visits(run_dir: Path) -> list[CellResult]:
-    """cells.jsonl as read_results reads it, each visit (a cell and a repeat) once: a visit written twice
-    (two writers of one run directory) is a ResultsError naming it, for the readers that count visits."""
+    """cells.jsonl as read_results reads it, each visit (a cell and a repeat) once: a visit written
+    twice (two writers of one run directory) is a ResultsError naming it, for the readers that
+    count visits."""
     results = read_results(run_dir)
     twice = duplicated_visit(results)
     if twice is not None:
@@ -156,5 +161,6 @@ def read_probe(run_dir: Path) -> ProbeSeries:
 
 
 def read_env(run_dir: Path) -> Environment:
-    """env.json as an Environment (upgraded on read); an empty Environment when it does not exist."""
+    """env.json as an Environment (upgraded on read); an empty Environment when it does not
+    exist."""
     return Environment.read(run_dir)

@@ -1,19 +1,19 @@
 """Small-sample statistics for repeated benchmark measurements (numpy only, pure functions).
 
-A benchmark cell is measured a handful of times (repeats). These functions summarise such samples without
-assuming normality:
+A benchmark cell is measured a handful of times (repeats). These functions summarise such samples
+without assuming normality:
 
 - `median_ci`: distribution-free confidence interval for the median from order statistics.
-- `mann_whitney_u`: two-sided Mann-Whitney U test; exact for small samples without ties, else the normal
-  approximation with tie and continuity correction (the same conventions as scipy.stats.mannwhitneyu, which
-  the tests cross-check against).
-- `batch_means_interval`: a t-interval for one window's throughput (a ratio of sums) from contiguous blocks of
-  steps; `t_quantile` gives the exact Student-t critical values it uses.
-- `median_interval` / `interval_label`: an interval with its method, real coverage and n, and the words that
-  say so ("95% CI, batch means, 10 blocks", "min-max of 3 repeats, 75% coverage").
+- `mann_whitney_u`: two-sided Mann-Whitney U test; exact for small samples without ties, else the
+  normal approximation with tie and continuity correction (the same conventions as
+  scipy.stats.mannwhitneyu, which the tests cross-check against).
+- `batch_means_interval`: a t-interval for one window's throughput (a ratio of sums) from
+  contiguous blocks of steps; `t_quantile` gives the exact Student-t critical values it uses.
+- `median_interval` / `interval_label`: an interval with its method, real coverage and n, and the
+  words that say so ("95% CI, batch means, 10 blocks", "min-max of 3 repeats, 75% coverage").
 
-Every function raises ValueError for an empty sample or a non-finite value: a NaN throughput is a bug
-upstream and must not silently become "unchanged".
+Every function raises ValueError for an empty sample or a non-finite value: a NaN throughput is a
+bug upstream and must not silently become "unchanged".
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def median(xs: Sequence[float]) -> float:
 def cv(xs: Sequence[float]) -> float:
     """Coefficient of variation: sample standard deviation (ddof=1) / mean; 0 for one sample.
 
-    0 when every value is 0; NaN when the mean is 0 but the values are not all 0 (no meaningful scale)."""
+    0 when every value is 0; NaN when the mean is 0 but the values are not all 0 (no meaningful
+    scale)."""
     a = _sample(xs)
     if a.size == 1:
         return 0.0
@@ -62,11 +63,11 @@ def _binom_half_cdf(k: int, n: int) -> float:
 def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
     """1-based ranks (j, k) of the order statistics bounding the median CI, and its exact coverage.
 
-    The interval [x_(j), x_(n+1-j)] covers the population median with probability
-    1 - 2 * P(B <= j - 1), B ~ Binomial(n, 1/2), for any continuous distribution. j is the largest rank
-    whose coverage still reaches `confidence`. When even j = 1 (the full range) falls short, which for 95%
-    happens for n <= 5 (coverage 1 - 2**(1-n): 50%, 75%, 87.5%, 93.75% for n = 2..5), the full range is
-    returned with its real, lower coverage."""
+    The interval [x_(j), x_(n+1-j)] covers the population median with probability 1 - 2 * P(B <= j
+    - 1), B ~ Binomial(n, 1/2), for any continuous distribution. j is the largest rank whose
+    coverage still reaches `confidence`. When even j = 1 (the full range) falls short, which for
+    95% happens for n <= 5 (coverage 1 - 2**(1-n): 50%, 75%, 87.5%, 93.75% for n = 2..5), the full
+    range is returned with its real, lower coverage."""
     if n < 1:
         raise ValueError("median_ci needs at least one value")
     if not 0 < confidence < 1:
@@ -81,8 +82,8 @@ def median_ci_ranks(n: int, confidence: float = 0.95) -> tuple[int, int, float]:
 def median_ci(xs: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
     """Distribution-free (binomial, order-statistic) confidence interval for the median.
 
-    Exact for any n >= 2 (see `median_ci_ranks`); for n too small to reach `confidence` it is the full range
-    (min, max), whose real coverage is lower; for one value it is (x, x)."""
+    Exact for any n >= 2 (see `median_ci_ranks`); for n too small to reach `confidence` it is the
+    full range (min, max), whose real coverage is lower; for one value it is (x, x)."""
     a = np.sort(_sample(xs))
     j, k, _ = median_ci_ranks(a.size, confidence)
     return float(a[j - 1]), float(a[k - 1])
@@ -123,12 +124,13 @@ def _normal_sf(z: float) -> float:
 def mann_whitney_u(a: Sequence[float], b: Sequence[float], method: str = "auto") -> tuple[float, float]:
     """Two-sided Mann-Whitney U test. Returns (U of `a`, p).
 
-    U counts the pairs (a_i, b_j) with a_i > b_j, ties counting 1/2 (scipy's `statistic`). The two-sided
-    p-value is 2 * P(U' >= max(U, n1*n2 - U)), clipped to 1.
+    U counts the pairs (a_i, b_j) with a_i > b_j, ties counting 1/2 (scipy's `statistic`). The
+    two-sided p-value is 2 * P(U' >= max(U, n1*n2 - U)), clipped to 1.
 
-    method "auto": exact when both samples have at most EXACT_MAX_N values and there are no ties, else
-    asymptotic. "exact": the exact null distribution of U (`u_distribution`); ties are not allowed.
-    "asymptotic": normal approximation with tie-corrected variance and continuity correction 0.5."""
+    method "auto": exact when both samples have at most EXACT_MAX_N values and there are no ties,
+    else asymptotic. "exact": the exact null distribution of U (`u_distribution`); ties are not
+    allowed. "asymptotic": normal approximation with tie-corrected variance and continuity
+    correction 0.5."""
     x, y = _sample(a, "first sample"), _sample(b, "second sample")
     n1, n2 = x.size, y.size
     ranks, ties = _rank_average(np.concatenate([x, y]))
@@ -158,17 +160,17 @@ def mann_whitney_u(a: Sequence[float], b: Sequence[float], method: str = "auto")
 def min_attainable_p(n1: int, n2: int) -> float:
     """The smallest two-sided p the exact test can give for these sizes: 2 / C(n1+n2, n1).
 
-    If it is not below alpha the test can never reject: e.g. 2 vs 2 repeats gives 1/3, 3 vs 3 gives 0.1,
-    4 vs 4 gives 0.029."""
+    If it is not below alpha the test can never reject: e.g. 2 vs 2 repeats gives 1/3, 3 vs 3 gives
+    0.1, 4 vs 4 gives 0.029."""
     if n1 < 1 or n2 < 1:
         return 1.0
     return min(1.0, 2 / math.comb(n1 + n2, n1))
 
 
 def summary(xs: Sequence[float], confidence: float = 0.95) -> dict:
-    """n, median, its interval (lo, hi; half_ci = (hi - lo) / 2 is kept for old readers, but the interval is
-    not symmetric about the median: show [lo, hi]), the interval's real coverage and its label
-    (`median_interval`), cv, min and max of a sample."""
+    """n, median, its interval (lo, hi; half_ci = (hi - lo) / 2 is kept for old readers, but the
+    interval is not symmetric about the median: show [lo, hi]), the interval's real coverage and
+    its label (`median_interval`), cv, min and max of a sample."""
     a = _sample(xs)
     iv = median_interval(a, confidence)
     lo, hi = iv["low"], iv["high"]
@@ -180,8 +182,8 @@ def summary(xs: Sequence[float], confidence: float = 0.95) -> dict:
 # --- Student t quantiles ----------------------------------------------------------------------------------
 
 def _t_two_sided_mass(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer df >= 1, exactly (the closed-form finite series for integer
-    degrees of freedom; theta = atan(t / sqrt(df))):
+    """P(|T| <= t) for Student's t with integer df >= 1, exactly (the closed-form finite series for
+    integer degrees of freedom; theta = atan(t / sqrt(df))):
 
     odd df:  (2/pi) * (theta + sin(theta) * (cos(theta) + 2/3 cos^3 + 2*4/(3*5) cos^5 + ... up to cos^(df-2)))
     even df: sin(theta) * (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... up to cos^(df-2))"""
@@ -206,8 +208,9 @@ def _t_two_sided_mass(t: float, df: int) -> float:
 
 
 def t_quantile(confidence: float, df: int) -> float:
-    """The two-sided Student-t critical value: t such that P(|T| <= t) = confidence (e.g. 0.95, 9 df ->
-    2.262). Exact to ~1e-12 for any integer df >= 1 (bisection on the closed-form distribution)."""
+    """The two-sided Student-t critical value: t such that P(|T| <= t) = confidence (e.g. 0.95, 9
+    df -> 2.262). Exact to ~1e-12 for any integer df >= 1 (bisection on the closed-form
+    distribution)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
     if int(df) != df or df < 1:
@@ -237,16 +240,17 @@ def batch_means_interval(samples: Sequence[float], seconds: Sequence[float], blo
                          confidence: float = 0.95) -> dict | None:
     """A t-interval for a throughput measured in one window, from batch means of its steps.
 
-    `samples[i]` and `seconds[i]` are step i's samples (summed over ranks) and wall seconds (the slowest
-    rank's). The estimate is the ratio sum(samples) / sum(seconds). The window is cut into k contiguous
-    blocks of steps (k = `blocks`, fewer when there are fewer than 2 * blocks steps, so that every block has
-    at least 2 steps); the blocks' totals S_b, W_b give the ratio estimator's linearised residuals
-    r_b = S_b - T * W_b and its standard error se = sqrt(sum r_b^2 / (k (k - 1))) / mean(W_b); the interval is
-    T -/+ t(k - 1) * se, clipped at 0 (a rate is not negative). Contiguous blocks absorb short-range
-    correlation between neighbouring steps (a prefetch queue filling and draining).
+    `samples[i]` and `seconds[i]` are step i's samples (summed over ranks) and wall seconds (the
+    slowest rank's). The estimate is the ratio sum(samples) / sum(seconds). The window is cut into
+    k contiguous blocks of steps (k = `blocks`, fewer when there are fewer than 2 * blocks steps,
+    so that every block has at least 2 steps); the blocks' totals S_b, W_b give the ratio
+    estimator's linearised residuals r_b = S_b - T * W_b and its standard error se = sqrt(sum r_b^2
+    / (k (k - 1))) / mean(W_b); the interval is T -/+ t(k - 1) * se, clipped at 0 (a rate is not
+    negative). Contiguous blocks absorb short-range correlation between neighbouring steps (a
+    prefetch queue filling and draining).
 
-    Returns {"low", "high", "estimate", "method": "batch means", "level", "n": k}, or None with fewer than
-    4 steps."""
+    Returns {"low", "high", "estimate", "method": "batch means", "level", "n": k}, or None with
+    fewer than 4 steps."""
     s = np.asarray(samples, dtype=float).ravel()
     w = np.asarray(seconds, dtype=float).ravel()
     if s.size != w.size:
@@ -274,11 +278,12 @@ def batch_means_interval(samples: Sequence[float], seconds: Sequence[float], blo
 
 
 def median_interval(xs: Sequence[float], confidence: float = 0.95) -> dict:
-    """The median of repeated measurements with its order-statistic interval and that interval's real coverage.
+    """The median of repeated measurements with its order-statistic interval and that interval's
+    real coverage.
 
-    Returns {"low", "high", "estimate" (the median), "method", "level" (the exact coverage, which for n <= 5
-    at 95% is below the asked level: the interval is then min..max), "n", "label"}. One value: low = high,
-    level 0, label "1 repeat, no interval"."""
+    Returns {"low", "high", "estimate" (the median), "method", "level" (the exact coverage, which
+    for n <= 5 at 95% is below the asked level: the interval is then min..max), "n", "label"}. One
+    value: low = high, level 0, label "1 repeat, no interval"."""
     a = np.sort(_sample(xs))
     n = int(a.size)
     j, k, coverage = median_ci_ranks(n, confidence)
@@ -294,8 +299,8 @@ def _pct(level: float) -> str:
 
 
 def interval_label(interval: dict | None) -> str:
-    """What an interval is, in words: "95% CI, batch means, 10 blocks", "min-max of 3 repeats, 75% coverage",
-    "95.1% CI of the median, order statistics, 12 repeats"."""
+    """What an interval is, in words: "95% CI, batch means, 10 blocks", "min-max of 3 repeats, 75%
+    coverage", "95.1% CI of the median, order statistics, 12 repeats"."""
     if not interval:
         return "no interval"
     if interval.get("label"):

@@ -1,5 +1,5 @@
-"""A result's throughput relative to the machine: the `vs_probe` figure, a multiple of the in-memory ideal
-loader's samples/s measured in the same repeat (probe.jsonl)."""
+"""A result's throughput relative to the machine: the `vs_probe` figure, a multiple of the
+in-memory ideal loader's samples/s measured in the same repeat (probe.jsonl)."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,9 +8,10 @@ from harness.results.cellresult import CellResult
 
 
 def relative_to_probe(results: list[CellResult], probe) -> list[CellResult]:
-    """Each measured result's throughput as a multiple of its repeat's in-memory ideal loader (``probe``: a
-    harness.results.probeline.ProbeSeries of probe.jsonl, figure `vs_probe`): the figure that stays comparable
-    across machines. The one place it is computed (the baseline's `normalised` is this figure)."""
+    """Each measured result's throughput as a multiple of its repeat's in-memory ideal loader
+    (``probe``: a harness.results.probeline.ProbeSeries of probe.jsonl, figure `vs_probe`): the
+    figure that stays comparable across machines. The one place it is computed (the baseline's
+    `normalised` is this figure)."""
     out = []
     for r in results:
         thr, ideal = r.figures.throughput, probe.ideal(r.repeat)

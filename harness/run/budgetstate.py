@@ -1,12 +1,13 @@
-"""A budgeted run's state (`--budget`), kept in its run directory as budget.json so that fresh ranks after a
-failure and a `--resume` take the budget up where it stopped: the clock spent, the budget pass under way
-(its repeat number and its cells in their visiting order) and whether the budget has ended.
+"""A budgeted run's state (`--budget`), kept in its run directory as budget.json so that fresh
+ranks after a failure and a `--resume` take the budget up where it stopped: the clock spent, the
+budget pass under way (its repeat number and its cells in their visiting order) and whether the
+budget has ended.
 
-Rank 0 writes it (atomically: a fresh temporary file renamed over it) when the budget decides a pass, after
-each visit (the clock) and when the budget ends. The launcher reads it: the visits of a cut pass without a
-line in cells.jsonl run first, then the budget goes on with the time left (harness.run.rankloop). A run
-without the file (stopped before its first visit, or written by an older harness) has spent the sum of its
-visits' elapsed_s and has no pass under way.
+Rank 0 writes it (atomically: a fresh temporary file renamed over it) when the budget decides a
+pass, after each visit (the clock) and when the budget ends. The launcher reads it: the visits of a
+cut pass without a line in cells.jsonl run first, then the budget goes on with the time left
+(harness.run.rankloop). A run without the file (stopped before its first visit, or written by an
+older harness) has spent the sum of its visits' elapsed_s and has no pass under way.
 """
 from __future__ import annotations
 
@@ -57,12 +58,14 @@ def _count(value) -> int:
 
 
 def write(run_dir: Path, state: BudgetState) -> None:
-    """budget.json replaced atomically, never through a link planted at its name (harness.safewrite)."""
+    """budget.json replaced atomically, never through a link planted at its name
+    (harness.safewrite)."""
     safewrite.write_text(Path(run_dir) / FILE, json.dumps(asdict(state), sort_keys=True), root=run_dir)
 
 
 def spent(run_dir: Path) -> float:
-    """The budget's clock as the run left it: the state's, else the sum of its visits' elapsed_s."""
+    """The budget's clock as the run left it: the state's, else the sum of its visits'
+    elapsed_s."""
     state = read(run_dir)
     if state is not None:
         return state.spent_s
@@ -84,8 +87,8 @@ def is_open(config: LaunchConfig) -> bool:
 
 
 def pass_left(config: LaunchConfig) -> list[tuple[int, int]]:
-    """The visits (repeat, index into config.cells) of the budget pass under way that have no line yet, in
-    the pass's order: a pass cut by a failure, Ctrl-C or a kill."""
+    """The visits (repeat, index into config.cells) of the budget pass under way that have no line
+    yet, in the pass's order: a pass cut by a failure, Ctrl-C or a kill."""
     state = read(config.run_dir) if config.budget_s else None
     if state is None or state.repeat is None or state.ended:
         return []

@@ -1,8 +1,9 @@
 """Start the rank processes once per scenario and run every cell on every rank.
 
-One node: ``world_size`` processes are spawned (torch.multiprocessing, start method spawn) on a fresh free
-port. Under torchrun the processes already exist and call :func:`rank_main` directly. gloo on CPU, NCCL on
-CUDA. What each rank does with the cells once it has joined is in harness.run.rankloop.
+One node: ``world_size`` processes are spawned (torch.multiprocessing, start method spawn) on a
+fresh free port. Under torchrun the processes already exist and call :func:`rank_main` directly.
+gloo on CPU, NCCL on CUDA. What each rank does with the cells once it has joined is in
+harness.run.rankloop.
 """
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ HOST_WORK_TIMEOUT = timedelta(hours=2)
 
 
 def resolve_device(mode: str, world_size: int, torchrun: Torchrun | None = None, share_gpu: bool = False) -> str:
-    """auto: real CUDA if there are enough GPUs for every rank, else the emulated accelerator. Under torchrun
-    (RANK and WORLD_SIZE set) the question is per node: enough GPUs for the node's ranks, or one bound to
-    each task (Slurm --gpus-per-task=1); visible GPUs that cannot serve the ranks are an error, never a
-    silent fallback to the emulator. `world_size`: the ranks on this node; `torchrun`: this process's identity
-    under torchrun (harness.config.request), None when spawned; `share_gpu` (--share-gpu): the ranks share the
-    visible GPUs over gloo, so one GPU serves any number of them."""
+    """auto: real CUDA if there are enough GPUs for every rank, else the emulated accelerator.
+    Under torchrun (RANK and WORLD_SIZE set) the question is per node: enough GPUs for the node's
+    ranks, or one bound to each task (Slurm --gpus-per-task=1); visible GPUs that cannot serve the
+    ranks are an error, never a silent fallback to the emulator. `world_size`: the ranks on this
+    node; `torchrun`: this process's identity under torchrun (harness.config.request), None when
+    spawned; `share_gpu` (--share-gpu): the ranks share the visible GPUs over gloo, so one GPU
+    serves any number of them."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return choose_device(mode, world_size, gpus, torchrun.local_world_size if torchrun else None, share_gpu)
 
@@ -67,8 +69,8 @@ def choose_device(mode: str, world_size: int, gpus: int, torchrun_local_ranks: i
 
 
 def training_backend(device: str, share_gpu: bool = False) -> str:
-    """The training group's backend: NCCL on CUDA, gloo on CPU and for ranks sharing a GPU (NCCL refuses
-    two ranks on one GPU)."""
+    """The training group's backend: NCCL on CUDA, gloo on CPU and for ranks sharing a GPU (NCCL
+    refuses two ranks on one GPU)."""
     return "nccl" if device == "cuda" and not share_gpu else "gloo"
 
 
@@ -105,9 +107,9 @@ def dataset_gb(data_paths: dict[str, Path]) -> float:
 
 
 def spawn(config: LaunchConfig, log=None) -> tuple[dict[str, Path], list[str]]:
-    """Run the cells in world_size spawned processes on this node, watched by harness.run.supervisor: a cell
-    whose rank dies or hangs is recorded as failed and fresh ranks go on. Returns the data paths and the
-    failures (one line per failed cell)."""
+    """Run the cells in world_size spawned processes on this node, watched by
+    harness.run.supervisor: a cell whose rank dies or hangs is recorded as failed and fresh ranks
+    go on. Returns the data paths and the failures (one line per failed cell)."""
     data_paths = config.materialise_all(progress=config.progress)  # before the ranks start
     os.environ["MASTER_ADDR"] = "127.0.0.1"
 
@@ -137,8 +139,8 @@ def _spawned(local_rank: int, world: int, config: LaunchConfig, data_paths: dict
 
 def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
               data_paths: dict[str, Path] | None = None) -> dict[str, Path]:
-    """One rank: join the process group, then run every cell. Under torchrun (data_paths None) the first
-    process of each node materialises the data while the others wait at a barrier."""
+    """One rank: join the process group, then run every cell. Under torchrun (data_paths None) the
+    first process of each node materialises the data while the others wait at a barrier."""
     from strategies import registry
 
     settings = config.request  # the run's frozen settings, as the command line gave them
@@ -183,8 +185,8 @@ def rank_main(rank: int, local_rank: int, world: int, config: LaunchConfig,
 
 def join_group(backend: str, rank: int, world: int, device) -> None:
     """The training process group. Under NCCL the ranks first compare their GPUs' UUIDs through the
-    rendezvous store: two ranks on one GPU are one line and exit 2 here, where NCCL's init would fail with
-    its duplicate-GPU traceback."""
+    rendezvous store: two ranks on one GPU are one line and exit 2 here, where NCCL's init would
+    fail with its duplicate-GPU traceback."""
     if backend != "nccl":
         join_with_gpus(backend, rank, world)
         return
@@ -196,9 +198,9 @@ def join_group(backend: str, rank: int, world: int, device) -> None:
 
 def join_with_gpus(backend: str, rank: int, world: int, gpu: tuple[str, str] | None = None,
                    **options) -> None:
-    """init_process_group from the environment (MASTER_ADDR, MASTER_PORT; torchrun's agent store), with
-    `gpu` = (UUID, label) first checked against every other rank's (check_distinct_gpus) on the rendezvous
-    store, before the group (and NCCL's communicator) is made."""
+    """init_process_group from the environment (MASTER_ADDR, MASTER_PORT; torchrun's agent store),
+    with `gpu` = (UUID, label) first checked against every other rank's (check_distinct_gpus) on
+    the rendezvous store, before the group (and NCCL's communicator) is made."""
     if gpu is None:
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=PG_TIMEOUT, **options)
         return
@@ -210,9 +212,10 @@ def join_with_gpus(backend: str, rank: int, world: int, gpu: tuple[str, str] | N
 
 
 def check_distinct_gpus(store, rank: int, world: int, uuid: str, label: str) -> None:
-    """Every rank posts its GPU's UUID and reads all the others' (`store`: the rendezvous store); a GPU
-    that two ranks would drive is a UsageError naming them, on every rank. Rank 0 (the store's host when
-    spawned) goes on only once every other rank is done with the store, so none of them loses it mid-read."""
+    """Every rank posts its GPU's UUID and reads all the others' (`store`: the rendezvous store); a
+    GPU that two ranks would drive is a UsageError naming them, on every rank. Rank 0 (the store's
+    host when spawned) goes on only once every other rank is done with the store, so none of them
+    loses it mid-read."""
     store.set(f"gpu/{rank}", f"{uuid}\t{label}")
     store.wait([f"gpu/{r}" for r in range(world)])
     owner: dict[str, int] = {}
@@ -233,8 +236,8 @@ def check_distinct_gpus(store, rank: int, world: int, uuid: str, label: str) -> 
 
 
 def _join_torchrun_run(config: LaunchConfig, local_rank: int, host_group) -> dict[str, Path]:
-    """Under torchrun only rank 0 created the run directory: share its path; the first process of each
-    node materialises the data, the others then find and reuse it."""
+    """Under torchrun only rank 0 created the run directory: share its path; the first process of
+    each node materialises the data, the others then find and reuse it."""
     shared = [config.run_dir, config.plan]  # rank 0 read cells.jsonl: what is left to run (--resume)
     dist.broadcast_object_list(shared, src=0)
     config.run_dir, config.plan = shared

@@ -1,11 +1,11 @@
 """Every cell of a run on one rank, in the already-joined process group.
 
-Repeats interleave across cells (A B C A B C) so that machine drift spreads evenly. Rank 0 records the
-machine probe once per repeat while the others wait; after each cell the ranks gather their records to
-rank 0, which appends the cell's line to cells.jsonl at once (nothing measured is lost if a later cell dies).
-Around a [remote] scenario each visit's reader is told the run's counters folder (LaunchConfig.remote_counters,
-read through the RankContext) and the line gets the visit's remote figures over its window
-(harness.measure.remotecounters).
+Repeats interleave across cells (A B C A B C) so that machine drift spreads evenly. Rank 0 records
+the machine probe once per repeat while the others wait; after each cell the ranks gather their
+records to rank 0, which appends the cell's line to cells.jsonl at once (nothing measured is lost
+if a later cell dies). Around a [remote] scenario each visit's reader is told the run's counters
+folder (LaunchConfig.remote_counters, read through the RankContext) and the line gets the visit's
+remote figures over its window (harness.measure.remotecounters).
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ HEARTBEAT_S = 1.0
 
 
 class StepProgress:
-    """The per-step progress callback of a cell: a new bar whenever a phase starts again at step 1."""
+    """The per-step progress callback of a cell: a new bar whenever a phase starts again at step
+    1."""
 
     def __init__(self, stream=None):
         self.stream = stream if stream is not None else sys.stderr
@@ -51,8 +52,8 @@ class StepProgress:
 
 
 class Heartbeat:
-    """Per-step callback of a supervised rank: the rank's heartbeat file (harness.run.supervisor) at most every
-    HEARTBEAT_S, passed on to the progress bar when there is one."""
+    """Per-step callback of a supervised rank: the rank's heartbeat file (harness.run.supervisor)
+    at most every HEARTBEAT_S, passed on to the progress bar when there is one."""
 
     def __init__(self, run_dir: Path, rank: int, position: int, cell_id: str, bar=None):
         self.run_dir, self.rank, self.bar = run_dir, rank, bar
@@ -77,10 +78,10 @@ class Heartbeat:
 
 
 def run_all(ctx: RankContext) -> None:
-    """The planned visits (with those of a budget pass cut short first: harness.run.budgetstate), then (with a
-    budget) further passes while the answer is open and time is left. `ctx`: this rank (harness.run.launch),
-    with the launch it belongs to (ctx.config); ctx.host_group is the gloo group the ranks wait on while one of
-    them does host work."""
+    """The planned visits (with those of a budget pass cut short first: harness.run.budgetstate),
+    then (with a budget) further passes while the answer is open and time is left. `ctx`: this rank
+    (harness.run.launch), with the launch it belongs to (ctx.config); ctx.host_group is the gloo
+    group the ranks wait on while one of them does host work."""
     rank, config = ctx.rank, ctx.config
     began = config.started_at or time.time()
     plan = config.todo()
@@ -104,8 +105,9 @@ def run_all(ctx: RankContext) -> None:
 
 
 def next_pass(config: LaunchConfig, began: float) -> tuple[int, list[int]]:
-    """Rank 0: the next budget pass (its repeat number, the cell indices in visiting order), recorded in the
-    run's budget state before any visit; (repeat, []) when the budget ends, which is recorded too."""
+    """Rank 0: the next budget pass (its repeat number, the cell indices in visiting order),
+    recorded in the run's budget state before any visit; (repeat, []) when the budget ends, which
+    is recorded too."""
     results = rundir.read_results(config.run_dir)
     gate = config.request.gate
     repeat = max([config.request.repeats, *(r.repeat + 1 for r in results)])
@@ -125,15 +127,16 @@ def next_pass(config: LaunchConfig, began: float) -> tuple[int, list[int]]:
 
 
 def _clock(rank: int, config: LaunchConfig, began: float) -> None:
-    """Rank 0 of a budgeted run, after a visit: the budget's clock recorded (a resume goes on from it)."""
+    """Rank 0 of a budgeted run, after a visit: the budget's clock recorded (a resume goes on from
+    it)."""
     if rank == 0 and config.budget_s:
         budgetstate.note_spent(config, time.time() - began)
 
 
 def visit(ctx: RankContext, verified: set[Path], item: tuple[int, int], first_of_repeat: bool,
           where: tuple[int, str]) -> None:
-    """One visit of one cell on this rank (the machine probe first when a repeat begins). `where`: the visit's
-    position in the run (the heartbeat's) and its progress label."""
+    """One visit of one cell on this rank (the machine probe first when a repeat begins). `where`:
+    the visit's position in the run (the heartbeat's) and its progress label."""
     position, label = where
     repeat, index = item
     rank, config, data_paths = ctx.rank, ctx.config, ctx.data_paths
@@ -166,8 +169,9 @@ def _profiler(config: LaunchConfig, cell: Cell, rank: int, repeat: int) -> CellP
 
 def run_one(ctx: RankContext, cell: Cell, repeat: int, show: bool, position: int = 0,
             started: float | None = None) -> None:
-    """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line. `started`:
-    when the visit began (its data check included); the line's elapsed_s runs from there to the gather."""
+    """One cell on this rank; rank 0 gathers every rank's record and appends the cell's line.
+    `started`: when the visit began (its data check included); the line's elapsed_s runs from there
+    to the gather."""
     config = ctx.config
     started = time.perf_counter() if started is None else started
     checked = time.perf_counter()

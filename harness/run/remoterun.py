@@ -1,9 +1,10 @@
-"""A bench run inside a [remote] scenario's session: the project's own object store behind its shaped link
-(harness.lab.session, stopped on any exit), a temporary folder the readers append their counters to (the
-run's LaunchConfig.remote_counters: each visit's figures over its window go into its cells.jsonl line,
-harness.measure.remotecounters.of_visit), then the whole run's figures of each storage setting printed and
-written beside the report (remote.md, in harness.measure.remotecounters' COLUMNS and the client). A storage's
-disk tier is emptied at each open (strategies.storage.s3), so each visit starts cold."""
+"""A bench run inside a [remote] scenario's session: the project's own object store behind its
+shaped link (harness.lab.session, stopped on any exit), a temporary folder the readers append their
+counters to (the run's LaunchConfig.remote_counters: each visit's figures over its window go into
+its cells.jsonl line, harness.measure.remotecounters.of_visit), then the whole run's figures of
+each storage setting printed and written beside the report (remote.md, in
+harness.measure.remotecounters' COLUMNS and the client). A storage's disk tier is emptied at each
+open (strategies.storage.s3), so each visit starts cold."""
 from __future__ import annotations
 
 import sys
@@ -21,9 +22,10 @@ from strategies.remote.s3client import RemoteError
 
 
 def with_remote(sc: Scenario, torchrun: bool, run_dir: Path, run: Callable[[Path | None], int]) -> int:
-    """`run(folder)` inside the scenario's remote session where it has a [remote] table, ``folder`` the
-    readers' counters folder; without one, `run(None)` as it is. `torchrun`: this process is a torchrun rank
-    (refused: one process must own the store). Any run first removes what a killed remote run left."""
+    """`run(folder)` inside the scenario's remote session where it has a [remote] table, ``folder``
+    the readers' counters folder; without one, `run(None)` as it is. `torchrun`: this process is a
+    torchrun rank (refused: one process must own the store). Any run first removes what a killed
+    remote run left."""
     if not torchrun:
         for what in remove_dead_runs():
             print(f"remote: removed {what}, left by a run that was killed", file=sys.stderr)
@@ -64,7 +66,8 @@ def table(rows: list[list[str]]) -> str:
 
 
 def write_figures(run_dir: Path, header: list[str], text: str) -> None:
-    """The whole run's figures printed, and written as remote.md in the run directory (when there is one)."""
+    """The whole run's figures printed, and written as remote.md in the run directory (when there
+    is one)."""
     print(f"remote figures (every reading process of every visit, merged per storage setting):\n{text}")
     if Path(run_dir).is_dir():
         safewrite.write_text(Path(run_dir) / "remote.md", "# Remote figures\n\n" + "\n".join(f"- {h}" for h in header)

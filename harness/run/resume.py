@@ -1,11 +1,13 @@
-"""--resume RUN_DIR: a run's settings, its directory opened (new, or the run it resumes), and the line that tells
-how to resume a run that stopped early (harness.commands.bench writes the report over the cells written).
+"""--resume RUN_DIR: a run's settings, its directory opened (new, or the run it resumes), and the
+line that tells how to resume a run that stopped early (harness.commands.bench writes the report
+over the cells written).
 
-A run's env.json records its settings (scenario, the comparable settings, the cells, repeats and measurement
-options) and its command line. `--resume RUN_DIR` alone replays that command line (harness.cli settles it,
-with the run's order seed, into the request); given with other options they must yield the same settings
-(else one line, exit 2). The cells and repeats without a line in cells.jsonl then run (harness.run.supervisor
-skips the rest), and the report is rebuilt over all of them.
+A run's env.json records its settings (scenario, the comparable settings, the cells, repeats and
+measurement options) and its command line. `--resume RUN_DIR` alone replays that command line
+(harness.cli settles it, with the run's order seed, into the request); given with other options
+they must yield the same settings (else one line, exit 2). The cells and repeats without a line in
+cells.jsonl then run (harness.run.supervisor skips the rest), and the report is rebuilt over all of
+them.
 """
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ REPLAY_KEYS = ("out", "data")  # recorded since these were checked; a run from b
 
 
 def replay_settings(request: BenchRequest) -> dict:
-    """The settings a command line alone decides (no scenario read, nothing imported): what a resume's replayed
-    line is checked against before anything runs, its plugins included."""
+    """The settings a command line alone decides (no scenario read, nothing imported): what a
+    resume's replayed line is checked against before anything runs, its plugins included."""
     order = {"order": "random", "order_seed": request.order_seed} if request.order == "random" else {}
     return {"repeats": request.repeats, "cache_state": request.cache_state, "decompose": request.decompose,
             "profile": request.profile, "plugins": list(request.plugins),
@@ -44,15 +46,16 @@ def replay_settings(request: BenchRequest) -> dict:
 
 
 def settings_of(request: BenchRequest, sc, cells, device: str, comparable: dict) -> dict:
-    """What a resumed run must share with the run it completes (a fixed order adds nothing: runs made before
-    the random order existed resume with --order fixed)."""
+    """What a resumed run must share with the run it completes (a fixed order adds nothing: runs
+    made before the random order existed resume with --order fixed)."""
     return {"scenario": sc.name, "comparable": comparable, "cells": [c.id for c in cells], "device": device,
             **replay_settings(request)}
 
 
 def check_replay(run_dir: Path, request: BenchRequest) -> None:
-    """Before a resumed line loads a plugin or reads anything: what it asks for is what the run recorded as typed
-    values (a hand-edited env.json argv, a --plugin, --out or --data the run did not have, is refused)."""
+    """Before a resumed line loads a plugin or reads anything: what it asks for is what the run
+    recorded as typed values (a hand-edited env.json argv, a --plugin, --out or --data the run did
+    not have, is refused)."""
     recorded = {"plugins": [], **read_run_env(run_dir).settings}  # a run without plugins: none may be imported
     now = replay_settings(request)
     check_settings(run_dir, {k: v for k, v in recorded.items() if k in now},
@@ -60,7 +63,8 @@ def check_replay(run_dir: Path, request: BenchRequest) -> None:
 
 
 def recorded_order_seed(run_dir: Path) -> int | None:
-    """The random order's seed a run recorded in env.json (None: a fixed order, or a run from before)."""
+    """The random order's seed a run recorded in env.json (None: a fixed order, or a run from
+    before)."""
     recorded = (read_run_env(run_dir).settings or {}).get("order_seed")
     return None if recorded is None else int(recorded)
 
@@ -79,8 +83,8 @@ def read_run_env(run_dir: Path) -> Environment:
 
 
 def check_settings(run_dir: Path, recorded: dict, now: dict) -> None:
-    """A one-line UsageError naming the first setting that differs from the run's (a key of REPLAY_KEYS that a
-    run from before did not record is not compared)."""
+    """A one-line UsageError naming the first setting that differs from the run's (a key of
+    REPLAY_KEYS that a run from before did not record is not compared)."""
     for key in sorted(recorded.keys() | now.keys()):
         if key in REPLAY_KEYS and key not in recorded:
             continue
@@ -105,9 +109,9 @@ def stopped_message(run_dir: Path, why: str, torchrun: bool = False) -> str:
 
 
 def take_lock(run_dir: Path) -> None:
-    """This process becomes the one writer of `run_dir` until it ends: an exclusive flock on its lock file
-    (opened without following a link). Another writer holding it is one line naming the directory and its
-    pid, exit 2."""
+    """This process becomes the one writer of `run_dir` until it ends: an exclusive flock on its
+    lock file (opened without following a link). Another writer holding it is one line naming the
+    directory and its pid, exit 2."""
     run_dir = Path(run_dir)
     if run_dir.resolve() in _held:
         return
@@ -131,7 +135,8 @@ def take_lock(run_dir: Path) -> None:
 
 def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cells: int,
                  settings: dict) -> tuple[Path, Environment]:
-    """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line header."""
+    """Rank 0: the run directory and its env.json (or, with --resume, the run's), and the one-line
+    header."""
     if request.resume:
         env = read_run_env(request.resume)
         take_lock(request.resume)  # before anything is read for the resume or written

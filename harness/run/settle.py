@@ -1,6 +1,6 @@
-"""A bench request settled once, before anything runs (the main run's and --loader-only's common start): the
-scenario with the command line's overrides and data, its cells, the device and the target; --dry-run lists
-the cells; an imported source is scanned."""
+"""A bench request settled once, before anything runs (the main run's and --loader-only's common
+start): the scenario with the command line's overrides and data, its cells, the device and the
+target; --dry-run lists the cells; an imported source is scanned."""
 from __future__ import annotations
 
 import sys
@@ -17,7 +17,8 @@ Settled = tuple[scenario.Scenario, list[Cell], str, "target.Target | None"]
 
 
 def prepare(request: BenchRequest) -> Settled | None:
-    """`settle`, then the cells listed (--dry-run: None, nothing more to do) or the source scanned."""
+    """`settle`, then the cells listed (--dry-run: None, nothing more to do) or the source
+    scanned."""
     sc, cells, device, run_target = settle(request)
     if request.dry_run:
         for i, cell in enumerate(cells, 1):
@@ -34,8 +35,9 @@ def local_ranks(request: BenchRequest, sc: scenario.Scenario) -> int:
 
 
 def settle(request: BenchRequest) -> tuple[scenario.Scenario, list[Cell], str, target.Target | None]:
-    """(the scenario, its cells, the device, the target), each settled once from the request; a mistake in
-    any of them, or an output path that cannot be written, stops here, before anything runs."""
+    """(the scenario, its cells, the device, the target), each settled once from the request; a
+    mistake in any of them, or an output path that cannot be written, stops here, before anything
+    runs."""
     r = request
     overrides = r.overrides.given()
     if r.data.scale == "full" and r.overrides.samples is None and r.data.path is None:

@@ -1,14 +1,14 @@
-"""A torchrun rank told to stop (SIGTERM from Slurm's scancel, from torchrun passing it on, or SIGINT) has
-until the scheduler's KillWait (Slurm: 30 s by default) before SIGKILL. The rank unwinds (its loader thread,
-DataLoader workers, process group) and then runs its ending: rank 0 writes the report over the cells written
-so far and prints how to resume.
+"""A torchrun rank told to stop (SIGTERM from Slurm's scancel, from torchrun passing it on, or
+SIGINT) has until the scheduler's KillWait (Slurm: 30 s by default) before SIGKILL. The rank
+unwinds (its loader thread, DataLoader workers, process group) and then runs its ending: rank 0
+writes the report over the cells written so far and prints how to resume.
 
-The guard makes that ending certain. Its thread learns of the signal from the interpreter's wakeup fd, which
-the C-level handler writes to even while the main thread is held in a C++ call (a collective waiting for a
-peer), where no Python signal handler can run. If the process is still there GRACE_S after the signal, the
-thread prints where each thread was, runs the ending itself (unless the main thread already began it: then
-it waits for it a while longer) and exits 128 + the signal's number. Whichever comes first runs the ending,
-once."""
+The guard makes that ending certain. Its thread learns of the signal from the interpreter's wakeup
+fd, which the C-level handler writes to even while the main thread is held in a C++ call (a
+collective waiting for a peer), where no Python signal handler can run. If the process is still
+there GRACE_S after the signal, the thread prints where each thread was, runs the ending itself
+(unless the main thread already began it: then it waits for it a while longer) and exits 128 + the
+signal's number. Whichever comes first runs the ending, once."""
 from __future__ import annotations
 
 import faulthandler
@@ -24,8 +24,9 @@ STOPS = (signal.SIGTERM, signal.SIGINT)
 
 
 class StopGuard:
-    """`ending(code)`: what a rank does once it has been told to stop (code 143 or 130). Install it in the
-    main thread, after the SIGTERM handler (the wakeup fd reports only signals with a Python handler)."""
+    """`ending(code)`: what a rank does once it has been told to stop (code 143 or 130). Install it
+    in the main thread, after the SIGTERM handler (the wakeup fd reports only signals with a Python
+    handler)."""
 
     def __init__(self, ending: Callable[[int], None], grace_s: float = GRACE_S):
         self._ending = ending
@@ -39,8 +40,8 @@ class StopGuard:
         threading.Thread(target=self._watch, args=(read,), name="stop-guard", daemon=True).start()
 
     def end(self, code: int) -> bool:
-        """Run the ending, or, if the other thread began it, wait a while for it to finish; True if this call
-        ran it."""
+        """Run the ending, or, if the other thread began it, wait a while for it to finish; True if
+        this call ran it."""
         with self._lock:
             began, self._began = self._began, True
         if began:

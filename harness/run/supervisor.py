@@ -1,20 +1,21 @@
-"""The launcher's watch over its rank processes: a cell whose rank dies or hangs is recorded as failed, every
-process the ranks started is ended, and fresh ranks go on with the cells that remain.
+"""The launcher's watch over its rank processes: a cell whose rank dies or hangs is recorded as
+failed, every process the ranks started is ended, and fresh ranks go on with the cells that remain.
 
-Each spawned rank moves into its own process group (its forkserver, DataLoader workers and shared-cache
-servers inherit it) and dies with the launcher (PR_SET_PDEATHSIG). It writes a heartbeat file under
-``RUN_DIR/.ranks/`` when a cell starts and as its steps advance. The launcher polls: a rank that exited
-non-zero, or no cell finishing within the cell's deadline (``[training] cell_timeout_s``, by default derived
-from the steps), ends the chunk: every rank's group is killed, the first cell of the chunk without a line in
-cells.jsonl gets a line with ``error`` naming the rank and the cause, and the remaining cells start again in
-fresh ranks. A failure before any rank reached its first cell is a run error instead (nothing would ever run).
+Each spawned rank moves into its own process group (its forkserver, DataLoader workers and
+shared-cache servers inherit it) and dies with the launcher (PR_SET_PDEATHSIG). It writes a
+heartbeat file under ``RUN_DIR/.ranks/`` when a cell starts and as its steps advance. The launcher
+polls: a rank that exited non-zero, or no cell finishing within the cell's deadline (``[training]
+cell_timeout_s``, by default derived from the steps), ends the chunk: every rank's group is killed,
+the first cell of the chunk without a line in cells.jsonl gets a line with ``error`` naming the
+rank and the cause, and the remaining cells start again in fresh ranks. A failure before any rank
+reached its first cell is a run error instead (nothing would ever run).
 
-Ending a rank group on Ctrl-C or SIGTERM: what each rank started (DataLoader workers, forkserver, cache
-server) is killed, then the rank gets SIGINT and a few seconds to unwind (the multiprocessing queues it made
-for its workers unlink their named semaphores and unregister them from the launcher's resource tracker), then
-its whole process group gets SIGKILL. Killed outright, a rank leaves its semaphores registered, and the
-tracker reports them at the launcher's exit ("There appear to be N leaked semaphore objects": 28 after Ctrl-C
-in a cell with 2 workers on 2 ranks).
+Ending a rank group on Ctrl-C or SIGTERM: what each rank started (DataLoader workers, forkserver,
+cache server) is killed, then the rank gets SIGINT and a few seconds to unwind (the multiprocessing
+queues it made for its workers unlink their named semaphores and unregister them from the
+launcher's resource tracker), then its whole process group gets SIGKILL. Killed outright, a rank
+leaves its semaphores registered, and the tracker reports them at the launcher's exit ("There
+appear to be N leaked semaphore objects": 28 after Ctrl-C in a cell with 2 workers on 2 ranks).
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ class RunFailed(UsageError):
 
 
 class Interrupted(BaseException):
-    """SIGTERM (or SIGINT) received by the launcher; `code` is the exit code to end with (143 or 130)."""
+    """SIGTERM (or SIGINT) received by the launcher; `code` is the exit code to end with (143 or
+    130)."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -61,9 +63,9 @@ class Interrupted(BaseException):
 
 
 def raise_interrupted(signum, _frame) -> None:
-    """The first SIGTERM raises Interrupted; the same signal again is ignored while it is honoured: Slurm
-    signals every process of the step and torchrun passes the signal on, so a rank gets it twice, the second
-    often while rank 0 writes the report (which it then lost: 3 of 10 tries)."""
+    """The first SIGTERM raises Interrupted; the same signal again is ignored while it is honoured:
+    Slurm signals every process of the step and torchrun passes the signal on, so a rank gets it
+    twice, the second often while rank 0 writes the report (which it then lost: 3 of 10 tries)."""
     signal.signal(signum, _stopping)
     raise Interrupted(signum)
 
@@ -73,7 +75,8 @@ def _stopping(_signum, _frame) -> None:
 
 
 def default_timeout(config: LaunchConfig) -> float:
-    """The cell deadline: the scenario's cell_timeout_s, else 120 s of set-up plus 3 s per step and phase."""
+    """The cell deadline: the scenario's cell_timeout_s, else 120 s of set-up plus 3 s per step and
+    phase."""
     tr = config.scenario.training
     if tr.cell_timeout_s:
         return float(tr.cell_timeout_s)
@@ -86,8 +89,8 @@ def default_timeout(config: LaunchConfig) -> float:
 # --- in the rank -------------------------------------------------------------------------------------------
 
 def detach_rank() -> None:
-    """A spawned rank: its own process group (so the launcher can end it with all it started), and death
-    with the launcher, also where the launcher died while this rank was starting."""
+    """A spawned rank: its own process group (so the launcher can end it with all it started), and
+    death with the launcher, also where the launcher died while this rank was starting."""
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -108,9 +111,9 @@ def write_heartbeat(run_dir: Path, rank: int, **fields) -> None:
 
 
 def write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
-    """Why this rank is about to exit; a UsageError (bad data, say) or an error that says it stops the run (a
-    remote store's) is fatal: the launcher stops the run.
-    What the failed cell held is released (release_frames)."""
+    """Why this rank is about to exit; a UsageError (bad data, say) or an error that says it stops
+    the run (a remote store's) is fatal: the launcher stops the run. What the failed cell held is
+    released (release_frames)."""
     try:
         _write_rank_error(run_dir, rank, err)
     finally:
@@ -128,10 +131,10 @@ def _write_rank_error(run_dir: Path, rank: int, err: BaseException) -> None:
 
 
 def release_frames(err: BaseException) -> None:
-    """A rank on its way out (it leaves with os._exit, which runs no finalizer): clear the finished frames
-    that the exception's traceback keeps alive (the cell's pipeline, its DataLoader iterator, their
-    multiprocessing queues) and collect them, so that every queue's named semaphores are unlinked and
-    unregistered from the launcher's resource tracker now."""
+    """A rank on its way out (it leaves with os._exit, which runs no finalizer): clear the finished
+    frames that the exception's traceback keeps alive (the cell's pipeline, its DataLoader
+    iterator, their multiprocessing queues) and collect them, so that every queue's named
+    semaphores are unlinked and unregistered from the launcher's resource tracker now."""
     traceback.clear_frames(err.__traceback__)
     gc.collect()
 
@@ -191,8 +194,8 @@ def _signal(pid: int, signum: int) -> None:
 
 
 def interrupt(leader: int) -> None:
-    """What the leader of a process group started is killed (its DataLoader workers, its forkserver), then
-    the leader gets SIGINT, to unwind and release its queues' semaphores."""
+    """What the leader of a process group started is killed (its DataLoader workers, its
+    forkserver), then the leader gets SIGINT, to unwind and release its queues' semaphores."""
     for pid in group_members(leader):
         if pid != leader:
             _signal(pid, signal.SIGKILL)
@@ -232,8 +235,8 @@ class RankGroup:
             raise
 
     def failure(self, timeout: float) -> tuple[str, bool] | None:
-        """(cause, whether any rank had reached a cell) once the chunk failed; None while it runs or when
-        every rank exited 0 ("" then: see `finished`)."""
+        """(cause, whether any rank had reached a cell) once the chunk failed; None while it runs
+        or when every rank exited 0 ("" then: see `finished`)."""
         beats = read_heartbeats(self.config.run_dir)
         reached = bool(beats)
         if any(p.exitcode not in (None, 0) for p in self.procs):
@@ -252,8 +255,9 @@ class RankGroup:
         return all(p.exitcode == 0 for p in self.procs)
 
     def _first_death(self, beats: dict) -> str:
-        """The cause of the first failure: a rank's death makes its peers fail too ("connection closed"),
-        so after a short grace a rank killed by a signal comes first, then one with its own error."""
+        """The cause of the first failure: a rank's death makes its peers fail too ("connection
+        closed"), so after a short grace a rank killed by a signal comes first, then one with its
+        own error."""
         deadline = time.monotonic() + GRACE_S
         while time.monotonic() < deadline and any(p.exitcode is None for p in self.procs):
             time.sleep(POLL_S)
@@ -279,9 +283,9 @@ class RankGroup:
                 + (f"; {steps}" if steps else "") + "; every rank was ended")
 
     def stop(self, grace: float = 0.0) -> None:
-        """End every rank and everything it started; reap the ranks. With ``grace``, each rank still running
-        first gets SIGINT and that many seconds to unwind (its DataLoader workers and their semaphores
-        released) before its process group gets SIGKILL."""
+        """End every rank and everything it started; reap the ranks. With ``grace``, each rank
+        still running first gets SIGINT and that many seconds to unwind (its DataLoader workers and
+        their semaphores released) before its process group gets SIGKILL."""
         try:  # a second Ctrl-C during the grace still kills every group
             self._interrupt(grace)
         finally:
@@ -293,11 +297,11 @@ class RankGroup:
                 p.join(timeout=10)
 
     def _interrupt(self, grace: float) -> None:
-        """Every rank still running: what it started (DataLoader workers, its forkserver, a cache server) is
-        killed, then the rank gets SIGINT and up to ``grace`` seconds to exit. Workers go first: a worker
-        still sending a batch when its rank unwinds would print a traceback of the rank's closed connection
-        (multiprocessing.resource_sharer); the rank itself made the queues and their semaphores, and
-        releases them as it unwinds."""
+        """Every rank still running: what it started (DataLoader workers, its forkserver, a cache
+        server) is killed, then the rank gets SIGINT and up to ``grace`` seconds to exit. Workers
+        go first: a worker still sending a batch when its rank unwinds would print a traceback of
+        the rank's closed connection (multiprocessing.resource_sharer); the rank itself made the
+        queues and their semaphores, and releases them as it unwinds."""
         running = [p for p in self.procs if p.pid is not None and p.exitcode is None]
         if not grace or not running:
             return
@@ -315,13 +319,14 @@ def _where(beat: dict | None) -> str:
 
 
 def visits_left(config: LaunchConfig) -> list[tuple[int, int]]:
-    """The planned visits without a line, then those of a budget pass cut short (harness.run.budgetstate)."""
+    """The planned visits without a line, then those of a budget pass cut short
+    (harness.run.budgetstate)."""
     return remaining(config, config.todo()) + budgetstate.pass_left(config)
 
 
 def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=print) -> list[str]:
-    """Run config.todo() (and, with a budget, its passes) in fresh rank groups until every visit has a line
-    and the budget has ended; the failures, one per failed visit."""
+    """Run config.todo() (and, with a budget, its passes) in fresh rank groups until every visit
+    has a line and the budget has ended; the failures, one per failed visit."""
     timeout = default_timeout(config)
     failures: list[str] = []
     while True:
@@ -349,8 +354,8 @@ def supervise(config: LaunchConfig, data_paths: dict, target, prepare=None, log=
 
 def _failed(config: LaunchConfig, outcome: tuple[str, bool], data_paths: dict, group: RankGroup,
             log=print) -> str | None:
-    """After a rank group failed: the visit it was in gets its error line; the failure's line (None when
-    every visit was written and the budget has ended: a rank died on its way out)."""
+    """After a rank group failed: the visit it was in gets its error line; the failure's line (None
+    when every visit was written and the budget has ended: a rank died on its way out)."""
     fatal = fatal_error(config.run_dir)
     if fatal:
         raise UsageError(fatal)
@@ -374,9 +379,10 @@ def _failed(config: LaunchConfig, outcome: tuple[str, bool], data_paths: dict, g
 
 
 def check_data(cell, data_paths: dict) -> None:
-    """After a rank died in `cell`: every byte of its storage's files against the manifest. The quick check
-    before each visit (sizes, sampled checksums) misses damage in the middle of a file, which kills the
-    reader; found here, it is the DataError line naming the file and --regenerate (exit 2)."""
+    """After a rank died in `cell`: every byte of its storage's files against the manifest. The
+    quick check before each visit (sizes, sampled checksums) misses damage in the middle of a file,
+    which kills the reader; found here, it is the DataError line naming the file and --regenerate
+    (exit 2)."""
     storage = cell.choice("storage")
     if storage.label in data_paths:
         verify_dir(data_paths[storage.label], storage.name, full=True)

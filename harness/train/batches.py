@@ -1,14 +1,17 @@
-"""Where a rank's training steps get their batches: the cell's pipeline across epochs, or a few real batches
-held in memory (the pipeline with data loading taken out, for the compute-only phase of --decompose).
+"""Where a rank's training steps get their batches: the cell's pipeline across epochs, or a few
+real batches held in memory (the pipeline with data loading taken out, for the compute-only phase
+of --decompose).
 
-With device preprocessing the pipeline's DevicePrep fills in each batch's pixel counts here, on the rank.
-With side_stream (CUDA only; a no-op on an emulated device) the source works one batch ahead, as apex's
-data_prefetcher: when it hands over batch k it takes batch k+1 from the loader and starts its copy on a side
-CUDA stream, which overlaps the step of batch k; the step's stream waits for that copy before using it. The
-wait for batch k+1 is then counted in step k (the total wait is unchanged).
+With device preprocessing the pipeline's DevicePrep fills in each batch's pixel counts here, on the
+rank. With side_stream (CUDA only; a no-op on an emulated device) the source works one batch ahead,
+as apex's data_prefetcher: when it hands over batch k it takes batch k+1 from the loader and starts
+its copy on a side CUDA stream, which overlaps the step of batch k; the step's stream waits for
+that copy before using it. The wait for batch k+1 is then counted in step k (the total wait is
+unchanged).
 
-The stage accounts of the batches handed to training (harness.train.stagetimer) are kept in order, in
-`consumed.stages` (StageLog): the rank's record takes those of its window's batches from there."""
+The stage accounts of the batches handed to training (harness.train.stagetimer) are kept in order,
+in `consumed.stages` (StageLog): the rank's record takes those of its window's batches from
+there."""
 from __future__ import annotations
 
 import queue
@@ -102,9 +105,10 @@ WAIT_EVENT = "enumerate(DataLoader)#ReceiveAhead.__next__"
 
 
 class ReceiveAhead:
-    """`fetch` called in a thread, one batch ahead of take(); None (the epoch's end) ends the thread until
-    the next take() starts it again. stop() waits for the batch in flight, so the iterator is never shared.
-    Under the profiler the rank's wait in take() is an event the plugin counts as DataLoader time."""
+    """`fetch` called in a thread, one batch ahead of take(); None (the epoch's end) ends the
+    thread until the next take() starts it again. stop() waits for the batch in flight, so the
+    iterator is never shared. Under the profiler the rank's wait in take() is an event the plugin
+    counts as DataLoader time."""
 
     def __init__(self, fetch):
         self.fetch = fetch
@@ -156,7 +160,8 @@ class ReceiveAhead:
 
 
 class StageLog:
-    """The stage accounts of the batches a rank handed to training, in order (None: a batch without one)."""
+    """The stage accounts of the batches a rank handed to training, in order (None: a batch without
+    one)."""
 
     def __init__(self):
         self.accounts: list[dict | None] = []
@@ -167,12 +172,14 @@ class StageLog:
         self.sizes.append(samples)
 
     def last(self, batches: int) -> list[dict | None]:
-        """The accounts of the last `batches` batches (the measured window's, the window being the end)."""
+        """The accounts of the last `batches` batches (the measured window's, the window being the
+        end)."""
         return self.accounts[len(self.accounts) - batches:] if batches > 0 else []
 
 
 class ConsumedIndices(dict):
-    """The indices read per epoch (epoch -> indices), with the stage accounts of the batches (`stages`)."""
+    """The indices read per epoch (epoch -> indices), with the stage accounts of the batches
+    (`stages`)."""
 
     def __init__(self):
         super().__init__()
@@ -204,7 +211,8 @@ class InMemoryBatches:
 
 
 def collect_batches(pipe: Pipeline, n: int) -> list[dict]:
-    """Up to n batches from the pipeline (across epochs if one is shorter); its workers stop afterwards."""
+    """Up to n batches from the pipeline (across epochs if one is shorter); its workers stop
+    afterwards."""
     source, out = BatchSource(pipe), []
     while len(out) < n:
         batch = source.next()
@@ -251,10 +259,10 @@ class SideStream:
 
 
 def to_device(batch: dict, device) -> dict:
-    """The batch's tensors copied to the device (synchronised, so the copy is timed by the caller). A batch
-    a SideStream already copied is only waited for (its own copy's event: the next batch's copy, started
-    on the side stream, goes on during the step), and its tensors are marked as used by the step's stream
-    so the allocator does not reuse them early."""
+    """The batch's tensors copied to the device (synchronised, so the copy is timed by the caller).
+    A batch a SideStream already copied is only waited for (its own copy's event: the next batch's
+    copy, started on the side stream, goes on during the step), and its tensors are marked as used
+    by the step's stream so the allocator does not reuse them early."""
     if "_device" in batch:
         import torch
 

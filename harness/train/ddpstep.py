@@ -1,4 +1,5 @@
-"""One training step on one rank: forward, backward (with DDP's gradient allreduce) and optimizer step.
+"""One training step on one rank: forward, backward (with DDP's gradient allreduce) and optimizer
+step.
 
 The failure policy lives here, and its rule is that every rank makes the same collective calls whatever
 fails where (a rank that skipped or repeated one would hang its peers in NCCL):
@@ -21,16 +22,18 @@ error (torch.distributed.DistBackendError, whatever its text: NCCL reports a fai
 nor finish_reduction can help; the rank aborts its process group (harness.train.agreement.abort_group) and
 ends. So does a finish_reduction or a shadow step that fails: the collective sequence cannot be mended.
 
-OOM events (train_step's return): a step in which an OOM was raised, or on the emulated device a step split
-ahead because the modelled GPU would raise at that size. A step a CUDA device splits ahead from its probe's
-plan or from its memory of an earlier OOM (CudaDevice.note_oom) raised nothing: it is not an event.
+OOM events (train_step's return): a step in which an OOM was raised, or on the emulated device a
+step split ahead because the modelled GPU would raise at that size. A step a CUDA device splits
+ahead from its probe's plan or from its memory of an earlier OOM (CudaDevice.note_oom) raised
+nothing: it is not an event.
 
-Precision: a StepPrecision runs forward under autocast (float16 or bfloat16) and, for float16, scales the
-loss with a GradScaler. Only on CUDA: the emulated device's stand-in runs fp32 on the CPU whatever the
-precision strategy (its precision changes the modelled time and memory only). None: plain fp32. GradScaler's
-inf check reads a GPU tensor (.item()), so the host waits for the GPU there: the step makes that wait the
-device's own synchronize (after unscale_, before the check), so its spin is counted as a wait for the device,
-not as the rank's CPU (harness.device.devices.WaitClock).
+Precision: a StepPrecision runs forward under autocast (float16 or bfloat16) and, for float16,
+scales the loss with a GradScaler. Only on CUDA: the emulated device's stand-in runs fp32 on the
+CPU whatever the precision strategy (its precision changes the modelled time and memory only).
+None: plain fp32. GradScaler's inf check reads a GPU tensor (.item()), so the host waits for the
+GPU there: the step makes that wait the device's own synchronize (after unscale_, before the
+check), so its spin is counted as a wait for the device, not as the rank's CPU
+(harness.device.devices.WaitClock).
 """
 from __future__ import annotations
 
@@ -60,9 +63,10 @@ class StepPrecision:
 
     @staticmethod
     def unsupported(strategy, torch_device) -> str | None:
-        """Why this GPU cannot run the precision natively, or None. bfloat16 needs compute capability 8.0
-        (Ampere): torch.cuda.is_bf16_supported() says True on a V100 too, where bf16 is emulated (slow, or
-        raising inside a step). The cell is then recorded as unsupported instead of run."""
+        """Why this GPU cannot run the precision natively, or None. bfloat16 needs compute
+        capability 8.0 (Ampere): torch.cuda.is_bf16_supported() says True on a V100 too, where bf16
+        is emulated (slow, or raising inside a step). The cell is then recorded as unsupported
+        instead of run."""
         if strategy.autocast_dtype != "bfloat16" or torch_device.type != "cuda":
             return None
         major, minor = torch.cuda.get_device_capability(torch_device)
@@ -78,8 +82,9 @@ class StepPrecision:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
     def step(self, optimizer, wait=None) -> None:
-        """The optimizer step; with loss scaling, `wait` (the device's synchronize) runs between unscale_ and
-        the inf check, where the host would otherwise wait for the GPU inside .item()."""
+        """The optimizer step; with loss scaling, `wait` (the device's synchronize) runs between
+        unscale_ and the inf check, where the host would otherwise wait for the GPU inside
+        .item()."""
         if self.scaler is None:
             optimizer.step()
             return
@@ -109,8 +114,9 @@ def is_backend_error(err: BaseException) -> bool:
 
 
 def is_oom(err: BaseException) -> bool:
-    """torch.OutOfMemoryError, or a CUDA library's allocation failure that torch raises as RuntimeError;
-    never a distributed-backend error (NCCL's "Cuda failure 'out of memory'" is one)."""
+    """torch.OutOfMemoryError, or a CUDA library's allocation failure that torch raises as
+    RuntimeError; never a distributed-backend error (NCCL's "Cuda failure 'out of memory'" is
+    one)."""
     if is_backend_error(err):
         return False
     return isinstance(err, torch.OutOfMemoryError) or (
@@ -118,14 +124,16 @@ def is_oom(err: BaseException) -> bool:
 
 
 def _broken(phase: str, err: BaseException | str) -> Exception:
-    """The error a rank raises after aborting its group: `phase` left the collective sequence broken."""
+    """The error a rank raises after aborting its group: `phase` left the collective sequence
+    broken."""
     text = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
     return abort_group(f"{phase}: {text}")
 
 
 class StepFailed(RuntimeError):
-    """A phase of the step failed on this rank and splitting could not absorb it. `joined`: this rank has
-    already made the step's gradient allreduce whole (backward, optimizer step); else the caller must."""
+    """A phase of the step failed on this rank and splitting could not absorb it. `joined`: this
+    rank has already made the step's gradient allreduce whole (backward, optimizer step); else the
+    caller must."""
 
     def __init__(self, phase: str, err: BaseException | str, oom: bool, joined: bool):
         super().__init__(err if isinstance(err, str) else f"{type(err).__name__}: {err}")
@@ -137,8 +145,8 @@ class StepFailed(RuntimeError):
 
 
 class GradArrivals:
-    """Which parameters' gradients arrived in the current backward (post-accumulate-grad hooks): after an
-    error mid-backward, the others are the ones DDP still waits for."""
+    """Which parameters' gradients arrived in the current backward (post-accumulate-grad hooks):
+    after an error mid-backward, the others are the ones DDP still waits for."""
 
     def __init__(self, module: torch.nn.Module):
         self.params = [p for p in module.parameters() if p.requires_grad]
@@ -166,9 +174,10 @@ def arrivals_of(ddp) -> GradArrivals:
 
 
 def finish_reduction(ddp) -> None:
-    """After a backward that failed part-way: a zero-weight backward over the parameters whose gradients
-    had not arrived, so that DDP launches their buckets' allreduce in order and the peers' allreduce
-    completes (their gradients then average in zeros for this rank's missing part)."""
+    """After a backward that failed part-way: a zero-weight backward over the parameters whose
+    gradients had not arrived, so that DDP launches their buckets' allreduce in order and the
+    peers' allreduce completes (their gradients then average in zeros for this rank's missing
+    part)."""
     pending = arrivals_of(ddp).pending()
     if not pending:
         return
@@ -199,7 +208,8 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 def micro_batches_needed(device, samples: int, per_sample_pixels: int) -> int:
-    """The fewest micro-batches (a power of two) the device says fit; above `samples` if none does."""
+    """The fewest micro-batches (a power of two) the device says fit; above `samples` if none
+    does."""
     parts = 1
     while parts <= samples and not device.fits(_ceil_div(samples, parts),
                                                _ceil_div(samples, parts) * per_sample_pixels):
@@ -208,17 +218,18 @@ def micro_batches_needed(device, samples: int, per_sample_pixels: int) -> int:
 
 
 def split(tensors: dict, samples: int, parts: int) -> list[dict]:
-    """The batch cut along its first dimension into `parts` micro-batches (the last may be smaller)."""
+    """The batch cut along its first dimension into `parts` micro-batches (the last may be
+    smaller)."""
     size = _ceil_div(samples, parts)
     return [{k: v[i:i + size] for k, v in tensors.items()} for i in range(0, samples, size)]
 
 
 def _synced_pass(ddp, device, tensors: dict, samples: int, padded_pixels: int, weight: float,
                  precision: StepPrecision | None) -> tuple[str, str] | None:
-    """Forward and backward that joins the gradient allreduce. Returns None, or (phase, message) of an
-    OOM: "forward" (before anything collective: may be retried smaller) or "backward" (part-way through
-    the allreduce, which was then finished with zeros). Any other error raises StepFailed, `joined` as the
-    phase left it."""
+    """Forward and backward that joins the gradient allreduce. Returns None, or (phase, message) of
+    an OOM: "forward" (before anything collective: may be retried smaller) or "backward" (part-way
+    through the allreduce, which was then finished with zeros). Any other error raises StepFailed,
+    `joined` as the phase left it."""
     arrivals_of(ddp).begin()
     try:
         device.begin_step(samples, padded_pixels)
@@ -257,9 +268,10 @@ def _optimizer_step(optimizer, precision: StepPrecision | None, device=None) -> 
 
 def accumulate(ddp, device, parts: list[dict], samples: int, per_sample_pixels: int,
                precision: StepPrecision | None = FP32) -> tuple[str, str] | None:
-    """Forward and backward of each micro-batch, its loss weighted by its share of the batch; gradients
-    accumulate locally (no_sync) and the last micro-batch's backward joins the allreduce. Returns None,
-    ("forward", message) (an OOM before the allreduce: retry smaller) or what _synced_pass returned."""
+    """Forward and backward of each micro-batch, its loss weighted by its share of the batch;
+    gradients accumulate locally (no_sync) and the last micro-batch's backward joins the allreduce.
+    Returns None, ("forward", message) (an OOM before the allreduce: retry smaller) or what
+    _synced_pass returned."""
     for i, part in enumerate(parts):
         n = len(next(iter(part.values())))
         if i == len(parts) - 1:
@@ -280,9 +292,9 @@ def accumulate(ddp, device, parts: list[dict], samples: int, per_sample_pixels: 
 
 def _split_step(ddp, optimizer, device, tensors: dict, samples: int, per_sample_pixels: int,
                 parts: int, precision: StepPrecision | None = FP32) -> bool:
-    """Accumulate over `parts` micro-batches, doubling them after each OOM before the allreduce, then step.
-    An OOM in the last micro-batch's backward (the allreduce begun) keeps the finished reduction. Returns
-    whether an OOM was raised."""
+    """Accumulate over `parts` micro-batches, doubling them after each OOM before the allreduce,
+    then step. An OOM in the last micro-batch's backward (the allreduce begun) keeps the finished
+    reduction. Returns whether an OOM was raised."""
     raised = False
     while True:
         if parts > samples:
@@ -300,17 +312,19 @@ def _split_step(ddp, optimizer, device, tensors: dict, samples: int, per_sample_
 
 
 def split_ahead_is_event(device) -> bool:
-    """Whether a split decided before the step ran stands for a raised OOM: on the emulated device, yes (the
-    modelled GPU raises at that size every time); on a device that plans from a measured memory model or
-    remembers an OOM that already counted (CUDA's, oominject's CudaLikeDevice), no: nothing raised."""
+    """Whether a split decided before the step ran stands for a raised OOM: on the emulated device,
+    yes (the modelled GPU raises at that size every time); on a device that plans from a measured
+    memory model or remembers an OOM that already counted (CUDA's, oominject's CudaLikeDevice), no:
+    nothing raised."""
     return getattr(device, "memory_model", None) is None and getattr(device, "oom_units", None) is None
 
 
 def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixels: int,
                split_on_oom: bool, precision: StepPrecision | None = FP32) -> int:
-    """One step on the batch; returns its OOM events (module docstring: 1 if an OOM was raised in it, or on
-    the emulated device it was split ahead; else 0). Raises StepFailed when the policy says the cell ends;
-    `joined` then says whether this rank already completed the step's allreduce."""
+    """One step on the batch; returns its OOM events (module docstring: 1 if an OOM was raised in
+    it, or on the emulated device it was split ahead; else 0). Raises StepFailed when the policy
+    says the cell ends; `joined` then says whether this rank already completed the step's
+    allreduce."""
     optimizer.zero_grad(set_to_none=True)
     per_sample = padded_pixels // max(samples, 1)
     parts = micro_batches_needed(device, samples, per_sample)
@@ -336,10 +350,11 @@ def train_step(ddp, optimizer, device, tensors: dict, samples: int, padded_pixel
 
 
 def make_ddp(model: torch.nn.Module, **options) -> DDP:
-    """The DDP wrapper every cell trains with. broadcast_buffers=False: a BatchNorm model would broadcast its
-    buffers in every forward, and a forward retried after an OOM (or split) on one rank would break the
-    collective sequence; each replica keeps its own running statistics (as SyncBatchNorm-free DDP training
-    commonly does). gradient_as_bucket_view: the gradients live in DDP's buckets, no second copy."""
+    """The DDP wrapper every cell trains with. broadcast_buffers=False: a BatchNorm model would
+    broadcast its buffers in every forward, and a forward retried after an OOM (or split) on one
+    rank would break the collective sequence; each replica keeps its own running statistics (as
+    SyncBatchNorm-free DDP training commonly does). gradient_as_bucket_view: the gradients live in
+    DDP's buckets, no second copy."""
     if "forward_sync_buffers" in inspect.signature(DDP.__init__).parameters:  # torch >= 2.13 spells it so
         options.setdefault("forward_sync_buffers", False)
     else:
@@ -348,8 +363,8 @@ def make_ddp(model: torch.nn.Module, **options) -> DDP:
 
 
 def tiny(tensors: dict, samples: int = 2) -> dict:
-    """A batch's first samples (images cropped to 32x32): what a shadow step after an OOM feeds the model,
-    small enough to fit where the batch did not (BatchNorm needs more than one sample)."""
+    """A batch's first samples (images cropped to 32x32): what a shadow step after an OOM feeds the
+    model, small enough to fit where the batch did not (BatchNorm needs more than one sample)."""
     out = {k: v[:samples] for k, v in tensors.items()}
     if "images" in out and out["images"].dim() == 4:
         out["images"] = out["images"][:, :, :32, :32]
@@ -357,9 +372,10 @@ def tiny(tensors: dict, samples: int = 2) -> dict:
 
 
 def shadow_step(ddp, optimizer, device, tensors: dict, precision: StepPrecision | None = FP32) -> None:
-    """A zero-weight step for a rank without data, so the others' gradient allreduce completes: always on a
-    tiny batch (a whole batch that needed splitting after an OOM would run out again). If it fails, the peers
-    wait in an allreduce this rank cannot join: the group is aborted (GroupAborted)."""
+    """A zero-weight step for a rank without data, so the others' gradient allreduce completes:
+    always on a tiny batch (a whole batch that needed splitting after an OOM would run out again).
+    If it fails, the peers wait in an allreduce this rank cannot join: the group is aborted
+    (GroupAborted)."""
     try:
         optimizer.zero_grad(set_to_none=True)
         arrivals_of(ddp).begin()

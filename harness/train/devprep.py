@@ -1,11 +1,12 @@
-"""Device preprocessing (preprocess = "device"): the loader hands over JPEG bytes; here, on the rank, the
-batch's pixel counts are filled in (from the known resized shapes, no decoding) and, inside the device-timed
-part of the step, the images are made on the device.
+"""Device preprocessing (preprocess = "device"): the loader hands over JPEG bytes; here, on the
+rank, the batch's pixel counts are filled in (from the known resized shapes, no decoding) and,
+inside the device-timed part of the step, the images are made on the device.
 
-CUDA: torchvision.io.decode_jpeg on the GPU (batched, nvJPEG), then resize (bilinear, antialiased, longest
-side image_size), random horizontal flip and normalisation, padded into one float batch.
-Emulated: the decode is MODELLED device time (the catalogue's jpeg_decode_mpix_per_s of the full-resolution
-source pixels, an assumption stated there); the stand-in model sees a blank uint8 batch of the padded shape.
+CUDA: torchvision.io.decode_jpeg on the GPU (batched, nvJPEG), then resize (bilinear, antialiased,
+longest side image_size), random horizontal flip and normalisation, padded into one float batch.
+Emulated: the decode is MODELLED device time (the catalogue's jpeg_decode_mpix_per_s of the
+full-resolution source pixels, an assumption stated there); the stand-in model sees a blank uint8
+batch of the padded shape.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ class DevicePrep:
         self.flip = flip
 
     def annotate(self, batch: dict) -> dict:
-        """padded_pixels, real_pixels and source_pixels of a batch of JPEG bytes (cheap, on the rank)."""
+        """padded_pixels, real_pixels and source_pixels of a batch of JPEG bytes (cheap, on the
+        rank)."""
         idx = batch["index"].numpy()
         hw = self.resized[idx]
         batch["shape"] = (int(hw[:, 0].max()), int(hw[:, 1].max()))

@@ -1,26 +1,27 @@
 """How a batch leaves the DataLoader worker that made it, and the memory it is made in.
 
-A DataLoader worker hands each batch to its rank through a queue: the batch is pickled, a tensor's memory by
-a file descriptor (shared memory), which the worker's resource sharer serves and the rank fetches over a
-socket. Left to PyTorch, every tensor of every batch is a new shared-memory file: made, faulted in page by
-page and zeroed by the kernel, copied into, then unmapped, with one descriptor per tensor. Here:
+A DataLoader worker hands each batch to its rank through a queue: the batch is pickled, a tensor's
+memory by a file descriptor (shared memory), which the worker's resource sharer serves and the rank
+fetches over a socket. Left to PyTorch, every tensor of every batch is a new shared-memory file:
+made, faulted in page by page and zeroed by the kernel, copied into, then unmapped, with one
+descriptor per tensor. Here:
 
 * the batch's large tensors are written in place in a shared arena (`Slab`) of the worker's pool
-  (`SlabPool`), one memfd mapping reused across batches. Each arena's first byte is its flag: the worker
-  sets it when it hands the arena over, the rank clears it when its last tensor on the arena is gone (its
-  mapping's `__del__`, which runs when the last tensor or view on it is freed), and the worker writes an
-  arena again only once it is clear (the collate then writes a batch's padding zeros, which a new arena
-  holds already);
-* a small tensor (index, tokens, a JPEG's bytes) crosses in the pickle (`ByValue`): a file descriptor
-  costs the worker's resource sharer and the rank more than copying a few kilobytes;
+  (`SlabPool`), one memfd mapping reused across batches. Each arena's first byte is its flag: the
+  worker sets it when it hands the arena over, the rank clears it when its last tensor on the arena
+  is gone (its mapping's `__del__`, which runs when the last tensor or view on it is freed), and
+  the worker writes an arena again only once it is clear (the collate then writes a batch's padding
+  zeros, which a new arena holds already);
+* a small tensor (index, tokens, a JPEG's bytes) crosses in the pickle (`ByValue`): a file
+  descriptor costs the worker's resource sharer and the rank more than copying a few kilobytes;
 * one descriptor per arena, so one per batch (two for the features workload's embeddings).
 
-In the rank process (the thread loaders, `workers = 0`) a batch never leaves the process, but a fresh
-allocation per batch costs the same page faults and zeroing: there the batch is written in an arena of
-`LocalPool`, a bytearray reused once no tensor on it is left (its reference count).
+In the rank process (the thread loaders, `workers = 0`) a batch never leaves the process, but a
+fresh allocation per batch costs the same page faults and zeroing: there the batch is written in an
+arena of `LocalPool`, a bytearray reused once no tensor on it is left (its reference count).
 
-`BatchAlloc` gives the collate its tensors from the one pool or the other. `hand_over` readies a worker's
-batch for the queue.
+`BatchAlloc` gives the collate its tensors from the one pool or the other. `hand_over` readies a
+worker's batch for the queue.
 """
 from __future__ import annotations
 
@@ -57,7 +58,8 @@ class Slab:
         return self.map[0] == FREE
 
     def tensor(self, shape: tuple, dtype: torch.dtype, zero: bool) -> torch.Tensor:
-        """A tensor of `shape` at the arena's start, handed over (flag set); zero: its bytes zeroed."""
+        """A tensor of `shape` at the arena's start, handed over (flag set); zero: its bytes
+        zeroed."""
         self.map[0] = WITH_RANK
         count = math.prod(shape)
         if zero:
@@ -102,8 +104,9 @@ def worker_pool() -> SlabPool:
 
 
 class LocalPool:
-    """Arenas for the batches of the loaders that run in the rank process: bytearrays, each reused once no
-    tensor on it is left (a tensor made by torch.frombuffer holds a reference to its bytearray)."""
+    """Arenas for the batches of the loaders that run in the rank process: bytearrays, each reused
+    once no tensor on it is left (a tensor made by torch.frombuffer holds a reference to its
+    bytearray)."""
 
     def __init__(self, size: int = POOL_SIZE):
         self.size = size
@@ -111,16 +114,16 @@ class LocalPool:
         self.lock = threading.Lock()  # the thread loaders take arenas from several threads
 
     def _references(self) -> list[tuple[bytearray, int]]:
-        """Each arena and what sys.getrefcount reads for it here (the one place it is read, so that the count
-        of an arena no tensor holds is measured by the same code: _idle_references)."""
+        """Each arena and what sys.getrefcount reads for it here (the one place it is read, so that
+        the count of an arena no tensor holds is measured by the same code: _idle_references)."""
         return [(a, sys.getrefcount(a)) for a in self.arenas]
 
     def _idle(self) -> list[bytearray]:
         return [a for a, refs in self._references() if refs <= _IDLE_REFS]
 
     def tensor(self, shape: tuple, dtype: torch.dtype, zero: bool = True) -> tuple[torch.Tensor, bool]:
-        """A tensor of `shape` in an idle arena or a new one, and whether the arena was used before (if so,
-        and zero, its bytes are zeroed; else they hold an earlier batch's)."""
+        """A tensor of `shape` in an idle arena or a new one, and whether the arena was used before
+        (if so, and zero, its bytes are zeroed; else they hold an earlier batch's)."""
         count = math.prod(shape)
         nbytes = count * dtype.itemsize
         if not count:
@@ -141,8 +144,9 @@ class LocalPool:
 
 
 def _idle_references() -> int:
-    """What LocalPool._references reads for an arena no tensor holds (CPython's count: the pool's list, the
-    comprehension's variable, the call's argument; measured, as it differs between Python versions)."""
+    """What LocalPool._references reads for an arena no tensor holds (CPython's count: the pool's
+    list, the comprehension's variable, the call's argument; measured, as it differs between Python
+    versions)."""
     probe = LocalPool()
     probe.arenas.append(bytearray(8))
     return probe._references()[0][1]
@@ -153,10 +157,11 @@ _LOCAL = LocalPool()
 
 
 class BatchAlloc:
-    """Tensors for a batch, the seconds spent allocating them kept (`seconds`). shared: each from an arena of
-    this worker's pool (what the queue hands over without copying), else from the process's LocalPool.
-    A tensor is zeroed unless the call says zero=False; then `reused` says whether its arena held an earlier
-    batch (its bytes are that batch's: the caller writes every byte, padding included) or is new (zeros)."""
+    """Tensors for a batch, the seconds spent allocating them kept (`seconds`). shared: each from
+    an arena of this worker's pool (what the queue hands over without copying), else from the
+    process's LocalPool. A tensor is zeroed unless the call says zero=False; then `reused` says
+    whether its arena held an earlier batch (its bytes are that batch's: the caller writes every
+    byte, padding included) or is new (zeros)."""
 
     def __init__(self, shared: bool = False):
         self.shared, self.seconds, self.reused = shared, 0.0, False
@@ -175,8 +180,9 @@ class BatchAlloc:
 
 
     def release_unused(self, batch: dict) -> None:
-        """Free the arenas whose tensor the batch no longer holds (a transform replaced it, e.g. the host
-        normalisation's float32 images): never handed to the rank, they would stay taken for good."""
+        """Free the arenas whose tensor the batch no longer holds (a transform replaced it, e.g.
+        the host normalisation's float32 images): never handed to the rank, they would stay taken
+        for good."""
         held = {v.untyped_storage().data_ptr() for v in _tensors(batch)}
         for slab in [s for s in self.slabs if s.tensors and s.tensors[0].untyped_storage().data_ptr() not in held]:
             slab.tensors = []
@@ -190,8 +196,9 @@ def _tensors(batch: dict) -> list[torch.Tensor]:
 
 
 class SlabTensor:
-    """A tensor in a worker's arena as it crosses the queue: the arena's descriptor and the tensor's layout.
-    Unpickled on the rank as a plain tensor over the rank's own mapping (rebuild)."""
+    """A tensor in a worker's arena as it crosses the queue: the arena's descriptor and the
+    tensor's layout. Unpickled on the rank as a plain tensor over the rank's own mapping
+    (rebuild)."""
 
     def __init__(self, slab: Slab, tensor: torch.Tensor):
         self.slab, self.tensor = slab, tensor
@@ -203,7 +210,8 @@ class SlabTensor:
 
 
 class RankMapping(mmap.mmap):
-    """The rank's mapping of an arena: once no tensor uses it, the arena's flag is cleared for the worker."""
+    """The rank's mapping of an arena: once no tensor uses it, the arena's flag is cleared for the
+    worker."""
 
     def __del__(self):
         if not self.closed:
@@ -222,8 +230,8 @@ def rebuild(fd_handle, length: int, dtype: torch.dtype, shape: tuple, stride: tu
 
 
 class ByValue:
-    """A small tensor that crosses a DataLoader worker's queue in the pickle's bytes, unpickled on the rank as
-    a plain tensor."""
+    """A small tensor that crosses a DataLoader worker's queue in the pickle's bytes, unpickled on
+    the rank as a plain tensor."""
 
     __slots__ = ("array",)
 
@@ -235,8 +243,9 @@ class ByValue:
 
 
 def hand_over(batch: dict, alloc: BatchAlloc | None = None) -> None:
-    """In a DataLoader worker: each tensor of the batch (and of a list in it) made ready for the queue: one in
-    an arena of `alloc` as a SlabTensor, a small one ByValue, any other moved into shared memory."""
+    """In a DataLoader worker: each tensor of the batch (and of a list in it) made ready for the
+    queue: one in an arena of `alloc` as a SlabTensor, a small one ByValue, any other moved into
+    shared memory."""
     slabs = {} if alloc is None else {s.tensors[0].data_ptr(): s for s in alloc.slabs}
 
     def ready(value):

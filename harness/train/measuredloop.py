@@ -1,33 +1,36 @@
-"""The measured loop of one phase on one rank: warm-up, then the window of DDP training steps (MeasuredLoop),
-and the phase's rank record.
+"""The measured loop of one phase on one rank: warm-up, then the window of DDP training steps
+(MeasuredLoop), and the phase's rank record.
 
-A rank's wall time is accounted once, per step, into five parts that sum to the step (StepRecorder):
-wait = blocked getting the next batch (including a new epoch's iterator), h2d = host-to-device copy,
-peer_wait = the agreement with the other ranks (a tiny allreduce: where a fast rank waits for a slow one),
-device = the accelerator computing forward + backward (with the real DDP allreduce) + optimizer step
-(modelled on an emulated device, CUDA-event time on a GPU), overhead = the rest: host work that outlasts the
-device time, and the step's bookkeeping. Steps are contiguous, so the parts of all steps sum to the window.
+A rank's wall time is accounted once, per step, into five parts that sum to the step
+(StepRecorder): wait = blocked getting the next batch (including a new epoch's iterator), h2d =
+host-to-device copy, peer_wait = the agreement with the other ranks (a tiny allreduce: where a fast
+rank waits for a slow one), device = the accelerator computing forward + backward (with the real
+DDP allreduce) + optimizer step (modelled on an emulated device, CUDA-event time on a GPU),
+overhead = the rest: host work that outlasts the device time, and the step's bookkeeping. Steps are
+contiguous, so the parts of all steps sum to the window.
 
-Ranks never hang: before every step they agree (one allreduce, on the host's gloo group: no wait for the
-GPU there) whether any rank still has a batch and whether any rank failed. A rank whose epoch is over
-while others still have batches takes a shadow step (a zero-weight step on a tiny batch that joins the
-gradient allreduce), so every rank takes the same number of steps. A failed step is handled outside the
-`except` block that caught it, so that its graph is freed before the shadow step that joins the peers; an
-error that breaks the collective sequence (a failed shadow step or finish_reduction, a distributed-backend
-error) aborts the process group and ends the rank (harness.train.ddpstep).
+Ranks never hang: before every step they agree (one allreduce, on the host's gloo group: no wait
+for the GPU there) whether any rank still has a batch and whether any rank failed. A rank whose
+epoch is over while others still have batches takes a shadow step (a zero-weight step on a tiny
+batch that joins the gradient allreduce), so every rank takes the same number of steps. A failed
+step is handled outside the `except` block that caught it, so that its graph is freed before the
+shadow step that joins the peers; an error that breaks the collective sequence (a failed shadow
+step or finish_reduction, a distributed-backend error) aborts the process group and ends the rank
+(harness.train.ddpstep).
 
-The rank's CPU (`rank_cpu_s`) is its process's CPU over the window less what its main thread spent waiting
-for the device (harness.device.devices.WaitClock): a CUDA host spins in stream and event synchronisation
-by default, and that spin is the GPU's time, not the rank's work. Its other threads (receiving batches, a
-thread loader's, the pin-memory thread) stay in it, as before.
+The rank's CPU (`rank_cpu_s`) is its process's CPU over the window less what its main thread spent
+waiting for the device (harness.device.devices.WaitClock): a CUDA host spins in stream and event
+synchronisation by default, and that spin is the GPU's time, not the rank's work. Its other threads
+(receiving batches, a thread loader's, the pin-memory thread) stay in it, as before.
 
-The rank's main thread's CPU (`rank_main_cpu_s`: the training steps, the agreement, the harness's per-step
-work; less its waits for the device, as above) is read from its own thread clock beside it: steadier than the
-process's, whose other threads (receiving batches ahead, the telemetry sampler, the collectives' helpers) move
-it by about 20% between same-code runs. The fixed reference work (harness.measure.reference) is timed READINGS
-times a visit on that thread, right after the record's clocks are read: in no figure of the window, and
-nothing before the window (a pause there would let the loader run ahead into it). The gates divide the main
-thread's and the decode stage's CPU by it (harness.results.metrics.against_reference).
+The rank's main thread's CPU (`rank_main_cpu_s`: the training steps, the agreement, the harness's
+per-step work; less its waits for the device, as above) is read from its own thread clock beside
+it: steadier than the process's, whose other threads (receiving batches ahead, the telemetry
+sampler, the collectives' helpers) move it by about 20% between same-code runs. The fixed reference
+work (harness.measure.reference) is timed READINGS times a visit on that thread, right after the
+record's clocks are read: in no figure of the window, and nothing before the window (a pause there
+would let the loader run ahead into it). The gates divide the main thread's and the decode stage's
+CPU by it (harness.results.metrics.against_reference).
 """
 from __future__ import annotations
 
@@ -51,8 +54,9 @@ READINGS = 2  # readings of the reference work a visit, after its window (module
 
 @dataclass
 class StepTimes:
-    """perf_counter stamps of one step: previous step's end, batch ready, on the device, agreement done,
-    step end; and the last launch (the host's own work of the step done, before the wait for the device)."""
+    """perf_counter stamps of one step: previous step's end, batch ready, on the device, agreement
+    done, step end; and the last launch (the host's own work of the step done, before the wait for
+    the device)."""
 
     start: float
     ready: float
@@ -63,7 +67,8 @@ class StepTimes:
 
 
 class MeasuredLoop:
-    """Warm-up then the measured window of one phase on one rank; `record()` returns the phase's figures."""
+    """Warm-up then the measured window of one phase on one rank; `record()` returns the phase's
+    figures."""
 
     def __init__(self, device, ddp, optimizer, source, batching, warmup_steps: int, window: int,
                  progress: Callable[[int, int], None] | None = None, shared_stats=None, costs=None,
@@ -121,7 +126,8 @@ class MeasuredLoop:
         self.loader_cpu_start = self.source.loader_thread_cpu_s()
 
     def _one_step(self) -> str:
-        """Fetch, copy, agree, train: "step", "new epoch" (every rank ran dry) or "stop" (a rank failed)."""
+        """Fetch, copy, agree, train: "step", "new epoch" (every rank ran dry) or "stop" (a rank
+        failed)."""
         batch = self.source.next()
         t_ready = time.perf_counter()
         tensors = to_device(batch, self.device) if batch is not None else None
@@ -148,7 +154,8 @@ class MeasuredLoop:
         return "step"
 
     def _foresee_oom(self, batch: dict | None, samples: int) -> None:
-        """A batch the device says will not fit, where the batching does not split: stop the cell."""
+        """A batch the device says will not fit, where the batching does not split: stop the
+        cell."""
         if self.failed is None and batch is not None and not self.split_on_oom \
                 and not self.device.fits(samples, batch["padded_pixels"]):
             self.failed = "OOM: " + self.device.oom_message(samples, batch["padded_pixels"])
@@ -184,8 +191,9 @@ class MeasuredLoop:
         return None
 
     def _stop_cell(self, reason: str, joined: bool, tensors: dict) -> None:
-        """Told to every rank at the next agreement; a rank that has not joined this step's gradient
-        allreduce joins it first with a zero-weight step on a tiny batch (the others wait there)."""
+        """Told to every rank at the next agreement; a rank that has not joined this step's
+        gradient allreduce joins it first with a zero-weight step on a tiny batch (the others wait
+        there)."""
         self.failed = reason
         if not joined:
             self.device.empty_cache()
@@ -193,8 +201,9 @@ class MeasuredLoop:
                         self.precision)
 
     def record_step(self, batch: dict | None, samples: int, measured: bool, t: StepTimes) -> None:
-        """The per-step bookkeeping: cache statistics, the batching's feedback, the step's figures. Its own
-        time is added to the step's overhead, so the next step starts where this one's bookkeeping ends."""
+        """The per-step bookkeeping: cache statistics, the batching's feedback, the step's figures.
+        Its own time is added to the step's overhead, so the next step starts where this one's
+        bookkeeping ends."""
         busy = t.end - t.agreed
         device_s = min(self.device.timed_compute_s(), busy)
         if batch is not None:  # not on shadow steps: they hold no batch
@@ -219,14 +228,16 @@ class MeasuredLoop:
         return float(self.costs[batch["index"].numpy()].sum())
 
     def rank_cpu_s(self) -> float:
-        """The rank process's CPU seconds over the window, less its waits for the device (module docstring)."""
+        """The rank process's CPU seconds over the window, less its waits for the device (module
+        docstring)."""
         if self.cpu_start is None:
             return 0.0
         waited = wait_cpu_s(self.device) - self.wait_cpu_start
         return max(0.0, time.process_time() - self.cpu_start - waited)
 
     def rank_main_cpu_s(self) -> float | None:
-        """The main thread's CPU seconds over the window, less its waits for the device (None: no window)."""
+        """The main thread's CPU seconds over the window, less its waits for the device (None: no
+        window)."""
         if self.main_cpu_start is None:
             return None
         waited = wait_cpu_s(self.device) - self.wait_cpu_start
@@ -264,7 +275,8 @@ class MeasuredLoop:
 
 
 def _placeholder(tensors: dict) -> dict:
-    """A batch whose device preprocessing failed: its tensors with blank 32x32 images for a shadow step."""
+    """A batch whose device preprocessing failed: its tensors with blank 32x32 images for a shadow
+    step."""
     out = dict(tensors)
     if "images" not in out:
         first = next(iter(out.values()))

@@ -1,13 +1,13 @@
-"""Build one cell's input pipeline on one rank:
-storage reader -> cache -> SampleDataset(__getitems__) -> sampler -> batching -> loader (DataLoader worker
-processes, or threads of the rank: the loader axis, whose strategy builds it from LoaderInputs), with pixels
+"""Build one cell's input pipeline on one rank: storage reader -> cache ->
+SampleDataset(__getitems__) -> sampler -> batching -> loader (DataLoader worker processes, or
+threads of the rank: the loader axis, whose strategy builds it from LoaderInputs), with pixels
 prepared where the preprocess axis says.
 
 It also derives what the cost-aware strategies need: per-sample costs (the decode work, i.e. source
-pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost = "bytes"), the
-device cost of a batch and the budget that fits the device's memory: modelled from the catalogue on an
-emulated device, measured (a probe at two batch sizes, harness.device.memprobe) against torch.cuda.mem_get_info on
-CUDA.
+pixels at the decoder's reduced scale, for pixels; stored bytes for features or with cost =
+"bytes"), the device cost of a batch and the budget that fits the device's memory: modelled from
+the catalogue on an emulated device, measured (a probe at two batch sizes, harness.device.memprobe)
+against torch.cuda.mem_get_info on CUDA.
 """
 from __future__ import annotations
 
@@ -66,24 +66,28 @@ class Pipeline:
         return "threads" if self.in_process else "workers"
 
     def loader_thread_cpu_s(self) -> float:
-        """CPU seconds of a thread loader's threads so far (0 for worker processes, measured elsewhere)."""
+        """CPU seconds of a thread loader's threads so far (0 for worker processes, measured
+        elsewhere)."""
         return self.loader.cpu_s if self.in_process else 0.0
 
     def shared_cache_stats(self):
-        """A call that reads the rank-wide shared cache's statistics, or None (no SampleDataset here)."""
+        """A call that reads the rank-wide shared cache's statistics, or None (no SampleDataset
+        here)."""
         dataset = self.loader.dataset
         return dataset.shared_stats if isinstance(dataset, SampleDataset) else None
 
     def close(self) -> None:
-        """Stop what the cell started: drop the loader (its workers stop once the iterator is closed too,
-        see BatchSource.close) and close the cache strategy (a shared cache stops its server)."""
+        """Stop what the cell started: drop the loader (its workers stop once the iterator is
+        closed too, see BatchSource.close) and close the cache strategy (a shared cache stops its
+        server)."""
         self.loader = None
         if self.cache is not None:  # None: a synthetic pipeline without a cache strategy
             self.cache.close()
 
 
 def _budget(ctx, accelerator, rate: str) -> tuple[float, tuple | None]:
-    """The dynamic batching's memory budget and, on CUDA, the measured cost model (base, per unit)."""
+    """The dynamic batching's memory budget and, on CUDA, the measured cost model (base, per
+    unit)."""
     model = getattr(ctx.device, "memory_model", None)
     if model is not None:
         return float(model[2]), (model[0], model[1])
@@ -106,9 +110,10 @@ def _costs(tr, reader, sampler_strategy, sides: np.ndarray | None) -> np.ndarray
 
 @lru_cache(maxsize=4)
 def dataset_sides(spec) -> np.ndarray:
-    """Every image's (height, width) of the scenario's dataset, drawn once per rank process and read-only: each
-    visit builds its pipeline anew, and drawing them again cost every rank about 0.1 s of CPU per visit (of
-    2000 samples; four ranks on two cores, about 0.25 s of each visit's time outside its window)."""
+    """Every image's (height, width) of the scenario's dataset, drawn once per rank process and
+    read-only: each visit builds its pipeline anew, and drawing them again cost every rank about
+    0.1 s of CPU per visit (of 2000 samples; four ranks on two cores, about 0.25 s of each visit's
+    time outside its window)."""
     sides = image_sides(spec)
     sides.setflags(write=False)
     return sides

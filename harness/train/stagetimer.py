@@ -1,5 +1,6 @@
-"""The loader's stages timed where they run: CPU seconds of the thread that runs them (time.thread_time), per
-batch, in a DataLoader worker, a thread of the thread loader, or the rank itself (workers = 0).
+"""The loader's stages timed where they run: CPU seconds of the thread that runs them
+(time.thread_time), per batch, in a DataLoader worker, a thread of the thread loader, or the rank
+itself (workers = 0).
 
 Every stage has its own clock reads, at the start and the end of the code that is that stage
 (harness.measure.rankrecord.STAGES, in the order a sample passes them):
@@ -28,15 +29,17 @@ Every stage has its own clock reads, at the start and the end of the code that i
               (unpickling, mapping the shared memory); with workers = 0, the DataLoader's own work around
               the stages above (harness.train.batches.BatchSource)
 
-What no timer covers is not a stage: the glue between the timers inside a batch (the fetcher's call, building
-the items' dicts, the loop over the samples), threads that are not the queue's, a worker's start-up. It is
-the `untimed` share of the profile (harness.analysis.stages), the loader's CPU read from /proc less the timed
-stages, never folded into a stage: no stage here is a process clock less the others.
+What no timer covers is not a stage: the glue between the timers inside a batch (the fetcher's
+call, building the items' dicts, the loop over the samples), threads that are not the queue's, a
+worker's start-up. It is the `untimed` share of the profile (harness.analysis.stages), the loader's
+CPU read from /proc less the timed stages, never folded into a stage: no stage here is a process
+clock less the others.
 
-Each batch carries its own account (`STAGE_KEY` in the collated batch: seconds per stage, and where they were
-measured); the rank adds `receive` and keeps the accounts of the batches it hands to training
-(harness.train.batches.BatchSource). The timers cost three clock reads per sample and a few per batch, about
-1 microsecond each (docs/measurements/stage-profile.md has the measured overhead).
+Each batch carries its own account (`STAGE_KEY` in the collated batch: seconds per stage, and where
+they were measured); the rank adds `receive` and keeps the accounts of the batches it hands to
+training (harness.train.batches.BatchSource). The timers cost three clock reads per sample and a
+few per batch, about 1 microsecond each (docs/measurements/stage-profile.md has the measured
+overhead).
 """
 from __future__ import annotations
 
@@ -54,8 +57,9 @@ _CURRENT = threading.local()  # the account of the batch this thread is preparin
 
 
 def begin() -> dict:
-    """A fresh account for the batch this thread starts preparing. In a DataLoader worker after its first
-    batch: its `queue` starts with the main thread's CPU since the previous batch's end (worker_end)."""
+    """A fresh account for the batch this thread starts preparing. In a DataLoader worker after its
+    first batch: its `queue` starts with the main thread's CPU since the previous batch's end
+    (worker_end)."""
     account = {"pid": os.getpid(), "tid": threading.get_ident()}
     if _LAST["pid"] == account["pid"] and _LAST["tid"] == account["tid"] and _LAST["end_s"] is not None:
         account["queue"] = max(0.0, time.thread_time() - _LAST["end_s"])
@@ -80,8 +84,8 @@ def add(stage: str, seconds: float) -> None:
 
 
 def note_send(batch: dict, seconds: float) -> None:
-    """Add seconds to the `send` stage of a collated batch's account (nothing without one): the in-process
-    loaders' pinning, handed to the loader strategy as LoaderInputs.note_send."""
+    """Add seconds to the `send` stage of a collated batch's account (nothing without one): the
+    in-process loaders' pinning, handed to the loader strategy as LoaderInputs.note_send."""
     account = batch.get(STAGE_KEY)
     if account is not None:
         account["send"] = account.get("send", 0.0) + seconds
@@ -93,7 +97,8 @@ def timed_total(account: dict | None) -> float:
 
 
 class TimedCall:
-    """A call timed into one key of the account (picklable: it holds the bound method and the key)."""
+    """A call timed into one key of the account (picklable: it holds the bound method and the
+    key)."""
 
     def __init__(self, call, key: str):
         self.call, self.key = call, key
@@ -112,14 +117,14 @@ def timed_read(read_batch) -> TimedCall:
 
 
 def timed_inside(fetch) -> TimedCall:
-    """What a cache strategy wraps (the read, or the read and the preparing), its calls timed into the
-    account's INSIDE_KEY: the cache's own time is its call's less these."""
+    """What a cache strategy wraps (the read, or the read and the preparing), its calls timed into
+    the account's INSIDE_KEY: the cache's own time is its call's less these."""
     return TimedCall(fetch, INSIDE_KEY)
 
 
 def timed_cache(fetch, indices: list, account: dict):
-    """`fetch` (a cache strategy's call around timed_inside) timed as the `cache` stage: its CPU less what it
-    spent in the calls it made to what it wraps (timed by timed_inside)."""
+    """`fetch` (a cache strategy's call around timed_inside) timed as the `cache` stage: its CPU
+    less what it spent in the calls it made to what it wraps (timed by timed_inside)."""
     account.pop(INSIDE_KEY, None)
     start = time.thread_time()
     fetched = fetch(indices)
@@ -146,8 +151,9 @@ def is_queue_thread(thread: threading.Thread) -> bool:
 
 
 def thread_cpu_s(native_id: int) -> float | None:
-    """The CPU seconds of a thread of this process, from its own clock (Linux's per-thread CPU clock of a
-    kernel thread id, what pthread_getcpuclockid returns); None when it has ended or off Linux."""
+    """The CPU seconds of a thread of this process, from its own clock (Linux's per-thread CPU
+    clock of a kernel thread id, what pthread_getcpuclockid returns); None when it has ended or off
+    Linux."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -157,7 +163,8 @@ def thread_cpu_s(native_id: int) -> float | None:
 
 
 def queue_threads_cpu_s() -> dict[int, float]:
-    """native thread id -> CPU seconds, for this process's queue threads (is_queue_thread) now alive."""
+    """native thread id -> CPU seconds, for this process's queue threads (is_queue_thread) now
+    alive."""
     out = {}
     for thread in threading.enumerate():
         if thread.native_id is not None and is_queue_thread(thread):
@@ -168,10 +175,11 @@ def queue_threads_cpu_s() -> dict[int, float]:
 
 
 def worker_end(account: dict) -> None:
-    """In a DataLoader worker, at a batch's end (after `send`): its `queue` gets the queue threads' CPU since
-    the previous batch's end (a thread started since counts from its start; one that ended since is lost:
-    untimed), and the main thread's clock is kept for the next batch's begin(). A worker's first batch
-    gets no queue (nothing before it is the loop's work on batches)."""
+    """In a DataLoader worker, at a batch's end (after `send`): its `queue` gets the queue threads'
+    CPU since the previous batch's end (a thread started since counts from its start; one that
+    ended since is lost: untimed), and the main thread's clock is kept for the next batch's
+    begin(). A worker's first batch gets no queue (nothing before it is the loop's work on
+    batches)."""
     threads = queue_threads_cpu_s()
     pid, tid = os.getpid(), threading.get_ident()
     if _LAST["pid"] == pid:

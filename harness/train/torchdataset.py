@@ -1,18 +1,19 @@
 """The Dataset between a reader and the DataLoader, and the collate functions of the two workloads.
 
-``SampleDataset.__getitems__`` hands the whole batch's indices to ``reader.read_batch`` in one call.
-pixels: decode the JPEG, resize keeping the aspect ratio (longest side = image_size), pad-collate to the
-batch's largest image. features: the precomputed image and text embeddings.
+``SampleDataset.__getitems__`` hands the whole batch's indices to ``reader.read_batch`` in one
+call. pixels: decode the JPEG, resize keeping the aspect ratio (longest side = image_size),
+pad-collate to the batch's largest image. features: the precomputed image and text embeddings.
 
-The collate writes each image once, into its slot of the batch: the batch's images are stored channels-last
-(N, H, W, 3 in memory, a [N, 3, H, W] tensor with channels_last strides), so a decoded HWC image is copied
-row by row, or mirrored on the way where its flip was drawn (a flip drawn in __getitems__, after the cache).
-In a DataLoader worker the batch is written in a shared arena that the queue hands over without copying
-(harness.train.handover).
+The collate writes each image once, into its slot of the batch: the batch's images are stored
+channels-last (N, H, W, 3 in memory, a [N, 3, H, W] tensor with channels_last strides), so a
+decoded HWC image is copied row by row, or mirrored on the way where its flip was drawn (a flip
+drawn in __getitems__, after the cache). In a DataLoader worker the batch is written in a shared
+arena that the queue hands over without copying (harness.train.handover).
 
-Where pixels are prepared is the preprocess strategy's choice: "host" (here, in the loader: decode, resize,
-a random horizontal flip, and with normalise=True float32 normalisation in the collate), or "device" (here
-only the JPEG bytes are handed over, as uint8 tensors; harness.train.devprep decodes them on the accelerator).
+Where pixels are prepared is the preprocess strategy's choice: "host" (here, in the loader: decode,
+resize, a random horizontal flip, and with normalise=True float32 normalisation in the collate), or
+"device" (here only the JPEG bytes are handed over, as uint8 tensors; harness.train.devprep decodes
+them on the accelerator).
 """
 from __future__ import annotations
 
@@ -54,8 +55,9 @@ def item_nbytes(item: dict) -> int:
 
 
 class ItemBatch(list):
-    """The items of one batch, carrying a snapshot of the cache statistics of the process that read it, the
-    account of its stages so far (harness.train.stagetimer) and which images the collate mirrors (flips)."""
+    """The items of one batch, carrying a snapshot of the cache statistics of the process that read
+    it, the account of its stages so far (harness.train.stagetimer) and which images the collate
+    mirrors (flips)."""
 
     cache_stats: dict | None = None
     stage_s: dict | None = None
@@ -80,10 +82,10 @@ class LockedFetch:
 class SampleDataset(Dataset):
     """reader -> cache -> prepared items.
 
-    The cache strategy wraps the read: at level "decoded" it keeps prepared items (the wrapped call reads
-    and prepares), at any other level what storage returned (prepared after the cache). A worker-scope
-    cache's statistics travel with each batch; a shared cache is asked by the rank (shared_stats).
-    Without a cache strategy (cache=None) every read goes to storage.
+    The cache strategy wraps the read: at level "decoded" it keeps prepared items (the wrapped call
+    reads and prepares), at any other level what storage returned (prepared after the cache). A
+    worker-scope cache's statistics travel with each batch; a shared cache is asked by the rank
+    (shared_stats). Without a cache strategy (cache=None) every read goes to storage.
     """
 
     def __init__(self, reader, workload: str, image_size: int, cache=None, preprocess=None,
@@ -110,8 +112,9 @@ class SampleDataset(Dataset):
         return len(self.reader)
 
     def for_threads(self) -> SampleDataset:
-        """Make the cached fetch safe for a thread pool (loader = threads): a cache strategy's store and a
-        shared cache's connection are per-process objects, so their calls are serialised by one lock."""
+        """Make the cached fetch safe for a thread pool (loader = threads): a cache strategy's
+        store and a shared cache's connection are per-process objects, so their calls are
+        serialised by one lock."""
         if self.scope is not None:
             self._fetch = LockedFetch(self._fetch)
         return self
@@ -130,7 +133,8 @@ class SampleDataset(Dataset):
         return self._prepare_all(self._read(indices))
 
     def _prepare_all(self, samples) -> list[dict]:
-        """Items from samples; each one's decode and transform calls timed where they run (_prepare)."""
+        """Items from samples; each one's decode and transform calls timed where they run
+        (_prepare)."""
         spent = [0.0, 0.0]  # decode, transform
         items = [self._prepare(s, spent) for s in samples]
         stagetimer.add("decode", spent[0])
@@ -156,7 +160,8 @@ class SampleDataset(Dataset):
         return batch
 
     def _prepare(self, s: Sample, spent: list[float]) -> dict:
-        """One item; the seconds of its decode and of its transform calls added to spent[0] and spent[1]."""
+        """One item; the seconds of its decode and of its transform calls added to spent[0] and
+        spent[1]."""
         item = {"index": s.index, "nbytes": s.nbytes}
         if self.workload == "pixels" and self.on_device:
             start = time.thread_time()
@@ -186,10 +191,10 @@ def _tokens(items: list[dict]) -> torch.Tensor:
 
 
 class Collate:
-    """collate, then (normalise=True) the uint8 images as float32 normalised on the host; items with JPEG bytes
-    (device preprocessing): the batch's JPEG bytes as a list (the rank fills in the pixel counts). In a
-    DataLoader worker the batch is made in shared memory and handed over (hand_over), timed as `send`.
-    Picklable."""
+    """collate, then (normalise=True) the uint8 images as float32 normalised on the host; items
+    with JPEG bytes (device preprocessing): the batch's JPEG bytes as a list (the rank fills in the
+    pixel counts). In a DataLoader worker the batch is made in shared memory and handed over
+    (hand_over), timed as `send`. Picklable."""
 
     def __init__(self, normalise: bool = False):
         self.normalise = normalise
@@ -215,8 +220,8 @@ class Collate:
         return batch
 
     def _collate(self, items: list[dict], alloc: BatchAlloc) -> tuple[dict, float, float]:
-        """The collated batch, the seconds of its collate, and of its host normalisation (a transform), each
-        timed around its call."""
+        """The collated batch, the seconds of its collate, and of its host normalisation (a
+        transform), each timed around its call."""
         start = time.thread_time()
         if "jpeg" in items[0]:
             batch = {"index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
@@ -235,8 +240,9 @@ class Collate:
 
 
 def collate(items: list[dict], alloc: BatchAlloc | None = None) -> dict:
-    """Stack a batch; pixels are zero-padded to the largest height and width of the batch, each image
-    written once into its slot of a channels-last batch (mirrored where `items.flips` says)."""
+    """Stack a batch; pixels are zero-padded to the largest height and width of the batch, each
+    image written once into its slot of a channels-last batch (mirrored where `items.flips`
+    says)."""
     alloc = alloc or BatchAlloc()
     batch = {
         "index": torch.tensor([it["index"] for it in items], dtype=torch.int64),
@@ -268,7 +274,8 @@ def collate(items: list[dict], alloc: BatchAlloc | None = None) -> dict:
 
 
 def _stack(rows: list[np.ndarray], alloc: BatchAlloc) -> torch.Tensor:
-    """The rows stacked into one tensor, in a worker's shared arena from the start (every byte written)."""
+    """The rows stacked into one tensor, in a worker's shared arena from the start (every byte
+    written)."""
     if not alloc.shared:
         return torch.from_numpy(np.stack(rows))
     out = alloc((len(rows), *rows[0].shape), getattr(torch, rows[0].dtype.name), zero=False)

@@ -1,10 +1,11 @@
-"""One cell on one rank: the model, its DDP wrapper and optimizer, the page cache, and the phases (one, or
-three with --decompose: see run_cell), each phase's steps run by a harness.train.measuredloop.MeasuredLoop.
+"""One cell on one rank: the model, its DDP wrapper and optimizer, the page cache, and the phases
+(one, or three with --decompose: see run_cell), each phase's steps run by a
+harness.train.measuredloop.MeasuredLoop.
 
-Every rank runs a cell or every rank skips it: an unsupported precision and dynamic batching's memory probe
-are agreed like a step (one rank's failure skips the cell on every rank). Each phase starts with a barrier on
-the host (gloo) group, before its first collective on the training group: a rank lost while the others built
-the pipeline is noticed there at once.
+Every rank runs a cell or every rank skips it: an unsupported precision and dynamic batching's
+memory probe are agreed like a step (one rank's failure skips the cell on every rank). Each phase
+starts with a barrier on the host (gloo) group, before its first collective on the training group:
+a rank lost while the others built the pipeline is noticed there at once.
 """
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ IN_MEMORY_BATCHES = 8  # batches held in memory for the compute-only phase
 
 @dataclass
 class RankContext:
-    """This rank in the run, built once per rank (harness.run.launch): its place (rank, world, local rank),
-    its device and host group, the data it reads, and the launch it belongs to, held whole (`config`: the
-    scenario, the cells and the run's frozen settings, config.request), never copied field by field."""
+    """This rank in the run, built once per rank (harness.run.launch): its place (rank, world,
+    local rank), its device and host group, the data it reads, and the launch it belongs to, held
+    whole (`config`: the scenario, the cells and the run's frozen settings, config.request), never
+    copied field by field."""
     rank: int
     world_size: int
     device: object  # EmulatedDevice | CudaDevice
@@ -52,8 +54,8 @@ class RankContext:
     @classmethod
     def alone(cls, rank: int, world_size: int, scenario: Scenario, device, data_paths: dict[str, Path] | None = None,
               **rest) -> RankContext:
-        """A rank outside a launch (the self-test's in-process cells, tests): the scenario with no command
-        line behind it (the request's defaults)."""
+        """A rank outside a launch (the self-test's in-process cells, tests): the scenario with no
+        command line behind it (the request's defaults)."""
         device_kind = "emulated" if device.emulated else "cuda"
         config = LaunchConfig(BenchRequest.bare(scenario.name), scenario, [], Path("."), device_kind)
         return cls(rank, world_size, device, data_paths or {}, config, **rest)
@@ -64,7 +66,8 @@ class RankContext:
 
     @property
     def remote_counters(self) -> Path | None:
-        """[remote]: the folder a remote reader appends its counters to (LaunchConfig.remote_counters)."""
+        """[remote]: the folder a remote reader appends its counters to
+        (LaunchConfig.remote_counters)."""
         return self.config.remote_counters
 
     def files_of(self, cell: Cell) -> list[Path]:
@@ -111,9 +114,9 @@ class Trainer:
         return info
 
     def phase(self, state: str, in_memory: bool = False, profiler=None) -> RankRecord:
-        """Warm-up then the measured window, from the real pipeline or from batches held in memory. The
-        record's `setup_s` says where the time outside the window went: building the pipeline, the page
-        cache, warm-up (the loader's first batches included), closing the pipeline."""
+        """Warm-up then the measured window, from the real pipeline or from batches held in memory.
+        The record's `setup_s` says where the time outside the window went: building the pipeline,
+        the page cache, warm-up (the loader's first batches included), closing the pipeline."""
         t0 = time.perf_counter()
         pipe = self.build()
         t1 = time.perf_counter()
@@ -161,9 +164,10 @@ class CellSkipped(RuntimeError):
 
 
 def plan_memory(device, measure: Callable[[], tuple[float, float, float]]) -> str | None:
-    """Dynamic batching's memory plan (`measure`: harness.device.memprobe.measure), set on the device, and
-    agreed: a probe that fails on one rank (an OOM at its batches) is every rank's reason to skip the cell,
-    never a rank that dies while its peers construct DDP. Returns that reason, or None."""
+    """Dynamic batching's memory plan (`measure`: harness.device.memprobe.measure), set on the
+    device, and agreed: a probe that fails on one rank (an OOM at its batches) is every rank's
+    reason to skip the cell, never a rank that dies while its peers construct DDP. Returns that
+    reason, or None."""
     error = None
     try:
         device.set_memory_model(*measure())
@@ -179,10 +183,11 @@ def plan_memory(device, measure: Callable[[], tuple[float, float, float]]) -> st
 def run_cell(ctx: RankContext, cell: Cell, profiler=None) -> RankRecord:
     """Train one cell on this rank and return its record (an OOM ends the cell, never the run).
 
-    With --decompose (ctx.config.request), three phases follow one another (the differential method of
-    "Analyzing and Mitigating Data Stalls in DNN Training", VLDB 2021): compute alone on batches held in
-    memory, the pipeline with the dataset in the page cache, and with the page cache dropped. The cell's
-    figures come from the phase matching the run's --cache-state (warm unless cold was asked for).
+    With --decompose (ctx.config.request), three phases follow one another (the differential method
+    of "Analyzing and Mitigating Data Stalls in DNN Training", VLDB 2021): compute alone on batches
+    held in memory, the pipeline with the dataset in the page cache, and with the page cache
+    dropped. The cell's figures come from the phase matching the run's --cache-state (warm unless
+    cold was asked for).
     """
     started = time.perf_counter()
     unsupported = StepPrecision.unsupported(cell.choice("precision").create(), ctx.device.torch_device)

@@ -1,22 +1,23 @@
-"""Feedback-controlled batch size (the second article's DynamicBatchSampler, for comparison, minus its bugs).
+"""Feedback-controlled batch size (the second article's DynamicBatchSampler, for comparison, minus
+its bugs).
 
-The batch size starts at ``batch_size``. The training loop reports the device-memory use of each step
-by calling ``observe(memory_fraction)`` (used / capacity; report > 1 after an OOM) on the strategy, which
-forwards it to the batch sampler it built last (the batch sampler's own ``observe`` works too). When
-the next batch is started, the latest unconsumed report is applied once: below ``low`` the size doubles
-(up to ``max_batch``), above ``high`` it halves (down to ``min_batch``); with no new report the size
-stays. Every index of the sampler's stream lands in exactly one batch; the last batch of an epoch may be
-short. The size carries over from one epoch to the next.
+The batch size starts at ``batch_size``. The training loop reports the device-memory use of each
+step by calling ``observe(memory_fraction)`` (used / capacity; report > 1 after an OOM) on the
+strategy, which forwards it to the batch sampler it built last (the batch sampler's own ``observe``
+works too). When the next batch is started, the latest unconsumed report is applied once: below
+``low`` the size doubles (up to ``max_batch``), above ``high`` it halves (down to ``min_batch``);
+with no new report the size stays. Every index of the sampler's stream lands in exactly one batch;
+the last batch of an epoch may be short. The size carries over from one epoch to the next.
 
 Lag: with DataLoader workers the batch sampler runs in the main process and the loader builds
-``prefetch_factor * num_workers`` batches ahead, so a report takes effect only that many batches later
-(with ``num_workers=0``, on the very next batch). The controller therefore overshoots; this is a real
-property of the seed's design and what the benchmark measures.
+``prefetch_factor * num_workers`` batches ahead, so a report takes effect only that many batches
+later (with ``num_workers=0``, on the very next batch). The controller therefore overshoots; this
+is a real property of the seed's design and what the benchmark measures.
 
-Bugs of the seed avoided: its ``range(0, n, self.current_batch_size)`` froze the step, so adjustments never
-took effect within an epoch; it never shrank below the starting size; its memory reading was a constant
-stub; it shuffled with the unseeded global ``random`` and ignored the distributed sampler; it had no
-``__len__`` and printed in the hot loop.
+Bugs of the seed avoided: its ``range(0, n, self.current_batch_size)`` froze the step, so
+adjustments never took effect within an epoch; it never shrank below the starting size; its memory
+reading was a constant stub; it shuffled with the unseeded global ``random`` and ignored the
+distributed sampler; it had no ``__len__`` and printed in the hot loop.
 """
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ class AdaptiveBatchSampler:
             yield batch
 
     def __len__(self) -> int:
-        """Deterministic estimate: batches of an epoch at the current size (exact if no report changes it)."""
+        """Deterministic estimate: batches of an epoch at the current size (exact if no report
+        changes it)."""
         return math.ceil(len(self.sampler) / self.size)
 
 

@@ -1,18 +1,20 @@
 """Batches packed under a device-cost budget, optionally bucketed by a sort key to cut padding.
 
 The sampler's stream is read in windows of ``bucket_window`` indices; each window is sorted by
-``sort_key`` (stable) so that similar samples (aspect ratio, area, bytes) sit next to each other, then
-the stream is packed greedily: a sample joins the current batch while ``batch_cost(batch + [i]) <=
-budget * budget_fraction`` and the batch has fewer than ``max_batch`` samples. A batch is never closed
-below ``min_batch`` samples (default 1, so a single sample over budget forms its own batch; the harness's
-OOM safety net splits it). Batches run across window boundaries. Every index of the stream lands in
-exactly one batch, and the batches are a pure function of the sampler's stream.
+``sort_key`` (stable) so that similar samples (aspect ratio, area, bytes) sit next to each other,
+then the stream is packed greedily: a sample joins the current batch while ``batch_cost(batch +
+[i]) <= budget * budget_fraction`` and the batch has fewer than ``max_batch`` samples. A batch is
+never closed below ``min_batch`` samples (default 1, so a single sample over budget forms its own
+batch; the harness's OOM safety net splits it). Batches run across window boundaries. Every index
+of the stream lands in exactly one batch, and the batches are a pure function of the sampler's
+stream.
 
 Unlike the first article's ``dynamic_batch_collate``, which catches the OOM in the collate function
-(where no device memory is allocated, so it never fires) and silently drops the rest of the batch, this
-plans each batch from its modelled cost before anything is loaded and drops nothing.
+(where no device memory is allocated, so it never fires) and silently drops the rest of the batch,
+this plans each batch from its modelled cost before anything is loaded and drops nothing.
 
-In DDP the ranks may get different numbers of batches per epoch; the harness must agree on step counts.
+In DDP the ranks may get different numbers of batches per epoch; the harness must agree on step
+counts.
 """
 from __future__ import annotations
 
@@ -55,10 +57,11 @@ class DynamicBatchSampler:
             yield batch
 
     def __len__(self) -> int:
-        """Exact: the number of batches the next iteration yields, found by a dry run of the packing.
+        """Exact: the number of batches the next iteration yields, found by a dry run of the
+        packing.
 
-        Exact when the sampler's order is a pure function of its state (DistributedSampler, balanced);
-        memoised per sampler epoch when the sampler has an ``epoch`` attribute.
+        Exact when the sampler's order is a pure function of its state (DistributedSampler,
+        balanced); memoised per sampler epoch when the sampler has an ``epoch`` attribute.
         """
         epoch = getattr(self.sampler, "epoch", None)
         if epoch is not None and self._len_cache is not None and self._len_cache[0] == epoch:
@@ -84,8 +87,8 @@ class DynamicBatching(BatchingBase):
         self.budget_fraction = number("budget_fraction", budget_fraction, 0, 1, low_open=True)
 
     def check_training(self, batch_size: int, **_settings) -> None:
-        """At load time (strategies.registry.check_training): min_batch fits under the max_batch this
-        batch_size gives."""
+        """At load time (strategies.registry.check_training): min_batch fits under the max_batch
+        this batch_size gives."""
         if self.min_batch > (self.max_batch or 4 * batch_size):
             raise ValueError(f"min_batch = {self.min_batch} exceeds max_batch = {self.max_batch or 4 * batch_size}"
                              + ("" if self.max_batch else f" (max_batch 0 means 4 x batch_size {batch_size})")

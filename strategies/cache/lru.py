@@ -1,15 +1,19 @@
-"""Least-recently-used cache bounded by bytes, per DataLoader worker or shared by all workers of a rank.
+"""Least-recently-used cache bounded by bytes, per DataLoader worker or shared by all workers of a
+rank.
 
-``LRUCache(capacity_mb, scope, level).wrap(fetch, sizeof)`` returns a :class:`CachedFetch`: called with a
-batch of indices, it looks them all up at once, reads every miss in ONE ``fetch(missing)`` call (in first-seen
-order, each distinct index once), stores what it read and returns the items in the requested order.
+``LRUCache(capacity_mb, scope, level).wrap(fetch, sizeof)`` returns a :class:`CachedFetch`: called
+with a batch of indices, it looks them all up at once, reads every miss in ONE ``fetch(missing)``
+call (in first-seen order, each distinct index once), stores what it read and returns the items in
+the requested order.
 
-Counting, per batch: ``misses`` = distinct indices read from storage; ``hits`` = the other requested positions
-(so hits + misses = items requested, and a duplicate of a missed index in the same batch counts as a hit).
+Counting, per batch: ``misses`` = distinct indices read from storage; ``hits`` = the other
+requested positions (so hits + misses = items requested, and a duplicate of a missed index in the
+same batch counts as a hit).
 
-scope "worker": each process has its own :class:`LRUStore`; pickling a CachedFetch drops the contents, so
-every DataLoader worker starts empty. scope "shared": one store per rank, served by a cache-server process
-(:mod:`strategies.cache.lru_shared`); the pickled CachedFetch carries its address and reconnects per process.
+scope "worker": each process has its own :class:`LRUStore`; pickling a CachedFetch drops the
+contents, so every DataLoader worker starts empty. scope "shared": one store per rank, served by a
+cache-server process (:mod:`strategies.cache.lru_shared`); the pickled CachedFetch carries its
+address and reconnects per process.
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ LEVELS = ("stored", "decoded")
 
 
 class CachedFetch:
-    """``fetch`` behind a cache store; callable like ``fetch``; picklable if ``fetch`` and ``sizeof`` are."""
+    """``fetch`` behind a cache store; callable like ``fetch``; picklable if ``fetch`` and
+    ``sizeof`` are."""
 
     def __init__(self, fetch: Callable[[list], list], sizeof: Callable[[Any], int], store, scope: str,
                  level: str):
@@ -57,7 +62,8 @@ class CachedFetch:
 
 @register("cache", "lru")
 class LRUCache(CacheBase):
-    """Strategy: an LRU cache of ``capacity_mb`` MiB per worker (scope "worker") or per rank ("shared")."""
+    """Strategy: an LRU cache of ``capacity_mb`` MiB per worker (scope "worker") or per rank
+    ("shared")."""
 
     def __init__(self, capacity_mb: float = 64, scope: str = "worker", level: str = "stored"):
         number("capacity_mb", capacity_mb, 0)
@@ -76,7 +82,8 @@ class LRUCache(CacheBase):
         return CachedFetch(fetch, sizeof, store, self.scope, self.level)
 
     def close(self) -> None:
-        """Stop the cache server now (it also stops when this object is collected or the process exits)."""
+        """Stop the cache server now (it also stops when this object is collected or the process
+        exits)."""
         if self._server is not None:
             self._server.close()
             self._server = None

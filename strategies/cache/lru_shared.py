@@ -1,14 +1,16 @@
-"""The shared scope of the lru cache: one cache-server process per rank, used by all its DataLoader workers.
+"""The shared scope of the lru cache: one cache-server process per rank, used by all its DataLoader
+workers.
 
 :class:`CacheServer` runs ``python -m strategies.cache.lru_shared`` as a child process: a
-:class:`multiprocessing.managers.BaseManager` server holding :class:`~strategies.cache.lrumap.LRUStore` objects.
-A plain subprocess rather than a multiprocessing one: it does not re-import the rank's main module (which
-would pull torch into the server) and it watches its stdin, so it exits as soon as the rank closes the pipe,
-on purpose or by dying in any way. :class:`SharedStore` is the client: it pickles to (address, authkey,
-store name) and connects lazily once per process, so a CachedFetch pickled into a DataLoader worker reaches
-the same store. A batch costs at most two round trips (``get_many``, then ``put_many`` for the misses).
-Values cross as pickled bytes (plain pickle: tensors are copied, never turned into shared-memory handles);
-the server never unpickles them.
+:class:`multiprocessing.managers.BaseManager` server holding
+:class:`~strategies.cache.lrumap.LRUStore` objects. A plain subprocess rather than a
+multiprocessing one: it does not re-import the rank's main module (which would pull torch into the
+server) and it watches its stdin, so it exits as soon as the rank closes the pipe, on purpose or by
+dying in any way. :class:`SharedStore` is the client: it pickles to (address, authkey, store name)
+and connects lazily once per process, so a CachedFetch pickled into a DataLoader worker reaches the
+same store. A batch costs at most two round trips (``get_many``, then ``put_many`` for the misses).
+Values cross as pickled bytes (plain pickle: tensors are copied, never turned into shared-memory
+handles); the server never unpickles them.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ def _tensor_from_numpy(array):
 
 
 class _ValuePickler(pickle.Pickler):
-    """Plain pickle, but a dense CPU tensor travels as its numpy array (far cheaper than torch's reducer)."""
+    """Plain pickle, but a dense CPU tensor travels as its numpy array (far cheaper than torch's
+    reducer)."""
 
     def reducer_override(self, obj):
         if type(obj).__name__ == "Tensor" and type(obj).__module__ == "torch" and obj.device.type == "cpu" \
@@ -139,7 +142,8 @@ class CacheServer:
 
 
 class SharedStore:
-    """Client of one store in a CacheServer; same methods as LRUStore; reconnects once per process."""
+    """Client of one store in a CacheServer; same methods as LRUStore; reconnects once per
+    process."""
 
     def __init__(self, address, authkey: bytes, name: str, owner: CacheServer | None = None):
         self.address, self.authkey, self.name = address, authkey, name

@@ -1,4 +1,5 @@
-"""The byte-bounded LRU map behind the lru cache, used in a worker (scope "worker") or in the cache server."""
+"""The byte-bounded LRU map behind the lru cache, used in a worker (scope "worker") or in the cache
+server."""
 from __future__ import annotations
 
 import threading
@@ -17,7 +18,8 @@ class LRUStore:
         self.resident_bytes = self.hits = self.misses = self.evictions = 0
 
     def get_many(self, keys: Iterable[Hashable]) -> dict:
-        """The cached values among ``keys`` (each hit becomes most recent); counts hits and misses."""
+        """The cached values among ``keys`` (each hit becomes most recent); counts hits and
+        misses."""
         keys = list(keys)
         found: dict = {}
         missing: set = set()

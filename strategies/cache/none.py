@@ -9,7 +9,8 @@ from strategies.registry import register
 
 
 class Uncached:
-    """``fetch`` unchanged, with the cache statistics of no cache (None); picklable if ``fetch`` is."""
+    """``fetch`` unchanged, with the cache statistics of no cache (None); picklable if ``fetch``
+    is."""
 
     def __init__(self, fetch: Callable[[list], list]):
         self.fetch = fetch

@@ -1,17 +1,19 @@
-"""nodes: torchdata.nodes (``pip install torchdata``) in the rank process: a ParallelMapper of ``threads``
-threads (0: the scenario's workers, at least 1) each preparing whole batches, ``prefetch`` batches per thread
-in flight, in the batch sampler's order. Absent the package, the axis excludes it with one line.
+"""nodes: torchdata.nodes (``pip install torchdata``) in the rank process: a ParallelMapper of
+``threads`` threads (0: the scenario's workers, at least 1) each preparing whole batches,
+``prefetch`` batches per thread in flight, in the batch sampler's order. Absent the package, the
+axis excludes it with one line.
 
-Its pipeline, NodesPipeline, is built as torchdata.nodes' documentation builds a map-style pipeline with
-threads: the batch sampler's index lists (IterableWrapper) -> ParallelMapper(method="thread", in_order=True),
-each thread preparing whole batches (the Dataset's __getitems__ and the collate) -> PinMemory on a GPU ->
-Prefetcher -> Loader. It keeps the sampler contract (every batch once, in order) and the thread loader's CPU
-accounting (strategies.loader.threads.BatchThreadPool: per-thread CPU clock around each batch, reported as the
-loader's), so a cell differs from loader = "threads" by the pipeline library alone.
+Its pipeline, NodesPipeline, is built as torchdata.nodes' documentation builds a map-style pipeline
+with threads: the batch sampler's index lists (IterableWrapper) -> ParallelMapper(method="thread",
+in_order=True), each thread preparing whole batches (the Dataset's __getitems__ and the collate) ->
+PinMemory on a GPU -> Prefetcher -> Loader. It keeps the sampler contract (every batch once, in
+order) and the thread loader's CPU accounting (strategies.loader.threads.BatchThreadPool:
+per-thread CPU clock around each batch, reported as the loader's), so a cell differs from loader =
+"threads" by the pipeline library alone.
 
-Resumable: while it iterates, ``state_dict()`` is the nodes Loader's own state; a pipeline given that state as
-``initial_state`` before its iteration restores it (torchdata.nodes fast-forwards the index lists), which is
-how harness.checks.resume.measuring measures a mid-epoch resume."""
+Resumable: while it iterates, ``state_dict()`` is the nodes Loader's own state; a pipeline given
+that state as ``initial_state`` before its iteration restores it (torchdata.nodes fast-forwards the
+index lists), which is how harness.checks.resume.measuring measures a mid-epoch resume."""
 from __future__ import annotations
 
 import importlib

@@ -1,15 +1,17 @@
-"""spdl: Meta's SPDL pipeline (``pip install spdl``) in the rank process: one stage of ``threads`` concurrent
-tasks (0: the scenario's workers, at least 1) each preparing whole batches, ``prefetch`` batches per task in
-its sink, in the batch sampler's order. Absent the package, the axis excludes it with one line.
+"""spdl: Meta's SPDL pipeline (``pip install spdl``) in the rank process: one stage of ``threads``
+concurrent tasks (0: the scenario's workers, at least 1) each preparing whole batches, ``prefetch``
+batches per task in its sink, in the batch sampler's order. Absent the package, the axis excludes
+it with one line.
 
-Its pipeline, SpdlPipeline (spdl.pipeline.PipelineBuilder): a source (the batch sampler's index lists), one
-stage that prepares whole batches (the Dataset's __getitems__: read, cache, decode, transform, then the
-collate) with a concurrency of `threads` tasks in the batch sampler's order, and a sink of `prefetch` batches
-per task, run on a thread pool of the rank process. One stage, not SPDL's recommended stage per kind of work:
-the harness times a batch's stages in the thread that prepares it (harness.train.stagetimer), which a read
-stage and a decode stage in different threads would split. Decoding is the cell's decoder, as for every
-loader; SPDL's own FFmpeg image decode is not used. The CPU is accounted as the thread loader's
-(strategies.loader.threads.BatchThreadPool: per-thread CPU clock around each batch)."""
+Its pipeline, SpdlPipeline (spdl.pipeline.PipelineBuilder): a source (the batch sampler's index
+lists), one stage that prepares whole batches (the Dataset's __getitems__: read, cache, decode,
+transform, then the collate) with a concurrency of `threads` tasks in the batch sampler's order,
+and a sink of `prefetch` batches per task, run on a thread pool of the rank process. One stage, not
+SPDL's recommended stage per kind of work: the harness times a batch's stages in the thread that
+prepares it (harness.train.stagetimer), which a read stage and a decode stage in different threads
+would split. Decoding is the cell's decoder, as for every loader; SPDL's own FFmpeg image decode is
+not used. The CPU is accounted as the thread loader's (strategies.loader.threads.BatchThreadPool:
+per-thread CPU clock around each batch)."""
 from __future__ import annotations
 
 import importlib

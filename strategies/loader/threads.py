@@ -1,13 +1,15 @@
-"""threads: a bounded pool of threads in the rank process, each preparing whole batches (read, decode,
-collate), ``prefetch`` batches per thread in flight, delivered in the batch sampler's order. ``threads`` 0
-means the scenario's workers (at least 1). Decoding releases the GIL (PIL, numpy), so threads overlap.
+"""threads: a bounded pool of threads in the rank process, each preparing whole batches (read,
+decode, collate), ``prefetch`` batches per thread in flight, delivered in the batch sampler's
+order. ``threads`` 0 means the scenario's workers (at least 1). Decoding releases the GIL (PIL,
+numpy), so threads overlap.
 
-Its pipeline, BatchThreadPool, keeps the sampler contract: every batch of the batch sampler, once, in order, at
-most threads x prefetch batches in flight. Its CPU time is measured per thread (time.thread_time around each
-batch) and reported as the loader's; the rank process's own CPU figure excludes it (harness.results.metrics).
-With pin (a GPU), the pinning of the batch's tensors is its `send` stage (LoaderInputs.note_send, the harness's
-stage timer). InProcessLoader is the base of the loaders that prepare batches in threads of the rank (threads,
-nodes, spdl): each names its pool class."""
+Its pipeline, BatchThreadPool, keeps the sampler contract: every batch of the batch sampler, once,
+in order, at most threads x prefetch batches in flight. Its CPU time is measured per thread
+(time.thread_time around each batch) and reported as the loader's; the rank process's own CPU
+figure excludes it (harness.results.metrics). With pin (a GPU), the pinning of the batch's tensors
+is its `send` stage (LoaderInputs.note_send, the harness's stage timer). InProcessLoader is the
+base of the loaders that prepare batches in threads of the rank (threads, nodes, spdl): each names
+its pool class."""
 from __future__ import annotations
 
 import threading
@@ -66,7 +68,8 @@ class BatchThreadPool:
 
 
 class InProcessLoader(LoaderBase):
-    """A loader whose batches are prepared in threads of the rank process, by its ``pool`` class."""
+    """A loader whose batches are prepared in threads of the rank process, by its ``pool``
+    class."""
 
     in_process = True
     pool: type = BatchThreadPool

@@ -1,4 +1,5 @@
-"""amp: automatic mixed precision, float16 autocast with a gradient scaler (the catalogue's AMP rates)."""
+"""amp: automatic mixed precision, float16 autocast with a gradient scaler (the catalogue's AMP
+rates)."""
 from __future__ import annotations
 
 from strategies.protocols import PrecisionBase

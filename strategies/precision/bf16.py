@@ -1,6 +1,6 @@
-"""bf16: bfloat16 autocast, no gradient scaler (bfloat16 has fp32's exponent range). Runs where the device
-supports bfloat16 (Ampere and later); the emulated step uses the AMP rate (an assumption: the catalogue has no
-bfloat16 figure)."""
+"""bf16: bfloat16 autocast, no gradient scaler (bfloat16 has fp32's exponent range). Runs where the
+device supports bfloat16 (Ampere and later); the emulated step uses the AMP rate (an assumption:
+the catalogue has no bfloat16 figure)."""
 from __future__ import annotations
 
 from strategies.protocols import PrecisionBase

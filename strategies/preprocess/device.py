@@ -1,5 +1,5 @@
-"""device: the loader only reads the JPEG bytes; decode, resize, flip and normalise run on the accelerator
-(batched nvJPEG decode on a GPU; modelled device time on an emulated one)."""
+"""device: the loader only reads the JPEG bytes; decode, resize, flip and normalise run on the
+accelerator (batched nvJPEG decode on a GPU; modelled device time on an emulated one)."""
 from __future__ import annotations
 
 import importlib.util

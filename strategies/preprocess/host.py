@@ -1,6 +1,7 @@
-"""host: the loader (workers or threads) decodes, resizes and flips each image; ``normalise = true`` also
-normalises it there into float32 (4x the bytes of uint8 across the loader and the host-to-device copy);
-by default the uint8 batch crosses and the model's first operation scales it on the device."""
+"""host: the loader (workers or threads) decodes, resizes and flips each image; ``normalise =
+true`` also normalises it there into float32 (4x the bytes of uint8 across the loader and the
+host-to-device copy); by default the uint8 batch crosses and the model's first operation scales it
+on the device."""
 from __future__ import annotations
 
 from strategies.params import flag

@@ -1,21 +1,24 @@
-"""A size-bounded LRU disk cache tier for remote objects and byte ranges (shards, row-group ranges, raw objects),
-as LitData and Streaming keep one: a cache directory shared by every process that opens it (a rank's
-DataLoader workers, the ranks of a node), one file per cached entry.
+"""A size-bounded LRU disk cache tier for remote objects and byte ranges (shards, row-group ranges,
+raw objects), as LitData and Streaming keep one: a cache directory shared by every process that
+opens it (a rank's DataLoader workers, the ranks of a node), one file per cached entry.
 
-``DiskTier(directory, capacity_bytes).fetch(key, load)`` returns the entry's bytes from its file (a hit: its
-mtime is set to now, so the least recently used entry is the oldest mtime) or calls ``load()`` (a miss), writes
-the result to a temporary file in the directory and renames it into place (a reader never sees half an entry),
-then evicts the oldest entries until the directory holds at most ``capacity_bytes``; eviction holds an flock on
-the directory's lock file, so two processes never evict the same entry twice. An entry larger than the
-capacity is returned and not kept. Counters (hits, misses, evictions, bytes read from the tier and written to
-it) are per process; ``resident_bytes()`` is the directory's.
+``DiskTier(directory, capacity_bytes).fetch(key, load)`` returns the entry's bytes from its file (a
+hit: its mtime is set to now, so the least recently used entry is the oldest mtime) or calls
+``load()`` (a miss), writes the result to a temporary file in the directory and renames it into
+place (a reader never sees half an entry), then evicts the oldest entries until the directory holds
+at most ``capacity_bytes``; eviction holds an flock on the directory's lock file, so two processes
+never evict the same entry twice. An entry larger than the capacity is returned and not kept.
+Counters (hits, misses, evictions, bytes read from the tier and written to it) are per process;
+``resident_bytes()`` is the directory's.
 
-The tier owns only what it writes: a folder of its own, ``<cache_dir>/dlbench-disk-tier`` (``own_folder``), with
-a marker file; emptying the tier (``clear``) removes that folder and nothing else, and refuses a folder of that
-name without the marker; eviction deletes only the tier's own entries (40 hex digits), never another file.
+The tier owns only what it writes: a folder of its own, ``<cache_dir>/dlbench-disk-tier``
+(``own_folder``), with a marker file; emptying the tier (``clear``) removes that folder and nothing
+else, and refuses a folder of that name without the marker; eviction deletes only the tier's own
+entries (40 hex digits), never another file.
 
-This is not the ``cache`` axis (which keeps samples in RAM behind a reader): it sits under a remote reader, so
-that a second epoch, another worker or another rank reads from the local disk instead of the network.
+This is not the ``cache`` axis (which keeps samples in RAM behind a reader): it sits under a remote
+reader, so that a second epoch, another worker or another rank reads from the local disk instead of
+the network.
 """
 from __future__ import annotations
 
@@ -33,8 +36,8 @@ MARKER = ".dlbench-disk-tier"  # written when the harness creates that folder
 
 
 def own_folder(cache_dir: str | Path) -> Path:
-    """The tier's folder under `cache_dir`, created with its marker (a folder of that name the harness did not
-    create is refused: ValueError)."""
+    """The tier's folder under `cache_dir`, created with its marker (a folder of that name the
+    harness did not create is refused: ValueError)."""
     folder = Path(cache_dir) / FOLDER
     if folder.exists() and not (folder / MARKER).is_file():
         raise ValueError(f"cache_dir {cache_dir}: {folder} exists and was not made by the disk tier (no {MARKER}); "
@@ -45,7 +48,8 @@ def own_folder(cache_dir: str | Path) -> Path:
 
 
 def clear(cache_dir: str | Path) -> None:
-    """Empty the tier: its own folder under `cache_dir` (marked) is removed; nothing else in `cache_dir`."""
+    """Empty the tier: its own folder under `cache_dir` (marked) is removed; nothing else in
+    `cache_dir`."""
     folder = own_folder(cache_dir)
     shutil.rmtree(folder, ignore_errors=True)
 
@@ -89,7 +93,8 @@ class DiskTier:
         return data
 
     def put(self, key: str, data: bytes) -> None:
-        """Keep an entry (unless it is larger than the whole tier), evicting the least recent to fit."""
+        """Keep an entry (unless it is larger than the whole tier), evicting the least recent to
+        fit."""
         if len(data) <= self.capacity_bytes:
             self._keep(self.path(key), data)
 

@@ -1,15 +1,16 @@
-"""What a remote reader reads through: a RangeStore (byte ranges and whole objects, ``in_flight`` at a time)
-behind an optional DiskTier. A range or object found in the tier costs no request; the misses of one call are
-fetched together (in parallel up to ``in_flight``) and kept. ``stats()`` merges both counters for the figures.
-Picklable; every part opens lazily in the process that reads.
+"""What a remote reader reads through: a RangeStore (byte ranges and whole objects, ``in_flight``
+at a time) behind an optional DiskTier. A range or object found in the tier costs no request; the
+misses of one call are fetched together (in parallel up to ``in_flight``) and kept. ``stats()``
+merges both counters for the figures. Picklable; every part opens lazily in the process that reads.
 
-``note(samples)``, called by a reader after each batch, counts the samples read and, when the source was told
-a counters folder (``counters_dir``: the harness names it to the reader it opens, ``count_into``; the folder
-travels with the pickled reader into each DataLoader worker), appends a line to ``<folder>/<pid>-<id>.jsonl``
-(``write_counters``): this source's counters in this process so far, stamped with ``time.perf_counter()``
-(CLOCK_MONOTONIC, one clock for every process of the machine), the latency bins sparse ({bin: count}). One
-file per reading process and reader; harness.measure.remotecounters merges them, over a whole run (each file's last
-line) or over a measured window (the difference of the lines before its two ends)."""
+``note(samples)``, called by a reader after each batch, counts the samples read and, when the
+source was told a counters folder (``counters_dir``: the harness names it to the reader it opens,
+``count_into``; the folder travels with the pickled reader into each DataLoader worker), appends a
+line to ``<folder>/<pid>-<id>.jsonl`` (``write_counters``): this source's counters in this process
+so far, stamped with ``time.perf_counter()`` (CLOCK_MONOTONIC, one clock for every process of the
+machine), the latency bins sparse ({bin: count}). One file per reading process and reader;
+harness.measure.remotecounters merges them, over a whole run (each file's last line) or over a
+measured window (the difference of the lines before its two ends)."""
 from __future__ import annotations
 
 import json
@@ -21,8 +22,8 @@ from strategies.remote.s3client import RangeStore
 
 
 def write_counters(owner, folder: str, counters: dict) -> None:
-    """Append ``counters`` (cumulative, this process's), stamped now, to the owner's file in ``folder``
-    (nothing without one)."""
+    """Append ``counters`` (cumulative, this process's), stamped now, to the owner's file in
+    ``folder`` (nothing without one)."""
     if not folder:
         return
     line = dict(counters, t=time.perf_counter())
@@ -77,12 +78,14 @@ class RemoteSource:
 
 
 class SourceCounters:
-    """A reader over a RemoteSource (``self.source``): its counters, and where they are appended."""
+    """A reader over a RemoteSource (``self.source``): its counters, and where they are
+    appended."""
 
     source: RemoteSource
 
     def count_into(self, folder: str) -> None:
-        """Append this reader's counters after each batch to a file in ``folder`` (harness.measure.remotecounters)."""
+        """Append this reader's counters after each batch to a file in ``folder``
+        (harness.measure.remotecounters)."""
         self.source.counters_dir = str(folder)
 
     def remote_stats(self) -> dict:
@@ -90,8 +93,8 @@ class SourceCounters:
 
 
 class ServedBy(SourceCounters):
-    """What a format's reader over a RemoteSource shares: its counters, and its source closed after the reader
-    it extends (the formats' readers put it first among their bases)."""
+    """What a format's reader over a RemoteSource shares: its counters, and its source closed after
+    the reader it extends (the formats' readers put it first among their bases)."""
 
     def close(self) -> None:
         super().close()

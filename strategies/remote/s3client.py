@@ -1,21 +1,23 @@
-"""Byte-range reads from an S3-compatible bucket through obstore, counted: requests, bytes, LIST calls, each
-request's latency, retries and the time the caller waited.
+"""Byte-range reads from an S3-compatible bucket through obstore, counted: requests, bytes, LIST
+calls, each request's latency, retries and the time the caller waited.
 
-Why obstore: against the project's own local store (moto's server mode, loopback, unshaped; one worker, one
-request at a time; scripts/s3/client_bench.py, docs/measurements/remote.md) obstore made 2.7x the 16 KiB range GETs per
-second of boto3 (80 against 30) for 0.8 ms of client CPU per request against boto3's 3.6 and s3fs's 4.4, and
-the same MB/s on 8 MiB ranges within the noise (42, 41, 53 MB/s: the server binds there). The client's CPU per
-request is what a DataLoader worker spends instead of decoding, so it decided.
+Why obstore: against the project's own local store (moto's server mode, loopback, unshaped; one
+worker, one request at a time; scripts/s3/client_bench.py, docs/measurements/remote.md) obstore
+made 2.7x the 16 KiB range GETs per second of boto3 (80 against 30) for 0.8 ms of client CPU per
+request against boto3's 3.6 and s3fs's 4.4, and the same MB/s on 8 MiB ranges within the noise (42,
+41, 53 MB/s: the server binds there). The client's CPU per request is what a DataLoader worker
+spends instead of decoding, so it decided.
 
-Where the store is: ``s3://bucket/prefix``; endpoint, region and credentials resolved the standard way by
-botocore's session (AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3, AWS_REGION / AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID /
-AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/config and ~/.aws/credentials, a profile's ``endpoint_url``), or an
-explicit ``endpoint_url``, then handed to obstore (which lets AWS_ENDPOINT_URL_S3, when set, override even an
-explicit endpoint_url: leave that variable unset to give one). obstore's own retries are off: throttling
-(503 SlowDown) and other 5xx answers are retried here with exponential backoff and counted.
+Where the store is: ``s3://bucket/prefix``; endpoint, region and credentials resolved the standard
+way by botocore's session (AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_S3, AWS_REGION / AWS_DEFAULT_REGION,
+AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws/config and ~/.aws/credentials, a
+profile's ``endpoint_url``), or an explicit ``endpoint_url``, then handed to obstore (which lets
+AWS_ENDPOINT_URL_S3, when set, override even an explicit endpoint_url: leave that variable unset to
+give one). obstore's own retries are off: throttling (503 SlowDown) and other 5xx answers are
+retried here with exponential backoff and counted.
 
-A ``RangeStore`` is picklable and opens its obstore client lazily in each process (after a fork the child opens
-its own); its counters are per process.
+A ``RangeStore`` is picklable and opens its obstore client lazily in each process (after a fork the
+child opens its own); its counters are per process.
 """
 from __future__ import annotations
 
@@ -40,22 +42,23 @@ _OBSTORE_PID: int | None = None
 
 
 class RemoteError(OSError):
-    """A remote read or write that cannot succeed: one line naming the URL and the remedy. ``stops_run``: no
-    later cell can read the store either, so a harness that sees it ends the run with ``line()`` (exit 2)
-    rather than failing one cell."""
+    """A remote read or write that cannot succeed: one line naming the URL and the remedy.
+    ``stops_run``: no later cell can read the store either, so a harness that sees it ends the run
+    with ``line()`` (exit 2) rather than failing one cell."""
 
     stops_run = True
 
     def line(self) -> str:
-        """The error's own line, also where a DataLoader re-raised it from a worker with the worker's
-        traceback around it (whose last line is "...RemoteError: <the line>")."""
+        """The error's own line, also where a DataLoader re-raised it from a worker with the
+        worker's traceback around it (whose last line is "...RemoteError: <the line>")."""
         lines = str(self).strip().splitlines()
         return lines[-1].split("RemoteError: ", 1)[-1] if lines else ""
 
 
 def _status(text: str) -> int | None:
-    """The HTTP status an error's text names (obstore: "status code: 503", "status: 503"; botocore: "(503)"),
-    else None: digits elsewhere in the text (a timing, a request id) are never read as one."""
+    """The HTTP status an error's text names (obstore: "status code: 503", "status: 503"; botocore:
+    "(503)"), else None: digits elsewhere in the text (a timing, a request id) are never read as
+    one."""
     found = re.search(r"status(?: code)?: (\d{3})\b|\((\d{3})\)", text)
     return int(found.group(1) or found.group(2)) if found else None
 
@@ -67,7 +70,8 @@ def _throttled(text: str) -> bool:
 
 
 def parse_url(url: str) -> tuple[str, str]:
-    """(bucket, prefix without slashes at its ends) of ``s3://bucket/prefix``; ValueError otherwise."""
+    """(bucket, prefix without slashes at its ends) of ``s3://bucket/prefix``; ValueError
+    otherwise."""
     if not isinstance(url, str) or not url.startswith("s3://") or not url[5:].split("/")[0]:
         raise ValueError(f"url = {url!r} must be s3://BUCKET/PREFIX")
     bucket, _, prefix = url[5:].partition("/")
@@ -75,7 +79,8 @@ def parse_url(url: str) -> tuple[str, str]:
 
 
 def resolved(endpoint_url: str = "") -> dict:
-    """The endpoint, region and credentials botocore's session resolves (env, config file, profile)."""
+    """The endpoint, region and credentials botocore's session resolves (env, config file,
+    profile)."""
     import botocore.session
 
     session = botocore.session.Session()
@@ -113,7 +118,8 @@ def latency_bin(seconds: float) -> int:
 
 
 class Tally:
-    """One process's request counters; ``latency_bins`` counts every request's seconds (see latency_bin)."""
+    """One process's request counters; ``latency_bins`` counts every request's seconds (see
+    latency_bin)."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -141,8 +147,8 @@ class Tally:
 
 
 class RangeStore:
-    """``s3://bucket/prefix`` read by byte ranges, up to ``in_flight`` requests at once (a thread pool per
-    process), and written whole objects at a time."""
+    """``s3://bucket/prefix`` read by byte ranges, up to ``in_flight`` requests at once (a thread
+    pool per process), and written whole objects at a time."""
 
     def __init__(self, url: str, in_flight: int = 1, endpoint_url: str = ""):
         self.url = url.rstrip("/")
@@ -202,7 +208,8 @@ class RangeStore:
         return S3Store(self.bucket, config=config, client_options=options, retry_config=retry)
 
     def _call(self, name: str, what, *args):
-        """``what(store, *args)`` with throttling retried; obstore's errors as one RemoteError line."""
+        """``what(store, *args)`` with throttling retried; obstore's errors as one RemoteError
+        line."""
         for attempt in range(RETRIES + 1):
             try:
                 return what(self.store(), *args)
@@ -261,7 +268,8 @@ class RangeStore:
         return data
 
     def get_ranges(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes]:
-        """The bytes of each (object name, start, end), in order, ``in_flight`` requests at a time."""
+        """The bytes of each (object name, start, end), in order, ``in_flight`` requests at a
+        time."""
         t0 = time.perf_counter()
         self.store()
         if self._pool is None or len(requests) < 2:

@@ -1,12 +1,13 @@
-"""LitData chunks read from a bucket by litdata itself: ``litdata.StreamingDataset`` over ``s3://bucket/prefix``
-(the chunks and index.json that ``litdata.optimize`` wrote, uploaded as they are), which downloads whole chunks
-into its own cache directory through its own S3 client (boto3, resolved the standard way; ``endpoint_url``
-given to it as ``storage_options``) and reads items from them. That cache is litdata's disk tier: its size is
-``max_cache_size`` (the storage's ``disk_cache_mb``, else litdata's default).
+"""LitData chunks read from a bucket by litdata itself: ``litdata.StreamingDataset`` over
+``s3://bucket/prefix`` (the chunks and index.json that ``litdata.optimize`` wrote, uploaded as they
+are), which downloads whole chunks into its own cache directory through its own S3 client (boto3,
+resolved the standard way; ``endpoint_url`` given to it as ``storage_options``) and reads items
+from them. That cache is litdata's disk tier: its size is ``max_cache_size`` (the storage's
+``disk_cache_mb``, else litdata's default).
 
-The harness does not see litdata's requests, so this reader's figures have samples and the time it waited in
-litdata's reads (``wait_s``), no request, byte or latency counts: its ``client`` is "litdata", and the figures
-show "-" for what it cannot count (harness.measure.remotecounters)."""
+The harness does not see litdata's requests, so this reader's figures have samples and the time it
+waited in litdata's reads (``wait_s``), no request, byte or latency counts: its ``client`` is
+"litdata", and the figures show "-" for what it cannot count (harness.measure.remotecounters)."""
 from __future__ import annotations
 
 import time
@@ -30,7 +31,8 @@ class S3LitdataReader(LitdataReader):
         self.counters_dir = ""  # where read_batch appends the counters ("": nowhere)
 
     def count_into(self, folder: str) -> None:
-        """Append this reader's counters after each batch to a file in ``folder`` (harness.measure.remotecounters)."""
+        """Append this reader's counters after each batch to a file in ``folder``
+        (harness.measure.remotecounters)."""
         self.counters_dir = str(folder)
 
     def __getstate__(self):  # counters are per process

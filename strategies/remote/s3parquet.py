@@ -1,8 +1,8 @@
-"""Parquet row groups from a bucket: pyarrow reads the object through ``RemoteFile``, a file whose every
-``read`` is one range GET (through the disk cache tier when there is one: pyarrow reads the same ranges for the
-same row group, so a range seen before is a hit). ``pre_buffer``: pyarrow coalesces the column chunks of a row
-group it is asked for into as few reads as their gaps allow, so a row group costs about one GET; the footer
-costs two GETs once per process."""
+"""Parquet row groups from a bucket: pyarrow reads the object through ``RemoteFile``, a file whose
+every ``read`` is one range GET (through the disk cache tier when there is one: pyarrow reads the
+same ranges for the same row group, so a range seen before is a hit). ``pre_buffer``: pyarrow
+coalesces the column chunks of a row group it is asked for into as few reads as their gaps allow,
+so a row group costs about one GET; the footer costs two GETs once per process."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,6 +1,7 @@
-"""Raw objects from a bucket: one object per sample and field (the raw storage's files, uploaded as they are),
-each read with one whole-object GET, ``in_flight`` at a time; the fields not asked for are never fetched. It
-shows why not: a request per field per sample, where a shard costs one per many samples."""
+"""Raw objects from a bucket: one object per sample and field (the raw storage's files, uploaded as
+they are), each read with one whole-object GET, ``in_flight`` at a time; the fields not asked for
+are never fetched. It shows why not: a request per field per sample, where a shard costs one per
+many samples."""
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -1,10 +1,11 @@
-"""WebDataset tar shards read from a bucket: the member offsets from the materialisation's index (index.npy,
-kept beside the manifest, as webdataset's indexed readers keep their index), the bytes by range GETs.
+"""WebDataset tar shards read from a bucket: the member offsets from the materialisation's index
+(index.npy, kept beside the manifest, as webdataset's indexed readers keep their index), the bytes
+by range GETs.
 
-Without a disk cache tier each sample's close members are one range GET (the groups of the local reader), a
-batch's GETs ``in_flight`` at a time. With a tier the unit is the whole shard (one GET, kept on the local disk,
-as LitData and Streaming cache whole shards): later samples of that shard, in any worker or epoch, cost no
-request."""
+Without a disk cache tier each sample's close members are one range GET (the groups of the local
+reader), a batch's GETs ``in_flight`` at a time. With a tier the unit is the whole shard (one GET,
+kept on the local disk, as LitData and Streaming cache whole shards): later samples of that shard,
+in any worker or epoch, cost no request."""
 from __future__ import annotations
 
 from collections.abc import Sequence

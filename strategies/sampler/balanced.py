@@ -1,20 +1,23 @@
 """Cost-balanced distributed sampler: at every global step each rank gets an equal-cost share.
 
 In synchronous DDP the slowest rank sets every step's time. DistributedSampler deals the shuffled
-indices out by stride, so one rank can draw several expensive samples (large images) in the same step
-while the others wait. This sampler shuffles and pads exactly as DistributedSampler(drop_last=False)
-does, cuts the padded permutation into global steps of ``num_replicas * batch_size`` indices (the last
-step may be shorter) and, within each step, assigns indices to ranks longest-processing-time first:
-costliest first, each to the least-loaded rank that still has room (ties to the lowest rank). Every rank
-gets exactly ``len(step) / num_replicas`` indices of every step, hence ``total_size / num_replicas`` in
-all and the same number of fixed batches; its k-th ``batch_size`` slice is its share of step k.
+indices out by stride, so one rank can draw several expensive samples (large images) in the same
+step while the others wait. This sampler shuffles and pads exactly as
+DistributedSampler(drop_last=False) does, cuts the padded permutation into global steps of
+``num_replicas * batch_size`` indices (the last step may be shorter) and, within each step, assigns
+indices to ranks longest-processing-time first: costliest first, each to the least-loaded rank that
+still has room (ties to the lowest rank). Every rank gets exactly ``len(step) / num_replicas``
+indices of every step, hence ``total_size / num_replicas`` in all and the same number of fixed
+batches; its k-th ``batch_size`` slice is its share of step k.
 
-Unlike the first article's ``DistributedSamplerWithBalance``, which gave every rank the same unshuffled
-prefix of the dataset, stopped after ~1/world of it, ignored rank, epoch and ``__len__`` and loaded every
-image in ``__init__`` to weigh it, this keeps DistributedSampler's contract: every index once per epoch
-across ranks (plus the same padding), equal lengths, order a pure function of (seed, epoch).
+Unlike the first article's ``DistributedSamplerWithBalance``, which gave every rank the same
+unshuffled prefix of the dataset, stopped after ~1/world of it, ignored rank, epoch and ``__len__``
+and loaded every image in ``__init__`` to weigh it, this keeps DistributedSampler's contract: every
+index once per epoch across ranks (plus the same padding), equal lengths, order a pure function of
+(seed, epoch).
 
-Balance guarantee per step (LPT): max rank cost <= mean rank cost + the largest single cost in the step.
+Balance guarantee per step (LPT): max rank cost <= mean rank cost + the largest single cost in the
+step.
 """
 from __future__ import annotations
 
@@ -47,7 +50,8 @@ def padded_permutation(size: int, total_size: int, seed: int, epoch: int) -> lis
 def lpt_assign(costs: np.ndarray, num_replicas: int) -> np.ndarray:
     """Rank of each position: costliest first to the least-loaded rank with room (equal counts).
 
-    ``len(costs)`` must be a multiple of ``num_replicas``. Ties: earlier position first, lower rank first.
+    ``len(costs)`` must be a multiple of ``num_replicas``. Ties: earlier position first, lower rank
+    first.
     """
     share = len(costs) // num_replicas
     ranks = np.empty(len(costs), dtype=np.int64)
@@ -86,7 +90,8 @@ class BalancedDistributedSampler(DistributedEpochs):
 
 @register("sampler", "balanced")
 class BalancedSampler(SamplerBase):
-    """``cost``: which per-sample cost the harness passes ("auto", "pixels" or "bytes"); unused here."""
+    """``cost``: which per-sample cost the harness passes ("auto", "pixels" or "bytes"); unused
+    here."""
 
     def __init__(self, cost: str = "auto") -> None:
         self.cost = choice("cost", cost, ("auto", "pixels", "bytes"))

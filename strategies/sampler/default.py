@@ -1,4 +1,5 @@
-"""torch's DistributedSampler: a seeded shuffle, padded to a multiple of the world size, strided by rank."""
+"""torch's DistributedSampler: a seeded shuffle, padded to a multiple of the world size, strided by
+rank."""
 from __future__ import annotations
 
 from torch.utils.data.distributed import DistributedSampler

@@ -1,7 +1,8 @@
 """What every distributed sampler here shares with torch's DistributedSampler: the epoch's sizes.
 
-Each rank gets ``ceil(size / num_replicas)`` indices per epoch (the epoch is padded to a multiple of the
-world size as torch pads), the order depends on (seed, epoch), and ``set_epoch`` moves to the next one.
+Each rank gets ``ceil(size / num_replicas)`` indices per epoch (the epoch is padded to a multiple
+of the world size as torch pads), the order depends on (seed, epoch), and ``set_epoch`` moves to
+the next one.
 """
 from __future__ import annotations
 

@@ -1,20 +1,24 @@
-"""Shuffle-buffer sampler: a streaming reader's samples in storage order, mixed by a bounded in-memory buffer.
+"""Shuffle-buffer sampler: a streaming reader's samples in storage order, mixed by a bounded
+in-memory buffer.
 
-What a streaming loader does when it reads its data front to back (a tar stream, a parquet file, litdata chunks
-in order) and shuffles only through a buffer: each rank streams one contiguous slice of the storage, in index
-order (the epoch padded to a multiple of the world size by repeating its beginning, as torch pads), and the
-rank's buffer of ``size`` samples mixes it: fill the buffer, emit a random element, put the next sample in its
-place, then drain the rest in random order (seeded by (seed, epoch, rank); ``size = 1`` is the stream itself).
-The slices rotate by one rank per epoch, so over W epochs every rank streams every slice.
+What a streaming loader does when it reads its data front to back (a tar stream, a parquet file,
+litdata chunks in order) and shuffles only through a buffer: each rank streams one contiguous slice
+of the storage, in index order (the epoch padded to a multiple of the world size by repeating its
+beginning, as torch pads), and the rank's buffer of ``size`` samples mixes it: fill the buffer,
+emit a random element, put the next sample in its place, then drain the rest in random order
+(seeded by (seed, epoch, rank); ``size = 1`` is the stream itself). The slices rotate by one rank
+per epoch, so over W epochs every rank streams every slice.
 
-A sample moves at most about ``size`` places earlier than its place in the stream (and, in expectation, by a
-few buffer lengths later), so the order stays correlated with storage whenever ``size`` is small against a
-rank's slice: the order figures (harness.results.orderquality) measure how large a buffer closes the gap to a
-shuffle, and the buffer's memory is ``size`` samples per rank. Unlike the ``shards`` sampler, the shard order
-is not shuffled first: this is the harder case for a buffer, storage order itself.
+A sample moves at most about ``size`` places earlier than its place in the stream (and, in
+expectation, by a few buffer lengths later), so the order stays correlated with storage whenever
+``size`` is small against a rank's slice: the order figures (harness.results.orderquality) measure
+how large a buffer closes the gap to a shuffle, and the buffer's memory is ``size`` samples per
+rank. Unlike the ``shards`` sampler, the shard order is not shuffled first: this is the harder case
+for a buffer, storage order itself.
 
-Contract (DistributedSampler's): every index once per epoch across ranks plus exactly torch's padding, equal
-``len`` on every rank, the order a pure function of (seed, epoch) for a given rank and world size.
+Contract (DistributedSampler's): every index once per epoch across ranks plus exactly torch's
+padding, equal ``len`` on every rank, the order a pure function of (seed, epoch) for a given rank
+and world size.
 """
 from __future__ import annotations
 

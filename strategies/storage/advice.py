@@ -1,35 +1,38 @@
 """Access hints: what a reader tells the kernel about how it will read its files.
 
 Without a hint, a page fault on a memory map reads ahead around the fault (up to the block device's
-``read_ahead_kb``, 8 MiB on some virtual disks), and a ``pread`` on a descriptor starts the file's read-ahead
-window. For random rows of an 11 KB sample that reads megabytes per sample from the device (measured:
-docs/cold-scale.md). A reader's ``advice`` (a storage parameter) chooses the hint:
+``read_ahead_kb``, 8 MiB on some virtual disks), and a ``pread`` on a descriptor starts the file's
+read-ahead window. For random rows of an 11 KB sample that reads megabytes per sample from the
+device (measured: docs/cold-scale.md). A reader's ``advice`` (a storage parameter) chooses the
+hint:
 
 - ``"random"``: ``madvise(MADV_RANDOM)`` on its maps, ``posix_fadvise(POSIX_FADV_RANDOM)`` on its
   descriptors: no read-ahead, a fault reads its own page only;
 - ``"sequential"``: ``MADV_SEQUENTIAL`` / ``POSIX_FADV_SEQUENTIAL`` (a larger read-ahead window);
 - ``"normal"``: no hint and no prefetch at all: the kernel's defaults, the untuned behaviour;
-- ``"auto"`` (the default): the access the reader was told (``advise("random" | "sequential")``, what the
-  sampler does: ``access_of(sampler)``), and ``"random"`` until it is told.
+- ``"auto"`` (the default): the access the reader was told (``advise("random" | "sequential")``,
+  what the sampler does: ``access_of(sampler)``), and ``"random"`` until it is told.
 
-How a reader is told: the harness asks a storage for its ``shards(path)`` only for a shard-streaming
-sampler (strategies.protocols.Sampler.uses_shards), before the loader starts, so a storage's ``shards``
-tells the readers it opened on that path ``advise("sequential")`` (``Tracked``); a caller may also call
-``reader.advise`` itself. The readers are pickled to the loader's workers after that, with their access.
+How a reader is told: the harness asks a storage for its ``shards(path)`` only for a
+shard-streaming sampler (strategies.protocols.Sampler.uses_shards), before the loader starts, so a
+storage's ``shards`` tells the readers it opened on that path ``advise("sequential")``
+(``Tracked``); a caller may also call ``reader.advise`` itself. The readers are pickled to the
+loader's workers after that, with their access.
 
-Under every hint but ``"normal"`` a reader that knows the byte ranges of the batch it is about to read asks
-for exactly those first (``POSIX_FADV_WILLNEED`` on a descriptor of the file, ranges closer than a gap
-merged; ``FileRanges`` for a mapped file): the
-kernel then reads them all at once, with many requests in flight, instead of one page fault after another,
-and the faults that follow find their pages and read nothing more. Under shard streaming those ranges are
-the runs of the shards the batch reads.
+Under every hint but ``"normal"`` a reader that knows the byte ranges of the batch it is about to
+read asks for exactly those first (``POSIX_FADV_WILLNEED`` on a descriptor of the file, ranges
+closer than a gap merged; ``FileRanges`` for a mapped file): the kernel then reads them all at
+once, with many requests in flight, instead of one page fault after another, and the faults that
+follow find their pages and read nothing more. Under shard streaming those ranges are the runs of
+the shards the batch reads.
 
-On a warm page cache that ask is pure cost (1.9-2.7x on warm mmap and hdf5 reads, measured: a syscall per
-range and the Python that builds them). So a reader learns (``WillNeed``): an ask after which the thread had
-read no byte from storage (``/proc/thread-self/io`` read_bytes) found its ranges resident; after
-``WARM_AFTER`` such batches in a row it stops asking and building the ranges, until a batch's reads take a
-major page fault (``getrusage``: a page had left the cache), and then asks again. The hint on the maps and
-descriptors is unchanged, so a cold read still reads only what it asks for.
+On a warm page cache that ask is pure cost (1.9-2.7x on warm mmap and hdf5 reads, measured: a
+syscall per range and the Python that builds them). So a reader learns (``WillNeed``): an ask after
+which the thread had read no byte from storage (``/proc/thread-self/io`` read_bytes) found its
+ranges resident; after ``WARM_AFTER`` such batches in a row it stops asking and building the
+ranges, until a batch's reads take a major page fault (``getrusage``: a page had left the cache),
+and then asks again. The hint on the maps and descriptors is unchanged, so a cold read still reads
+only what it asks for.
 """
 from __future__ import annotations
 
@@ -66,26 +69,28 @@ def checked(value) -> str:
 
 
 def access_of(sampler) -> str:
-    """How a sampler strategy reads: "sequential" for a shard-streaming one (``uses_shards``), else "random"."""
+    """How a sampler strategy reads: "sequential" for a shard-streaming one (``uses_shards``), else
+    "random"."""
     return "sequential" if getattr(sampler, "uses_shards", False) else "random"
 
 
 def resolved(advice: str, access: str | None) -> str:
-    """The hint a reader gives: its advice, or for "auto" the access it was told ("random" when none)."""
+    """The hint a reader gives: its advice, or for "auto" the access it was told ("random" when
+    none)."""
     return advice if advice != "auto" else (access or "random")
 
 
 def cell_hint(storage, sampler) -> str | None:
-    """The hint the readers of ``storage`` give under ``sampler`` (strategies), None for a storage without
-    an ``advice`` parameter."""
+    """The hint the readers of ``storage`` give under ``sampler`` (strategies), None for a storage
+    without an ``advice`` parameter."""
     configured = getattr(storage, "advice", None)
     return None if configured is None else resolved(configured, access_of(sampler))
 
 
 class Advised:
-    """A reader's advice and the access it was told (pickled with the reader: a worker opens its maps with
-    the hint of the reader it received). ``advise`` before the first read; after it, the reader's open
-    handles are closed and reopen with the new hint on the next read."""
+    """A reader's advice and the access it was told (pickled with the reader: a worker opens its
+    maps with the hint of the reader it received). ``advise`` before the first read; after it, the
+    reader's open handles are closed and reopen with the new hint on the next read."""
 
     advice: str = "auto"
     access: str | None = None
@@ -96,8 +101,8 @@ class Advised:
         return resolved(self.advice, self.access)
 
     def advise(self, access: str) -> None:
-        """How the reader will be read: "random" (the default and balanced samplers) or "sequential" (a
-        shard-streaming sampler). Only an ``advice = "auto"`` reader follows it."""
+        """How the reader will be read: "random" (the default and balanced samplers) or
+        "sequential" (a shard-streaming sampler). Only an ``advice = "auto"`` reader follows it."""
         before = self.hint
         self.access = choice("access", access, ACCESSES)
         if self.hint != before:
@@ -108,8 +113,8 @@ class Advised:
 
 
 class Tracked:
-    """A storage that remembers the readers it opened (weakly), so that ``streamed(path)`` (called from its
-    ``shards``) can tell them they will be read shard by shard."""
+    """A storage that remembers the readers it opened (weakly), so that ``streamed(path)`` (called
+    from its ``shards``) can tell them they will be read shard by shard."""
 
     def track(self, reader, path):
         self.__dict__.setdefault("_opened", []).append((os.path.realpath(path), weakref.ref(reader)))
@@ -127,7 +132,8 @@ class Tracked:
 
 
 def advise_map(mm, hint: str) -> None:
-    """The hint on a whole ``mmap.mmap`` (an empty file's ``b""`` has none); "normal" leaves it untouched."""
+    """The hint on a whole ``mmap.mmap`` (an empty file's ``b""`` has none); "normal" leaves it
+    untouched."""
     option = _MADV.get(hint)
     if hint != "normal" and option is not None and isinstance(mm, mmap.mmap) and len(mm):
         mm.madvise(option)
@@ -154,8 +160,9 @@ def mapping_of(array: np.ndarray):
 
 
 def merged(ranges: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
-    """Byte ranges [start, end) widened to whole pages, sorted, and merged when at most ``gap`` apart (plain
-    Python: a batch has tens of ranges, where numpy's per-call overhead would dominate)."""
+    """Byte ranges [start, end) widened to whole pages, sorted, and merged when at most ``gap``
+    apart (plain Python: a batch has tens of ranges, where numpy's per-call overhead would
+    dominate)."""
     out: list[list[int]] = []
     for start, end in sorted(ranges):
         lo, hi = start - start % PAGE, -(-end // PAGE) * PAGE
@@ -171,8 +178,8 @@ WARM_AFTER = 4  # asks in a row that read nothing from storage before a reader s
 
 
 def read_bytes() -> int | None:
-    """Bytes this thread has had read from storage so far (its read-ahead and WILLNEED included: they are
-    counted when submitted), None where the kernel does not keep the count."""
+    """Bytes this thread has had read from storage so far (its read-ahead and WILLNEED included:
+    they are counted when submitted), None where the kernel does not keep the count."""
     try:
         with open(IO_FILE, "rb") as f:
             for line in f:
@@ -189,9 +196,9 @@ def major_faults() -> int:
 
 
 class WillNeed:
-    """Whether a reader's next batch should ask for its ranges: yes while its asks still read from storage,
-    no after WARM_AFTER asks in a row that read nothing, yes again once the thread takes a major fault. Not
-    pickled with its state: a worker learns for itself."""
+    """Whether a reader's next batch should ask for its ranges: yes while its asks still read from
+    storage, no after WARM_AFTER asks in a row that read nothing, yes again once the thread takes a
+    major fault. Not pickled with its state: a worker learns for itself."""
 
     def __init__(self):
         self.warm = 0  # asks in a row after which the thread had read nothing from storage
@@ -227,9 +234,9 @@ def fd_will_need(fd: int, spans: Iterable[tuple[int, int]]) -> None:
 
 
 class FileRanges:
-    """A descriptor of a memory-mapped file, kept to ask for the byte ranges a batch will read before the map
-    is touched (POSIX_FADV_WILLNEED fills the same page cache the map reads; cheaper per call than madvise,
-    and in file offsets, so no map address is needed)."""
+    """A descriptor of a memory-mapped file, kept to ask for the byte ranges a batch will read
+    before the map is touched (POSIX_FADV_WILLNEED fills the same page cache the map reads; cheaper
+    per call than madvise, and in file offsets, so no map address is needed)."""
 
     def __init__(self, path):
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
@@ -237,20 +244,22 @@ class FileRanges:
         self.need = WillNeed()
 
     def rows(self, offset: int, row_bytes: int, sorted_idx: np.ndarray, hint: str) -> None:
-        """Rows ``sorted_idx`` of fixed-size rows starting at file offset ``offset`` (not under "normal", nor
-        while the page cache holds them: WillNeed); a ValueError for a range outside the file (a reader's
-        arithmetic gone wrong, never a silent no-op)."""
+        """Rows ``sorted_idx`` of fixed-size rows starting at file offset ``offset`` (not under
+        "normal", nor while the page cache holds them: WillNeed); a ValueError for a range outside
+        the file (a reader's arithmetic gone wrong, never a silent no-op)."""
         if hint != "normal" and len(sorted_idx) and self.need.asking():
             self._ask([(offset + i * row_bytes, offset + (i + 1) * row_bytes) for i in sorted_idx.tolist()], hint)
 
     def slices(self, offsets: np.ndarray, sorted_idx: np.ndarray, base: int, hint: str) -> None:
-        """The slices ``base + offsets[i] : base + offsets[i + 1]`` (as rows); ranges checked as rows."""
+        """The slices ``base + offsets[i] : base + offsets[i + 1]`` (as rows); ranges checked as
+        rows."""
         if hint != "normal" and len(sorted_idx) and self.need.asking():
             starts, ends = offsets[sorted_idx].tolist(), offsets[sorted_idx + 1].tolist()
             self._ask([(base + a, base + b) for a, b in zip(starts, ends)], hint)
 
     def _ask(self, ranges: list[tuple[int, int]], hint: str) -> None:
-        """The exact ranges checked against the file, then asked for widened to pages and merged."""
+        """The exact ranges checked against the file, then asked for widened to pages and
+        merged."""
         for start, end in ranges:
             if start < 0 or end < start or end > self.size:
                 raise ValueError(f"{self.path}: bytes [{start}, {end}) lie outside the file's {self.size} bytes")

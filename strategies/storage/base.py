@@ -46,11 +46,11 @@ class LazyHandle:
 
 
 class PicklesUnmapped:
-    """A reader whose pickle carries no memory map: the attributes named in ``_mapped`` (arrays viewing a
-    map, re-mapped lazily on next use) are pickled as None. A numpy view of a memory map pickles as a copy
-    of its whole data, so without this every DataLoader worker that receives the reader by pickle (spawn,
-    forkserver) would get a copy of e.g. ``stored_bytes`` instead of mapping it. Handles kept in a
-    ``LazyHandle`` drop their value on their own."""
+    """A reader whose pickle carries no memory map: the attributes named in ``_mapped`` (arrays
+    viewing a map, re-mapped lazily on next use) are pickled as None. A numpy view of a memory map
+    pickles as a copy of its whole data, so without this every DataLoader worker that receives the
+    reader by pickle (spawn, forkserver) would get a copy of e.g. ``stored_bytes`` instead of
+    mapping it. Handles kept in a ``LazyHandle`` drop their value on their own."""
 
     _mapped: tuple[str, ...] = ("_stored",)
 
@@ -59,10 +59,10 @@ class PicklesUnmapped:
 
 
 class StoredBytesSidecar:
-    """``stored_bytes()`` from the materialisation's ``stored_bytes.npy``, memory-mapped on first use with the
-    reader's access hint, so that a reader's memory does not grow with the dataset (PicklesUnmapped keeps the
-    map out of the reader's pickle). The reader holds ``path``, ``hint`` (Advised) and ``_stored`` (None until
-    mapped; its ``close`` sets it back to None)."""
+    """``stored_bytes()`` from the materialisation's ``stored_bytes.npy``, memory-mapped on first
+    use with the reader's access hint, so that a reader's memory does not grow with the dataset
+    (PicklesUnmapped keeps the map out of the reader's pickle). The reader holds ``path``, ``hint``
+    (Advised) and ``_stored`` (None until mapped; its ``close`` sets it back to None)."""
 
     def stored_bytes(self) -> np.ndarray:
         if self._stored is None:
@@ -71,12 +71,13 @@ class StoredBytesSidecar:
 
 
 class TrackedStorage(advice.Tracked, StorageBase):
-    """The tail every built-in storage shares after ``write`` and ``open`` (whose readers it keeps with
-    ``self.track``). ``shards(path)`` tells the readers opened on ``path`` that they will be read shard by shard
-    (advice.Tracked: the harness asks only for a shard-streaming sampler), then returns ``shard_ranges(path)``:
-    the storage's own shards as index ranges in order, or None, the default, for a storage without shards of its
-    own (a shard-streaming sampler cuts fixed-size ranges). ``files(path)`` is ``path / name`` for each of the
-    storage's ``file_names(path)`` (relative to ``path``)."""
+    """The tail every built-in storage shares after ``write`` and ``open`` (whose readers it keeps
+    with ``self.track``). ``shards(path)`` tells the readers opened on ``path`` that they will be
+    read shard by shard (advice.Tracked: the harness asks only for a shard-streaming sampler), then
+    returns ``shard_ranges(path)``: the storage's own shards as index ranges in order, or None, the
+    default, for a storage without shards of its own (a shard-streaming sampler cuts fixed-size
+    ranges). ``files(path)`` is ``path / name`` for each of the storage's ``file_names(path)``
+    (relative to ``path``)."""
 
     def shards(self, path: Path) -> list[range] | None:
         self.streamed(path)
@@ -110,7 +111,8 @@ def checked_indices(indices: Sequence[int], count: int) -> np.ndarray:
 
 
 def in_order(samples: Iterable[Sample], count: int) -> Iterator[tuple[int, Sample]]:
-    """(index, sample) for a writer's stream, checking it holds exactly samples 0..count-1 in order."""
+    """(index, sample) for a writer's stream, checking it holds exactly samples 0..count-1 in
+    order."""
     n = 0
     for n, s in enumerate(samples, start=1):
         i = n - 1
@@ -124,8 +126,8 @@ def in_order(samples: Iterable[Sample], count: int) -> Iterator[tuple[int, Sampl
 
 
 def write_meta(path: Path, fmt: str, count: int, **extra) -> None:
-    """meta.json: the storage format and sample count (so len() never opens the data files), and any
-    storage-specific ``extra`` keys (e.g. hdf5's layout)."""
+    """meta.json: the storage format and sample count (so len() never opens the data files), and
+    any storage-specific ``extra`` keys (e.g. hdf5's layout)."""
     with open(Path(path) / "meta.json", "w") as f:
         json.dump({"format": fmt, "version": 1, "count": count, **extra}, f)
 
@@ -143,16 +145,18 @@ def read_count(path: Path) -> int:
 
 
 def sorted_order(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(order, idx[order]): a batch is read in file order; the j-th sorted row belongs to sample order[j]."""
+    """(order, idx[order]): a batch is read in file order; the j-th sorted row belongs to sample
+    order[j]."""
     order = np.argsort(idx, kind="stable")
     return order, idx[order]
 
 
 def gather_rows(array: np.ndarray, sorted_idx: np.ndarray) -> np.ndarray:
-    """Rows ``sorted_idx`` of a 2-D array (a memory map) in one fancy index, into one preallocated buffer.
+    """Rows ``sorted_idx`` of a 2-D array (a memory map) in one fancy index, into one preallocated
+    buffer.
 
-    ``mode="clip"`` lets numpy write straight into ``out`` (the indices are already checked); with the
-    default ``"raise"`` it gathers into a temporary first.
+    ``mode="clip"`` lets numpy write straight into ``out`` (the indices are already checked); with
+    the default ``"raise"`` it gathers into a temporary first.
     """
     out = np.empty((len(sorted_idx),) + array.shape[1:], dtype=array.dtype)
     np.take(array, sorted_idx, axis=0, out=out, mode="clip")
@@ -160,7 +164,8 @@ def gather_rows(array: np.ndarray, sorted_idx: np.ndarray) -> np.ndarray:
 
 
 def in_request_order(items: Sequence, order: np.ndarray) -> list:
-    """``items`` (one per sorted position) rearranged so that item k belongs to the k-th requested index."""
+    """``items`` (one per sorted position) rearranged so that item k belongs to the k-th requested
+    index."""
     out = [None] * len(items)
     for j, k in enumerate(order.tolist()):
         out[k] = items[j]
@@ -180,10 +185,11 @@ def slices(flat, offsets: np.ndarray, sorted_idx: np.ndarray, base: int = 0) -> 
 def mapped_columns(fields: Sequence[str], flat: dict, arrays: dict, sorted_idx: np.ndarray, order: np.ndarray,
                    bases: dict[str, int] | None = None, hint: str = "normal",
                    ranges: dict | None = None) -> dict[str, list]:
-    """A batch's per-field columns, in request order, from memory-mapped storage: the jpeg and caption bytes
-    sliced from ``flat[name]`` at ``arrays[name + "_offsets"]`` (shifted by ``bases[name]``), the embeddings
-    gathered from ``arrays[name]`` into one buffer each. ``ranges`` (Maps.ranges, filled under any hint but
-    "normal"): every byte range the batch reads is asked for first (advice.FileRanges)."""
+    """A batch's per-field columns, in request order, from memory-mapped storage: the jpeg and
+    caption bytes sliced from ``flat[name]`` at ``arrays[name + "_offsets"]`` (shifted by
+    ``bases[name]``), the embeddings gathered from ``arrays[name]`` into one buffer each.
+    ``ranges`` (Maps.ranges, filled under any hint but "normal"): every byte range the batch reads
+    is asked for first (advice.FileRanges)."""
     columns: dict[str, list] = {}
     for name in fields if ranges else ():
         if name in ranges and name in ("jpeg", "caption"):
@@ -209,8 +215,8 @@ def build_samples(indices: list[int], columns: dict[str, list]) -> list[Sample]:
 
 
 def map_file(path: str | Path, hint: str = "normal"):
-    """A read-only ``mmap.mmap`` of a whole file (bytes for an empty file, which cannot be mapped), with the
-    access hint (strategies.storage.advice) on it."""
+    """A read-only ``mmap.mmap`` of a whole file (bytes for an empty file, which cannot be mapped),
+    with the access hint (strategies.storage.advice) on it."""
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return b""
@@ -221,9 +227,9 @@ def map_file(path: str | Path, hint: str = "normal"):
 
 def load_mapped(path: str | Path, hint: str = "normal", maps: Maps | None = None,
                 name: str | None = None) -> np.ndarray:
-    """An .npy file memory-mapped (never loaded), as a plain ndarray view (no np.memmap subclass overhead),
-    with the access hint on its map; with ``maps`` and ``name`` (and a hint other than "normal"), where its
-    rows lie is recorded too (Maps.locate)."""
+    """An .npy file memory-mapped (never loaded), as a plain ndarray view (no np.memmap subclass
+    overhead), with the access hint on its map; with ``maps`` and ``name`` (and a hint other than
+    "normal"), where its rows lie is recorded too (Maps.locate)."""
     array = np.load(path, mmap_mode="r")
     mm = advice.mapping_of(array)
     if mm is not None:
@@ -234,7 +240,8 @@ def load_mapped(path: str | Path, hint: str = "normal", maps: Maps | None = None
 
 
 class Maps:
-    """A process's open memory maps and the arrays viewing them; ``close`` drops the views, then unmaps."""
+    """A process's open memory maps and the arrays viewing them; ``close`` drops the views, then
+    unmaps."""
 
     def __init__(self):
         self.files: list = []
@@ -246,7 +253,8 @@ class Maps:
         self._descriptors: dict[str, advice.FileRanges] = {}
 
     def locate(self, name: str, path: str | Path, offset: int, row_bytes: int = 0) -> None:
-        """Where field ``name``'s data lies: in ``path`` from ``offset``, in rows of ``row_bytes`` (0: flat)."""
+        """Where field ``name``'s data lies: in ``path`` from ``offset``, in rows of ``row_bytes``
+        (0: flat)."""
         key = os.path.realpath(path)
         if key not in self._descriptors:
             self._descriptors[key] = advice.FileRanges(path)

@@ -1,24 +1,26 @@
 """HDF5 storage: one ``data.h5``, in one of two layouts (the ``layout`` parameter).
 
-``layout = "contiguous"`` (the default): fixed-size, contiguous, uncompressed datasets: ``image_emb``
-float32[N, 2048], ``text_emb`` float32[N, 768], and ``jpeg`` and ``caption`` as flat uint8 buffers with
-int64[N+1] ``jpeg_offsets`` / ``caption_offsets``. h5py gives each dataset's byte offset in the file
-(``dset.id.get_offset()``); the reader maps the file once and reads every field with numpy at memory
-speed, exactly like the ``mmap`` storage: the "HDF5 + memory mapping, zero-copy reads" the articles promise
-(their per-row h5py reads do not do it).
+``layout = "contiguous"`` (the default): fixed-size, contiguous, uncompressed datasets:
+``image_emb`` float32[N, 2048], ``text_emb`` float32[N, 768], and ``jpeg`` and ``caption`` as flat
+uint8 buffers with int64[N+1] ``jpeg_offsets`` / ``caption_offsets``. h5py gives each dataset's
+byte offset in the file (``dset.id.get_offset()``); the reader maps the file once and reads every
+field with numpy at memory speed, exactly like the ``mmap`` storage: the "HDF5 + memory mapping,
+zero-copy reads" the articles promise (their per-row h5py reads do not do it).
 
-``layout = "chunked"`` (the files of earlier versions, with the default ``chunk_rows``): every dataset
-resizable along the first axis and chunked: ``jpeg`` vlen uint8 and ``caption`` vlen utf-8 string (256
-rows a chunk), the embeddings ``chunk_rows`` rows a chunk, optionally ``compression = "gzip"``. A batch
-reads each embedding chunk it touches once, whole and raw (``read_direct_chunk``: no selection machinery,
-no chunk cache; gzip is inflated here), into one buffer, and gathers its rows from there with one fancy
-index; the vlen fields take one fancy read per batch. No HDF5 call is made per row.
+``layout = "chunked"`` (the files of earlier versions, with the default ``chunk_rows``): every
+dataset resizable along the first axis and chunked: ``jpeg`` vlen uint8 and ``caption`` vlen utf-8
+string (256 rows a chunk), the embeddings ``chunk_rows`` rows a chunk, optionally ``compression =
+"gzip"``. A batch reads each embedding chunk it touches once, whole and raw (``read_direct_chunk``:
+no selection machinery, no chunk cache; gzip is inflated here), into one buffer, and gathers its
+rows from there with one fancy index; the vlen fields take one fancy read per batch. No HDF5 call
+is made per row.
 
-The layouts are different files: ``variant`` names them (a directory suffix), and ``open`` refuses a
-directory that holds another variant. Sidecars: ``meta.json`` (count, layout, variant) and
-``stored_bytes.npy`` (per-sample bytes, memory-mapped), so ``len()`` and cost estimates never open the
-HDF5 file. Files are opened lazily, in the reading process; any h5py handle a reader opened is closed just
-before ``os.fork`` (the parent reopens on its next read), so no HDF5 file state crosses a fork.
+The layouts are different files: ``variant`` names them (a directory suffix), and ``open`` refuses
+a directory that holds another variant. Sidecars: ``meta.json`` (count, layout, variant) and
+``stored_bytes.npy`` (per-sample bytes, memory-mapped), so ``len()`` and cost estimates never open
+the HDF5 file. Files are opened lazily, in the reading process; any h5py handle a reader opened is
+closed just before ``os.fork`` (the parent reopens on its next read), so no HDF5 file state crosses
+a fork.
 """
 from __future__ import annotations
 
@@ -94,8 +96,8 @@ def variant_of(layout: str, chunk_rows: int, compression: str) -> str:
 
 
 def _map_contiguous(path: Path, fields: tuple[str, ...], hint: str = "normal") -> Maps:
-    """Where each dataset lies in the file (h5py, then closed) and numpy views of one map of the file, which
-    carries the access hint (strategies.storage.advice)."""
+    """Where each dataset lies in the file (h5py, then closed) and numpy views of one map of the
+    file, which carries the access hint (strategies.storage.advice)."""
     wanted = [f for f in fields if f in _EMB_DIMS] + [n for f in fields if f in _VAR for n in (f, f + "_offsets")]
     where = {}
     with h5py.File(path, "r") as f:
@@ -129,7 +131,8 @@ def _open_chunked(path: Path) -> h5py.File:
 
 
 def _read_chunks(ds: h5py.Dataset, chunk_ids: list[int], rows: int) -> np.ndarray:
-    """Chunks ``chunk_ids`` of a 2-D dataset chunked (rows, dim), whole, into one buffer (k, rows, dim)."""
+    """Chunks ``chunk_ids`` of a 2-D dataset chunked (rows, dim), whole, into one buffer (k, rows,
+    dim)."""
     dim = ds.shape[1]
     stack = np.empty((len(chunk_ids), rows, dim), dtype=ds.dtype)
     raw_view = stack.reshape(len(chunk_ids), -1).view(np.uint8)
@@ -158,9 +161,9 @@ def _chunked_rows(ds: h5py.Dataset, sorted_idx: np.ndarray) -> np.ndarray:
 
 
 class Hdf5Reader(StoredBytesSidecar, Advised, PicklesUnmapped):
-    """contiguous: the file's one map carries the access hint and a batch's rows are asked for before they
-    are gathered; chunked: h5py reads through its own descriptor (no hint reaches it), the hint applies to
-    the ``stored_bytes`` map."""
+    """contiguous: the file's one map carries the access hint and a batch's rows are asked for
+    before they are gathered; chunked: h5py reads through its own descriptor (no hint reaches it),
+    the hint applies to the ``stored_bytes`` map."""
 
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
@@ -271,8 +274,8 @@ def _write_chunked(f: h5py.File, samples: Iterable[Sample], count: int, rows: in
 
 def _write_contiguous(f: h5py.File, samples: Iterable[Sample], count: int, path: Path,
                       stored: np.ndarray) -> None:
-    """Fixed-size contiguous datasets. The flat byte buffers' sizes are known only at the end: the bytes
-    are spooled to side files first (bounded memory), then copied into their datasets."""
+    """Fixed-size contiguous datasets. The flat byte buffers' sizes are known only at the end: the
+    bytes are spooled to side files first (bounded memory), then copied into their datasets."""
     emb = {name: f.create_dataset(name, shape=(count, dim), dtype=np.float32) for name, dim in _EMB_DIMS.items()}
     offsets = {name: np.zeros(count + 1, dtype=np.int64) for name in _VAR}
     spool = {name: open(path / f"{name}.spool", "wb") for name in _VAR}

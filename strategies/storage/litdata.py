@@ -10,22 +10,24 @@ Layout under ``path``::
                          "image_emb", "text_emb"} (bytes, str, two float32 arrays)
     stored_bytes.npy     int64[N]: each item's bytes in its chunk (from the chunks' offset tables)
 
-Writing: the samples stream into a ``multiprocessing`` queue that ``litdata.optimize`` reads (its documented
-way to optimise a stream: nothing is held in memory beyond the queue's bound), one worker, ordered, so chunk
-K holds samples [K*S, (K+1)*S). ``optimize`` sets the multiprocessing start method for the whole process; it is
-given ``fork`` (Linux's default) and the previous method is put back after. Reading: a reader creates its
-``StreamingDataset`` lazily in each process (after a fork the child creates its own) over the local folder (no
-cache copy: litdata reads local chunks in place, memory-mapped) and reads a batch one ``dataset[i]`` at a time,
-in index order (litdata's reader keeps one chunk open: each move to another chunk costs about 0.1 ms on the
-2-core machine, so a batch sorted by index moves at most once per chunk), returned in request order; litdata
-deserialises a whole item, so every field is decoded whatever ``fields`` asks (the others are dropped).
+Writing: the samples stream into a ``multiprocessing`` queue that ``litdata.optimize`` reads (its
+documented way to optimise a stream: nothing is held in memory beyond the queue's bound), one
+worker, ordered, so chunk K holds samples [K*S, (K+1)*S). ``optimize`` sets the multiprocessing
+start method for the whole process; it is given ``fork`` (Linux's default) and the previous method
+is put back after. Reading: a reader creates its ``StreamingDataset`` lazily in each process (after
+a fork the child creates its own) over the local folder (no cache copy: litdata reads local chunks
+in place, memory-mapped) and reads a batch one ``dataset[i]`` at a time, in index order (litdata's
+reader keeps one chunk open: each move to another chunk costs about 0.1 ms on the 2-core machine,
+so a batch sorted by index moves at most once per chunk), returned in request order; litdata
+deserialises a whole item, so every field is decoded whatever ``fields`` asks (the others are
+dropped).
 
-litdata is an optional extra (``pip install -e ".[litdata]"``, or on a CPU torch litdata alone with ``--no-deps``,
-from requirements-nodeps.txt, and its other dependencies, the extra ``litdata-deps``: the README's test command
-installs both); without it, selecting this storage is one line naming the ways. litdata 0.2.76 declares
-torchvision as a dependency but does not import it: installed with ``--no-deps`` and its other dependencies it
-loads beside the CPU torch (see docs/own-data.md). Random access: ``batch_decode=0`` (see
-``BATCH_DECODE``).
+litdata is an optional extra (``pip install -e ".[litdata]"``, or on a CPU torch litdata alone with
+``--no-deps``, from requirements-nodeps.txt, and its other dependencies, the extra
+``litdata-deps``: the README's test command installs both); without it, selecting this storage is
+one line naming the ways. litdata 0.2.76 declares torchvision as a dependency but does not import
+it: installed with ``--no-deps`` and its other dependencies it loads beside the CPU torch (see
+docs/own-data.md). Random access: ``batch_decode=0`` (see ``BATCH_DECODE``).
 """
 from __future__ import annotations
 
@@ -84,7 +86,8 @@ def _litdata():
 
 
 def _item(sample: dict) -> dict:
-    """litdata.optimize's fn: the queued item as it is (module level, so a worker can import it)."""
+    """litdata.optimize's fn: the queued item as it is (module level, so a worker can import
+    it)."""
     return sample
 
 
@@ -95,7 +98,8 @@ def _as_item(s: Sample) -> dict:
 
 
 def _chunk_items_bytes(chunk: Path) -> np.ndarray:
-    """Each item's bytes in a litdata chunk, from its header: uint32 count, then count+1 uint32 offsets."""
+    """Each item's bytes in a litdata chunk, from its header: uint32 count, then count+1 uint32
+    offsets."""
     with open(chunk, "rb") as f:
         n = int(np.frombuffer(f.read(4), dtype="<u4")[0])
         offsets = np.frombuffer(f.read(4 * (n + 1)), dtype="<u4").astype(np.int64)
@@ -137,10 +141,10 @@ def _optimize(samples: Iterable[Sample], path: Path, count: int, chunk_size: int
 
 
 class LitdataReader(StoredBytesSidecar, Advised, PicklesUnmapped):
-    """litdata opens and reads its chunk files itself, so no per-descriptor hint reaches them (a chunk file is
-    small, and read-ahead stops at its end). Under "sequential" every chunk file a batch touches is asked for
-    whole first (POSIX_FADV_WILLNEED: a streamed chunk is read whole anyway); the hint goes on the
-    ``stored_bytes`` map (strategies.storage.advice)."""
+    """litdata opens and reads its chunk files itself, so no per-descriptor hint reaches them (a
+    chunk file is small, and read-ahead stops at its end). Under "sequential" every chunk file a
+    batch touches is asked for whole first (POSIX_FADV_WILLNEED: a streamed chunk is read whole
+    anyway); the hint goes on the ``stored_bytes`` map (strategies.storage.advice)."""
 
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
@@ -202,8 +206,8 @@ class LitdataReader(StoredBytesSidecar, Advised, PicklesUnmapped):
 
 @register("storage", "litdata")
 class LitdataStorage(TrackedStorage):
-    """``chunk_size``: samples per litdata chunk (the shards the ``shards`` sampler streams); ``advice``: the
-    readers' access hint (strategies.storage.advice)."""
+    """``chunk_size``: samples per litdata chunk (the shards the ``shards`` sampler streams);
+    ``advice``: the readers' access hint (strategies.storage.advice)."""
 
     name = "litdata"
 
@@ -236,7 +240,8 @@ class LitdataStorage(TrackedStorage):
         return ["meta.json", "index.json", "stored_bytes.npy"] + [c["filename"] for c in _chunks(path)]
 
     def shard_ranges(self, path: Path) -> list[range]:
-        """litdata's chunks as index ranges, from its index.json (one worker wrote them in index order)."""
+        """litdata's chunks as index ranges, from its index.json (one worker wrote them in index
+        order)."""
         out, start = [], 0
         for chunk in _chunks(path):
             out.append(range(start, start + int(chunk["chunk_size"])))

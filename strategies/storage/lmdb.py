@@ -6,18 +6,19 @@ Layout under ``path``::
     stored_bytes.npy   int64[N], the value bytes of each sample
     data.mdb           the environment (``lock.mdb`` beside it is the writer's and never read)
 
-Key: the index as 8 ASCII digits (so key order is index order and neighbours share B-tree pages). Value:
-a little-endian header ``uint32[4]`` = (jpeg bytes, caption bytes, image_emb floats, text_emb floats), then
-the jpeg, the utf-8 caption and the two float32 vectors. A reader opens the environment lazily in each
-process (one handle per process shared by its readers, see ``_EnvHandle``; readonly, ``lock=False``:
-nothing writes while it reads, so no reader table is needed;
-``readahead=False`` under the "random" access hint, the default: LMDB then puts MADV_RANDOM on its map, and
-read-ahead would fill the page cache with neighbours; ``readahead=True`` under "sequential" and "normal",
-the kernel's default read-ahead; strategies.storage.advice), reads a
+Key: the index as 8 ASCII digits (so key order is index order and neighbours share B-tree pages).
+Value: a little-endian header ``uint32[4]`` = (jpeg bytes, caption bytes, image_emb floats,
+text_emb floats), then the jpeg, the utf-8 caption and the two float32 vectors. A reader opens the
+environment lazily in each process (one handle per process shared by its readers, see
+``_EnvHandle``; readonly, ``lock=False``: nothing writes while it reads, so no reader table is
+needed; ``readahead=False`` under the "random" access hint, the default: LMDB then puts MADV_RANDOM
+on its map, and read-ahead would fill the page cache with neighbours; ``readahead=True`` under
+"sequential" and "normal", the kernel's default read-ahead; strategies.storage.advice), reads a
 batch in one read transaction with zero-copy buffers, and copies out only the requested fields.
 
-The map size is fixed when the environment opens: it is sized from the count (``MAP_BYTES_PER_SAMPLE`` per
-sample plus a margin; the file grows only with what is written) and doubled if a write still overflows it.
+The map size is fixed when the environment opens: it is sized from the count
+(``MAP_BYTES_PER_SAMPLE`` per sample plus a margin; the file grows only with what is written) and
+doubled if a write still overflows it.
 """
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ if hasattr(os, "register_at_fork"):
 
 
 class _EnvHandle:
-    """One reader's use of its process's shared environment handle; picklable (opens nothing until used).
-    The handle is opened with the access hint of the first reader that opens it in the process."""
+    """One reader's use of its process's shared environment handle; picklable (opens nothing until
+    used). The handle is opened with the access hint of the first reader that opens it in the
+    process."""
 
     def __init__(self, path: str, hint: str = "random"):
         self.path = path
@@ -169,8 +171,9 @@ INSTALL = "the lmdb storage needs the lmdb package: pip install lmdb"
 
 
 def _require_lmdb() -> None:
-    """Unavailable (one line, at scenario load) when lmdb does not import; lmdb itself is imported only where
-    the storage writes or reads: the registry imports every storage module at start-up."""
+    """Unavailable (one line, at scenario load) when lmdb does not import; lmdb itself is imported
+    only where the storage writes or reads: the registry imports every storage module at
+    start-up."""
     try:
         import lmdb  # noqa: F401
     except ImportError:

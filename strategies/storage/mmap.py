@@ -41,10 +41,11 @@ _VAR = ("jpeg", "caption")
 
 
 class MmapReader(Advised, PicklesUnmapped):
-    """Reads a batch with one sorted fancy index per embedding array (into one buffer per batch and field)
-    and one slice per sample of each flat byte buffer. Offsets and stored bytes stay memory-mapped, so the
-    reader's memory does not grow with the dataset. Every map carries the reader's access hint, and a
-    batch's rows are asked for before they are gathered (strategies.storage.advice)."""
+    """Reads a batch with one sorted fancy index per embedding array (into one buffer per batch and
+    field) and one slice per sample of each flat byte buffer. Offsets and stored bytes stay
+    memory-mapped, so the reader's memory does not grow with the dataset. Every map carries the
+    reader's access hint, and a batch's rows are asked for before they are gathered
+    (strategies.storage.advice)."""
 
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
@@ -83,7 +84,8 @@ class MmapReader(Advised, PicklesUnmapped):
         return build_samples(idx.tolist(), columns)
 
     def stored_bytes(self) -> np.ndarray:
-        """Memory-mapped int64[N] (computed in memory for a materialisation written before the sidecar)."""
+        """Memory-mapped int64[N] (computed in memory for a materialisation written before the
+        sidecar)."""
         if self._stored is None:
             sidecar = self.path / "stored_bytes.npy"
             if sidecar.exists():
@@ -114,8 +116,8 @@ class _FlatWriter:
 
 @register("storage", "mmap")
 class MmapStorage(TrackedStorage):
-    """``advice``: the access hint its readers give the kernel (strategies.storage.advice: auto, random,
-    sequential, normal = the kernel's defaults)."""
+    """``advice``: the access hint its readers give the kernel (strategies.storage.advice: auto,
+    random, sequential, normal = the kernel's defaults)."""
 
     name = "mmap"
     variant = ""  # what the written files depend on besides the spec: nothing (the advice is a reader's)

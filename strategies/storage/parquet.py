@@ -1,16 +1,18 @@
 """Parquet storage: one ``data.parquet`` written with pyarrow, read a whole row group at a time.
 
-Columns: ``index`` int64, ``jpg`` binary, ``txt`` string, ``image_emb`` fixed_size_list<float32>[2048],
-``text_emb`` fixed_size_list<float32>[768]; row group k holds samples [k*R, (k+1)*R) with
-R = ``row_group_size``. Sidecars: ``meta.json`` (count), ``row_groups.json`` (R) and ``stored_bytes.npy``
-(per-sample bytes), so ``len()`` and cost estimates never open the Parquet file.
+Columns: ``index`` int64, ``jpg`` binary, ``txt`` string, ``image_emb``
+fixed_size_list<float32>[2048], ``text_emb`` fixed_size_list<float32>[768]; row group k holds
+samples [k*R, (k+1)*R) with R = ``row_group_size``. Sidecars: ``meta.json`` (count),
+``row_groups.json`` (R) and ``stored_bytes.npy`` (per-sample bytes), so ``len()`` and cost
+estimates never open the Parquet file.
 
-Parquet cannot read one row: the smallest read is a column chunk of a row group. A batch is served by
-reading each row group it touches once (only the requested columns) and taking its rows from it; the last
-``cached_groups`` decoded row groups are kept per reader and process, so a sequential (shard-streaming)
-sampler reads every row group once while a random sampler reads up to one row group per sample. The file is
-opened lazily in each process (a ``LazyHandle``) and read with ``use_threads=False``: DataLoader workers
-are the parallelism, and no Arrow thread pool state is relied on across a fork.
+Parquet cannot read one row: the smallest read is a column chunk of a row group. A batch is served
+by reading each row group it touches once (only the requested columns) and taking its rows from it;
+the last ``cached_groups`` decoded row groups are kept per reader and process, so a sequential
+(shard-streaming) sampler reads every row group once while a random sampler reads up to one row
+group per sample. The file is opened lazily in each process (a ``LazyHandle``) and read with
+``use_threads=False``: DataLoader workers are the parallelism, and no Arrow thread pool state is
+relied on across a fork.
 """
 from __future__ import annotations
 
@@ -81,7 +83,8 @@ class _Group:
 
 
 class _OpenParquet:
-    """The file opened by us (a descriptor the access hint goes on) and pyarrow's reader over it."""
+    """The file opened by us (a descriptor the access hint goes on) and pyarrow's reader over
+    it."""
 
     def __init__(self, path: Path, hint: str):
         self.source = pa.OSFile(str(path))
@@ -106,8 +109,9 @@ class _OpenParquet:
 
 
 class ParquetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
-    """The file's descriptor carries the access hint; under any hint but "normal" the column chunks of the
-    row groups a batch reads (and this process does not keep) are asked for (POSIX_FADV_WILLNEED) first."""
+    """The file's descriptor carries the access hint; under any hint but "normal" the column chunks
+    of the row groups a batch reads (and this process does not keep) are asked for
+    (POSIX_FADV_WILLNEED) first."""
 
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, cached_groups: int = 4, advice: str = "auto"):
         self.path = Path(path)
@@ -180,9 +184,10 @@ class ParquetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
 
 @register("storage", "parquet")
 class ParquetStorage(TrackedStorage):
-    """``row_group_size``: rows per row group (the unit of every read); ``compression``: none, snappy
-    (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per process); keep it
-    above the ``shards`` sampler's buffer_size / row_group_size, the row groups its shuffle window spans."""
+    """``row_group_size``: rows per row group (the unit of every read); ``compression``: none,
+    snappy (pyarrow's default) or zstd; ``cached_groups``: decoded row groups a reader keeps (per
+    process); keep it above the ``shards`` sampler's buffer_size / row_group_size, the row groups
+    its shuffle window spans."""
 
     name = "parquet"
 
@@ -195,7 +200,8 @@ class ParquetStorage(TrackedStorage):
 
     @property
     def variant(self) -> str:
-        """What the written files depend on besides the spec (not ``cached_groups``, a reader setting)."""
+        """What the written files depend on besides the spec (not ``cached_groups``, a reader
+        setting)."""
         return f"-rg{self.row_group_size}-{self.compression}"
 
     def write(self, samples: Iterable[Sample], path: Path, count: int) -> None:

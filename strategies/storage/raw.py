@@ -1,4 +1,5 @@
-"""Raw storage: one file per sample per field (the naive baseline's layout), read with the fewest syscalls.
+"""Raw storage: one file per sample per field (the naive baseline's layout), read with the fewest
+syscalls.
 
 Layout under ``path``::
 
@@ -6,11 +7,11 @@ Layout under ``path``::
     stored_bytes.npy               int64[N], bytes each sample occupies on disk
     <index // 1000:05d>/<index:08d>.jpg | .txt (utf-8) | .img.f32 | .txt.f32 (raw float32)
 
-Each file is read with exactly ``open``, one ``read`` and ``close`` (no ``fstat``, no tty check, no second
-read to find the end of the file): a path relative to a directory descriptor of the dataset, the
-embeddings read (``readv``) straight into one buffer per batch and field, the variable-length fields
-read with an upper bound on their size (the sample's stored bytes, memory-mapped), so one read returns
-the whole file.
+Each file is read with exactly ``open``, one ``read`` and ``close`` (no ``fstat``, no tty check, no
+second read to find the end of the file): a path relative to a directory descriptor of the dataset,
+the embeddings read (``readv``) straight into one buffer per batch and field, the variable-length
+fields read with an upper bound on their size (the sample's stored bytes, memory-mapped), so one
+read returns the whole file.
 """
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def _rel_stem(index: int) -> str:
 
 
 class _Dir:
-    """A directory descriptor of the dataset (paths resolve relative to it: no walk of the absolute path)."""
+    """A directory descriptor of the dataset (paths resolve relative to it: no walk of the absolute
+    path)."""
 
     def __init__(self, path: Path):
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -66,8 +68,9 @@ class _Dir:
 
 
 class RawReader(StoredBytesSidecar, Advised, PicklesUnmapped):
-    """Each file is read whole in one call, so read-ahead cannot read past it; the access hint still goes on
-    every descriptor (one ``posix_fadvise`` per file, none under "normal") and on the ``stored_bytes`` map."""
+    """Each file is read whole in one call, so read-ahead cannot read past it; the access hint
+    still goes on every descriptor (one ``posix_fadvise`` per file, none under "normal") and on the
+    ``stored_bytes`` map."""
 
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
@@ -81,7 +84,8 @@ class RawReader(StoredBytesSidecar, Advised, PicklesUnmapped):
         return self._count
 
     def _read_into(self, dir_fd: int, stems: list[str], field: str, out: np.ndarray) -> None:
-        """Each sample's file of a fixed-size field read into its row of ``out`` (one readv per file)."""
+        """Each sample's file of a fixed-size field read into its row of ``out`` (one readv per
+        file)."""
         suffix = _SUFFIX[field]
         want = out.shape[1] * out.itemsize
         hint = self.hint
@@ -96,7 +100,8 @@ class RawReader(StoredBytesSidecar, Advised, PicklesUnmapped):
                 raise ValueError(f"{self.path / (stem + suffix)}: {n} bytes, expected {want}")
 
     def _read_whole(self, dir_fd: int, stems: list[str], field: str, bounds: list[int]) -> list[bytes]:
-        """Each sample's file of a variable-size field, one read of at most its bound (> the file's size)."""
+        """Each sample's file of a variable-size field, one read of at most its bound (> the file's
+        size)."""
         suffix = _SUFFIX[field]
         out, hint = [], self.hint
         for stem, bound in zip(stems, bounds):

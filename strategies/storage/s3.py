@@ -1,30 +1,34 @@
-"""S3 storage: a shard storage (webdataset tars, parquet row groups, raw objects one per sample and field,
-litdata chunks) written to an S3-compatible bucket and read from it by byte ranges (strategies.remote), or,
-for litdata chunks, by litdata itself (its StreamingDataset downloads whole chunks: strategies.remote.s3litdata).
+"""S3 storage: a shard storage (webdataset tars, parquet row groups, raw objects one per sample and
+field, litdata chunks) written to an S3-compatible bucket and read from it by byte ranges
+(strategies.remote), or, for litdata chunks, by litdata itself (its StreamingDataset downloads
+whole chunks: strategies.remote.s3litdata).
 
 ``storage = { name = "s3", format = "webdataset", url = "s3://dlbench/data", in_flight = 4,
-disk_cache_mb = 256 }``. The endpoint, region and credentials are found the standard way (AWS environment
-variables, ~/.aws/config, a profile's endpoint_url; ``endpoint_url`` overrides): strategies.remote.s3client.
+disk_cache_mb = 256 }``. The endpoint, region and credentials are found the standard way (AWS
+environment variables, ~/.aws/config, a profile's endpoint_url; ``endpoint_url`` overrides):
+strategies.remote.s3client.
 
-Writing: the format's own storage writes the samples into ``path`` (the local materialisation, with its
-manifest), then every data file (tar shards, data.parquet, the raw objects) is uploaded under
-``url/<format><variant>-<digest>/`` (digest: of the materialisation's meta.json and stored_bytes.npy, so the
-same data always lands on the same prefix and other data never on it), and ``remote.json`` records the prefix
-and each object's size. The small sidecars (meta.json, the tar member index, row_groups.json,
-stored_bytes.npy) stay local, as webdataset's indexed readers keep their index; readers never read the local
-data files. ``open`` lists the prefix once (one LIST call, counted) and uploads what the bucket lacks or holds
-at another size: an object store that forgot its data (the project's own is in memory) is filled again.
+Writing: the format's own storage writes the samples into ``path`` (the local materialisation, with
+its manifest), then every data file (tar shards, data.parquet, the raw objects) is uploaded under
+``url/<format><variant>-<digest>/`` (digest: of the materialisation's meta.json and
+stored_bytes.npy, so the same data always lands on the same prefix and other data never on it), and
+``remote.json`` records the prefix and each object's size. The small sidecars (meta.json, the tar
+member index, row_groups.json, stored_bytes.npy) stay local, as webdataset's indexed readers keep
+their index; readers never read the local data files. ``open`` lists the prefix once (one LIST
+call, counted) and uploads what the bucket lacks or holds at another size: an object store that
+forgot its data (the project's own is in memory) is filled again.
 
-Reading: ``in_flight`` range requests at once per process (a DataLoader worker); ``disk_cache_mb`` > 0 puts a
-size-bounded LRU disk cache tier (strategies.remote.disktier) under the reader, in its own marked folder
-``cache_dir/dlbench-disk-tier``: whole shards for webdataset, the row-group ranges for parquet, whole objects for
-raw; for litdata, litdata's own chunk cache in that folder (``max_cache_size``). Nothing else in ``cache_dir`` is
-touched. Every ``open`` empties the tier's folder first, so that each visit of a cell
-starts with a cold tier: the ranks open their storage before the barrier that precedes their DataLoader
-workers' first read (harness.train.trainloop), so no rank's clearing meets another's reads.
-``reader.remote_stats()`` gives the process's figures: requests, bytes, LIST calls, latencies, retries, the
-seconds it waited, the tier's hits; ``reader.count_into(folder)`` (the harness calls it on the reader of each
-visit) makes every process that reads it append those counters to a file in ``folder`` after each batch
+Reading: ``in_flight`` range requests at once per process (a DataLoader worker); ``disk_cache_mb``
+> 0 puts a size-bounded LRU disk cache tier (strategies.remote.disktier) under the reader, in its
+own marked folder ``cache_dir/dlbench-disk-tier``: whole shards for webdataset, the row-group
+ranges for parquet, whole objects for raw; for litdata, litdata's own chunk cache in that folder
+(``max_cache_size``). Nothing else in ``cache_dir`` is touched. Every ``open`` empties the tier's
+folder first, so that each visit of a cell starts with a cold tier: the ranks open their storage
+before the barrier that precedes their DataLoader workers' first read (harness.train.trainloop), so
+no rank's clearing meets another's reads. ``reader.remote_stats()`` gives the process's figures:
+requests, bytes, LIST calls, latencies, retries, the seconds it waited, the tier's hits;
+``reader.count_into(folder)`` (the harness calls it on the reader of each visit) makes every
+process that reads it append those counters to a file in ``folder`` after each batch
 (strategies.remote.rangesource; harness.measure.remotecounters merges them).
 """
 from __future__ import annotations
@@ -70,8 +74,8 @@ def _inner(fmt: str, shard_size: int):
 
 
 def _boto3_client(endpoint_url: str = ""):
-    """A boto3 S3 client, endpoint, region and credentials resolved the standard way (or ``endpoint_url``);
-    the bucket's errors as one RemoteError line."""
+    """A boto3 S3 client, endpoint, region and credentials resolved the standard way (or
+    ``endpoint_url``); the bucket's errors as one RemoteError line."""
     import boto3
 
     return boto3.client("s3", endpoint_url=endpoint_url or None)
@@ -84,11 +88,12 @@ def read_remote(path: Path) -> dict:
 
 @register("storage", "s3")
 class S3Storage(TrackedStorage):
-    """``format``: webdataset, parquet (the default: pyarrow is always installed, and the default instance is
-    built for every s3 materialisation's variant), raw or litdata; ``url``: s3://BUCKET/PREFIX; ``shard_size``:
-    samples per tar shard, parquet row group or litdata chunk; ``in_flight``: range requests at once per worker;
-    ``disk_cache_mb``: the disk cache tier's size (0: none) in ``cache_dir`` (default: a folder of the system's
-    temp directory named by the storage's variant and size); ``endpoint_url``: overrides the standard resolution."""
+    """``format``: webdataset, parquet (the default: pyarrow is always installed, and the default
+    instance is built for every s3 materialisation's variant), raw or litdata; ``url``:
+    s3://BUCKET/PREFIX; ``shard_size``: samples per tar shard, parquet row group or litdata chunk;
+    ``in_flight``: range requests at once per worker; ``disk_cache_mb``: the disk cache tier's size
+    (0: none) in ``cache_dir`` (default: a folder of the system's temp directory named by the
+    storage's variant and size); ``endpoint_url``: overrides the standard resolution."""
 
     name = "s3"
 
@@ -110,7 +115,8 @@ class S3Storage(TrackedStorage):
 
     @property
     def variant(self) -> str:
-        """The format, its own variant and the bucket's url (the local folder records where the data went)."""
+        """The format, its own variant and the bucket's url (the local folder records where the
+        data went)."""
         where = hashlib.sha1(self.url.encode()).hexdigest()[:6]
         return f"-{self.format}{self.inner.variant}-{where}"
 
@@ -130,9 +136,10 @@ class S3Storage(TrackedStorage):
         return [n for n in self.inner.file_names(path) if n not in SIDECARS[self.format] | {REMOTE, "manifest.json"}]
 
     def upload(self, path: Path, only_missing: bool = False) -> int:
-        """Put the data files the bucket lacks or holds at another size (one LIST), or every one unless
-        ``only_missing``; the number put. Through boto3, not obstore: this runs in the rank before its
-        DataLoader workers fork, and obstore's runtime, once started, hangs in a forked child."""
+        """Put the data files the bucket lacks or holds at another size (one LIST), or every one
+        unless ``only_missing``; the number put. Through boto3, not obstore: this runs in the rank
+        before its DataLoader workers fork, and obstore's runtime, once started, hangs in a forked
+        child."""
         remote = read_remote(path)
         try:
             return self._put_missing(remote, Path(path), only_missing)
@@ -180,17 +187,20 @@ class S3Storage(TrackedStorage):
         return self.track(reader, path)
 
     def label(self) -> str:
-        """The reader settings that tell two cells of this storage apart (with the remote figures)."""
+        """The reader settings that tell two cells of this storage apart (with the remote
+        figures)."""
         return (f"s3(format={self.format},shard_size={self.shard_size},in_flight={self.in_flight},"
                 f"disk_cache_mb={self.disk_cache_mb:g})")
 
     def clear_disk_cache(self) -> None:
-        """Empty the disk cache tier (a cold tier for the next visit): its own marked folder in cache_dir only."""
+        """Empty the disk cache tier (a cold tier for the next visit): its own marked folder in
+        cache_dir only."""
         disktier.clear(self.cache_dir)
 
     def _inner_of(self, path: Path):
-        """The format's storage of the materialisation at ``path`` (any s3 instance may be asked about any
-        materialisation: the harness asks the default one for file lists), else this instance's."""
+        """The format's storage of the materialisation at ``path`` (any s3 instance may be asked
+        about any materialisation: the harness asks the default one for file lists), else this
+        instance's."""
         try:
             fmt = read_remote(path)["format"]
         except (OSError, ValueError, KeyError):

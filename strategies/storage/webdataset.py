@@ -1,5 +1,6 @@
-"""WebDataset storage: POSIX tar shards written with the ``webdataset`` package, read at random through an
-index of member offsets (what webdataset's indexed readers do), so every sampler works on it.
+"""WebDataset storage: POSIX tar shards written with the ``webdataset`` package, read at random
+through an index of member offsets (what webdataset's indexed readers do), so every sampler works
+on it.
 
 Layout under ``path``::
 
@@ -14,9 +15,9 @@ Layout under ``path``::
                              finished shard's tar headers; read memory-mapped
     stored_bytes.npy         int64[N]: the sample's bytes in the tar (member headers and padding included)
 
-A reader opens the index memory-mapped and each shard with ``os.open`` lazily, once per process (after a
-fork the child opens its own descriptors), and reads a sample's members with ``os.pread``: requested
-members closer than ``COALESCE_GAP`` bytes are fetched in one call.
+A reader opens the index memory-mapped and each shard with ``os.open`` lazily, once per process
+(after a fork the child opens its own descriptors), and reads a sample's members with ``os.pread``:
+requested members closer than ``COALESCE_GAP`` bytes are fetched in one call.
 """
 from __future__ import annotations
 
@@ -66,7 +67,8 @@ def shard_name(k: int) -> str:
 
 
 def _npy_payload(data: bytes, member: str) -> tuple[int, int]:
-    """(offset, length) of the float32 payload inside an .npy member, checked to be little-endian 1-D f4."""
+    """(offset, length) of the float32 payload inside an .npy member, checked to be little-endian
+    1-D f4."""
     buf = io.BytesIO(data)
     version = np.lib.format.read_magic(buf)
     read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
@@ -106,8 +108,9 @@ def _index_shard(tar_path: Path, first: int, count: int, k: int, index: np.ndarr
 
 
 class _Descriptors:
-    """The shard files of one reader in one process, opened on first use (their names read from shards.json
-    here, in the reading process: a pickled reader does not carry a list that grows with the dataset)."""
+    """The shard files of one reader in one process, opened on first use (their names read from
+    shards.json here, in the reading process: a pickled reader does not carry a list that grows
+    with the dataset)."""
 
     def __init__(self, root: str, hint: str = "normal"):
         self.root = root
@@ -134,8 +137,9 @@ def _read_shards_json(path: Path) -> dict:
 
 
 class WebDatasetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
-    """Every shard descriptor and the index map carry the access hint; under any hint but "normal" the byte
-    ranges a batch reads are asked for (POSIX_FADV_WILLNEED, per shard) before the first pread."""
+    """Every shard descriptor and the index map carry the access hint; under any hint but "normal"
+    the byte ranges a batch reads are asked for (POSIX_FADV_WILLNEED, per shard) before the first
+    pread."""
 
     def __init__(self, path: Path, fields: Sequence[str] = FIELDS, advice: str = "auto"):
         self.path = Path(path)
@@ -161,7 +165,8 @@ class WebDatasetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
         return self._count
 
     def _groups(self, row: list[int]) -> list[list[tuple[int, int, int]]]:
-        """A sample's requested members as (offset, length, column), those close together in one group."""
+        """A sample's requested members as (offset, length, column), those close together in one
+        group."""
         spans = sorted((row[1 + 2 * c], row[2 + 2 * c], c) for c in self._columns)
         groups: list[list[tuple[int, int, int]]] = [[spans[0]]]
         for span in spans[1:]:
@@ -216,12 +221,14 @@ class WebDatasetReader(StoredBytesSidecar, Advised, PicklesUnmapped):
 
 
 def fixed_shards(count: int, shard_size: int) -> list[range]:
-    """Contiguous index ranges of ``shard_size`` (the last one may be shorter) covering 0..count-1."""
+    """Contiguous index ranges of ``shard_size`` (the last one may be shorter) covering
+    0..count-1."""
     return [range(a, min(a + shard_size, count)) for a in range(0, count, shard_size)]
 
 
 def set_field(s: Sample, field: str, piece: bytes) -> None:
-    """One member's bytes into its sample's field (a JPEG as bytes, a caption as text, an embedding as float32)."""
+    """One member's bytes into its sample's field (a JPEG as bytes, a caption as text, an embedding
+    as float32)."""
     if field == "jpeg":
         s.jpeg = piece
     elif field == "caption":
@@ -234,9 +241,9 @@ INSTALL = "the webdataset storage needs the webdataset package (and its braceexp
 
 
 def _require_webdataset() -> None:
-    """Unavailable (one line, at scenario load) when webdataset does not import. Imported only here and in
-    write, when the storage is selected: the registry imports every storage module at start-up, and the GPU
-    image has no webdataset."""
+    """Unavailable (one line, at scenario load) when webdataset does not import. Imported only here
+    and in write, when the storage is selected: the registry imports every storage module at
+    start-up, and the GPU image has no webdataset."""
     try:
         import webdataset  # noqa: F401
     except ImportError:
@@ -245,8 +252,9 @@ def _require_webdataset() -> None:
 
 @register("storage", "webdataset")
 class WebDatasetStorage(TrackedStorage):
-    """``shard_size``: samples per tar shard. Real datasets use 1k-10k (100 MB-1 GB shards); the default
-    suits the harness's datasets of a few thousand samples and equals the ``shards`` sampler's default."""
+    """``shard_size``: samples per tar shard. Real datasets use 1k-10k (100 MB-1 GB shards); the
+    default suits the harness's datasets of a few thousand samples and equals the ``shards``
+    sampler's default."""
 
     name = "webdataset"
 
@@ -307,7 +315,8 @@ class WebDatasetStorage(TrackedStorage):
         return self.track(WebDatasetReader(path, fields, self.advice), path)
 
     def shard_ranges(self, path: Path) -> list[range]:
-        """The index range of every tar shard, in order (what a shard-streaming sampler should follow)."""
+        """The index range of every tar shard, in order (what a shard-streaming sampler should
+        follow)."""
         return fixed_shards(read_count(path), int(_read_shards_json(path)["shard_size"]))
 
     def file_names(self, path: Path) -> list[str]:

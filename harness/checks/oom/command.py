@@ -1,9 +1,10 @@
-"""`run_bench.py oomcheck [--real]`: an OOM on one rank of a 2-rank DDP run must neither hang nor crash the
-other. Each case (model x phase x splitting on/off) is run by inject.py beside it, whose docstring says what
-must hold; this prints one line per case and the verdict. Exit 0 when every case holds, 1 when one does not. Each case
-runs on a device of its own (inject.case_device): "steps that raised" are the OOMs the step
-policy handled, "OOM events" the harness's figure, which counts the same steps (the steps split ahead after an
-OOM, from the device's memory of it, raised nothing and are not counted: harness.train.ddpstep).
+"""`run_bench.py oomcheck [--real]`: an OOM on one rank of a 2-rank DDP run must neither hang nor
+crash the other. Each case (model x phase x splitting on/off) is run by inject.py beside it, whose
+docstring says what must hold; this prints one line per case and the verdict. Exit 0 when every
+case holds, 1 when one does not. Each case runs on a device of its own (inject.case_device): "steps
+that raised" are the OOMs the step policy handled, "OOM events" the harness's figure, which counts
+the same steps (the steps split ahead after an OOM, from the device's memory of it, raised nothing
+and are not counted: harness.train.ddpstep).
 """
 from __future__ import annotations
 

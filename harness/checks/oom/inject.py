@@ -1,11 +1,12 @@
-"""An OOM on one rank of a 2-rank DDP run must neither hang nor crash the other: the injection and its two
-spawned ranks (command.py beside it prints the verdicts; `run_bench.py oomcheck`).
+"""An OOM on one rank of a 2-rank DDP run must neither hang nor crash the other: the injection and
+its two spawned ranks (command.py beside it prints the verdicts; `run_bench.py oomcheck`).
 
-Rank 1 runs out of memory once, in one phase of one step: the forward pass, the backward pass (part-way
-through DDP's bucketed gradient allreduce: the buckets are made small so that some are already reduced) or
-the optimizer step. Injected (torch.OutOfMemoryError raised, on CPU over gloo) or real (`real`: a CUDA
-allocation larger than the free memory, both ranks on GPU 0 over gloo: NCCL refuses two ranks on one GPU).
-Two models: the features two-tower, and the same with BatchNorm layers (buffers, as ResNet-50's 53).
+Rank 1 runs out of memory once, in one phase of one step: the forward pass, the backward pass
+(part-way through DDP's bucketed gradient allreduce: the buckets are made small so that some are
+already reduced) or the optimizer step. Injected (torch.OutOfMemoryError raised, on CPU over gloo)
+or real (`real`: a CUDA allocation larger than the free memory, both ranks on GPU 0 over gloo: NCCL
+refuses two ranks on one GPU). Two models: the features two-tower, and the same with BatchNorm
+layers (buffers, as ResNet-50's 53).
 
 What must hold (harness.train.ddpstep's policy), with splitting on (dynamic batching's safety net) and off:
 - forward, split on: every rank takes every step, only rank 1 had a step that raised (one), the replicas stay
@@ -15,13 +16,14 @@ What must hold (harness.train.ddpstep's policy), with splitting on (dynamic batc
 The ranks run the harness's own MeasuredLoop on batches held in memory (`holds` says whether a case's
 outcome is the policy's). The ranks are spawned on a free port (harness.run.launch).
 
-Each case gets a device of its own (`case_device`), as each case is a cell of its own: a CUDA device remembers
-the smallest batch that ran out (CudaDevice.note_oom) and splits every later batch that large ahead, so one
-device shared by the 12 cases made every case after the first real OOM split ahead, or stop at its first
-step on a foreseen OOM. The injected run's device has that same memory (`CudaLikeDevice`: CudaDevice's own
-note_oom and fits on the emulated device), so the CPU run checks the logic the real run meets. Within a case
-the batches after the OOM are split ahead too; they raised nothing and are no OOM events: `oom_events` and
-the check's `raised` (the OOMs the step policy handled) both read 1 on rank 1.
+Each case gets a device of its own (`case_device`), as each case is a cell of its own: a CUDA
+device remembers the smallest batch that ran out (CudaDevice.note_oom) and splits every later batch
+that large ahead, so one device shared by the 12 cases made every case after the first real OOM
+split ahead, or stop at its first step on a foreseen OOM. The injected run's device has that same
+memory (`CudaLikeDevice`: CudaDevice's own note_oom and fits on the emulated device), so the CPU
+run checks the logic the real run meets. Within a case the batches after the OOM are split ahead
+too; they raised nothing and are no OOM events: `oom_events` and the check's `raised` (the OOMs the
+step policy handled) both read 1 on rank 1.
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ class Case:
 
     @property
     def goes_on(self) -> bool:
-        """Splitting absorbs an OOM in forward or backward; nothing absorbs one in the optimizer step."""
+        """Splitting absorbs an OOM in forward or backward; nothing absorbs one in the optimizer
+        step."""
         return self.split and self.phase != "optimizer step"
 
     @property
@@ -77,7 +80,8 @@ class Trigger:
 
 
 class _BackwardOOM(torch.autograd.Function):
-    """Identity forward; its backward fires the trigger (half-way down the image tower's gradients)."""
+    """Identity forward; its backward fires the trigger (half-way down the image tower's
+    gradients)."""
 
     @staticmethod
     def forward(ctx, x, trigger):
@@ -158,8 +162,8 @@ def _cuda_like_device():
     from harness.device.devices import CudaDevice, EmulatedDevice
 
     class CudaLikeDevice(EmulatedDevice):
-        """The emulated device that remembers OOMs as the CUDA device does: CudaDevice's own note_oom, fits
-        (within the emulated memory too) and clear_memory_model."""
+        """The emulated device that remembers OOMs as the CUDA device does: CudaDevice's own
+        note_oom, fits (within the emulated memory too) and clear_memory_model."""
 
         memory_model = None
         oom_units = None
@@ -175,7 +179,8 @@ def _cuda_like_device():
 
 
 def case_device(real: bool):
-    """A fresh device for one case, whose note_oom also counts the OOMs raised in it (`raised_ooms`)."""
+    """A fresh device for one case, whose note_oom also counts the OOMs raised in it
+    (`raised_ooms`)."""
     if real:
         from harness.device.devices import CudaDevice
 
@@ -222,8 +227,8 @@ def _rank(rank: int, world: int, port: int, cases: list[Case], real: bool, out: 
 
 
 def run(cases: list[Case], real: bool = False, timeout_s: float = 30.0) -> list[list[dict] | None]:
-    """Both ranks' results per case (None for a case that did not finish: a hang or a crash, after which
-    no later case runs). A case may take timeout_s before it counts as a hang."""
+    """Both ranks' results per case (None for a case that did not finish: a hang or a crash, after
+    which no later case runs). A case may take timeout_s before it counts as a hang."""
     from harness.run.launch import free_port
 
     with tempfile.TemporaryDirectory() as out:

@@ -1,22 +1,24 @@
-"""The capacity figure checked here (MLPerf Storage's measure: how many accelerators this host keeps at AU >=
-90%), where prediction and measurement can disagree: per workload (pixels, features), calibrations at 1 and 2
-ranks and runs at 1, 2 and 4 ranks, each a real launch of the harness's cells (raw storage, the scenario's
-workers). The model predicts each size's AU from the 1-rank calibration's costs on the run's CPUs (its
-allowance) and, from 2 ranks on, the ranks' wait for each other that the 2-rank calibration measured, carried
-to the size by harness.analysis.rankwait's laws (nothing fitted to a measured case: the calibrations are
-launches of their own, and a size a calibration ran at is a repeat of it, so marked). Beside it, labelled:
-the model without the ranks' wait (the 1-rank costs alone) and the shared-host correction less the outside
-load measured in that launch. The check compares the predicted and measured AU at every size, within the
-AU's noise on this host (the sd between a calibration and its repeat, pooled, at most NOISE_LIMIT so that
-one outlying repeat cannot widen it), and the capacities where both sides are clear of the 90% line: it
-fails (exit 1) where they differ; a size on the line is undecided (exit 4), never agreement.
-`scenarios/capacity.toml` defines an accelerator slow enough that the 2-core development host feeds one or
-two and not four; on a scenario whose accelerator this host feeds at no
-size (or at every size) the check says that it cannot tell. Writes capacity.jsonl, prints the table;
-docs/measurements/prediction.md has measured ones. The calibrations cost two launches per workload.
+"""The capacity figure checked here (MLPerf Storage's measure: how many accelerators this host
+keeps at AU >= 90%), where prediction and measurement can disagree: per workload (pixels,
+features), calibrations at 1 and 2 ranks and runs at 1, 2 and 4 ranks, each a real launch of the
+harness's cells (raw storage, the scenario's workers). The model predicts each size's AU from the
+1-rank calibration's costs on the run's CPUs (its allowance) and, from 2 ranks on, the ranks' wait
+for each other that the 2-rank calibration measured, carried to the size by
+harness.analysis.rankwait's laws (nothing fitted to a measured case: the calibrations are launches
+of their own, and a size a calibration ran at is a repeat of it, so marked). Beside it, labelled:
+the model without the ranks' wait (the 1-rank costs alone) and the shared-host correction less the
+outside load measured in that launch. The check compares the predicted and measured AU at every
+size, within the AU's noise on this host (the sd between a calibration and its repeat, pooled, at
+most NOISE_LIMIT so that one outlying repeat cannot widen it), and the capacities where both sides
+are clear of the 90% line: it fails (exit 1) where they differ; a size on the line is undecided
+(exit 4), never agreement. `scenarios/capacity.toml` defines an accelerator slow enough that the
+2-core development host feeds one or two and not four; on a scenario whose accelerator this host
+feeds at no size (or at every size) the check says that it cannot tell. Writes capacity.jsonl,
+prints the table; docs/measurements/prediction.md has measured ones. The calibrations cost two
+launches per workload.
 
-This module is the model's prediction per size and the verdict, pure (from the launches' lines); the command,
-which launches, is capacity_command.py, the table capacity_table.py.
+This module is the model's prediction per size and the verdict, pure (from the launches' lines);
+the command, which launches, is capacity_command.py, the table capacity_table.py.
 
     python run_bench.py check-capacity --scenario capacity [--steps 40]
 """
@@ -44,15 +46,16 @@ FED, NOT_FED, AT_LINE = "fed", "not fed", "at the line"
 
 
 def calibration_costs(visit, workload: str, cores: int):
-    """The 1-rank launch's costs, with the share of the CPUs its own CPU and the outside load kept busy."""
+    """The 1-rank launch's costs, with the share of the CPUs its own CPU and the outside load kept
+    busy."""
     f = visit.line.figures
     return measured_at(stages.costs(visit.line.ranks, f, workload), float(f.get("throughput") or 0), cores,
                        float(f.get("other_cpu_pct") or 0))
 
 
 def launch_row(workload: str, case: CheckCase, visit, model: Model, base: CheckCase, sc, cores: int) -> dict:
-    """The launch's measured AU and samples/s beside the model's (with the ranks' wait; without it; less the
-    outside load)."""
+    """The launch's measured AU and samples/s beside the model's (with the ranks' wait; without it;
+    less the outside load)."""
     f = visit.line.figures
     outside = float(f.get("other_cpu_pct") or 0.0)
     alone = predict_case(model.calib, base, case, NO_BENCH, sc.accelerator, cores)
@@ -68,7 +71,8 @@ def launch_row(workload: str, case: CheckCase, visit, model: Model, base: CheckC
 
 @dataclass(frozen=True)
 class Model:
-    """The 1-rank calibration's costs and the 2-rank calibration's ranks' wait (None: not measured)."""
+    """The 1-rank calibration's costs and the 2-rank calibration's ranks' wait (None: not
+    measured)."""
 
     calib: Costs  # the 1-rank calibration's
     wait: rankwait.RankWait | None
@@ -76,14 +80,16 @@ class Model:
     calibration_au: dict[int, float] = field(default_factory=dict)  # ranks -> the calibration's measured AU %
 
     def predict(self, base: CheckCase, case: CheckCase, sc, cores: int, outside: float | None = None):
-        """The size's prediction: the CPU bounds with the rank's CPU at that size, and the step no shorter
-        than the ranks' wait makes it (the AU the smaller of the two; checkcases.predict_case)."""
+        """The size's prediction: the CPU bounds with the rank's CPU at that size, and the step no
+        shorter than the ranks' wait makes it (the AU the smaller of the two;
+        checkcases.predict_case)."""
         ranks = RanksWait(self.wait, self.samples) if self.wait is not None else None
         return predict_case(self.calib, base, case, NO_BENCH, sc.accelerator, cores, outside, ranks)
 
 
 def fed(rows: list[dict], key: str, target: float = AU_TARGET_PCT) -> int:
-    """The largest size whose AU (`key`) is at least the target, every smaller size too (0: not even 1)."""
+    """The largest size whose AU (`key`) is at least the target, every smaller size too (0: not
+    even 1)."""
     best = 0
     for row in sorted(rows, key=lambda r: r["world_size"]):
         if row[key] < target:
@@ -93,10 +99,10 @@ def fed(rows: list[dict], key: str, target: float = AU_TARGET_PCT) -> int:
 
 
 def noise(rows: list[dict]) -> float:
-    """The AU's sd between a launch and its repeat on this host, in points: pooled over the sizes that ran
-    twice (a calibration and its repeat, sizes 1 and 2: each pair's difference d gives d^2 / 2), at most
-    NOISE_LIMIT (an outlying repeat cannot widen the comparison past it; `noisy` says when it was cut);
-    0 where the rows do not say (the comparison is then exact)."""
+    """The AU's sd between a launch and its repeat on this host, in points: pooled over the sizes
+    that ran twice (a calibration and its repeat, sizes 1 and 2: each pair's difference d gives d^2
+    / 2), at most NOISE_LIMIT (an outlying repeat cannot widen the comparison past it; `noisy` says
+    when it was cut); 0 where the rows do not say (the comparison is then exact)."""
     return min(_pooled(rows), NOISE_LIMIT)
 
 
@@ -111,15 +117,16 @@ def noisy(rows: list[dict]) -> bool:
 
 
 def side(au: float, sd: float) -> str:
-    """One side's AU at a size against the 90% line: FED or NOT_FED where it is clear of the line by Z of its
-    sd, else AT_LINE."""
+    """One side's AU at a size against the 90% line: FED or NOT_FED where it is clear of the line
+    by Z of its sd, else AT_LINE."""
     if au >= AU_TARGET_PCT + Z * sd:
         return FED
     return NOT_FED if au <= AU_TARGET_PCT - Z * sd else AT_LINE
 
 
 def decided_capacity(rows: list[dict], key: str, sd: float) -> int | None:
-    """The largest size clearly fed with every smaller one; None where a size on the line comes first."""
+    """The largest size clearly fed with every smaller one; None where a size on the line comes
+    first."""
     best = 0
     for row in sorted(rows, key=lambda r: r["world_size"]):
         state = side(row[key], sd)
@@ -132,16 +139,17 @@ def decided_capacity(rows: list[dict], key: str, sd: float) -> int | None:
 
 
 def misses(rows: list[dict], sd: float) -> list[dict]:
-    """The sizes whose predicted AU differs from the measured one by more than Z x sqrt(2) x sd (both sides
-    carry a launch's noise)."""
+    """The sizes whose predicted AU differs from the measured one by more than Z x sqrt(2) x sd
+    (both sides carry a launch's noise)."""
     return [r for r in rows if abs(r["predicted_au_pct"] - r["measured_au_pct"]) > Z * math.sqrt(2) * sd + 1e-9]
 
 
 def verdict(rows: list[dict]) -> tuple[str, str]:
-    """One workload's line and its state: AGREE, DISAGREE, UNDECIDED or INCONCLUSIVE. Prediction and
-    measurement are compared at every size (`misses`); the capacities only where each side's AUs are clear
-    of the 90% line: a size on the line decides nothing and is never agreement. A disagreement while a
-    launch ran under outside load above OUTSIDE_LOAD_PCT is INCONCLUSIVE (the load, not the model)."""
+    """One workload's line and its state: AGREE, DISAGREE, UNDECIDED or INCONCLUSIVE. Prediction
+    and measurement are compared at every size (`misses`); the capacities only where each side's
+    AUs are clear of the 90% line: a size on the line decides nothing and is never agreement. A
+    disagreement while a launch ran under outside load above OUTSIDE_LOAD_PCT is INCONCLUSIVE (the
+    load, not the model)."""
     wl, sd = rows[0]["workload"], noise(rows)
     predicted, measured = (decided_capacity(rows, k, sd) for k in ("predicted_au_pct", "measured_au_pct"))
     head = (f"{wl}: kept at AU >= {AU_TARGET_PCT:.0f}% among {', '.join(str(r['world_size']) for r in rows)} "
@@ -177,13 +185,14 @@ def _cap(capacity: int | None) -> str:
 
 
 def inconclusive(rows: list[dict]) -> bool:
-    """A workload's launches of which one ran under outside load: its disagreement is not the model's."""
+    """A workload's launches of which one ran under outside load: its disagreement is not the
+    model's."""
     return any(r["other_cpu_pct"] > OUTSIDE_LOAD_PCT for r in rows)
 
 
 def exit_code(states: list[str]) -> int:
-    """One state per workload: 1 for a disagreement on a quiet machine, else 4 where one is undecided or
-    inconclusive, else 0."""
+    """One state per workload: 1 for a disagreement on a quiet machine, else 4 where one is
+    undecided or inconclusive, else 0."""
     if DISAGREE in states:
         return EXIT_REGRESSION
     return EXIT_OK if all(s == AGREE for s in states) else EXIT_INCONCLUSIVE

@@ -1,6 +1,7 @@
-"""check-capacity, the command: per workload (pixels, features) the calibrations at 1 and 2 ranks and the
-runs at 1, 2 and 4 ranks, each a real launch of the harness's cells (calibration.launch_group); capacity.jsonl,
-the table (capacity_table.py) and one verdict line per workload (capacity.py). docs/prediction.md.
+"""check-capacity, the command: per workload (pixels, features) the calibrations at 1 and 2 ranks
+and the runs at 1, 2 and 4 ranks, each a real launch of the harness's cells
+(calibration.launch_group); capacity.jsonl, the table (capacity_table.py) and one verdict line per
+workload (capacity.py). docs/prediction.md.
 
     python run_bench.py check-capacity --scenario capacity [--steps 40]
 """
@@ -57,8 +58,8 @@ def _calibrate(scw, base: CheckCase, workload: str, run_dir: Path, data_dir: Pat
 
 
 def main(request: Request) -> int:
-    """Per workload: the calibrations and the runs at 1, 2 and 4 ranks, capacity.jsonl, the table; exit 1
-    where the predicted capacity among the sizes is not the measured one."""
+    """Per workload: the calibrations and the runs at 1, 2 and 4 ranks, capacity.jsonl, the table;
+    exit 1 where the predicted capacity among the sizes is not the measured one."""
     data_dir, steps = request.data_dir, request.steps
     sc = scenario_mod.load(request.scenario)
     cores = max(1, int(hostload.cpu_allowance() or 1))  # the whole CPUs the run may use, as check-predictions

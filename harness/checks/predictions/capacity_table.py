@@ -1,14 +1,15 @@
-"""check-capacity's table: every launch's AU and samples/s, predicted (with the ranks' wait; without it; less
-the outside load) and measured, what binds, and the AU's error over the launches."""
+"""check-capacity's table: every launch's AU and samples/s, predicted (with the ranks' wait;
+without it; less the outside load) and measured, what binds, and the AU's error over the
+launches."""
 from __future__ import annotations
 
 import statistics
 
 
 def table(rows: list[dict], accelerator: str, cores: int) -> str:
-    """Every launch: the outside load, the AU predicted (with the ranks' wait; without it; shared-host
-    correction) and measured, the samples/s predicted and measured, what binds; a size a calibration ran at
-    marked as its repeat."""
+    """Every launch: the outside load, the AU predicted (with the ranks' wait; without it;
+    shared-host correction) and measured, the samples/s predicted and measured, what binds; a size
+    a calibration ran at marked as its repeat."""
     out = [f"{accelerator} on {cores} CPUs (the run's allowance); predicted: the 1-rank calibration's costs and "
            "the 2-rank calibration's ranks' wait, nothing fitted; alone: without the ranks' wait; shared: less "
            "the launch's measured outside load; * a repeat of a calibration's size",

@@ -1,6 +1,7 @@
-"""The target model's storage bounds against the project's own shaped store, predicted then measured
-(model.py: the cases, the model and the table; sweep.py: the measuring).
-Root: the link is a network namespace and a veth pair shaped with tc. docs/measurements/remote.md has a measured table.
+"""The target model's storage bounds against the project's own shaped store, predicted then
+measured (model.py: the cases, the model and the table; sweep.py: the measuring). Root: the link is
+a network namespace and a veth pair shaped with tc. docs/measurements/remote.md has a measured
+table.
 
     sudo python run_bench.py check-remote                       # bandwidth 0 (calibration), 20, 10, 5 MB/s
     sudo python run_bench.py check-remote --bandwidths 20 5 2 --seconds 8   # 2 MB/s: under the small cases' demand
@@ -18,7 +19,8 @@ from harness.errors import EXIT_OK, UsageError
 
 @dataclass(frozen=True)
 class CheckRemoteRequest:
-    """`run_bench.py check-remote [--bandwidths MB/s ...] [--seconds S] [--rounds N] [--samples N]`."""
+    """`run_bench.py check-remote [--bandwidths MB/s ...] [--seconds S] [--rounds N] [--samples
+    N]`."""
 
     bandwidths: tuple[float, ...] = (20.0, 10.0, 5.0)  # shaped settings in MB/s, after the unshaped calibration
     seconds: float = 8.0  # measured seconds per case and setting
@@ -26,7 +28,8 @@ class CheckRemoteRequest:
     samples: int = 512  # the dataset's samples
 
     def __post_init__(self) -> None:
-        """Every option checked as the command line is read, before a namespace or a store is built."""
+        """Every option checked as the command line is read, before a namespace or a store is
+        built."""
         number(self.samples, "--samples", whole=True, least=model.BATCH, most=10**6,
                remedy=f"give at least a batch ({model.BATCH} samples)")
         number(self.seconds, "--seconds", above=True, most=3600, remedy="give the seconds measured per case")

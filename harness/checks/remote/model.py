@@ -1,18 +1,20 @@
-"""Pure: the model side of `check-remote`, the target model's storage bounds against the project's own shaped
-store (the measuring side is sweep.py beside it). A case is a storage format read by one process (no
-DataLoader: the model's one worker) in random batches of BATCH samples at a number of requests in flight:
+"""Pure: the model side of `check-remote`, the target model's storage bounds against the project's
+own shaped store (the measuring side is sweep.py beside it). A case is a storage format read by one
+process (no DataLoader: the model's one worker) in random batches of BATCH samples at a number of
+requests in flight:
 
     webdataset  in_flight 1   one small range GET per sample: the store's own latency per request
     parquet     in_flight 1   a row group (~1 MB) per request for a few of its rows: bandwidth-heavy
     raw         in_flight 1   one GET per sample and field, one at a time: the latency bound
     raw         in_flight 8   the same GETs, 8 at a time: the requests-in-flight term and the store's capacity
 
-The prediction is harness.analysis.checkcases' (its cost building and target, predict_case) with the storage's
-figures: a cold read costs io = bytes/sample / bandwidth + requests/sample x latency / q, q = the requests in
-flight (up to a batch's), on top of the reader's own time per sample (the "loader workers" bound with one
-worker); the store serves at most its capacity in requests/s ("storage ops/s"); "storage bandwidth" is
-bandwidth / bytes. Every input comes from the first, unshaped setting only (the calibration) and the store's
-own probe there, never from a shaped setting:
+The prediction is harness.analysis.checkcases' (its cost building and target, predict_case) with
+the storage's figures: a cold read costs io = bytes/sample / bandwidth + requests/sample x latency
+/ q, q = the requests in flight (up to a batch's), on top of the reader's own time per sample (the
+"loader workers" bound with one worker); the store serves at most its capacity in requests/s
+("storage ops/s"); "storage bandwidth" is bandwidth / bytes. Every input comes from the first,
+unshaped setting only (the calibration) and the store's own probe there, never from a shaped
+setting:
 
     own time per sample   the reader's CPU per sample (time.process_time over the window: its client's work
                           on each request included, which no request in flight hides: one process, one GIL)
@@ -22,11 +24,12 @@ own probe there, never from a shaped setting:
                           run at the calibration): one CPU-bound process
     bytes, requests       per sample, each case's own
 
-"before" is the model as it was, with the inputs it had: own time (wall - wait) / samples, latency the GETs'
-whole wall time, no in-flight term, no capacity. The table prints both predictions, the measured rate and the
-errors; the calibration rows are flagged ("copy" where the row is its own input), and "link as a cap alone" is
-the model with bytes / bandwidth taken off each request's path and kept as the storage bandwidth bound: what
-tbf does while a response fits its burst (harness.lab.link.TBF_BURST).
+"before" is the model as it was, with the inputs it had: own time (wall - wait) / samples, latency
+the GETs' whole wall time, no in-flight term, no capacity. The table prints both predictions, the
+measured rate and the errors; the calibration rows are flagged ("copy" where the row is its own
+input), and "link as a cap alone" is the model with bytes / bandwidth taken off each request's path
+and kept as the storage bandwidth bound: what tbf does while a response fits its burst
+(harness.lab.link.TBF_BURST).
 """
 from __future__ import annotations
 
@@ -45,11 +48,11 @@ CASE = CheckCase("remote read", world_size=1, workers=1, batch_size=BATCH, stora
 
 def predicted(cal: dict, latency_s: float, bandwidth: float, in_flight: int = 1,
               store_gets_s: float = 0.0, own: str = "own_s_per_sample") -> tuple[float, float, str, float]:
-    """(samples/s, io seconds per sample, the bound that binds, the storage bandwidth bound) from the
-    calibration's costs of the case; ``in_flight``: the case's requests at once per worker; ``store_gets_s``:
-    the store's own request capacity (the model's storage IOPS; 0: unlimited). in_flight 1 and no capacity:
-    the model before it had either; ``own``: the calibration's figure taken as the reader's own seconds per
-    sample."""
+    """(samples/s, io seconds per sample, the bound that binds, the storage bandwidth bound) from
+    the calibration's costs of the case; ``in_flight``: the case's requests at once per worker;
+    ``store_gets_s``: the store's own request capacity (the model's storage IOPS; 0: unlimited).
+    in_flight 1 and no capacity: the model before it had either; ``own``: the calibration's figure
+    taken as the reader's own seconds per sample."""
     calib = Costs(workload="pixels", loader_s=cal[own], rank_s=0.0, bytes_per_sample=cal["bytes_per_sample"],
                   requests_per_sample=cal["requests_per_sample"], in_flight=in_flight)
     store = Bench({}, {}, {}, disk_mb_s=bandwidth, disk_latency_ms=1000 * latency_s, storage_iops=store_gets_s)
@@ -61,8 +64,9 @@ def predicted(cal: dict, latency_s: float, bandwidth: float, in_flight: int = 1,
 
 def link_caps_only(cal: dict, latency_s: float, bandwidth: float, in_flight: int, store_gets_s: float,
                    own: str = "own_s_per_sample") -> float:
-    """The same model with the link as a cap alone (bytes / bandwidth not on each request's path): what tbf
-    does while a response fits its burst (harness.lab.link.TBF_BURST). For the table, not the model."""
+    """The same model with the link as a cap alone (bytes / bandwidth not on each request's path):
+    what tbf does while a response fits its burst (harness.lab.link.TBF_BURST). For the table, not
+    the model."""
     unshaped = predicted(cal, latency_s, 0.0, in_flight, store_gets_s, own)[0]
     bound = bandwidth * 1e6 / cal["bytes_per_sample"] if bandwidth and cal["bytes_per_sample"] else float("inf")
     return min(unshaped, bound)
@@ -70,7 +74,8 @@ def link_caps_only(cal: dict, latency_s: float, bandwidth: float, in_flight: int
 
 def row(cal: dict, got: dict, setting: float, case: tuple[str, int], latency: float, idle: float,
         capacity: float) -> dict:
-    """One measured case beside its predictions, from its calibration ``cal`` (the unshaped setting's)."""
+    """One measured case beside its predictions, from its calibration ``cal`` (the unshaped
+    setting's)."""
     depth = case[1]
     before = predicted(cal, latency, setting)[0]
     rate, io, binds, bw_bound = predicted(cal, idle, setting, depth, capacity, own="cpu_s_per_sample")
@@ -91,8 +96,8 @@ HEADER = ("| link | case | req/sample cal / meas | MB/sample cal / meas | MB/s m
 
 
 def table(rows: list[dict]) -> list[str]:
-    """Medians over the rounds, per setting and case: the model before the requests-in-flight term and the
-    store's capacity, after, and with the link as a cap alone (the tbf burst's reading)."""
+    """Medians over the rounds, per setting and case: the model before the requests-in-flight term
+    and the store's capacity, after, and with the link as a cap alone (the tbf burst's reading)."""
     out = [HEADER, "|" + " --- |" * 18]
     for setting, case in dict.fromkeys((r["setting"], r["case"]) for r in rows):
         out.append(_table_line([r for r in rows if (r["setting"], r["case"]) == (setting, case)]))
@@ -124,8 +129,8 @@ def _table_line(group: list[dict]) -> str:
 
 
 def notes(rows: list[dict], rounds: int) -> list[str]:
-    """The lines above the table: the latency and own time the model takes now, the store's capacity per
-    round, the latency setting."""
+    """The lines above the table: the latency and own time the model takes now, the store's
+    capacity per round, the latency setting."""
     latency = float(np.median([r["latency"] for r in rows]))
     idle = float(np.median([r["idle"] for r in rows]))
     capacity = [f"{r['capacity']:.0f}" for r in rows if not r["setting"] and r["case"] == CASES[0]]

@@ -1,8 +1,9 @@
 """The measuring side of `check-remote` (its model: model.py beside it): each bandwidth setting in
-its own remote session (harness.lab.session: the project's store in a network namespace behind a veth pair
-shaped with tc; root), the cases read one after another through the s3 storage by this one process, over a
-fresh small dataset; each round's unshaped calibration predicts its shaped settings. This kernel may have no
-sch_netem: latency is then never shaped, and the latency setting is the store's measured one."""
+its own remote session (harness.lab.session: the project's store in a network namespace behind a
+veth pair shaped with tc; root), the cases read one after another through the s3 storage by this
+one process, over a fresh small dataset; each round's unshaped calibration predicts its shaped
+settings. This kernel may have no sch_netem: latency is then never shaped, and the latency setting
+is the store's measured one."""
 from __future__ import annotations
 
 import os
@@ -28,7 +29,8 @@ FIELDS = FIELDS_FOR["pixels"]
 
 
 def measure(path: Path, fmt: str, in_flight: int, seconds: float, seed: int) -> dict:
-    """Random batches through the s3 storage's reader for about ``seconds`` (after two warm-up batches)."""
+    """Random batches through the s3 storage's reader for about ``seconds`` (after two warm-up
+    batches)."""
     storage = registry.create("storage", "s3", format=fmt, shard_size=64, in_flight=in_flight)
     reader = storage.open(path, fields=FIELDS)
     rng = np.random.default_rng(seed)
@@ -63,8 +65,8 @@ def _figures(before: dict, after: dict, samples: int, wall: float, cpu: float, o
 
 def sweep(paths: dict, settings: list[float], seconds: float, spec: DatasetSpec, work: str,
           round_: int) -> list[dict]:
-    """One round: each setting in its own session (link, server), the cases one after another; the round's
-    unshaped calibration predicts its shaped settings."""
+    """One round: each setting in its own session (link, server), the cases one after another; the
+    round's unshaped calibration predicts its shaped settings."""
     rows, cal, latency, idle, capacity = [], {}, None, None, 0.0
     for setting in settings:
         shape = Shape(0.0, setting, 0.0)
@@ -91,7 +93,8 @@ def sweep(paths: dict, settings: list[float], seconds: float, spec: DatasetSpec,
 
 
 def run(bandwidths: list[float], seconds: float, rounds: int, samples: int) -> list[dict]:
-    """Every round over the unshaped calibration and the shaped settings, on a fresh dataset of ``samples``."""
+    """Every round over the unshaped calibration and the shaped settings, on a fresh dataset of
+    ``samples``."""
     spec = DatasetSpec(samples=samples, seed=0, profile="cc3m", image_scale=0.5)
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="dlbench-bounds-") as work:

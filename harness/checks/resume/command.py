@@ -1,7 +1,7 @@
-"""What a restart costs per loader and storage: time to the first batch (page cache warm and cold) and the
-samples repeated or dropped by a mid-epoch resume from each loader's own state, the harness's position, or
-nothing (measuring.py measures, counting.py counts, table.py prints). Writes resume.jsonl
-in a new run directory; docs/resume-cost.md has a measured table.
+"""What a restart costs per loader and storage: time to the first batch (page cache warm and cold)
+and the samples repeated or dropped by a mid-epoch resume from each loader's own state, the
+harness's position, or nothing (measuring.py measures, counting.py counts, table.py prints). Writes
+resume.jsonl in a new run directory; docs/resume-cost.md has a measured table.
 
     python run_bench.py check-resume --scenario loaders --samples 512
     python run_bench.py check-resume --scenario formats --loader workers --in-process
@@ -23,7 +23,8 @@ EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a run stopped by Ctrl-C
 
 @dataclass(frozen=True)
 class CheckResumeRequest:
-    """`run_bench.py check-resume --scenario NAME [--loader NAME ...] [--stop N] [--in-process]`."""
+    """`run_bench.py check-resume --scenario NAME [--loader NAME ...] [--stop N]
+    [--in-process]`."""
 
     scenario: str
     data_dir: Path = Path("data")

@@ -1,10 +1,10 @@
 """Pure: what a mid-epoch stop and resume did to an epoch's order, from recorded orders alone.
 
 ``reference`` is the uninterrupted epoch (the sample indices in the order a loader delivered them),
-``before`` what the stopped loader delivered, ``after`` what the resumed loader delivered until the epoch's
-end. The counts are over multisets, because a distributed sampler's epoch repeats a few indices as padding:
-a sample counts as repeated each time it was delivered more often than the uninterrupted epoch delivers it,
-and as dropped each time it was delivered less often.
+``before`` what the stopped loader delivered, ``after`` what the resumed loader delivered until the
+epoch's end. The counts are over multisets, because a distributed sampler's epoch repeats a few
+indices as padding: a sample counts as repeated each time it was delivered more often than the
+uninterrupted epoch delivers it, and as dropped each time it was delivered less often.
 """
 from __future__ import annotations
 

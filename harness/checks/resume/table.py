@@ -1,5 +1,5 @@
-"""check-resume's table: one text line per loader x storage x sampler x way of resuming (the rows that
-measuring.py writes to resume.jsonl)."""
+"""check-resume's table: one text line per loader x storage x sampler x way of resuming (the rows
+that measuring.py writes to resume.jsonl)."""
 from __future__ import annotations
 
 

@@ -1,8 +1,9 @@
-"""`run_bench.py --self-test`: the harness's own figures checked on a calibrated synthetic workload with
-analytic answers (fidelity.py beside it measures; its docstring has the formulas). `run` gives the rows,
-`render` the table, `main` prints it: exit 0, or 1 when a figure is off on a quiet machine. A figure that
-misses while other processes load the machine (outside load above OUTSIDE_LOAD_PCT in its regime) is measured
-again, up to REDOS times; if every miss stays disturbed, the answer is "inconclusive" (exit 4), never a FAIL."""
+"""`run_bench.py --self-test`: the harness's own figures checked on a calibrated synthetic workload
+with analytic answers (fidelity.py beside it measures; its docstring has the formulas). `run` gives
+the rows, `render` the table, `main` prints it: exit 0, or 1 when a figure is off on a quiet
+machine. A figure that misses while other processes load the machine (outside load above
+OUTSIDE_LOAD_PCT in its regime) is measured again, up to REDOS times; if every miss stays
+disturbed, the answer is "inconclusive" (exit 4), never a FAIL."""
 from __future__ import annotations
 
 import os
@@ -28,8 +29,8 @@ def only_disturbed_misses(rows: list[dict]) -> bool:
 
 
 def verdict(rows: list[dict], loaded: list[float]) -> tuple[int, str | None]:
-    """The exit code and, when inconclusive, its line; `loaded`: the outside load % of every disturbed
-    regime measured over all rounds."""
+    """The exit code and, when inconclusive, its line; `loaded`: the outside load % of every
+    disturbed regime measured over all rounds."""
     if all(r["ok"] for r in rows):
         return EXIT_OK, None
     if not only_disturbed_misses(rows):

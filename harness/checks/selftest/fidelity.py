@@ -1,29 +1,30 @@
-"""Fidelity self-test (`run_bench.py --self-test`, command.py beside it prints it): the real training
-loop on a calibrated synthetic workload with known answers.
+"""Fidelity self-test (`run_bench.py --self-test`, command.py beside it prints it): the real
+training loop on a calibrated synthetic workload with known answers.
 
-The loader's workers each take a known time per batch (a sleep) and the emulated accelerator's step takes a
-known time, so throughput, data stall and AU have analytic values. With W workers each needing L seconds
-per batch, a batch is ready every L/W seconds. Handing a ready batch from a worker to the training process
-also costs r (shared-memory tensors, unpickling: about 2 ms on a small VM); the self-test measures r first
-on the same loader without the sleep, and reports it. With compute C per step, a step takes
-T = max(C + r, L/W), and
+The loader's workers each take a known time per batch (a sleep) and the emulated accelerator's step
+takes a known time, so throughput, data stall and AU have analytic values. With W workers each
+needing L seconds per batch, a batch is ready every L/W seconds. Handing a ready batch from a
+worker to the training process also costs r (shared-memory tensors, unpickling: about 2 ms on a
+small VM); the self-test measures r first on the same loader without the sleep, and reports it.
+With compute C per step, a step takes T = max(C + r, L/W), and
 
     throughput = B / T      stall % = (T - C) / T      AU % = C / T
 
-Two regimes: overlapped (C > L/W: no stall) and starved (L/W > C). The harness's own loop, DataLoader,
-emulated device, DDP (one gloo rank) and metrics produce the measured figures; the self-test reports the
-error of each (throughput relative, stall and AU in percentage points) against a tolerance.
+Two regimes: overlapped (C > L/W: no stall) and starved (L/W > C). The harness's own loop,
+DataLoader, emulated device, DDP (one gloo rank) and metrics produce the measured figures; the
+self-test reports the error of each (throughput relative, stall and AU in percentage points)
+against a tolerance.
 
-A third regime, straggler, runs two spawned ranks of the pixels workload (real uint8 images and tokens
-through the pixels collate) whose loaders differ: rank 0 needs L0 per batch, rank 1 (the straggler) L1 > L0,
-each with W workers. The ranks step together, so a step takes T = max(C + r, L1/W); rank 1 waits for its
-data (T - C), rank 0 gets its batch at once (r) and then waits for rank 1 in the per-step agreement
-(T - C - r). With B samples per rank per step:
+A third regime, straggler, runs two spawned ranks of the pixels workload (real uint8 images and
+tokens through the pixels collate) whose loaders differ: rank 0 needs L0 per batch, rank 1 (the
+straggler) L1 > L0, each with W workers. The ranks step together, so a step takes T = max(C + r,
+L1/W); rank 1 waits for its data (T - C), rank 0 gets its batch at once (r) and then waits for rank
+1 in the per-step agreement (T - C - r). With B samples per rank per step:
 
     throughput = 2B / T   stall % = (r + T - C) / 2T   peer wait % = (T - C - r) / 2T   AU % = C / T
 
-It builds the scenario (config), the emulated device (device), the loop and its pipeline
-(train), the figures (results) and spawns the straggler's ranks on a free port (harness.run.launch).
+It builds the scenario (config), the emulated device (device), the loop and its pipeline (train),
+the figures (results) and spawns the straggler's ranks on a free port (harness.run.launch).
 """
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ IMAGE_SIDE = 32  # the straggler regime's images: IMAGE_SIDE x IMAGE_SIDE x 3, u
 
 
 class SleepDataset(Dataset):
-    """Items that take a known time to load per batch: features (embeddings) or pixels (image + tokens)."""
+    """Items that take a known time to load per batch: features (embeddings) or pixels (image +
+    tokens)."""
 
     def __init__(self, size: int, latency_s: float, workload: str = "features"):
         self.size, self.latency_s, self.workload = size, latency_s, workload
@@ -112,7 +114,8 @@ def _loader(samples: int, batch_size: int, latency_s: float, workers: int, workl
 
 
 def measure_handoff(batch_size: int, workers: int, batches: int = 15) -> float:
-    """Median time of next() on a loader whose queue is already full: the worker-to-trainer hand-off."""
+    """Median time of next() on a loader whose queue is already full: the worker-to-trainer
+    hand-off."""
     loader, _, _ = _loader(batch_size * (batches + 10), batch_size, 0.0, workers)
     it, times = iter(loader), []
     next(it)
@@ -135,7 +138,8 @@ def _pipeline_for(latency_s: float, workers: int, workload: str = "features"):
 
 
 def _calibrated(compute_s: float):
-    """An accelerator whose every step takes compute_s (plus, for pixels, a known per-pixel term)."""
+    """An accelerator whose every step takes compute_s (plus, for pixels, a known per-pixel
+    term)."""
     return replace(get_accelerator("V100-16GB"), name="calibrated", step_overhead_s=compute_s,
                    features_flops_per_sample=0.0)
 
@@ -156,7 +160,8 @@ SYNTHETIC_CELL = Cell(tuple(StrategyChoice(a, n) for a, n in (("storage", "synth
 
 def _rows(name: str, figures: dict, expected: dict, handoff_s: float, tolerance: float = TOLERANCE,
           outside_pct: float | None = None) -> list:
-    """One row per figure; `outside_pct`: the CPU other processes used while the regime ran (HostLoad)."""
+    """One row per figure; `outside_pct`: the CPU other processes used while the regime ran
+    (HostLoad)."""
     rows = []
     for key, value in expected.items():
         measured = figures[key]
@@ -169,8 +174,8 @@ def _rows(name: str, figures: dict, expected: dict, handoff_s: float, tolerance:
 def run_regime(regime: Regime, steps: int, handoff_s: float, batch_size: int = 4, warmup: int = 6) -> dict:
     """One regime through run_cell in this process (a one-rank gloo group must already exist).
 
-    The W workers start together and stay in phase, so batches arrive in groups of W: warm-up and window
-    are whole multiples of W steps, so the window holds whole arrival cycles."""
+    The W workers start together and stay in phase, so batches arrive in groups of W: warm-up and
+    window are whole multiples of W steps, so the window holds whole arrival cycles."""
     steps, warmup = -(-steps // regime.workers) * regime.workers, -(-warmup // regime.workers) * regime.workers
     accelerator = _calibrated(regime.compute_s)
     scenario = _scenario(accelerator, "features", batch_size, regime.workers, warmup, steps, world=1)
@@ -205,7 +210,8 @@ class Straggler:
 
 
 def _straggler_rank(rank: int, regime: Straggler, steps: int, warmup: int, port: int, out: str) -> None:
-    """One spawned rank of the straggler regime; rank 0 writes the cell's figures to `out` (JSON)."""
+    """One spawned rank of the straggler regime; rank 0 writes the cell's figures to `out`
+    (JSON)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
@@ -238,8 +244,8 @@ def run_straggler(steps: int, handoff_s: float, regime: Straggler = Straggler(),
 
 
 def run(steps: int = 40) -> list[dict]:
-    """The one-rank regimes in a gloo process group of this process, then the two-rank straggler regime in
-    spawned processes; returns all rows."""
+    """The one-rank regimes in a gloo process group of this process, then the two-rank straggler
+    regime in spawned processes; returns all rows."""
     torch.set_num_threads(1)
     own_group = not dist.is_initialized()
     if own_group:
