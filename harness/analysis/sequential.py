@@ -193,7 +193,7 @@ def whole_pass_ends(results: list) -> list[int]:
 
 
 def fit_at(results: list, order: dict, upto: int, response: str, confidence: float) -> list[Effect]:
-    """The main effects of `response` over the visits up to repeat `upto`, adjusted for outside load."""
+    """The main effects of `response` over the visits up to repeat `upto`, adjusted for outside load and references."""
     visits = [r for r in results if r.repeat <= upto]
     fitted = fit_effects(observations(visits, response, adjust=True), order, response, confidence,
                          interactions=False)

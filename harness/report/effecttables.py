@@ -46,7 +46,7 @@ def run_effects(results: list[CellResult], cell_ids: list[str] | None = None) ->
     """Every figure's effects over the run's measured visits ([] with fewer visits than terms)."""
     order = level_order(results, cell_ids)
     out = []
-    for figure, (attribute, _) in FIGURES.items():  # the two responses adjusted for outside load
+    for figure, (attribute, _) in FIGURES.items():  # the two responses adjusted (outside load, references)
         out += fit_effects(observations(results, attribute, adjust=figure in ADJUSTED), order, figure)
     return out + order_effects(results, order)  # the order figures (none for lines without them)
 

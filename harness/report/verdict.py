@@ -126,8 +126,9 @@ def decision_lines(decisions: Decisions) -> list[str]:
     m = d.rule.min_effect
     why = ("cores / CPU s per sample: the host's CPU binds" if d.response == HOST_RATE
            else "the host's CPU does not bind")
-    lines = [f"EFFECTS decided on the {RESPONSE_WORDS[d.response]} ({why}), adjusted for outside load; ratio "
-             f"against the axis's first level, repeated intervals over {d.looks} of {MAX_LOOKS} looks "
+    lines = [f"EFFECTS decided on the {RESPONSE_WORDS[d.response]} ({why}), adjusted for outside load and "
+             f"the host's speed (reference work timed in each visit); ratio against the axis's first level, "
+             f"repeated intervals over {d.looks} of {MAX_LOOKS} looks "
              f"({guarantee(d.rule, len(d.levels))}):"]
     lines += [decision_line(x, d.response, m) for x in d.levels]
     apart = [x for x in d.levels if x.disagrees]
