@@ -6,7 +6,7 @@ look whose repeated interval excludes x1 or lies inside [1 / (1 + m), 1 + m], an
 pass visits every cell (the design stays balanced: each level's effect stays the average over the
 other axes) while an effect is open, a look is left and the pass fits in the time left; otherwise
 the run stops. Visits disturbed by outside load are kept and adjusted for (the fit's covariate);
-visits under extreme load (harness.analysis.effects.extreme) leave the fit and the passes that
+visits under extreme load (harness.analysis.covariates.extreme) leave the fit and the passes that
 follow measure their cells again. The fastest set (cells tied with the leader:
 harness.analysis.ties.settled) is reported when the run ends, and never holds it: it is not an
 effect and has no error rate of its own.
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.analysis.effects import MIN_EFFECT, extreme
+from harness.analysis.covariates import extreme
+from harness.analysis.effects import MIN_EFFECT
 from harness.analysis.sequential import Decisions, Rule, decide, looks_left
 from harness.analysis.ties import leader_and_tied, settled
 from harness.results.cellresult import CellResult

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from harness.measure.hostload import OUTSIDE_LOAD_PCT
+from harness.analysis.covariates import extreme, load_covariate, reference_covariates
 from harness.results import stats
 from harness.results.cellresult import CellResult
 from harness.results.fileformat import FileFormat
@@ -61,10 +61,6 @@ ORDER_FIGURES = {"order_units": ("order_units_ratio", "units/batch vs shuffle"),
                  # the held-out loss after the window's steps over the shuffle's: 1 for a shuffle, higher is worse
                  "order_training": ("order_train_ratio", "training loss vs shuffle")}
 THROUGHPUT, HOST_RATE = "throughput", "host_rate"  # the two responses a decision may rest on
-# a visit beyond either leaves the fit: the run's share of the CPU is then more the neighbour's schedule than
-# the covariate's straight line (the covariate was measured up to about 60%), and steal is not in it
-EXTREME_LOAD_PCT, EXTREME_STEAL_PCT = 60.0, 5.0
-MAX_LOAD_PCT = 95.0  # the covariate's outside load is capped here (log(1 - 1) has no value)
 MIN_RESIDUAL_DF = 10  # interactions are fitted only when this many degrees of freedom remain
 CONFIDENCE = 0.95
 MIN_EFFECT = 0.05  # the smallest effect that matters, when a run records none (--min-effect sets it)
@@ -300,12 +296,6 @@ def figure_value(figures, attribute: str) -> float | None:
     return 1.0 / (loader + rank) if loader is not None and rank is not None and loader + rank > 0 else None
 
 
-def load_covariate(result: CellResult) -> float:
-    """log(1 - other_cpu_pct / 100) of the visit (0 when unrecorded), the load capped at MAX_LOAD_PCT."""
-    pct = min(max(result.figures.other_cpu_pct or 0.0, 0.0), MAX_LOAD_PCT)
-    return math.log(1 - pct / 100)
-
-
 def observations(results: list[CellResult], attribute: str, adjust: bool = False) -> list[Observation]:
     """One observation per measured visit that has the figure (a Figures attribute, or HOST_RATE), its pass
     the block; with `adjust`, its covariates (outside load, references). A visit under extreme load (`extreme`) is
@@ -336,22 +326,6 @@ def observations(results: list[CellResult], attribute: str, adjust: bool = False
             for r in kept]
 
 
-def reference_covariates(results: list[CellResult]) -> dict[int, tuple[float, float]]:
-    """id(visit) -> (log reference decode s, log reference step s), each the mean over the visit's ranks'
-    readings (harness.measure.reference); a visit without one gets the mean of the others' logs. Empty when
-    no visit has a reading (older lines), or a reading's version differs (a changed reference work)."""
-    read = {}
-    for r in results:
-        refs = [x.reference for x in r.ranks if x.reference]
-        if refs and all(x.get("decode_s", 0) > 0 and x.get("rank_s", 0) > 0 for x in refs):
-            read[id(r)] = (refs[0].get("version"), math.log(float(np.mean([x["decode_s"] for x in refs]))),
-                           math.log(float(np.mean([x["rank_s"] for x in refs]))))
-    if not read or len({v[0] for v in read.values()}) > 1:
-        return {}
-    mean = tuple(float(np.mean([v[k] for v in read.values()])) for k in (1, 2))
-    return {id(r): read[id(r)][1:] if id(r) in read else mean for r in results}
-
-
 def pass_sizes(results: list[CellResult]) -> dict[int, int]:
     """pass (repeat) -> how many cells it visited."""
     cells: dict[int, set] = {}
@@ -365,18 +339,6 @@ def whole_passes(results: list[CellResult]) -> int:
     sizes = pass_sizes(results)
     most = max(sizes.values(), default=0)
     return sum(n == most for n in sizes.values())
-
-
-def disturbed(result: CellResult) -> bool:
-    """Outside load above the warning's threshold during the visit (harness.measure.hostload): named in the
-    report, kept in the fit and adjusted for."""
-    return (result.figures.other_cpu_pct or 0) > OUTSIDE_LOAD_PCT
-
-
-def extreme(result: CellResult) -> bool:
-    """Outside load above EXTREME_LOAD_PCT or steal above EXTREME_STEAL_PCT: the visit leaves the fit."""
-    f = result.figures
-    return (f.other_cpu_pct or 0) > EXTREME_LOAD_PCT or (f.steal_pct or 0) > EXTREME_STEAL_PCT
 
 
 def order_effects(results: list[CellResult], order: dict[str, list[str]]) -> list[Effect]:

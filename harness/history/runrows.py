@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from harness.analysis import stages
-from harness.analysis.effects import MIN_EFFECT, disturbed, whole_passes
+from harness.analysis.covariates import disturbed
+from harness.analysis.effects import MIN_EFFECT, whole_passes
 from harness.history.database import FIGURE_COLUMNS
 from harness.report import verdict
 from harness.report.effecttables import read_effects
