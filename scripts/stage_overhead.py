@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from harness.config import scenario as scenario_mod  # noqa: E402
-from harness.config.matrixload import StrategyChoice  # noqa: E402
+from harness.config.choices import StrategyChoice  # noqa: E402
 from harness.data.fields import FIELDS_FOR  # noqa: E402
 from harness.data.materialise import materialise  # noqa: E402
 from harness.train import handover, stagetimer, torchdataset  # noqa: E402

@@ -12,8 +12,8 @@ import pytest
 
 from harness import cli
 from harness.config import scenario
+from harness.config.choices import StrategyChoice
 from harness.config.matrix import Cell
-from harness.config.matrixload import StrategyChoice
 from harness.data import generator, storageunits
 from harness.errors import UsageError
 from harness.measure.rankrecord import RankRecord

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from harness.config.choices import StrategyChoice
 from harness.config.matrix import Cell
-from harness.config.matrixload import StrategyChoice
 from harness.data import generator
 from harness.report.trainingtable import training_table
 from harness.results import orderquality as oq

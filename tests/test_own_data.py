@@ -11,9 +11,9 @@ import pytest
 
 from harness import cli
 from harness.config import scenario
+from harness.config.launchconfig import LaunchConfig
 from harness.config.matrix import expand
 from harness.config.request import BenchRequest
-from harness.config.runconfig import LaunchConfig
 from harness.data.generator import DatasetSpec
 from harness.data.importer import LAYOUTS, SourceSpec
 from harness.data.materialise import load_manifest, materialise

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from harness.config.choices import StrategyChoice
 from harness.config.matrix import Cell
-from harness.config.matrixload import StrategyChoice
 from harness.measure.rankrecord import RankRecord
 from harness.results import rundir
 from harness.results.cellparts import Coverage

@@ -162,7 +162,7 @@ def test_filters_check_names_against_the_whole_matrix(tmp_path):
 
 
 def test_each_repeat_visits_the_cells_in_its_own_recorded_order():
-    from harness.config.runconfig import visit_order
+    from harness.config.launchconfig import visit_order
 
     first, second = visit_order(24, 0, "random", 5), visit_order(24, 1, "random", 5)
     assert sorted(first) == sorted(second) == list(range(24)) and first != second
@@ -210,8 +210,8 @@ def test_a_matrix_no_budget_can_run_is_refused_before_it_is_listed(tmp_path):
 
 
 def test_runnable_keeps_the_cells_this_machine_can_run_and_says_why_it_left_the_others():
+    from harness.config.choices import StrategyChoice
     from harness.config.matrix import Cell, runnable
-    from harness.config.matrixload import StrategyChoice
 
     ok, gone = StrategyChoice("storage", "raw"), StrategyChoice("storage", "lmdb", unavailable="s.toml: matrix."
                                                                 "storage: the lmdb storage needs the lmdb package")

@@ -15,7 +15,7 @@ from harness.checks.remote import command as check_remote
 from harness.checks.resume import command as check_resume
 from harness.commands import history
 from harness.config import scenariofields
-from harness.config.runconfig import ORDERS
+from harness.config.launchconfig import ORDERS
 from harness.data.importer import LAYOUTS
 from harness.errors import EXIT_USAGE
 from harness.gates import ci_command

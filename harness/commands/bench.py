@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Protocol
 
 from harness.config import scenario
+from harness.config.launchconfig import check_data_space
 from harness.config.matrix import Cell
 from harness.config.request import BenchRequest
-from harness.config.runconfig import check_data_space
 from harness.device.devices import ranks_per_gpu, run_device_name
 from harness.errors import EXIT_OK, EXIT_REGRESSION, UsageError
 from harness.measure import gpuinfo

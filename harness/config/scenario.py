@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.config.accelerators import Accelerator, get_accelerator
-from harness.config.matrixload import StrategyChoice, parse_matrix
+from harness.config.choices import StrategyChoice, parse_matrix
 from harness.config.scenariofields import batch_fits_share, check_values, typed_sections
 from harness.data import bucket, decoders
 from harness.data.decoders import DEFAULT_DECODER

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from harness import safewrite
-from harness.config.runconfig import LaunchConfig
+from harness.config.launchconfig import LaunchConfig
 from harness.errors import UsageError
 from harness.results import rundir
 

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from harness.config.launchconfig import LaunchConfig
 from harness.config.request import Torchrun
-from harness.config.runconfig import LaunchConfig
 from harness.device.devices import CudaDevice, EmulatedDevice
 from harness.errors import UsageError
 from harness.run import rankloop, supervisor

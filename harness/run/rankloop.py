@@ -17,8 +17,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from harness.analysis import budget
+from harness.config.launchconfig import LaunchConfig, visit_order
 from harness.config.matrix import Cell
-from harness.config.runconfig import LaunchConfig, visit_order
 from harness.data.materialise import verify_dir
 from harness.measure import remotecounters
 from harness.measure.hostload import HostLoad

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness import safewrite
-from harness.config.runconfig import LaunchConfig
+from harness.config.launchconfig import LaunchConfig
 from harness.data.materialise import verify_dir
 from harness.errors import UsageError
 from harness.measure.telemetry import stat_fields

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from harness.config.launchconfig import LaunchConfig
 from harness.config.matrix import Cell
 from harness.config.request import BenchRequest
-from harness.config.runconfig import LaunchConfig
 from harness.config.scenario import Scenario
 from harness.data import pagecache
 from harness.device.standin import build_model
@@ -44,7 +44,7 @@ class RankContext:
     rank: int
     world_size: int
     device: object  # EmulatedDevice | CudaDevice
-    data_paths: dict[str, Path]  # storage choice's label -> materialised directory (runconfig.materialise_all)
+    data_paths: dict[str, Path]  # storage choice's label -> materialised directory (launchconfig.materialise_all)
     config: LaunchConfig
     local_rank: int = 0
     host_group: object = None  # gloo group for waits on host work (None: the default group)

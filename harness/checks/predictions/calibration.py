@@ -18,10 +18,10 @@ from pathlib import Path
 
 from harness.analysis.checkcases import Bench, CheckCase
 from harness.checks.predictions import sidebench
+from harness.config.choices import StrategyChoice
+from harness.config.launchconfig import LaunchConfig
 from harness.config.matrix import Cell, expand
-from harness.config.matrixload import StrategyChoice
 from harness.config.request import BenchRequest
-from harness.config.runconfig import LaunchConfig
 from harness.config.scenario import Scenario
 from harness.data import pagecache
 from harness.data.decoders import decode_resize, resized_shapes

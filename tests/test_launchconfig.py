@@ -1,4 +1,4 @@
-"""One settings object from the command line to the ranks (harness.config.runconfig): the LaunchConfig holds the
+"""One settings object from the command line to the ranks (harness.config.launchconfig): the LaunchConfig holds the
 frozen BenchRequest whole, the RankContext (harness.train.trainloop) holds the LaunchConfig whole, and neither
 copies a field of the one it holds."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 from harness import cli
 from harness.config import scenario
+from harness.config.launchconfig import LaunchConfig
 from harness.config.matrix import expand
 from harness.config.request import BenchRequest
-from harness.config.runconfig import LaunchConfig
 from harness.device.devices import EmulatedDevice
 from harness.train.trainloop import RankContext
 
