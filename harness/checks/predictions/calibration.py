@@ -1,4 +1,4 @@
-"""What the prediction checks share (command.py and capacity.py beside it): the scenario as
+"""What the prediction checks share (command.py and capacity_command.py beside it): the scenario as
 one launch of a check (`variant`), the storages they materialise, one launch of a group of cases as real
 cells in spawned ranks (`launch_group`, each case's `Visit` read back from its directory), and the side
 measurements beside the cells (`side_bench`, from sidebench.py beside it), kept in bench.json and read

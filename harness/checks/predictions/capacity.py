@@ -13,9 +13,9 @@ most NOISE_LIMIT so that one outlying repeat cannot widen it), and the capacitie
 are clear of the 90% line: it fails (exit 1) where they differ; a size on the line is undecided
 (exit 4), never agreement. `scenarios/capacity.toml` defines an accelerator slow enough that the
 2-core development host feeds one or two and not four; on a scenario whose accelerator this host
-feeds at no size (or at every size) the check says that it cannot tell. Writes capacity.jsonl,
-prints the table; docs/measurements/prediction.md has measured ones. The calibrations cost two
-launches per workload.
+feeds at no size (or at every size) the check says that it cannot tell. The command writes
+capacity.jsonl and prints the table; docs/measurements/prediction.md has measured ones. The
+calibrations cost two launches per workload.
 
 This module is the model's prediction per size and the verdict, pure (from the launches' lines);
 the command, which launches, is capacity_command.py, the table capacity_table.py.
