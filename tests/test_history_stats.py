@@ -1,4 +1,4 @@
-"""The history's pure statistics: the lookback test of the history gate (harness.history.lookback) and the
+"""The history's pure statistics: the lookback test of the history gate (harness.gates.lookback) and the
 change points across commits (harness.history.changepoints), on synthetic series with known answers (seeded)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
+from harness.gates.lookback import MIN_RUNS, lookback
 from harness.history.changepoints import change_points
-from harness.history.lookback import MIN_RUNS, lookback
 
 STEP_AT, STEP, DRIFT, NOISE = 12, 1.3, 1.004, 0.02  # +30% at commit 12, then +0.4% a commit, 2% noise a run
 

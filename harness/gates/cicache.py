@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from harness.errors import EXIT_BASELINE, EXIT_NOT_RUN, EXIT_OK, EXIT_REGRESSION, EXIT_USAGE
 from harness.gates import history as history_gate
+from harness.gates.lookback import MIN_RUNS
 from harness.history import database
-from harness.history.lookback import MIN_RUNS
 
 CACHE_FILE = "ci-history.sqlite"  # the history store's name inside the cache directory
 BINDS_AT = 10  # comparable runs from which a history regression fails the job as well

@@ -1,6 +1,6 @@
 """The history gate: a run's cells against the same cells in the last K comparable runs of the
 store (same scenario, machine fingerprint and settings hash, earlier in time), each cell by the
-lookback test (harness.history.lookback) at alpha / cells (Bonferroni: with unchanged code the
+lookback test (harness.gates.lookback) at alpha / cells (Bonferroni: with unchanged code the
 chance that any cell is called slower stays under alpha, the family-wise rate the A/B gate's
 sign-flip maximum over cells holds too).
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.gates.lookback import MIN_RUNS, LookbackResult, lookback
 from harness.history import database, runrows
-from harness.history.lookback import MIN_RUNS, LookbackResult, lookback
 from harness.history.series import cell_values
 
 
