@@ -1,14 +1,14 @@
-"""Pure: a measured configuration on this host as the target model predicts it (`CheckCase`, `predict_case`):
-the costs a case changes are scaled by what was measured beside the cells (`Bench`: the read stage per
-storage, the decode stage per decoder and image size, the pixels per image), and the case's target is this
-host with the CPUs the case's launch may use (its allowance, or the one CPU a confined case runs on) and the
-disk's measured rate and latency for a cold page cache. Nothing is fitted to a measured samples/s: the
-headline is this absolute model. Beside it, labelled, a shared-host correction takes from the allowance the CPU
-that processes outside the run used during the case's own visits (measured, not fitted). docs/prediction.md.
+"""Pure: a measured configuration on this host as the target model predicts it (`CheckCase`,
+`predict_case`): the costs a case changes are scaled by what was measured beside the cells
+(`Bench`: the read stage per storage, the decode stage per decoder and image size, the pixels per
+image), and the case's target is this host with the CPUs the case's launch may use (its allowance,
+or the one CPU a confined case runs on) and the disk's measured rate and latency for a cold page
+cache. Nothing is fitted to a measured samples/s: the headline is this absolute model. Beside it,
+labelled, a shared-host correction takes from the allowance the CPU that processes outside the run
+used during the case's own visits (measured, not fitted). docs/prediction.md.
 
-The side checks predict with it: check-predictions and check-capacity (harness.checks.predictions, whose
-cases.py names the cases and scores them) and check-remote (harness.checks.remote).
-"""
+The side checks predict with it: check-predictions and check-capacity (harness.checks.predictions,
+whose cases.py names the cases and scores them) and check-remote (harness.checks.remote). """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -49,7 +49,8 @@ class CheckCase:
 
 @dataclass(frozen=True)
 class Bench:
-    """What a check measured beside the cells (harness.checks.predictions.sidebench; check-remote: its store)."""
+    """What a check measured beside the cells (harness.checks.predictions.sidebench; check-remote:
+    its store)."""
 
     read_s: dict[str, float]  # storage -> read stage CPU s/sample (warm)
     decode_s: dict[tuple[int, str], float]  # (image size, decoder) -> decode CPU s/image
@@ -68,22 +69,24 @@ class Bench:
 
 @dataclass(frozen=True)
 class RanksWait:
-    """The ranks' wait a calibration at 2 or more ranks measured (harness.analysis.rankwait), and the
-    dataset's samples per epoch (its epoch starts' law)."""
+    """The ranks' wait a calibration at 2 or more ranks measured (harness.analysis.rankwait), and
+    the dataset's samples per epoch (its epoch starts' law)."""
 
     wait: rankwait.RankWait
     samples: int
 
 
 def waits(ranks: RanksWait | None, base: CheckCase, case: CheckCase) -> bool:
-    """Whether the ranks' wait applies: measured, a case of 2 ranks or more, predicted from 1 rank."""
+    """Whether the ranks' wait applies: measured, a case of 2 ranks or more, predicted from 1
+    rank."""
     return ranks is not None and case.world_size >= 2 and base.world_size == 1
 
 
 def case_costs(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, ranks: RanksWait | None = None) -> Costs:
-    """The calibration's costs with what the case changes scaled by the bench's measured ratios (a cold read's
-    requests and extra CPU per sample: the storage's measured ones, else its files per sample); with `ranks`
-    (the calibration at 1 rank), the rank's CPU at the case's ranks (the collectives' CPU by the ring's messages)."""
+    """The calibration's costs with what the case changes scaled by the bench's measured ratios (a
+    cold read's requests and extra CPU per sample: the storage's measured ones, else its files per
+    sample); with `ranks` (the calibration at 1 rank), the rank's CPU at the case's ranks (the
+    collectives' CPU by the ring's messages)."""
     stages = dict(calib.stages)
     if case.storage != base.storage and base.storage in bench.read_s and case.storage in bench.read_s:
         stages["read"] = stages.get("read", 0.0) * bench.read_s[case.storage] / max(bench.read_s[base.storage], 1e-9)
@@ -121,12 +124,12 @@ def case_target(case: CheckCase, accelerator: Accelerator, cores: float, bench: 
 
 def predict_case(calib: Costs, base: CheckCase, case: CheckCase, bench: Bench, accelerator: Accelerator,
                  cores: float, outside_pct: float | None = None, ranks: RanksWait | None = None) -> Prediction:
-    """The case's prediction on this host with `cores` CPUs (the absolute model: each process may use a
-    whole core); with `outside_pct` (the CPU that processes outside the run used during the case's visits,
-    % of those CPUs: the shared-host correction), the run gets the rest, and none of its processes more
-    than that. With `ranks` (from a calibration at 2 ranks or more; the calibration `calib` at 1 rank), a
-    case at 2 ranks or more has the rank's CPU at its size and a step no shorter than the ranks' wait makes
-    it (the AU the smaller of the two)."""
+    """The case's prediction on this host with `cores` CPUs (the absolute model: each process may
+    use a whole core); with `outside_pct` (the CPU that processes outside the run used during the
+    case's visits, % of those CPUs: the shared-host correction), the run gets the rest, and none of
+    its processes more than that. With `ranks` (from a calibration at 2 ranks or more; the
+    calibration `calib` at 1 rank), a case at 2 ranks or more has the rank's CPU at its size and a
+    step no shorter than the ranks' wait makes it (the AU the smaller of the two)."""
     got = cores if outside_pct is None else max(0.05, cores * (1.0 - min(95.0, max(0.0, outside_pct)) / 100.0))
     p = predict(case_costs(calib, base, case, bench, ranks), case_target(case, accelerator, got, bench),
                 accelerator, advise=False, share=min(1.0, got))

@@ -1,38 +1,36 @@
-"""Pure: the effect of each choice, estimated from every cell and visit of a factorial matrix at once.
+"""Pure: the effect of each choice, estimated from every cell and visit of a factorial matrix at
+once.
 
-The model is least squares on the log of a figure (throughput, AU, memory), one term per axis level against
-the axis's first level (treatment coding), plus one term per pass over the cells (a visit's pass absorbs the
-machine's drift between passes). exp(coefficient) is the level's effect as a ratio against the reference
-level; its 95% interval is exp(coefficient +- t * standard error), t from the residual degrees of freedom.
-In a full factorial design the main-effects fit gives each level's effect averaged over the other axes; what
-an interaction adds to the residual variance widens the intervals (conservative).
+The model is least squares on the log of a figure (throughput, AU, memory), one term per axis level
+against the axis's first level (treatment coding), plus one term per pass over the cells (a visit's
+pass absorbs the machine's drift between passes). exp(coefficient) is the level's effect as a ratio
+against the reference level; its 95% interval is exp(coefficient +- t * standard error), t from the
+residual degrees of freedom. In a full factorial design the main-effects fit gives each level's
+effect averaged over the other axes; what an interaction adds to the residual variance widens the
+intervals (conservative).
 
-Two-axis interactions are fitted in a second model (main effects, passes and every two-axis term) where the
-data leave at least MIN_RESIDUAL_DF residual degrees of freedom; an interaction ratio is the factor by which the
-pair of levels together differs from the product of their main effects. Their intervals are simultaneous
-(Bonferroni over the m interaction terms: each at 1 - 0.05 / m), so that "an interval excludes 1" is a 5% false
-alarm for the whole set, not for each of a dozen terms.
+Two-axis interactions are fitted in a second model (main effects, passes and every two-axis term)
+where the data leave at least MIN_RESIDUAL_DF residual degrees of freedom; an interaction ratio is
+the factor by which the pair of levels together differs from the product of their main effects.
+Their intervals are simultaneous (Bonferroni over the m interaction terms: each at 1 - 0.05 / m),
+so that "an interval excludes 1" is a 5% false alarm for the whole set, not for each of a dozen
+terms.
 
-The order figures (ORDER_FIGURES: harness.results.cellorder's ratios, 1 for an ideal shuffle) are fitted the same
-way, main effects only (`order_effects`), so that a level's cost in randomness reads beside its speed. A cell's
-order is a pure function of its seeds, so its repeats give the same figure and the fit's residuals miss that
-the order is one random draw: each interval is widened by that draw's noise, the ideal shuffle's sd of the
-figure (`with_noise_floor`). Whether one cell is as random as a shuffle is decided against the ideal shuffle's
-own spread (harness.results.orderquality.decision). A figure of 0 (a fully sequential order's position mixing)
+The order figures (ORDER_FIGURES: harness.results.cellorder's ratios, 1 for an ideal shuffle) are
+fitted the same way, main effects only (`order_effects`), so that a level's cost in randomness
+reads beside its speed. A cell's order is a pure function of its seeds, so its repeats give the
+same figure and the fit's residuals miss that the order is one random draw: each interval is
+widened by that draw's noise, the ideal shuffle's sd of the figure (`with_noise_floor`). Whether
+one cell is as random as a shuffle is decided against the ideal shuffle's own spread
+(harness.results.orderquality.decision). A figure of 0 (a fully sequential order's position mixing)
 has no log and leaves its visit out of that figure's fit.
 
-Throughput and HOST_RATE (1 / the loader's and rank's CPU s per sample: cores / CPU s per sample, up to the
-constant cores) are fitted with covariates (`observations(..., adjust=True)`): log(1 - other_cpu_pct / 100),
-and the log of each fixed reference work the ranks timed in the same visit (harness.measure.reference: the
-decode and the rank's step, `reference_covariates`), which carry what the host's own speed did that minute
-(another guest on the same cores, the clock). On the 2-core host's main job (120 visits) they took the host
-rate's residual sd from 0.063 to 0.052 and each effect's standard error down by 15-18%; the references did not
-differ between the levels (every level within 1.3 standard errors). A disturbed visit is kept and adjusted for;
-one under extreme load (`extreme`) leaves the fit; a visit without a reference reading gets the run's mean.
+Throughput and HOST_RATE (1 / the loader's and rank's CPU s per sample: cores / CPU s per sample,
+up to the constant cores) are fitted with covariates (`observations(..., adjust=True)`; what they
+are and what they bought: harness.analysis.covariates). A visit under extreme load leaves the fit.
 
-An Effect is one line of effects.jsonl; the file's format version is EFFECTS_VERSION (harness.results.fileformat
-reads and writes it: EFFECTS).
-"""
+An Effect is one line of effects.jsonl; the file's format version is EFFECTS_VERSION
+(harness.results.fileformat reads and writes it: EFFECTS). """
 from __future__ import annotations
 
 import itertools
@@ -81,7 +79,8 @@ class Observation:
 
 @dataclass(frozen=True)
 class Effect:
-    """One line of effects.jsonl: `level` of `axis` against `reference`, as a ratio of the figure."""
+    """One line of effects.jsonl: `level` of `axis` against `reference`, as a ratio of the
+    figure."""
 
     figure: str
     axis: str
@@ -95,21 +94,23 @@ class Effect:
 
     @property
     def decided(self) -> bool:
-        """True when the interval excludes 1 (the level changes the figure, at the fit's confidence)."""
+        """True when the interval excludes 1 (the level changes the figure, at the fit's
+        confidence)."""
         return self.low > 1 or self.high < 1
 
     @property
     def identical(self) -> bool:
-        """The figure was the same in every visit (fit_effects then gives exactly x1 [1, 1]): nothing to decide."""
+        """The figure was the same in every visit (fit_effects then gives exactly x1 [1, 1]):
+        nothing to decide."""
         return self.level != self.reference and self.ratio == self.low == self.high == 1.0
 
     def decision(self, min_effect: float = MIN_EFFECT, passes: int | None = None) -> str:
         """Both ways: HIGHER / LOWER when the interval excludes 1; NO_EFFECT (no effect larger than
-        `min_effect`) when the interval lies inside [1 / (1 + m), 1 + m], an equivalence test at the same
-        confidence; OPEN otherwise. A figure identical in every cell is IDENTICAL, never decided. With
-        `passes` (the run's whole passes) below MIN_PASSES, nothing is decided yet: with one visit per cell the
-        interval rests on one run's residuals and misses what changes from run to run (two same-code runs
-        decided mmap against raw in opposite directions)."""
+        `min_effect`) when the interval lies inside [1 / (1 + m), 1 + m], an equivalence test at
+        the same confidence; OPEN otherwise. A figure identical in every cell is IDENTICAL, never
+        decided. With `passes` (the run's whole passes) below MIN_PASSES, nothing is decided yet:
+        with one visit per cell the interval rests on one run's residuals and misses what changes
+        from run to run (two same-code runs decided mmap against raw in opposite directions)."""
         if self.level == self.reference:
             return REFERENCE
         if self.identical:
@@ -127,8 +128,8 @@ class Effect:
 
     @classmethod
     def from_json(cls, obj: dict) -> Effect:
-        """A line of effects.jsonl (its version is the file's: the key is not a field); a line without a
-        field the record needs is a TypeError."""
+        """A line of effects.jsonl (its version is the file's: the key is not a field); a line
+        without a field the record needs is a TypeError."""
         return cls(**{f.name: obj[f.name] for f in fields(cls) if f.name in obj})
 
 
@@ -182,8 +183,9 @@ def least_squares(x: np.ndarray, y: np.ndarray):
 
 
 def residual_sd(obs: list[Observation], order: dict[str, list[str]]) -> float | None:
-    """The sd per visit of the log figure after the main-effects fit (levels, passes, the covariate when it
-    varies): the noise a decision works against; None with no residual degrees of freedom."""
+    """The sd per visit of the log figure after the main-effects fit (levels, passes, the covariate
+    when it varies): the noise a decision works against; None with no residual degrees of
+    freedom."""
     obs = [o for o in obs if o.value is not None and math.isfinite(o.value) and o.value > 0]
     order = observed_order(obs, order)
     if not obs or not order:
@@ -196,7 +198,8 @@ def residual_sd(obs: list[Observation], order: dict[str, list[str]]) -> float | 
 
 
 def _estimable(x: np.ndarray) -> np.ndarray:
-    """Columns whose coefficient the data determine (not aliased with others): e_j lies in the row space."""
+    """Columns whose coefficient the data determine (not aliased with others): e_j lies in the row
+    space."""
     pinv = np.linalg.pinv(x)
     projection = pinv @ x  # projector onto the row space
     eye = np.eye(x.shape[1])
@@ -216,8 +219,8 @@ def fit_effects(obs: list[Observation], order: dict[str, list[str]], figure: str
     """Each axis level's effect (and, where the data allow, each two-axis interaction) on `figure`.
 
     `order`: axis -> its levels, the first being the reference. Axes with one level are left out.
-    Observations with a value that is not a positive number are left out. The reference level of each axis
-    is listed too, with ratio 1 and a zero-width interval."""
+    Observations with a value that is not a positive number are left out. The reference level of
+    each axis is listed too, with ratio 1 and a zero-width interval."""
     obs = [o for o in obs if o.value is not None and math.isfinite(o.value) and o.value > 0]
     order = observed_order(obs, order)
     if not obs or not order:
@@ -244,8 +247,9 @@ def fit_effects(obs: list[Observation], order: dict[str, list[str]], figure: str
 
 
 def observed_order(obs: list[Observation], order: dict[str, list[str]]) -> dict[str, list[str]]:
-    """The axes' levels that have an observation, in the matrix's order (axes left with one level dropped):
-    a reference level with no measured visit gives way to the first measured level of its axis."""
+    """The axes' levels that have an observation, in the matrix's order (axes left with one level
+    dropped): a reference level with no measured visit gives way to the first measured level of its
+    axis."""
     seen = {(a, o.levels.get(a)) for o in obs for a in order}
     kept = {a: [lv for lv in levels if (a, lv) in seen] for a, levels in order.items()}
     return {a: levels for a, levels in kept.items() if len(levels) > 1}
@@ -253,7 +257,8 @@ def observed_order(obs: list[Observation], order: dict[str, list[str]]) -> dict[
 
 def fit_interactions(obs: list[Observation], order: dict[str, list[str]], figure: str,
                      confidence: float = CONFIDENCE) -> list[Effect]:
-    """Every estimable two-axis interaction, from the model with all of them; [] when too few df remain."""
+    """Every estimable two-axis interaction, from the model with all of them; [] when too few df
+    remain."""
     pairs = list(itertools.combinations(order, 2))
     x, columns = design_matrix(obs, order, pairs)
     y = np.log([o.value for o in obs])
@@ -275,9 +280,9 @@ def fit_interactions(obs: list[Observation], order: dict[str, list[str]], figure
 
 
 def level_order(results: list[CellResult], cell_ids: list[str] | None = None) -> dict[str, list[str]]:
-    """Each axis's levels (strategy labels) in the order the matrix lists them (`cell_ids`, the matrix's
-    cells in order, as env.json's settings record them; else the order of the results): the first level of
-    each axis is its reference."""
+    """Each axis's levels (strategy labels) in the order the matrix lists them (`cell_ids`, the
+    matrix's cells in order, as env.json's settings record them; else the order of the results):
+    the first level of each axis is its reference."""
     rank = {cid: i for i, cid in enumerate(cell_ids or [])}
     order: dict[str, list[str]] = {}
     for r in sorted(results, key=lambda r: rank.get(r.cell, len(rank))):
@@ -289,7 +294,8 @@ def level_order(results: list[CellResult], cell_ids: list[str] | None = None) ->
 
 
 def figure_value(figures, attribute: str) -> float | None:
-    """A Figures attribute, or HOST_RATE: 1 / (loader + rank CPU s per sample), None when either is missing."""
+    """A Figures attribute, or HOST_RATE: 1 / (loader + rank CPU s per sample), None when either is
+    missing."""
     if attribute != HOST_RATE:
         return getattr(figures, attribute)
     loader, rank = figures.loader_cpu_s_per_sample, figures.rank_cpu_s_per_sample
@@ -297,11 +303,12 @@ def figure_value(figures, attribute: str) -> float | None:
 
 
 def observations(results: list[CellResult], attribute: str, adjust: bool = False) -> list[Observation]:
-    """One observation per measured visit that has the figure (a Figures attribute, or HOST_RATE), its pass
-    the block; with `adjust`, its covariates (outside load, references). A visit under extreme load (`extreme`) is
-    replaced by its redo: the cell's next usable visit in a pass that did not visit every cell takes its place
-    and pass in the fit, so the design stays balanced. Without a redo it is left out when its cell has another
-    usable visit, and kept when it has none, so that every cell of the design stays in the fit."""
+    """One observation per measured visit that has the figure (a Figures attribute, or HOST_RATE),
+    its pass the block; with `adjust`, its covariates (outside load, references). A visit under
+    extreme load (`extreme`) is replaced by its redo: the cell's next usable visit in a pass that
+    did not visit every cell takes its place and pass in the fit, so the design stays balanced.
+    Without a redo it is left out when its cell has another usable visit, and kept when it has
+    none, so that every cell of the design stays in the fit."""
     usable = sorted((r for r in results if r.measured and figure_value(r.figures, attribute) is not None),
                     key=lambda r: r.repeat)
     sizes = pass_sizes(usable)
@@ -335,15 +342,16 @@ def pass_sizes(results: list[CellResult]) -> dict[int, int]:
 
 
 def whole_passes(results: list[CellResult]) -> int:
-    """The passes that visited every cell the run visited (a budget's redo pass of a few cells is not one)."""
+    """The passes that visited every cell the run visited (a budget's redo pass of a few cells is
+    not one)."""
     sizes = pass_sizes(results)
     most = max(sizes.values(), default=0)
     return sum(n == most for n in sizes.values())
 
 
 def order_effects(results: list[CellResult], order: dict[str, list[str]]) -> list[Effect]:
-    """Each axis level's main effect on each order figure of ORDER_FIGURES (none for lines without them), its
-    interval widened by the order's own sampling noise (`with_noise_floor`)."""
+    """Each axis level's main effect on each order figure of ORDER_FIGURES (none for lines without
+    them), its interval widened by the order's own sampling noise (`with_noise_floor`)."""
     out = []
     for figure, (attribute, _) in ORDER_FIGURES.items():
         fitted = fit_effects(observations(results, attribute), order, figure, interactions=False)
@@ -352,8 +360,9 @@ def order_effects(results: list[CellResult], order: dict[str, list[str]]) -> lis
 
 
 def _log_sd(f, attribute: str) -> float | None:
-    """The sd of the log of an order figure that one draw of the order carries: the ideal shuffle's sd of the
-    figure's mean over the window (harness.results.orderquality) relative to the figure's value."""
+    """The sd of the log of an order figure that one draw of the order carries: the ideal shuffle's
+    sd of the figure's mean over the window (harness.results.orderquality) relative to the figure's
+    value."""
     if attribute == "order_train_ratio":  # its 95% interval over the seeds (harness.results.ordertraining)
         low, high, value = f.order_train_ratio_low, f.order_train_ratio_high, f.order_train_ratio
         return (high - low) / (2 * 1.959964) / value if None not in (low, high) and value else None
@@ -364,8 +373,9 @@ def _log_sd(f, attribute: str) -> float | None:
 
 
 def _floor_var(results: list[CellResult], attribute: str, axis: str, level: str) -> float | None:
-    """The mean over the level's cells of the log figure's noise variance, over their number: the variance the
-    draw of the order adds to the level's mean log figure (a cell's repeats share one draw: one cell, once)."""
+    """The mean over the level's cells of the log figure's noise variance, over their number: the
+    variance the draw of the order adds to the level's mean log figure (a cell's repeats share one
+    draw: one cell, once)."""
     per_cell: dict[str, float] = {}
     for r in results:
         sd = _log_sd(r.figures, attribute) if r.measured and r.strategies.get(axis) == level else None
@@ -375,10 +385,10 @@ def _floor_var(results: list[CellResult], attribute: str, axis: str, level: str)
 
 
 def with_noise_floor(e: Effect, results: list[CellResult], attribute: str, z: float = 1.959964) -> Effect:
-    """An order effect whose interval also holds the noise of the order's draw. A cell's order is a pure
-    function of its seeds, so its repeats do not vary and the fit's residuals miss that one permutation is one
-    draw: the level's and the reference's noise variances (_floor_var) are added in quadrature to the fit's
-    half-width, at z (95%)."""
+    """An order effect whose interval also holds the noise of the order's draw. A cell's order is a
+    pure function of its seeds, so its repeats do not vary and the fit's residuals miss that one
+    permutation is one draw: the level's and the reference's noise variances (_floor_var) are added
+    in quadrature to the fit's half-width, at z (95%)."""
     if e.level == e.reference:
         return e
     floors = [_floor_var(results, attribute, e.axis, lv) for lv in (e.level, e.reference)]

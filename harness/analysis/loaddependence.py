@@ -3,7 +3,8 @@
 outside load (figures.other_cpu_pct, as a share of the host). Every measured visit is used,
 disturbed ones included: they are what the question is about.
 
-    log figure = levels + passes + h * load / 100 + sum over levels of  g_level * [cell has level] * load / 100
+    log figure = levels + passes + h * load / 100
+                 + sum over levels of  g_level * [cell has level] * load / 100
 
 h takes what the load does to every cell alike (a visit disturbed within a pass); exp(g) is the
 factor by which the level's effect changes from a quiet machine (0%) to a fully loaded one (100%):

@@ -1,6 +1,7 @@
-"""Pure: a prediction's interval for a target (ROLL OUT): the visits' spread and the model's own error as
-check-predictions measures it (issue 38; docs/prediction.md, "How far to trust a prediction"). The check's
-own intervals and their coverage are harness.checks.predictions.interval's."""
+"""Pure: a prediction's interval for a target (ROLL OUT): the visits' spread and the model's own
+error as check-predictions measures it (issue 38; docs/prediction.md, "How far to trust a
+prediction"). The check's own intervals and their coverage are
+harness.checks.predictions.interval's."""
 from __future__ import annotations
 
 import math
@@ -26,7 +27,8 @@ def log_sd(values) -> float:
 
 @dataclass(frozen=True)
 class TargetInterval:
-    """A prediction for a target from each visit's costs: the median, its LEVEL interval, and what it holds."""
+    """A prediction for a target from each visit's costs: the median, its LEVEL interval, and what
+    it holds."""
 
     middle: float
     low: float
@@ -36,9 +38,10 @@ class TargetInterval:
 
 
 def target_interval(values: list[float], level: float = LEVEL, model_sd: float = MODEL_ERROR_SD) -> TargetInterval:
-    """The visits' median with a prediction interval: the visits' spread (the sd of their log predictions
-    over the square root of their count) and the model's own error (`model_sd`, as check-predictions
-    measured it), added in variance; t with the model error's df and the visits' together."""
+    """The visits' median with a prediction interval: the visits' spread (the sd of their log
+    predictions over the square root of their count) and the model's own error (`model_sd`, as
+    check-predictions measured it), added in variance; t with the model error's df and the visits'
+    together."""
     n = len(values)
     middle = statistics.median(values)
     spread = log_sd(values)

@@ -7,10 +7,12 @@ plus the agreement's own latency, and each rank spends CPU on the gradient allre
 not spend alone. From a calibration at `ranks` >= 2 ranks (its rank records) this module takes,
 measured:
 
-    busy      each rank's busy time per step (its step less its peer wait), the steps no epoch began
-    latency   per step, the least peer wait among the ranks: the agreement's own time for the last to arrive
-    restart   the extra wait of a step that began a new epoch (its iterator, its first batch), over the
-              median busy time
+    busy      each rank's busy time per step (its step less its peer wait), in steps that began
+              no epoch
+    latency   per step, the least peer wait among the ranks: the agreement's own time for the last
+              to arrive
+    restart   the extra wait of a step that began a new epoch (its iterator, its first batch), over
+              the median busy time
     cpu       the rank's CPU per sample there less the 1-rank calibration's: the collectives' CPU
 
 and carries them to N ranks by stated laws:
@@ -18,10 +20,11 @@ and carries them to N ranks by stated laws:
     step(N)   = E[max of N busy times drawn from the measured ones] + latency
                 + restart x N B / samples          (one epoch start every samples / (N B) steps)
     cpu(N)    = the 1-rank rank CPU + cpu x m(N) / m(ranks),   m(n) = 2 (n - 1)
-                                                   (a ring allreduce's messages per rank and step: for the
-                                                   small gradients of the emulated models each message's
-                                                   fixed cost, a wake-up and a send, outweighs its bytes,
-                                                   which stay about the gradient's size, 2 (n-1)/n of it)
+                                                   (a ring allreduce's messages per rank and step:
+                                                   for the small gradients of the emulated models
+                                                   each message's fixed cost, a wake-up and a send,
+                                                   outweighs its bytes, which stay about the
+                                                   gradient's size, 2 (n-1)/n of it)
 
 The expected maximum is exact for the empirical distribution: sum over the sorted x_k of x_k
 ((k/m)^N - ((k-1)/m)^N). At N = `ranks` it reproduces the calibration's own mean step, so a case at

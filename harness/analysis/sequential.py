@@ -1,25 +1,29 @@
-"""Pure: each effect decided at repeated looks with its error rate kept (the budget's stopping rule).
+"""Pure: each effect decided at repeated looks with its error rate kept (the budget's stopping
+rule).
 
-- **Response.** On a host whose CPU binds (`cpu_binds`: the median AU under DEVICE_BOUND_AU_PCT and the cores
-  that feeding the devices needs above the run's cores) the decision's response is the host rate, cores / CPU
-  s per sample (the loader's and the rank's, as each visit records them): it does not move with the share of
-  the CPU the run got. Elsewhere (the device binds, or the data path) samples/s is the response. The response
-  is chosen once, at the first look, and kept. Both are fitted (harness.analysis.effects, with the visit's
-  `log(1 - other_cpu_pct / 100)` and its ranks' reference timings as covariates) and shown side by side.
-- **Looks.** After whole passes FIRST_LOOK, FIRST_LOOK + 1, ... : at most MAX_LOOKS looks (a run with more
-  whole passes takes its last look at its end). A budget stops at its last look.
-- **Boundaries.** Repeated confidence intervals (Jennison and Turnbull): at look k the interval is the fit's
-  at the two-sided level of the boundary z_k, with P(some |Z_k| > z_k) = alpha over the planned looks
-  (Wang-Tsiatis shape: POCOCK 0.5, a constant z; OBRIEN_FLEMING 0, wide early). Each interval is the fit's
-  t-interval at z_k's level. An effect is decided at the first look whose interval excludes x1 (higher /
-  lower) or lies inside [1 / (1 + m), 1 + m] (no effect larger than m), and kept: the intervals cover the
-  true effect at every look at once with probability 1 - alpha, so a decision is wrong with at most alpha.
-- **Family.** Default: alpha = 0.05 for each effect (each effect's decision is wrong in at most 5% of runs,
-  whatever the looks). `family_alpha`: Bonferroni over the effects, so that any wrong decision among all of
-  them happens in at most family_alpha of runs.
-- **Extreme load.** Visits above EXTREME_LOAD_PCT outside load or EXTREME_STEAL_PCT steal leave the fit
-  (harness.analysis.effects.observations): beyond that the run's share of the CPU is more the neighbour's
-  schedule than the covariate's straight line, and steal is not in the covariate at all.
+- **Response.** On a host whose CPU binds (`cpu_binds`: the median AU under DEVICE_BOUND_AU_PCT and
+  the cores that feeding the devices needs above the run's cores) the decision's response is the
+  host rate, cores / CPU s per sample (the loader's and the rank's, as each visit records them): it
+  does not move with the share of the CPU the run got. Elsewhere (the device binds, or the data
+  path) samples/s is the response. The response is chosen once, at the first look, and kept. Both
+  are fitted (harness.analysis.effects, with the visit's `log(1 - other_cpu_pct / 100)` and its
+  ranks' reference timings as covariates) and shown side by side.
+- **Looks.** After whole passes FIRST_LOOK, FIRST_LOOK + 1, ... : at most MAX_LOOKS looks (a run
+  with more whole passes takes its last look at its end). A budget stops at its last look.
+- **Boundaries.** Repeated confidence intervals (Jennison and Turnbull): at look k the interval is
+  the fit's at the two-sided level of the boundary z_k, with P(some |Z_k| > z_k) = alpha over the
+  planned looks (Wang-Tsiatis shape: POCOCK 0.5, a constant z; OBRIEN_FLEMING 0, wide early). Each
+  interval is the fit's t-interval at z_k's level. An effect is decided at the first look whose
+  interval excludes x1 (higher / lower) or lies inside [1 / (1 + m), 1 + m] (no effect larger than
+  m), and kept: the intervals cover the true effect at every look at once with probability 1 -
+  alpha, so a decision is wrong with at most alpha.
+- **Family.** Default: alpha = 0.05 for each effect (each effect's decision is wrong in at most 5%
+  of runs, whatever the looks). `family_alpha`: Bonferroni over the effects, so that any wrong
+  decision among all of them happens in at most family_alpha of runs.
+- **Extreme load.** Visits above EXTREME_LOAD_PCT outside load or EXTREME_STEAL_PCT steal leave the
+  fit (harness.analysis.effects.observations): beyond that the run's share of the CPU is more the
+  neighbour's schedule than the covariate's straight line, and steal is not in the covariate at
+  all.
 """
 from __future__ import annotations
 
@@ -58,8 +62,8 @@ DECIDED = (HIGHER, LOWER, NO_EFFECT)
 
 @dataclass(frozen=True)
 class Rule:
-    """What the decisions take: the smallest effect that matters, the family's alpha (None: ALPHA per
-    effect) and the run's cores (None: unknown, so samples/s is the response)."""
+    """What the decisions take: the smallest effect that matters, the family's alpha (None: ALPHA
+    per effect) and the run's cores (None: unknown, so samples/s is the response)."""
 
     min_effect: float = MIN_EFFECT
     family_alpha: float | None = None
@@ -75,8 +79,9 @@ def normal_cdf(x):
 
 
 def crossing_probability(bounds: tuple[float, ...], info: tuple[float, ...], points: int = 241) -> float:
-    """P(|Z_k| >= bounds[k] for some k) for Z_k = S_k / sqrt(I_k), S a Gaussian random walk with variance
-    info[k] at look k (numerical integration over the continuation region, look by look)."""
+    """P(|Z_k| >= bounds[k] for some k) for Z_k = S_k / sqrt(I_k), S a Gaussian random walk with
+    variance info[k] at look k (numerical integration over the continuation region, look by
+    look)."""
     first = bounds[0]
     crossed = 2.0 * (1.0 - float(normal_cdf(first)))
     edge = first * math.sqrt(info[0])
@@ -98,8 +103,8 @@ def crossing_probability(bounds: tuple[float, ...], info: tuple[float, ...], poi
 
 @lru_cache(maxsize=64)
 def boundaries(info: tuple[float, ...], alpha: float, shape: float = SHAPE) -> tuple[float, ...]:
-    """The two-sided z boundary at each look: z_k = c * (I_k / I_K) ** (shape - 1/2), c such that the
-    crossing probability under no effect is alpha (bisection)."""
+    """The two-sided z boundary at each look: z_k = c * (I_k / I_K) ** (shape - 1/2), c such that
+    the crossing probability under no effect is alpha (bisection)."""
     scale = [(i / info[-1]) ** (shape - 0.5) for i in info]
     low, high = 0.5, 8.0
     for _ in range(40):
@@ -121,7 +126,8 @@ def look_passes(passes: int) -> list[int]:
 
 
 def planned_info(passes: int) -> tuple[float, ...]:
-    """Every planned look's information (whole passes), the last at the run's end when it ran longer."""
+    """Every planned look's information (whole passes), the last at the run's end when it ran
+    longer."""
     planned = list(range(FIRST_LOOK, FIRST_LOOK + MAX_LOOKS))
     planned[-1] = max(planned[-1], passes)
     return tuple(float(p) for p in planned)
@@ -132,8 +138,9 @@ def looks_left(passes: int) -> int:
 
 
 def cpu_binds(cells: list, cores: float | None) -> bool:
-    """The host's CPU limits the run: median AU under DEVICE_BOUND_AU_PCT and the median cores to feed one
-    rank's device, times the ranks, above `cores` (the run's allowance). False when any is unknown."""
+    """The host's CPU limits the run: median AU under DEVICE_BOUND_AU_PCT and the median cores to
+    feed one rank's device, times the ranks, above `cores` (the run's allowance). False when any is
+    unknown."""
     measured = [c for c in cells if c.measured]
     feed = [c.figures.cores_to_feed for c in measured if c.figures.cores_to_feed is not None]
     if not measured or not feed or not cores:
@@ -143,7 +150,8 @@ def cpu_binds(cells: list, cores: float | None) -> bool:
 
 
 def response_of(results: list, cores: float | None) -> str:
-    """HOST_RATE where the host's CPU binds and every visit records its CPU per sample, else THROUGHPUT."""
+    """HOST_RATE where the host's CPU binds and every visit records its CPU per sample, else
+    THROUGHPUT."""
     measured = [r for r in results if r.measured]
     has_cpu = measured and all(r.figures.loader_cpu_s_per_sample is not None
                                and r.figures.rank_cpu_s_per_sample is not None for r in measured)
@@ -152,8 +160,9 @@ def response_of(results: list, cores: float | None) -> str:
 
 @dataclass(frozen=True)
 class Decision:
-    """One level's decision: `word` at `passes` whole passes (the look that decided it, else the last),
-    its `effect` on the response there (the repeated interval), and samples/s's at the same level."""
+    """One level's decision: `word` at `passes` whole passes (the look that decided it, else the
+    last), its `effect` on the response there (the repeated interval), and samples/s's at the same
+    level."""
 
     effect: Effect
     word: str
@@ -186,14 +195,16 @@ class Decisions:
 
 
 def whole_pass_ends(results: list) -> list[int]:
-    """The repeat number that completes each whole pass (a pass that visited every cell), in order."""
+    """The repeat number that completes each whole pass (a pass that visited every cell), in
+    order."""
     sizes = pass_sizes(results)
     most = max(sizes.values(), default=0)
     return sorted(p for p, n in sizes.items() if n == most)
 
 
 def fit_at(results: list, order: dict, upto: int, response: str, confidence: float) -> list[Effect]:
-    """The main effects of `response` over the visits up to repeat `upto`, adjusted for outside load and references."""
+    """The main effects of `response` over the visits up to repeat `upto`, adjusted for outside
+    load and references."""
     visits = [r for r in results if r.repeat <= upto]
     fitted = fit_effects(observations(visits, response, adjust=True), order, response, confidence,
                          interactions=False)
@@ -201,7 +212,8 @@ def fit_at(results: list, order: dict, upto: int, response: str, confidence: flo
 
 
 def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> Decisions:
-    """Replay the looks over the run's visits: each level decided at its first deciding look and kept."""
+    """Replay the looks over the run's visits: each level decided at its first deciding look and
+    kept."""
     measured = [r for r in results if r.measured]
     order = level_order(measured, cell_ids)
     ends = whole_pass_ends(measured)

@@ -1,15 +1,15 @@
-"""Pure: a cell's per-stage profile of the loader from its ranks' records (the `stages` of each rank,
-harness.measure.rankrecord.window_stages), and the measured costs the target model starts from
-(harness.analysis.targetmodel.Costs).
+"""Pure: a cell's per-stage profile of the loader from its ranks' records (the `stages` of each
+rank, harness.measure.rankrecord.window_stages), and the measured costs the target model starts
+from (harness.analysis.targetmodel.Costs).
 
-A profile is CPU seconds per sample of each stage (harness.measure.rankrecord.STAGES), all ranks pooled:
-the stages' seconds summed over the ranks' window batches over those batches' samples. `h2d` (the
-host-to-device copy) is the rank's wall time in that part (harness.measure.rankrecord.PARTS), per sample.
-Every stage is timed where it runs (harness.train.stagetimer); none is a remainder. What no timer covers is
-`untimed`: the loader's CPU per sample measured from /proc over the same window, less the loader's timed
-stages (all but `receive`, which runs in the rank). `coverage` is the timed stages over the /proc figure:
-below 1 by the untimed share (and off 1 by the window's edges and /proc's clock tick either way).
-"""
+A profile is CPU seconds per sample of each stage (harness.measure.rankrecord.STAGES), all ranks
+pooled: the stages' seconds summed over the ranks' window batches over those batches' samples.
+`h2d` (the host-to-device copy) is the rank's wall time in that part
+(harness.measure.rankrecord.PARTS), per sample. Every stage is timed where it runs
+(harness.train.stagetimer); none is a remainder. What no timer covers is `untimed`: the loader's
+CPU per sample measured from /proc over the same window, less the loader's timed stages (all but
+`receive`, which runs in the rank). `coverage` is the timed stages over the /proc figure: below 1
+by the untimed share (and off 1 by the window's edges and /proc's clock tick either way). """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -31,8 +31,9 @@ class StageProfile:
 
     @property
     def untimed_s(self) -> float | None:
-        """The loader's CPU per sample that no stage's timer covers: the /proc figure less the timed stages
-        (None without a /proc figure; below 0 where the window's edges and /proc's tick outweigh it)."""
+        """The loader's CPU per sample that no stage's timer covers: the /proc figure less the
+        timed stages (None without a /proc figure; below 0 where the window's edges and /proc's
+        tick outweigh it)."""
         if not self.proc_loader_s:
             return None
         return self.proc_loader_s - self.loader_s
@@ -65,8 +66,8 @@ def profile(records: list[RankRecord]) -> StageProfile | None:
 
 
 def _proc_loader_s(records: list[RankRecord]) -> float | None:
-    """The loader's CPU per sample from /proc (worker processes) or the thread loader's own clock; None
-    with workers = 0 (the rank loads inline: no separate figure)."""
+    """The loader's CPU per sample from /proc (worker processes) or the thread loader's own clock;
+    None with workers = 0 (the rank loads inline: no separate figure)."""
     if any(r.workers == 0 and r.loader != "threads" for r in records):
         return None
     samples = sum(r.samples for r in records)
@@ -81,16 +82,16 @@ RUN_DEFAULTS = ("contention 1 (a sample's CPU cost taken not to rise when every 
 
 
 def requests_per_sample(storage: str, workload: str) -> float:
-    """Read requests of a sample on a cold read: raw keeps one file per field, the packed storages read a
-    sample's fields from one place (a default: not measured per run)."""
+    """Read requests of a sample on a cold read: raw keeps one file per field, the packed storages
+    read a sample's fields from one place (a default: not measured per run)."""
     return float(len(FIELDS_FOR.get(workload, ("",)))) if storage == "raw" else 1.0
 
 
 def step_path(records: list[RankRecord]) -> tuple[float, float]:
-    """What a step waits for beside the device, from the ranks' step parts (targetmodel.path_seconds): the
-    host-to-device copy per sample, and per step the rank's overhead plus the ranks' agreement, its least
-    peer wait among the ranks (the last to arrive waits only for the collective itself; the rest of a peer
-    wait is the others' imbalance)."""
+    """What a step waits for beside the device, from the ranks' step parts
+    (targetmodel.path_seconds): the host-to-device copy per sample, and per step the rank's
+    overhead plus the ranks' agreement, its least peer wait among the ranks (the last to arrive
+    waits only for the collective itself; the rest of a peer wait is the others' imbalance)."""
     samples = sum(r.samples for r in records)
     n = min((len(r.step) for r in records), default=0)
     if not samples or not n:
@@ -102,10 +103,11 @@ def step_path(records: list[RankRecord]) -> tuple[float, float]:
 
 
 def agreement_floor(records: list[RankRecord]) -> float:
-    """The ranks' agreement per step where each rank has cores of its own: the least over the window's steps
-    of the least peer wait among the ranks. On a host with fewer cores than processes the typical step's
-    agreement also waits for a core; its quickest step does not (on the 4xV100 run beside other work its
-    10th percentile rose with the outside load, r 0.2-0.3, the least far less)."""
+    """The ranks' agreement per step where each rank has cores of its own: the least over the
+    window's steps of the least peer wait among the ranks. On a host with fewer cores than
+    processes the typical step's agreement also waits for a core; its quickest step does not (on
+    the 4xV100 run beside other work its 10th percentile rose with the outside load, r 0.2-0.3, the
+    least far less)."""
     n = min((len(r.peer_wait) for r in records), default=0)
     if len(records) < 2 or not n:
         return 0.0
@@ -113,8 +115,8 @@ def agreement_floor(records: list[RankRecord]) -> float:
 
 
 def main_thread_s(records: list[RankRecord]) -> float | None:
-    """The ranks' main threads' CPU seconds per sample, where every rank recorded it and loaded beside its
-    main thread (workers or a thread loader); else None."""
+    """The ranks' main threads' CPU seconds per sample, where every rank recorded it and loaded
+    beside its main thread (workers or a thread loader); else None."""
     samples = sum(r.samples for r in records)
     if not samples or any(r.rank_main_cpu_s is None or loads_inline(r) for r in records):
         return None
@@ -122,9 +124,10 @@ def main_thread_s(records: list[RankRecord]) -> float | None:
 
 
 def device_imbalance(records: list[RankRecord]) -> float:
-    """The mean over steps of the slowest rank's device time over the ranks' mean: what the ranks wait for
-    each other on a host that feeds them, from the device's own step times (modelled from each batch on an
-    emulated device, measured on a GPU), which this host's load does not move; 1 for one rank."""
+    """The mean over steps of the slowest rank's device time over the ranks' mean: what the ranks
+    wait for each other on a host that feeds them, from the device's own step times (modelled from
+    each batch on an emulated device, measured on a GPU), which this host's load does not move; 1
+    for one rank."""
     n = min((len(r.device) for r in records), default=0)
     if len(records) < 2 or not n:
         return 1.0
@@ -133,13 +136,13 @@ def device_imbalance(records: list[RankRecord]) -> float:
 
 
 def for_target(measured: Costs, records: list[RankRecord]) -> Costs:
-    """The costs carried to another host (a [target]): the step's path beside the device without this host's
-    oversubscription, which wall-clock parts measured here carry and a target with cores to spare does not:
-    the copy as measured, the agreement at its floor (agreement_floor); the rank's own per-step overhead is
-    CPU work, which the rank-host bound holds as its main thread's CPU per sample (main_thread_s: the
-    process's other threads, whose CPU rose with this host's load, count where the cores bind); and the
-    ranks' imbalance from the device's step times (device_imbalance). What is left is CPU seconds, bytes and
-    device time."""
+    """The costs carried to another host (a [target]): the step's path beside the device without
+    this host's oversubscription, which wall-clock parts measured here carry and a target with
+    cores to spare does not: the copy as measured, the agreement at its floor (agreement_floor);
+    the rank's own per-step overhead is CPU work, which the rank-host bound holds as its main
+    thread's CPU per sample (main_thread_s: the process's other threads, whose CPU rose with this
+    host's load, count where the cores bind); and the ranks' imbalance from the device's step times
+    (device_imbalance). What is left is CPU seconds, bytes and device time."""
     return replace(measured, serial_step_s=agreement_floor(records), step_imbalance=device_imbalance(records),
                    rank_main_s=main_thread_s(records))
 
@@ -147,11 +150,12 @@ def for_target(measured: Costs, records: list[RankRecord]) -> Costs:
 def costs(records: list[RankRecord], figures, workload: str, contention: float = 1.0,
           busy_share: float = 0.0, rate: str = "amp", requests_per_sample: float = 1.0,
           cold_read_extra_s: float = 0.0, measured_device: bool = False, in_flight: int = 1) -> Costs | None:
-    """The target model's costs from a cell's records and figures (harness.results.cellresult.Figures):
-    the loader's stages when measured, with `untimed` (the /proc figure less them) where /proc measured the
-    loader, so that they sum to its whole CPU (else the /proc figure alone), the rank's CPU per sample, what a sample
-    weighs on the device and the storage, the step imbalance. `measured_device`: a real GPU's device time
-    per sample is used as measured (else the catalogue's model, from the padded pixels). `in_flight`: the read
+    """The target model's costs from a cell's records and figures
+    (harness.results.cellresult.Figures): the loader's stages when measured, with `untimed` (the
+    /proc figure less them) where /proc measured the loader, so that they sum to its whole CPU
+    (else the /proc figure alone), the rank's CPU per sample, what a sample weighs on the device
+    and the storage, the step imbalance. `measured_device`: a real GPU's device time per sample is
+    used as measured (else the catalogue's model, from the padded pixels). `in_flight`: the read
     requests a worker keeps in flight (a remote storage's setting; 1 for local files)."""
     samples = sum(r.samples for r in records)
     if not samples or figures.get("rank_cpu_s_per_sample") is None:

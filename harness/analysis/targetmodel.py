@@ -6,18 +6,24 @@ Per rank, with W workers, k the CPU-cost factor at the node's load (below), l an
 and the rank's CPU seconds per sample, d the device seconds per sample, io a cold read's wait per
 sample:
 
-    device bound    1 / (d + p)                       the accelerator, and p: what a step waits for beside it
-                                                      (the host-to-device copy, the rank's per-step overhead
-                                                      and the ranks' agreement, per sample; measured)
-    rank host bound 1 / (r k)                         the rank's own host work per step (emulated: it and the
-                                                      modelled device time overlap, so the step is the longer);
-                                                      r its main thread's (rank_main_s), or without what its
-                                                      receiving thread does beside it
-    loader bound    W / (l k + io)                    each worker is one process (W = 0: the rank loads inline,
-                                                      rate 1 / (l k + io + max(d + p, r k)))
-    CPU bound       cores / (ranks per node (l + r) k) the workers and the rank share the node's cores
-    storage bound   bandwidth / (all ranks x bytes per sample)      cold page cache only
-    ops bound       IOPS / (all ranks x requests per sample)        cold page cache only, with IOPS given
+    device bound    1 / (d + p)                      the accelerator, and p: what a step waits for
+                                                     beside it (the host-to-device copy, the rank's
+                                                     per-step overhead and the ranks' agreement,
+                                                     per sample; measured)
+    rank host bound 1 / (r k)                        the rank's own host work per step (emulated:
+                                                     it and the modelled device time overlap, so
+                                                     the step is the longer); r its main thread's
+                                                     (rank_main_s), or without what its receiving
+                                                     thread does beside it
+    loader bound    W / (l k + io)                   each worker is one process (W = 0: the rank
+                                                     loads inline, rate
+                                                     1 / (l k + io + max(d + p, r k)))
+    CPU bound       cores / (ranks per node          the workers and the rank share the node's
+                    x (l + r) k)                     cores
+    storage bound   bandwidth / (all ranks           cold page cache only
+                    x bytes per sample)
+    ops bound       IOPS / (all ranks                cold page cache only, with IOPS given
+                    x requests per sample)
 
 On a host shared with other busy processes, each of the run's processes gets `share` of a core (1
 on a dedicated host; harness.analysis.checkcases' shared-host correction takes it from the measured

@@ -5,37 +5,45 @@ command.
 
     run_bench.py --scenario NAME [options]     run a scenario's matrix (the default command)
     run_bench.py list        (or --list)       list the scenarios
-    run_bench.py self-test   (or --self-test)  check the harness's own figures on a calibrated workload
+    run_bench.py self-test   (or --self-test)  the harness's own figures on a calibrated workload
     run_bench.py report RUN_DIR                rebuild every table and plot from cells.jsonl alone
     run_bench.py compare RUN_A RUN_B           compare run B with run A, cell by cell
-    run_bench.py check-predictions --scenario NAME   (or --scenario NAME --check-predictions) the target model
-    run_bench.py check-capacity --scenario NAME      how many accelerators this host keeps at AU >= 90%
-    run_bench.py check-remote [--bandwidths MB_S ...]  the target model's storage bounds on the shaped store (root)
-    run_bench.py check-resume --scenario NAME        a restart's time to the first batch, a resume's repeats and drops
-    run_bench.py target-report RUN_DIR               the stage and target tables of any run directory
-    run_bench.py oomcheck [--real]                   an OOM on one rank neither hangs nor crashes the other
-    run_bench.py ab-gate --parent DIR                this commit against its parent, interleaved (CI's gate)
-    run_bench.py gate-precheck BASELINE              may the baseline be of this machine (0) or not (3)
-    run_bench.py history ACTION ...                  the history store: add, list, show, compare, gate, steps, html
-    run_bench.py ci-history --gate-exit N            after the CI gate: the history gate against a CI cache
+    run_bench.py check-predictions --scenario NAME
+                                               the target model (or --scenario NAME
+                                               --check-predictions)
+    run_bench.py check-capacity --scenario NAME
+                                               how many accelerators this host keeps at AU >= 90%
+    run_bench.py check-remote [--bandwidths MB_S ...]
+                                               the target model's storage bounds on the shaped
+                                               store (root)
+    run_bench.py check-resume --scenario NAME  a restart's time to the first batch, a resume's
+                                               repeats and drops
+    run_bench.py target-report RUN_DIR         the stage and target tables of any run directory
+    run_bench.py oomcheck [--real]             an OOM on one rank hangs or crashes no other rank
+    run_bench.py ab-gate --parent DIR          this commit against its parent, interleaved (CI)
+    run_bench.py gate-precheck BASELINE        may the baseline be of this machine (0) or not (3)
+    run_bench.py history ACTION ...            the history store: add, list, show, compare, gate,
+                                               steps, html
+    run_bench.py ci-history --gate-exit N      after the CI gate: the history gate on a CI cache
 
 Every command also takes --debug: an error then prints its full traceback instead of one line; the
 exit code stays the same (2 or 3), so --debug in CI never turns an error into "1, a regression".
 
 Exit codes:
     0  success, nothing regressed
-    1  a significant regression (or a cell that errored where the baseline had a result), a broken sampler
-       contract, a failed self-test or a crashed rank; with --strict also a cell whose comparison is
-       inconclusive (too few repeats for the rank test to reach alpha; without --strict: exit 0 and one
-       warning line)
-    2  a usage or run error: one line on stderr, no traceback. Also any unexpected exception, which is a bug
-       of the harness: one line that says so (rerun with --debug for the traceback); never 1, so a bug is
-       not taken for a regression
-    3  a baseline (or, for `compare`, either run directory) missing, incomplete (no env.json, probe.jsonl
-       or cells.jsonl) or not comparable
-    4  inconclusive: --self-test's figures missed only in regimes measured while other processes used the
-       machine (outside load above 10%), and it stayed so when measured again; check-capacity's predicted
-       and measured capacity differ only for workloads with a launch under such load; never a FAIL
+    1  a significant regression (or a cell that errored where the baseline had a result), a
+       broken sampler contract, a failed self-test or a crashed rank; with --strict also a cell
+       whose comparison is inconclusive (too few repeats for the rank test to reach alpha; without
+       --strict: exit 0 and one warning line)
+    2  a usage or run error: one line on stderr, no traceback. Also any unexpected exception,
+       which is a bug of the harness: one line that says so (rerun with --debug for the
+       traceback); never 1, so a bug is not taken for a regression
+    3  a baseline (or, for `compare`, either run directory) missing, incomplete (no env.json,
+       probe.jsonl or cells.jsonl) or not comparable
+    4  inconclusive: --self-test's figures missed only in regimes measured while other processes
+       used the machine (outside load above 10%), and it stayed so when measured again;
+       check-capacity's predicted and measured capacity differ only for workloads with a launch
+       under such load; never a FAIL
 """
 from __future__ import annotations
 

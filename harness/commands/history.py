@@ -1,10 +1,10 @@
 """`run_bench.py history ACTION ...`: the history store (harness/history/) from the command line.
 
-    history add RUN_DIR...               import run directories (a directory of run directories too)
+    history add RUN_DIR...               import run directories (or a directory of them)
     history list                         runs per scenario and machine
-    history show CELL|AXIS               a figure over commits with its intervals, and its change points
+    history show CELL|AXIS               a figure over commits, its intervals and change points
     history compare COMMIT_A COMMIT_B    every cell of B against A (medians of their runs)
-    history gate RUN_DIR                 the run against the last K comparable runs (exit 1: slower)
+    history gate RUN_DIR                 the run against the last K comparable runs (1: slower)
     history steps                        the change points of every cell's figures
     history html OUT_DIR                 the static dashboard, one page per scenario
 

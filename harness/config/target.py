@@ -6,14 +6,14 @@ level).
     nodes = 1                 # nodes, on one shared storage
     gpus_per_node = 4         # ranks per node
     cores_per_node = 32       # CPU cores per node for the ranks and their loaders
-    accelerator = "V100-16GB" # a catalogue name (scenarios/accelerators.toml); default: the scenario's
-    storage_read_mb_s = 2000  # the shared storage's read bandwidth, all nodes together (0: unlimited)
+    accelerator = "V100-16GB" # in scenarios/accelerators.toml; default: the scenario's
+    storage_read_mb_s = 2000  # the shared storage's read bandwidth, all nodes (0: unlimited)
     storage_latency_ms = 0.5  # per read request on a cold read
-    storage_iops = 0          # read requests per second the storage serves, all nodes (0: unlimited)
-    page_cache = "warm"       # "warm": the data is in the page cache; "cold": every read goes to storage
+    storage_iops = 0          # read requests/s the storage serves, all nodes (0: unlimited)
+    page_cache = "warm"       # "warm": the data is in the page cache; "cold": read from storage
     workers_per_rank = 4      # default: the scenario's [training] workers
     batch_size = 32           # per rank; default: the scenario's
-    prefetch = 2              # batches in flight per worker; default: the scenario's prefetch_factor
+    prefetch = 2              # batches in flight per worker; default: scenario's prefetch_factor
 
 harness.analysis.targetmodel predicts what a cell would do there (docs/prediction.md).
 """

@@ -3,17 +3,20 @@
 Layouts (``detect_layout`` picks the first that matches, or pass ``layout``; harness.data.layouts
 reads them):
 
-``webdataset``  ``*.tar`` shards at the top of the folder (img2dataset ``--output_format webdataset``); per
-                sample the members ``<key>.jpg`` (or ``.jpeg``, ``.webp``, ``.png``), ``<key>.txt`` (else the
-                ``caption`` of ``<key>.json``) and optionally ``<key>.image_emb.npy`` / ``<key>.text_emb.npy``.
-``files``       images in subfolders (img2dataset ``--output_format files``: ``00000/0000000.jpg`` with
-                ``0000000.txt`` and ``0000000.json`` beside it); optionally ``<stem>.image_emb.npy`` and
-                ``<stem>.text_emb.npy`` beside the image.
+``webdataset``  ``*.tar`` shards at the top of the folder (img2dataset ``--output_format
+                webdataset``); per sample the members ``<key>.jpg`` (or ``.jpeg``, ``.webp``,
+                ``.png``), ``<key>.txt`` (else the ``caption`` of ``<key>.json``) and optionally
+                ``<key>.image_emb.npy`` / ``<key>.text_emb.npy``.
+``files``       images in subfolders (img2dataset ``--output_format files``: ``00000/0000000.jpg``
+                with ``0000000.txt`` and ``0000000.json`` beside it); optionally
+                ``<stem>.image_emb.npy`` and ``<stem>.text_emb.npy`` beside the image.
 ``parquet``     ``*.parquet`` files at the top with a binary image column named by img2dataset's
-                ``--encode_format`` (``jpg``, ``webp`` or ``png``) and a caption column (``txt``, else
-                img2dataset's ``caption``); optional ``image_emb`` / ``text_emb`` list columns. (The metadata
-                ``.parquet`` files img2dataset writes beside files and tar shards have no image column.)
-``folder``      a plain folder of ``.jpg``/``.jpeg``/``.webp``/``.png`` images with same-named ``.txt`` captions.
+                ``--encode_format`` (``jpg``, ``webp`` or ``png``) and a caption column (``txt``,
+                else img2dataset's ``caption``); optional ``image_emb`` / ``text_emb`` list
+                columns. (The metadata ``.parquet`` files img2dataset writes beside files and tar
+                shards have no image column.)
+``folder``      a plain folder of ``.jpg``/``.jpeg``/``.webp``/``.png`` images with same-named
+                ``.txt`` captions.
 
 A source named ``s3://bucket/prefix`` is first mirrored into a local folder (harness.data.bucket:
 the standard AWS resolution of endpoint and credentials; only new or changed objects are fetched),

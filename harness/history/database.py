@@ -5,21 +5,24 @@ conventions).
 Tables (version 3; version 1 lacked the visits' two stage figures, version 2 their three gate
 figures):
 
-    meta(key, value)      "schema" -> the store's version (VERSION_KEY; a store without it is version 1)
-    runs                  one row per run: run_key (unique: a run added twice is skipped), run_dir, commit_id,
-                          dirty, branch, time_utc, scenario, settings_hash and settings (env.json's
-                          `comparable`, what a baseline must share), machine_fp and machine (the machine the
-                          baseline gate checks, harness.history.runrows.fingerprint), repeats, verdict (the
-                          report's verdict lines), gate (comparison.md's summary line, when the run was gated)
-    visits                one row per cell visit: run_id, cell, repeat, error, throughput and its interval
-                          (throughput_low/high), au_pct, loader_cpu and rank_cpu (s/sample), cpu_per_sample
-                          (their sum), step_p50_ms, disturbed (outside load above the threshold), other_cpu_pct
-                          (the outside load itself); from version 2 loader_stages_cpu (the loader's timed
-                          stages, CPU s/sample: harness.analysis.stages) and decode_cpu (its decode stage alone);
-                          from version 3 loader_vs_decode, decode_vs_reference, rank_vs_reference (the cell's
-                          figures, harness.results.metrics.against_reference)
-    effects               one row per effect of effects.jsonl: run_id, figure, axis, level, reference, kind,
-                          ratio, low, high, n
+    meta(key, value)      "schema" -> the store's version (VERSION_KEY; none: version 1)
+    runs                  one row per run: run_key (unique: a run added twice is skipped), run_dir,
+                          commit_id, dirty, branch, time_utc, scenario, settings_hash and settings
+                          (env.json's `comparable`, what a baseline must share), machine_fp and
+                          machine (the machine the baseline gate checks,
+                          harness.history.runrows.fingerprint), repeats, verdict (the report's
+                          verdict lines), gate (comparison.md's summary line, when the run was
+                          gated)
+    visits                one row per cell visit: run_id, cell, repeat, error, throughput and its
+                          interval (throughput_low/high), au_pct, loader_cpu and rank_cpu
+                          (s/sample), cpu_per_sample (their sum), step_p50_ms, disturbed (outside
+                          load above the threshold), other_cpu_pct (the outside load itself); from
+                          version 2 loader_stages_cpu (the loader's timed stages, CPU s/sample:
+                          harness.analysis.stages) and decode_cpu (its decode stage alone); from
+                          version 3 loader_vs_decode, decode_vs_reference, rank_vs_reference (the
+                          cell's figures, harness.results.metrics.against_reference)
+    effects               one row per effect of effects.jsonl: run_id, figure, axis, level,
+                          reference, kind, ratio, low, high, n
 
 Opening (`open_store`): a missing file is created as version 1 (TABLES) and taken through the same
 steps as an old store, so a new store and an upgraded one are one schema; an older version is

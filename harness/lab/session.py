@@ -7,7 +7,7 @@ stops all of it on any exit.
     bandwidth_mb_s = 200   # MB/s each way (10^6 bytes); 0: unlimited
     loss_pct = 0           # % of packets dropped each way; needs netem
     bucket = "dlbench"     # the bucket the project's server creates; the storages' url names it
-    namespace = true       # the server in a network namespace of the project's (false: on loopback, unshaped)
+    namespace = true       # the server in a network namespace of ours (false: loopback, unshaped)
 
 ``session(settings)`` is a context manager: with ``namespace`` it creates a ShapedLink
 (harness.lab.link) and starts the ObjectServer (harness.lab.server) inside it on the namespace's

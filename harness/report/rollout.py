@@ -1,9 +1,10 @@
-"""ROLL OUT, the line after FASTEST: the configuration to use on the target hardware (the run's [target] or
---target, else a stated host for the scenario's accelerators), predicted from each visit's measured costs
-(harness.analysis.targetmodel: modelled, never measured there; the costs carried there by
-harness.analysis.stages.for_target, CPU seconds and bytes that this host's load does not move), with a
-prediction interval (the visits' spread and the model's own measured error), what binds there and, where
-the device binds, what takes the rest of its time, and which of the cells tied here stay tied there."""
+"""ROLL OUT, the line after FASTEST: the configuration to use on the target hardware (the run's
+[target] or --target, else a stated host for the scenario's accelerators), predicted from each
+visit's measured costs (harness.analysis.targetmodel: modelled, never measured there; the costs
+carried there by harness.analysis.stages.for_target, CPU seconds and bytes that this host's load
+does not move), with a prediction interval (the visits' spread and the model's own measured error),
+what binds there and, where the device binds, what takes the rest of its time, and which of the
+cells tied here stay tied there."""
 from __future__ import annotations
 
 import math
@@ -26,7 +27,8 @@ SHOWN = 3  # cells named per group
 
 @dataclass(frozen=True)
 class Predicted:
-    """A cell on the target with the configuration recommended for it: one prediction per measured visit."""
+    """A cell on the target with the configuration recommended for it: one prediction per measured
+    visit."""
 
     cell: CellSummary
     samples_per_s: list[float]
@@ -44,8 +46,8 @@ class Predicted:
 
 
 def stated_host(cell: CellSummary) -> Target | None:
-    """One node of the run's own accelerators and rank count, CORES_PER_ACCELERATOR cores each, storage
-    unlimited, page cache warm, the run's workers and batch size."""
+    """One node of the run's own accelerators and rank count, CORES_PER_ACCELERATOR cores each,
+    storage unlimited, page cache warm, the run's workers and batch size."""
     accelerator = str(cell.device or "").removesuffix(" (emulated)")
     ranks = cell.world_size or cell.figures.ranks
     if not accelerator or not ranks:
@@ -69,8 +71,8 @@ def predicted(cell: CellSummary, visits: list[CellResult], target: Target) -> Pr
 
 
 def _band(values: list[float], unit: str, most: float = math.inf) -> str:
-    """The visits' median and its LEVEL prediction interval (predictioninterval.target_interval), at most
-    `most`."""
+    """The visits' median and its LEVEL prediction interval (predictioninterval.target_interval),
+    at most `most`."""
     band = target_interval(values)
     return f"{min(band.middle, most):.0f}{unit} [{min(band.low, most):.0f}, {min(band.high, most):.0f}]"
 
@@ -83,8 +85,8 @@ def _interval_note(values: list[float]) -> str:
 
 
 def _rest(p: Predicted) -> str:
-    """What binds, and where the device binds, what takes the rest of its time (the step's path beside the
-    device, the wait for the slowest rank)."""
+    """What binds, and where the device binds, what takes the rest of its time (the step's path
+    beside the device, the wait for the slowest rank)."""
     a = p.advice
     if a.next_limit != "device":
         why = "; more workers do not help" if a.workers_capped else ""
@@ -96,7 +98,8 @@ def _rest(p: Predicted) -> str:
 
 
 def _tied_there(best: Predicted, other: Predicted, min_effect: float) -> bool:
-    """Tied on the target: the visits' ranges overlap, or the middles are within the minimum effect."""
+    """Tied on the target: the visits' ranges overlap, or the middles are within the minimum
+    effect."""
     overlap = min(other.samples_per_s) <= max(best.samples_per_s) and min(best.samples_per_s) <= max(
         other.samples_per_s)
     return overlap or best.middle <= other.middle * (1 + min_effect)
@@ -109,9 +112,9 @@ def _names(cells: list[CellSummary], shown: list[Predicted], axes: list[str]) ->
 
 def rollout_lines(cells: list[CellSummary], results: list[CellResult], tied_here: list[CellSummary],
                   target: Target | None, min_effect: float, tolerance: float = TOLERANCE) -> list[str]:
-    """The ROLL OUT line and what becomes of the cells tied here; `tied_here`: the leader and its ties. The
-    fastest cell there whose order is within `tolerance` of a shuffle's (harness.report.ordercost); a faster
-    one passed over for its order is named."""
+    """The ROLL OUT line and what becomes of the cells tied here; `tied_here`: the leader and its
+    ties. The fastest cell there whose order is within `tolerance` of a shuffle's
+    (harness.report.ordercost); a faster one passed over for its order is named."""
     measured = [c for c in cells if c.measured]
     target = target or (stated_host(measured[0]) if measured else None)
     if target is None:

@@ -7,14 +7,15 @@ like every file a run writes (BASELINE: its version, BASELINE_HISTORY; the "sche
 "format" string, which older harnesses read):
 
     {"format": "dlbench-baseline/1", "schema": 1, "created": "<UTC ISO time>", "scenario": "ci",
-     "comparable": {"dataset_key": "<hash>", "world_size": 2, "workload": "pixels", "batch_size": 8,
+     "comparable": {"dataset_key": "<hash>", "world_size": 2, "workload": "pixels", "batch_size":
+     8,
                     "accelerator": "V100-16GB", "emulated": true,
                     "device": "V100-16GB (emulated)", "image_size": 64, "steps": 12, "epochs": 0,
                     "warmup_steps": 2, "workers": 1, "prefetch_factor": 2, "cache_state": "as-is"},
-     "machine": {"cpu_model": ..., "cpu_count": ..., "cpu_affinity": ..., "hostname": ..., "memory_gb": ...},
-     "versions": {...}, "git": {...},
-     "probe": {"ideal_samples_per_s": [per repeat], "memcpy_gb_s": [per repeat]},
-     "cells": {"<cell id>": {"throughput": [per repeat], "normalised": [per repeat],
+     "machine": {"cpu_model": ..., "cpu_count": ..., "cpu_affinity": ..., "hostname": ...,
+     "memory_gb": ...}, "versions": {...}, "git": {...}, "probe": {"ideal_samples_per_s": [per
+     repeat], "memcpy_gb_s": [per repeat]}, "cells": {"<cell id>": {"throughput": [per repeat],
+     "normalised": [per repeat],
                              "step_p50_ms": [per repeat], "error": null,
                              "params": {"<axis>": {<the strategy's parameters>}}}}}
 

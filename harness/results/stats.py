@@ -185,7 +185,8 @@ def _t_two_sided_mass(t: float, df: int) -> float:
     """P(|T| <= t) for Student's t with integer df >= 1, exactly (the closed-form finite series for
     integer degrees of freedom; theta = atan(t / sqrt(df))):
 
-    odd df:  (2/pi) * (theta + sin(theta) * (cos(theta) + 2/3 cos^3 + 2*4/(3*5) cos^5 + ... up to cos^(df-2)))
+    odd df:  (2/pi) * (theta + sin(theta)
+                           * (cos(theta) + 2/3 cos^3 + 2*4/(3*5) cos^5 + ... up to cos^(df-2)))
     even df: sin(theta) * (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ... up to cos^(df-2))"""
     if t <= 0:
         return 0.0

@@ -1,26 +1,30 @@
 """One training step on one rank: forward, backward (with DDP's gradient allreduce) and optimizer
 step.
 
-The failure policy lives here, and its rule is that every rank makes the same collective calls whatever
-fails where (a rank that skipped or repeated one would hang its peers in NCCL):
-- forward: nothing collective has happened (DDP is built with broadcast_buffers=False, so a BatchNorm model
-  broadcasts no buffers in forward). When a batch does not fit and the batching allows it (splits_on_oom),
-  it is split into 2, 4, 8... micro-batches whose gradients accumulate locally (no_sync) before the last one
-  joins the allreduce; the gradients equal the whole batch's. The emulated device knows in advance what
-  fits; on a real GPU each split is tried until one runs. Without splitting, StepFailed("forward") reaches
-  the caller, which joins the peers' allreduce with a shadow step.
-- backward: some gradient buckets are already reduced. The rank finishes the reduction with a zero-weight
-  backward over the parameters whose gradients had not arrived (finish_reduction), then takes the
-  optimizer step, so its replica stays identical; the batch's gradient is lost on that rank. With
-  splitting that is one OOM event and training goes on; without, StepFailed("backward") (joined).
-- optimizer step: the allreduce is done; splitting cannot help; StepFailed("optimizer step") (joined).
-An out-of-memory is torch.OutOfMemoryError or a cuBLAS/cuDNN allocation failure (a plain RuntimeError);
-any other error in a phase is a StepFailed too (not oom), handled the same way, so one rank's failure ends
-the cell on every rank at the next agreement instead of killing that rank mid-step. A distributed-backend
-error (torch.distributed.DistBackendError, whatever its text: NCCL reports a failed launch as "Cuda failure
-'out of memory'", or a peer's departure) is never an OOM: the communicator is broken, so neither splitting
-nor finish_reduction can help; the rank aborts its process group (harness.train.agreement.abort_group) and
-ends. So does a finish_reduction or a shadow step that fails: the collective sequence cannot be mended.
+The failure policy lives here, and its rule is that every rank makes the same collective calls
+whatever fails where (a rank that skipped or repeated one would hang its peers in NCCL):
+- forward: nothing collective has happened (DDP is built with broadcast_buffers=False, so a
+  BatchNorm model broadcasts no buffers in forward). When a batch does not fit and the batching
+  allows it (splits_on_oom), it is split into 2, 4, 8... micro-batches whose gradients accumulate
+  locally (no_sync) before the last one joins the allreduce; the gradients equal the whole batch's.
+  The emulated device knows in advance what fits; on a real GPU each split is tried until one runs.
+  Without splitting, StepFailed("forward") reaches the caller, which joins the peers' allreduce
+  with a shadow step.
+- backward: some gradient buckets are already reduced. The rank finishes the reduction with a
+  zero-weight backward over the parameters whose gradients had not arrived (finish_reduction), then
+  takes the optimizer step, so its replica stays identical; the batch's gradient is lost on that
+  rank. With splitting that is one OOM event and training goes on; without, StepFailed("backward")
+  (joined).
+- optimizer step: the allreduce is done; splitting cannot help; StepFailed("optimizer step")
+  (joined).
+An out-of-memory is torch.OutOfMemoryError or a cuBLAS/cuDNN allocation failure (a plain
+RuntimeError); any other error in a phase is a StepFailed too (not oom), handled the same way, so
+one rank's failure ends the cell on every rank at the next agreement instead of killing that rank
+mid-step. A distributed-backend error (torch.distributed.DistBackendError, whatever its text: NCCL
+reports a failed launch as "Cuda failure 'out of memory'", or a peer's departure) is never an OOM:
+the communicator is broken, so neither splitting nor finish_reduction can help; the rank aborts its
+process group (harness.train.agreement.abort_group) and ends. So does a finish_reduction or a
+shadow step that fails: the collective sequence cannot be mended.
 
 OOM events (train_step's return): a step in which an OOM was raised, or on the emulated device a
 step split ahead because the modelled GPU would raise at that size. A step a CUDA device splits

@@ -5,29 +5,32 @@ itself (workers = 0).
 Every stage has its own clock reads, at the start and the end of the code that is that stage
 (harness.measure.rankrecord.STAGES, in the order a sample passes them):
 
-    read      around the storage strategy's read_batch (timed_read): open, read, unpickle, HDF5 chunks
-    cache     around the cache strategy's call (harness.train.torchdataset.SampleDataset.__getitems__), less
-              the calls it makes to what it wraps, each timed around that call (timed_inside): the lookup, the
-              insert, the eviction, a shared cache's round trip, and nothing of the read or the preparing
+    read      around the storage strategy's read_batch (timed_read): open, read, unpickle,
+              HDF5 chunks
+    cache     around the cache strategy's call
+              (harness.train.torchdataset.SampleDataset.__getitems__), less the calls it makes to
+              what it wraps, each timed around that call (timed_inside): the lookup, the insert,
+              the eviction, a shared cache's round trip, and nothing of the read or the preparing
     decode    around each decode_resize call (JPEG decode + resize)
-    transform around each transform call: tokenising the caption and wrapping arrays as tensors (per
-              sample), drawing the flips (per batch; the mirroring is the collate's copy), the host
-              normalisation (in the collate)
-    collate   around the stacking of the batch: each image written into its slot of the padded batch (and
-              mirrored in that copy when its flip was drawn), the tokens
-    send      around handing the batch over, worker side (harness.train.torchdataset.hand_over): the batch's
-              shared memory allocated, its small tensors wrapped to cross in the pickle, any other tensor
-              moved into shared memory (what the DataLoader's queue would do on the worker's feeder thread,
-              done here, timed); the thread loader's pin_memory
-    queue     in a DataLoader worker, the worker loop's own CPU (worker_end, begin): the worker's main
-              thread from one batch's end (after `send`) to the next batch's start (putting the batch on the
-              data queue, taking the next indices from the index queue), plus the CPU of the queue's helper
-              threads (QUEUE_THREADS: the feeder thread that pickles and writes the batch, the resource
-              sharer that passes the shared memory's file descriptors), each read from its own thread
-              clock; nothing for a worker's first batch or for the thread loader (0)
-    receive   handing the batch over, rank side: the rank's CPU while it takes the batch from the loader
-              (unpickling, mapping the shared memory); with workers = 0, the DataLoader's own work around
-              the stages above (harness.train.batches.BatchSource)
+    transform around each transform call: tokenising the caption and wrapping arrays as tensors
+              (per sample), drawing the flips (per batch; the mirroring is the collate's copy), the
+              host normalisation (in the collate)
+    collate   around the stacking of the batch: each image written into its slot of the padded
+              batch (and mirrored in that copy when its flip was drawn), the tokens
+    send      around handing the batch over, worker side (harness.train.torchdataset.hand_over):
+              the batch's shared memory allocated, its small tensors wrapped to cross in the
+              pickle, any other tensor moved into shared memory (what the DataLoader's queue would
+              do on the worker's feeder thread, done here, timed); the thread loader's pin_memory
+    queue     in a DataLoader worker, the worker loop's own CPU (worker_end, begin): the worker's
+              main thread from one batch's end (after `send`) to the next batch's start (putting
+              the batch on the data queue, taking the next indices from the index queue), plus the
+              CPU of the queue's helper threads (QUEUE_THREADS: the feeder thread that pickles and
+              writes the batch, the resource sharer that passes the shared memory's file
+              descriptors), each read from its own thread clock; nothing for a worker's first batch
+              or for the thread loader (0)
+    receive   handing the batch over, rank side: the rank's CPU while it takes the batch from the
+              loader (unpickling, mapping the shared memory); with workers = 0, the DataLoader's
+              own work around the stages above (harness.train.batches.BatchSource)
 
 What no timer covers is not a stage: the glue between the timers inside a batch (the fetcher's
 call, building the items' dicts, the loop over the samples), threads that are not the queue's, a

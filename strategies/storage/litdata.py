@@ -4,10 +4,11 @@
 Layout under ``path``::
 
     meta.json            {"format": "litdata", "version": 1, "count": N, "chunk_size": S}
-    index.json           litdata's index: its config (the pytree of one item, serializers) and the chunks
-    chunk-0-K.bin        litdata chunk K: S items in index order (uint32 item count, uint32 offsets, then each
-                         item's serialized fields); one item is the dict {"index", "jpeg", "caption",
-                         "image_emb", "text_emb"} (bytes, str, two float32 arrays)
+    index.json           litdata's index: its config (one item's pytree, serializers), the chunks
+    chunk-0-K.bin        litdata chunk K: S items in index order (uint32 item count, uint32
+                         offsets, then each item's serialized fields); one item is the dict
+                         {"index", "jpeg", "caption", "image_emb", "text_emb"} (bytes, str, two
+                         float32 arrays)
     stored_bytes.npy     int64[N]: each item's bytes in its chunk (from the chunks' offset tables)
 
 Writing: the samples stream into a ``multiprocessing`` queue that ``litdata.optimize`` reads (its

@@ -6,7 +6,8 @@ Layout under ``path``::
     jpeg.bin, jpeg_offsets.npy         uint8 flat buffer, int64[N+1] offsets
     caption.bin, caption_offsets.npy   utf-8 flat buffer, int64[N+1] offsets
     image_emb.npy, text_emb.npy        float32[N, 2048], float32[N, 768]
-    stored_bytes.npy                   int64[N], bytes each sample occupies (absent in older materialisations)
+    stored_bytes.npy                   int64[N], bytes each sample occupies (absent in
+                                       older materialisations)
 """
 from __future__ import annotations
 

@@ -6,14 +6,17 @@ Layout under ``path``::
 
     meta.json                {"format": "webdataset", "version": 1, "count": N}
     shards.json              {"shard_size": S, "shards": ["shard-00000.tar", ...]}
-    shard-00000.tar ...      shard k holds samples [k*S, (k+1)*S), in index order; per sample the members
-                             <key>.jpg, <key>.txt (utf-8), <key>.image_emb.npy, <key>.text_emb.npy
-                             (key = the index as 8 digits; webdataset writes a sample's members sorted)
-    index.npy                int64[N, 9]: shard number, then (offset, length) of jpg, txt, image_emb and
-                             text_emb in that shard's tar; for .npy members the offset and length of the
-                             float32 payload after the .npy header. Built at write time by reading each
-                             finished shard's tar headers; read memory-mapped
-    stored_bytes.npy         int64[N]: the sample's bytes in the tar (member headers and padding included)
+    shard-00000.tar ...      shard k holds samples [k*S, (k+1)*S), in index order; per sample the
+                             members <key>.jpg, <key>.txt (utf-8), <key>.image_emb.npy,
+                             <key>.text_emb.npy (key = the index as 8 digits; webdataset writes a
+                             sample's members sorted)
+    index.npy                int64[N, 9]: shard number, then (offset, length) of jpg, txt,
+                             image_emb and text_emb in that shard's tar; for .npy members the
+                             offset and length of the float32 payload after the .npy header. Built
+                             at write time by reading each finished shard's tar headers; read
+                             memory-mapped
+    stored_bytes.npy         int64[N]: the sample's bytes in the tar (member headers and padding
+                             included)
 
 A reader opens the index memory-mapped and each shard with ``os.open`` lazily, once per process
 (after a fork the child opens its own descriptors), and reads a sample's members with ``os.pread``:

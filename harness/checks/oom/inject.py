@@ -8,13 +8,15 @@ or real (`real`: a CUDA allocation larger than the free memory, both ranks on GP
 refuses two ranks on one GPU). Two models: the features two-tower, and the same with BatchNorm
 layers (buffers, as ResNet-50's 53).
 
-What must hold (harness.train.ddpstep's policy), with splitting on (dynamic batching's safety net) and off:
-- forward, split on: every rank takes every step, only rank 1 had a step that raised (one), the replicas stay
-  identical;
-- backward, split on: the same (rank 1 lost that batch's gradient, the reduction was finished with zeros);
+What must hold (harness.train.ddpstep's policy), with splitting on (dynamic batching's safety net)
+and off:
+- forward, split on: every rank takes every step, only rank 1 had a step that raised (one), the
+  replicas stay identical;
+- backward, split on: the same (rank 1 lost that batch's gradient, the reduction was finished with
+  zeros);
 - every other case: every rank stops at the same step with an error naming the phase.
-The ranks run the harness's own MeasuredLoop on batches held in memory (`holds` says whether a case's
-outcome is the policy's). The ranks are spawned on a free port (harness.run.launch).
+The ranks run the harness's own MeasuredLoop on batches held in memory (`holds` says whether a
+case's outcome is the policy's). The ranks are spawned on a free port (harness.run.launch).
 
 Each case gets a device of its own (`case_device`), as each case is a cell of its own: a CUDA
 device remembers the smallest batch that ran out (CudaDevice.note_oom) and splits every later batch

@@ -1,8 +1,8 @@
 """What the prediction checks share (command.py and capacity_command.py beside it): the scenario as
-one launch of a check (`variant`), the storages they materialise, one launch of a group of cases as real
-cells in spawned ranks (`launch_group`, each case's `Visit` read back from its directory), and the side
-measurements beside the cells (`side_bench`, from sidebench.py beside it), kept in bench.json and read
-back as the pure Bench (`bench_of`)."""
+one launch of a check (`variant`), the storages they materialise, one launch of a group of cases as
+real cells in spawned ranks (`launch_group`, each case's `Visit` read back from its directory), and
+the side measurements beside the cells (`side_bench`, from sidebench.py beside it), kept in
+bench.json and read back as the pure Bench (`bench_of`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -40,15 +40,16 @@ COLD_READ_SAMPLES = 2048  # about what a launch's window reads (60 steps of 32)
 
 @dataclass(frozen=True)
 class Visit:
-    """One measured visit of a case: its cell line, and the host's other runnable tasks during its launch
-    (sidebench.OutsideRunnable)."""
+    """One measured visit of a case: its cell line, and the host's other runnable tasks during its
+    launch (sidebench.OutsideRunnable)."""
 
     line: CellResult
     outside: float
 
 
 def variant(sc: Scenario, case: CheckCase, storages: Sequence[str], steps: int) -> Scenario:
-    """The scenario as one launch of the check runs it: the case's settings, default strategies elsewhere."""
+    """The scenario as one launch of the check runs it: the case's settings, default strategies
+    elsewhere."""
     tr = dataclasses.replace(sc.training, workers=case.workers, batch_size=case.batch_size,
                              image_size=case.image_size, decoder=case.decoder, steps=steps, epochs=0,
                              warmup_steps=max(3, sc.training.warmup_steps))
@@ -67,7 +68,8 @@ def materialise_storages(sc: Scenario, case: CheckCase, storages: Sequence[str],
 
 def launch_group(sc: Scenario, group: list[CheckCase], run_dir: Path, data_dir: Path, steps: int,
                  plugins: Sequence[str] = ()) -> dict[str, Visit]:
-    """One launch: the group's cases (they differ only in storage) as cells; case name -> its visit."""
+    """One launch: the group's cases (they differ only in storage) as cells; case name -> its
+    visit."""
     v = variant(sc, group[0], [c.storage for c in group], steps)
     cells: list[Cell] = expand(v)
     request = BenchRequest.bare(v.name, data_dir=data_dir, plugins=tuple(plugins), quiet=True,
@@ -84,8 +86,8 @@ def launch_group(sc: Scenario, group: list[CheckCase], run_dir: Path, data_dir: 
 
 @contextmanager
 def confined(cpus: int):
-    """The launch's processes (they inherit this process's affinity) on the first `cpus` of the CPUs this
-    process may use (0: all of them); the affinity restored afterwards."""
+    """The launch's processes (they inherit this process's affinity) on the first `cpus` of the
+    CPUs this process may use (0: all of them); the affinity restored afterwards."""
     allowed = sorted(os.sched_getaffinity(0))
     if not cpus or cpus >= len(allowed):
         yield
@@ -110,10 +112,10 @@ def samples_of(sc: Scenario) -> int:
 
 
 def side_bench(sc: Scenario, base: CheckCase, all_cases: list[CheckCase], data_paths: dict, cores: int) -> dict:
-    """The side measurements (sidebench.py) on the scenario's own data, as bench.json holds
-    them (bench_of reads them back as the pure Bench): each storage's read cost, the decode cost per image
-    size and decoder, the resized pixels per image, the disk (one large file, then the raw storage's small
-    files) and the contention factor."""
+    """The side measurements (sidebench.py) on the scenario's own data, as bench.json holds them
+    (bench_of reads them back as the pure Bench): each storage's read cost, the decode cost per
+    image size and decoder, the resized pixels per image, the disk (one large file, then the raw
+    storage's small files) and the contention factor."""
     storage = {s: StrategyChoice("storage", s).create() for s in STORAGES}
     indices = list(range(0, min(samples_of(sc), 2048), 4))[:256]
     read_s = {s: _read_cost(storage[s], data_paths[s], sc.training.workload, indices, base.batch_size)
@@ -152,11 +154,12 @@ def _read_cost(storage, path: Path, workload: str, indices: list[int], batch: in
 
 
 def bench_of(obj: dict) -> Bench:
-    """bench.json back as the pure Bench. With the small files' figures (the raw storage: one file, one
-    request per sample), a request's latency is a cold file's extra wall time less its bytes at the
-    sequential rate, and its extra CPU is per request; else the 4 KiB random reads' latency and the CPU
-    per cold byte of the large file. A packed storage's cold sample (`cold_reads`) makes its extra wall time
-    over that latency in requests (its transfer, microseconds, left in), and costs its extra CPU."""
+    """bench.json back as the pure Bench. With the small files' figures (the raw storage: one file,
+    one request per sample), a request's latency is a cold file's extra wall time less its bytes at
+    the sequential rate, and its extra CPU is per request; else the 4 KiB random reads' latency and
+    the CPU per cold byte of the large file. A packed storage's cold sample (`cold_reads`) makes
+    its extra wall time over that latency in requests (its transfer, microseconds, left in), and
+    costs its extra CPU."""
     disk, small = obj["disk"], obj["disk"].get("small_files")
     latency_ms, per_request = disk["latency_ms"], 0.0
     if small and disk["read_mb_s"]:

@@ -1,10 +1,10 @@
-"""Pure: the configurations --check-predictions measures and what it scores: the calibration and the cases
-(`cases`, each a harness.analysis.checkcases.CheckCase), the pairings (`Pairing`: a case predicted from a
-calibration's measured costs), a copy of its calibration, the errors and their summary. docs/prediction.md.
+"""Pure: the configurations --check-predictions measures and what it scores: the calibration and
+the cases (`cases`, each a harness.analysis.checkcases.CheckCase), the pairings (`Pairing`: a case
+predicted from a calibration's measured costs), a copy of its calibration, the errors and their
+summary. docs/prediction.md.
 
-The check writes one row per case to predictions.jsonl, a file of format PREDICTIONS (its version and history
-below; harness.results.fileformat reads and writes it).
-"""
+The check writes one row per case to predictions.jsonl, a file of format PREDICTIONS (its version
+and history below; harness.results.fileformat reads and writes it). """
 from __future__ import annotations
 
 import statistics
@@ -50,7 +50,8 @@ PREDICTIONS = FileFormat("predictions.jsonl", PREDICTIONS_VERSION, PREDICTIONS_H
 
 @dataclass(frozen=True)
 class Pairing:
-    """One scored prediction: the measured case `case` predicted from the costs of the case `source`."""
+    """One scored prediction: the measured case `case` predicted from the costs of the case
+    `source`."""
 
     name: str
     source: str
@@ -62,12 +63,13 @@ ONE_CPU = "calibration on 1 CPU"
 
 def cases(base: CheckCase, other_size: int, other_decoder: str | None = None,
           allowance: int = 1) -> list[CheckCase]:
-    """The calibration (first) and the cases, each changing one thing or two (other_decoder: the decoder the
-    decoder case switches to; None: no decoder case): across the workers (one more, none: the rank loads
-    inline), the ranks (one more: the ranks' wait is measured there; two more; four times), the batch (twice,
-    half), the image size (`other_size`, and x0.7), the storages, the page cache (cold in each storage), the
-    decoder; with an allowance of 2 CPUs or more, the calibration's configuration
-    confined to 1 CPU, the other calibration of the machine-boundary pairings."""
+    """The calibration (first) and the cases, each changing one thing or two (other_decoder: the
+    decoder the decoder case switches to; None: no decoder case): across the workers (one more,
+    none: the rank loads inline), the ranks (one more: the ranks' wait is measured there; two more;
+    four times), the batch (twice, half), the image size (`other_size`, and x0.7), the storages,
+    the page cache (cold in each storage), the decoder; with an allowance of 2 CPUs or more, the
+    calibration's configuration confined to 1 CPU, the other calibration of the machine-boundary
+    pairings."""
     half, small = max(1, base.batch_size // 2), max(32, base.image_size * 7 // 10 // 16 * 16)
     out = [replace(base, name="calibration"),
            replace(base, name=f"workers {base.workers} -> {base.workers + 1}", workers=base.workers + 1),
@@ -92,9 +94,10 @@ def cases(base: CheckCase, other_size: int, other_decoder: str | None = None,
 
 
 def pairings(all_cases: list[CheckCase], allowance: int) -> list[Pairing]:
-    """What the check scores: each case from the calibration (the calibration itself first), and across the
-    machine boundary: the 1-CPU launch from the calibration, and from the 1-CPU calibration the calibration's
-    configuration, the workers case and the ranks case on the whole allowance."""
+    """What the check scores: each case from the calibration (the calibration itself first), and
+    across the machine boundary: the 1-CPU launch from the calibration, and from the 1-CPU
+    calibration the calibration's configuration, the workers case and the ranks case on the whole
+    allowance."""
     names = {c.name for c in all_cases}
     out = [Pairing(c.name if c.name != ONE_CPU else f"1 CPU (from {allowance})", "calibration", c.name)
            for c in all_cases]
@@ -106,16 +109,16 @@ def pairings(all_cases: list[CheckCase], allowance: int) -> list[Pairing]:
 
 
 def ranks_calibration(all_cases: list[CheckCase]) -> str | None:
-    """The case that is the calibration at one rank more (the ranks' wait is measured in it: its own rows
-    are repeats, not predictions); None where the cases have none."""
+    """The case that is the calibration at one rank more (the ranks' wait is measured in it: its
+    own rows are repeats, not predictions); None where the cases have none."""
     base = all_cases[0]
     more = replace(base, world_size=base.world_size + 1)
     return next((c.name for c in all_cases if replace(c, name=base.name) == more), None)
 
 
 def measured_at(costs: Costs, samples_per_s: float, cpus: float, outside_pct: float) -> Costs:
-    """The costs as measured: with the share of the run's CPUs busy that its own CPU (samples/s x the CPU
-    per sample) and the outside load made, the load the contention factor is undone at."""
+    """The costs as measured: with the share of the run's CPUs busy that its own CPU (samples/s x
+    the CPU per sample) and the outside load made, the load the contention factor is undone at."""
     busy = samples_per_s * (costs.loader_s + costs.rank_s) / cpus + outside_pct / 100.0
     return replace(costs, busy_share=min(1.0, busy))
 
@@ -124,8 +127,8 @@ COPY_PCT = 2.0  # a prediction within this of its calibration's own prediction s
 
 
 def is_copy(predicted: float, calibration_predicted: float) -> bool:
-    """A case the model predicts as its calibration (no cost it changes moves the binding bound): its error
-    is the calibration's own again, so it is flagged and left out of the median."""
+    """A case the model predicts as its calibration (no cost it changes moves the binding bound):
+    its error is the calibration's own again, so it is flagged and left out of the median."""
     return bool(calibration_predicted) and abs(predicted / calibration_predicted - 1.0) * 100.0 < COPY_PCT
 
 

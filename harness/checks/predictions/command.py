@@ -1,21 +1,21 @@
-"""--check-predictions: the target model (harness.analysis.targetmodel) checked on this machine. It calibrates
-on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache, its decoder, batch and
-image size), with 2 CPUs or more on the same configuration confined to 1 CPU (it measures the CPU a run can
-use where the CPU binds), and at one rank more (the ranks' wait, harness.analysis.rankwait); it predicts
-configurations that each change one thing, and across the 1-CPU boundary both ways
-(cases.py: cases and pairings), with the model on the CPUs each case's visits had (the
-allowance less the outside load measured in them: nothing fitted to a measured samples/s) and its 90%
-interval (interval.py), beside it the absolute model (the whole allowance: what it
-predicts for another machine, or this one quiet), then measures them: every configuration is
-a real run of the harness's cells (calibration.launch_group), visited in `rounds` interleaved
+"""--check-predictions: the target model (harness.analysis.targetmodel) checked on this machine. It
+calibrates on one configuration of a scenario (1 rank, its workers, raw storage, warm page cache,
+its decoder, batch and image size), with 2 CPUs or more on the same configuration confined to 1 CPU
+(it measures the CPU a run can use where the CPU binds), and at one rank more (the ranks' wait,
+harness.analysis.rankwait); it predicts configurations that each change one thing, and across the
+1-CPU boundary both ways (cases.py: cases and pairings), with the model on the CPUs each case's
+visits had (the allowance less the outside load measured in them: nothing fitted to a measured
+samples/s) and its 90% interval (interval.py), beside it the absolute model (the whole allowance:
+what it predicts for another machine, or this one quiet), then measures them: every configuration
+is a real run of the harness's cells (calibration.launch_group), visited in `rounds` interleaved
 passes, so drift of this shared machine falls on all of them. Beside the cells it measures what the
 predictions need (calibration.side_bench): the disk's cold read rate and latency, the CPU-cost
 factor with every core busy, and the read and decode stages' costs in the other configurations.
 
-Writes predictions.jsonl (one line per prediction: config, source, predicted, predicted_shared, its interval,
-measured, the errors, flag, the visits' figures) and bench.json in its run directory, and prints the table
-(table.py; scoring.py builds its rows).
-docs/measurements/prediction.md has a measured one.
+Writes predictions.jsonl (one line per prediction: config, source, predicted, predicted_shared, its
+interval, measured, the errors, flag, the visits' figures) and bench.json in its run directory, and
+prints the table (table.py; scoring.py builds its rows). docs/measurements/prediction.md has a
+measured one.
 
     python run_bench.py --scenario 4xV100 --check-predictions
     python run_bench.py check-predictions --scenario 4xV100 [--rounds 2] [--steps 60]
@@ -58,7 +58,8 @@ SCENARIO_SETTINGS = ("samples", "batch_size", "workers", "warmup_steps", "worklo
 
 @dataclass(frozen=True)
 class CheckPredictionsRequest:
-    """`run_bench.py check-predictions ...` or `run_bench.py --scenario NAME --check-predictions ...`."""
+    """`run_bench.py check-predictions ...` or `run_bench.py --scenario NAME --check-predictions
+    ...`."""
 
     scenario: str | None = None  # a name from scenarios/ or a TOML path (needed unless `analyse`)
     analyse: Path | None = None  # --analyse RUN_DIR: the table again from a check's run directory
@@ -103,8 +104,8 @@ def _other_decoder(decoder: str) -> str | None:
 
 
 def _plan(sc, only: list[str] | None, allowance: int) -> tuple[CheckCase, list[CheckCase]]:
-    """The calibration and the cases (`only`: the names to keep; the calibration always runs) on a run
-    allowed `allowance` CPUs (2 or more: the 1-CPU calibration too)."""
+    """The calibration and the cases (`only`: the names to keep; the calibration always runs) on a
+    run allowed `allowance` CPUs (2 or more: the 1-CPU calibration too)."""
     if sc.training.workload != "pixels":
         raise UsageError(f"--check-predictions: scenario {sc.name} has workload {sc.training.workload!r}; the "
                          "check changes decoders and image sizes, so give a pixels scenario (e.g. 4xV100)")
@@ -122,7 +123,8 @@ def _plan(sc, only: list[str] | None, allowance: int) -> tuple[CheckCase, list[C
 
 
 def _rounds(all_cases: list[CheckCase], rounds: int):
-    """(round, position, cases of one launch) in the order they run: the second round in reverse."""
+    """(round, position, cases of one launch) in the order they run: the second round in
+    reverse."""
     groups: dict[tuple, list[CheckCase]] = {}
     for case in all_cases:
         groups.setdefault(case.group, []).append(case)
@@ -138,7 +140,8 @@ def allowance_cpus() -> int:
 
 
 def analyse(run_dir: Path, sc, all_cases: list[CheckCase], rounds: int, allowance: int) -> list[dict]:
-    """The predictions and the measurements of a check's run directory: predictions.jsonl, the table."""
+    """The predictions and the measurements of a check's run directory: predictions.jsonl, the
+    table."""
     measured: dict[str, list[Visit]] = {c.name: [] for c in all_cases}
     for r, i, group in _rounds(all_cases, rounds):
         for name, visit in read_visits(run_dir / "runs" / f"r{r}-{i}", group).items():
@@ -178,7 +181,8 @@ def run(request: Request) -> int:
 
 
 def reanalyse(run_dir: Path) -> int:
-    """--analyse RUN_DIR: the table again from a check's run directory (the model changed, or to read it)."""
+    """--analyse RUN_DIR: the table again from a check's run directory (the model changed, or to
+    read it)."""
     info = json.loads((Path(run_dir) / "check.json").read_text()) if (Path(run_dir) / "check.json").exists() \
         else {"scenario": Path(run_dir).name.split("-")[1], "rounds": 2, "cases": None}
     load_plugins(tuple(info.get("plugins") or ()))  # those the check ran with
@@ -192,7 +196,8 @@ def reanalyse(run_dir: Path) -> int:
 
 
 def load_plugins(modules: tuple[str, ...]) -> None:
-    """Import each --plugin module (its strategies register), before the scenario naming them is loaded."""
+    """Import each --plugin module (its strategies register), before the scenario naming them is
+    loaded."""
     for module in modules:
         try:
             registry.load_plugin(module)
@@ -201,7 +206,8 @@ def load_plugins(modules: tuple[str, ...]) -> None:
 
 
 def main(request: Request) -> int:
-    """Run the check (or, with `analyse`, its table again); a mistake in the request is a UsageError."""
+    """Run the check (or, with `analyse`, its table again); a mistake in the request is a
+    UsageError."""
     load_plugins(request.plugins)
     if request.analyse:
         return reanalyse(request.analyse)

@@ -1,27 +1,28 @@
-"""Pure: a prediction's interval, propagated from the calibration's own spread, and the coverage the check
-measures (issue 38; docs/prediction.md, "How far to trust a prediction").
+"""Pure: a prediction's interval, propagated from the calibration's own spread, and the coverage
+the check measures (issue 38; docs/prediction.md, "How far to trust a prediction").
 
-A prediction turns the calibration's measured costs into samples/s; the measurement it is checked against is
-the mean of the case's visits. Both carry noise the calibration can see, each taken as a spread of log
-samples/s (so the interval is a ratio, the same on both sides in log):
+A prediction turns the calibration's measured costs into samples/s; the measurement it is checked
+against is the mean of the case's visits. Both carry noise the calibration can see, each taken as a
+spread of log samples/s (so the interval is a ratio, the same on both sides in log):
 
-    costs     the prediction made from each calibration visit's costs alone (every cost of one visit
-              together, through the model's bounds): var / visits of the calibration
-    load      the prediction at each of the case's visits' outside load (the headline takes their mean):
-              var / the case's visits
-    noise     one visit's samples/s spread on this host, over the visits of every other case (what a
-              measured mean of the case's visits will scatter by): noise^2 / the case's visits. Robust:
-              the median of the cases' own sds, each scaled to the sd it estimates (`robust_sd`), so a case
-              whose visits met a neighbour's burst does not set every interval's width (pooled as a mean
-              of squares, two such cases of 18 made the noise 0.137 against a median-based 0.053)
+    costs     the prediction made from each calibration visit's costs alone (every cost of
+              one visit together, through the model's bounds): var / visits of the calibration
+    load      the prediction at each of the case's visits' outside load (the headline takes
+              their mean): var / the case's visits
+    noise     one visit's samples/s spread on this host, over the visits of every other case
+              (what a measured mean of the case's visits will scatter by): noise^2 / the
+              case's visits. Robust: the median of the cases' own sds, each scaled to the sd it
+              estimates (`robust_sd`), so a case whose visits met a neighbour's burst does not
+              set every interval's width (pooled as a mean of squares, two such cases of 18
+              made the noise 0.137 against a median-based 0.053)
 
     half-width = t(level, df) x sqrt(the sum),  df = the noise's effective df (`robust_sd`)
 
-Nothing in it comes from the case's measured samples/s: the case's visits give only their count and their
-outside load (its noise is taken over the others, leaving its own out). What it does not hold is the
-model's own error (a bound it does not have, a cost it holds that the case changes); coverage below the
-level says how much of that there is, and the table says so (coverage_line checks it both ways).
-"""
+Nothing in it comes from the case's measured samples/s: the case's visits give only their count and
+their outside load (its noise is taken over the others, leaving its own out). What it does not hold
+is the model's own error (a bound it does not have, a cost it holds that the case changes);
+coverage below the level says how much of that there is, and the table says so (coverage_line
+checks it both ways). """
 from __future__ import annotations
 
 import math
@@ -43,8 +44,8 @@ MAD_EFFICIENCY = 0.37  # a median-based sd's variance is that of a plain sd over
 
 @dataclass(frozen=True)
 class Spread:
-    """What one prediction's interval is built from (module docstring); each list holds predictions in
-    samples/s, made the one way with one input changed."""
+    """What one prediction's interval is built from (module docstring); each list holds predictions
+    in samples/s, made the one way with one input changed."""
 
     costs: tuple[float, ...]  # from each calibration visit's costs alone
     load: tuple[float, ...]  # at each of the case's visits' outside load
@@ -54,10 +55,10 @@ class Spread:
 
 
 def robust_sd(groups) -> tuple[float, int]:
-    """One visit's sd of log samples/s over groups (each group: one case's visits), robust to a few groups
-    that met a burst: the median over groups of each group's sd divided by the median of what that sd is for
-    a unit normal (sqrt(chi2 median / df)), and its effective df (the pooled df x MAD_EFFICIENCY, at least
-    1). (0.0, 0) without a group of two."""
+    """One visit's sd of log samples/s over groups (each group: one case's visits), robust to a few
+    groups that met a burst: the median over groups of each group's sd divided by the median of
+    what that sd is for a unit normal (sqrt(chi2 median / df)), and its effective df (the pooled df
+    x MAD_EFFICIENCY, at least 1). (0.0, 0) without a group of two."""
     scaled, df = [], 0
     for values in groups:
         logs = _logs(values)
@@ -71,7 +72,8 @@ def robust_sd(groups) -> tuple[float, int]:
 
 
 def _chi2_median(df: int) -> float:
-    """The median of chi-squared with df degrees of freedom (exact for 1, Wilson-Hilferty above)."""
+    """The median of chi-squared with df degrees of freedom (exact for 1, Wilson-Hilferty
+    above)."""
     return 0.454936 if df == 1 else df * (1 - 2 / (9 * df)) ** 3
 
 
@@ -80,8 +82,8 @@ def _logs(values) -> list[float]:
 
 
 def width_per_error(level: float = LEVEL) -> float:
-    """A calibrated interval's median half-width over the median |error| (normal errors): z((1 + level) / 2)
-    / z(0.75), 2.44 at 90%."""
+    """A calibrated interval's median half-width over the median |error| (normal errors): z((1 +
+    level) / 2) / z(0.75), 2.44 at 90%."""
     z = statistics.NormalDist().inv_cdf
     return z((1 + level) / 2) / z(0.75)
 
@@ -105,14 +107,15 @@ def interval(predicted: float, spread: Spread, level: float = LEVEL) -> tuple[fl
 
 
 def coverage(rows: list[dict]) -> tuple[int, int]:
-    """(inside, stated): the scored rows with an interval, and those whose measurement fell inside it."""
+    """(inside, stated): the scored rows with an interval, and those whose measurement fell inside
+    it."""
     stated = [r for r in rows if r.get("scored") and r.get("interval")]
     return sum(bool(r.get("inside")) for r in stated), len(stated)
 
 
 def distinct(rows: list[dict]) -> int:
-    """The distinct measurements behind the scored rows: several rows predict the same measured case from
-    different calibrations (`case`; `config` where a row does not say)."""
+    """The distinct measurements behind the scored rows: several rows predict the same measured
+    case from different calibrations (`case`; `config` where a row does not say)."""
     return len({r.get("case") or r["config"] for r in rows if r.get("scored")})
 
 
@@ -123,8 +126,8 @@ def half_width_pct(row: dict) -> float:
 
 
 def model_error_sd(rows: list[dict]) -> float | None:
-    """The RMS of log(predicted / measured) over the distinct scored measurements (one per case: its rows'
-    mean): what MODEL_ERROR_SD states; None without a scored row."""
+    """The RMS of log(predicted / measured) over the distinct scored measurements (one per case:
+    its rows' mean): what MODEL_ERROR_SD states; None without a scored row."""
     per_case: dict[str, list[float]] = {}
     for r in rows:
         if r.get("scored") and r.get("predicted_shared") and r.get("measured"):
@@ -135,10 +138,10 @@ def model_error_sd(rows: list[dict]) -> float | None:
 
 
 def coverage_line(rows: list[dict], level: float = LEVEL) -> str | None:
-    """One line: the share of the scored cases measured inside their stated interval, checked both ways
-    (below COVERAGE_LOW too narrow, above COVERAGE_HIGH too wide) and the median half-width against the
-    median error (a calibrated interval's is width_per_error times it; over WIDTH_SLACK times that is
-    covered by width), over the distinct measurements behind the cases."""
+    """One line: the share of the scored cases measured inside their stated interval, checked both
+    ways (below COVERAGE_LOW too narrow, above COVERAGE_HIGH too wide) and the median half-width
+    against the median error (a calibrated interval's is width_per_error times it; over WIDTH_SLACK
+    times that is covered by width), over the distinct measurements behind the cases."""
     inside, stated = coverage(rows)
     if not stated:
         return None

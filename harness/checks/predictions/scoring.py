@@ -1,7 +1,7 @@
-"""Pure: check-predictions' judgement: each pairing's prediction from its calibration's measured costs
-(the model on the CPUs the case's visits had, its interval, the absolute model beside it), against the mean
-of the case's visits, flagged where it is a calibration or a copy of one (`rows`, one row of
-predictions.jsonl each); command.py measures the visits, table.py prints the rows."""
+"""Pure: check-predictions' judgement: each pairing's prediction from its calibration's measured
+costs (the model on the CPUs the case's visits had, its interval, the absolute model beside it),
+against the mean of the case's visits, flagged where it is a calibration or a copy of one (`rows`,
+one row of predictions.jsonl each); command.py measures the visits, table.py prints the rows."""
 from __future__ import annotations
 
 import statistics
@@ -23,9 +23,9 @@ from harness.checks.predictions.cases import (
 
 
 def _calibration(visits: list[Visit], bench: Bench, cpus: int):
-    """A calibration's costs, its visits pooled (their rank records; the mean of their figures), measured
-    with the share of its CPUs busy that its visits' own CPU and the outside load made (what the contention
-    factor is undone at)."""
+    """A calibration's costs, its visits pooled (their rank records; the mean of their figures),
+    measured with the share of its CPUs busy that its visits' own CPU and the outside load made
+    (what the contention factor is undone at)."""
     lines = [v.line for v in visits]
     records = [r for v in lines for r in v.ranks]
     figures = {k: statistics.mean(float(v.figures.get(k) or 0.0) for v in lines)
@@ -56,8 +56,9 @@ def _throughputs(visits: list[Visit]) -> list[float]:
 
 @dataclass(frozen=True)
 class _Model:
-    """What every prediction of one check shares: the side bench, the CPU a run can use where the CPU binds
-    (the 1-CPU calibration's), the ranks' wait (the calibration at one rank more), one visit's noise."""
+    """What every prediction of one check shares: the side bench, the CPU a run can use where the
+    CPU binds (the 1-CPU calibration's), the ranks' wait (the calibration at one rank more), one
+    visit's noise."""
 
     sc: object
     bench: Bench
@@ -66,8 +67,8 @@ class _Model:
     ranks: RanksWait | None
 
     def cpus(self, case: CheckCase, pair: Pairing) -> float:
-        """The case's CPUs, as much of them as a run can use (not for the 1-CPU calibration's own launch: it
-        would be fitted to its own measurement)."""
+        """The case's CPUs, as much of them as a run can use (not for the 1-CPU calibration's own
+        launch: it would be fitted to its own measurement)."""
         got = 1.0 if self.usable is None or pair.case == ONE_CPU else self.usable
         return (case.cpus or self.allowance) * got
 
@@ -89,12 +90,12 @@ def _model(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], ben
 def rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench: Bench,
           allowance: int) -> list[dict]:
     """One row per pairing (cases.pairings) whose case and calibration were measured: the model's
-    prediction from the calibration's costs on the CPUs the case's visits had (`predicted_shared`: the
-    allowance less the outside load measured in them, the headline on this host) with its interval, and on the
-    case's whole allowance (`predicted`, the absolute model: another machine's prediction), nothing fitted,
-    against the mean of the case's visits' samples/s; a calibration's own row (the 1-rank ones, and the one
-    rank more the ranks' wait is measured in) and a case its calibration predicts the same (a copy) are
-    flagged and not scored."""
+    prediction from the calibration's costs on the CPUs the case's visits had (`predicted_shared`:
+    the allowance less the outside load measured in them, the headline on this host) with its
+    interval, and on the case's whole allowance (`predicted`, the absolute model: another machine's
+    prediction), nothing fitted, against the mean of the case's visits' samples/s; a calibration's
+    own row (the 1-rank ones, and the one rank more the ranks' wait is measured in) and a case its
+    calibration predicts the same (a copy) are flagged and not scored."""
     by_name, calibs, rows = {c.name: c for c in all_cases}, {}, []
     model = _model(sc, all_cases, measured, bench, allowance)
     repeats = {ranks_calibration(all_cases)} if model.ranks else set()
@@ -137,9 +138,10 @@ def rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench
 
 def _spread_of(model: _Model, calib, per_visit: list, source: CheckCase, case: CheckCase, case_cpus: float,
                visits: list[Visit], noise: tuple[float, int]) -> interval.Spread:
-    """What the case's headline interval is propagated from (harness.checks.predictions.interval): the
-    prediction from each calibration visit's costs alone (`per_visit`), at each of the case's visits'
-    outside load, and one visit's noise (`noise`: sd and df, robust, over every other case's visits)."""
+    """What the case's headline interval is propagated from (harness.checks.predictions.interval):
+    the prediction from each calibration visit's costs alone (`per_visit`), at each of the case's
+    visits' outside load, and one visit's noise (`noise`: sd and df, robust, over every other
+    case's visits)."""
     loads = [float(v.line.figures.get("other_cpu_pct") or 0.0) for v in visits]
     costs = tuple(model.predict(c, source, case, case_cpus, statistics.mean(loads)).samples_per_s for c in per_visit)
     at_load = tuple(model.predict(calib, source, case, case_cpus, x).samples_per_s for x in loads)
@@ -148,10 +150,10 @@ def _spread_of(model: _Model, calib, per_visit: list, source: CheckCase, case: C
 
 
 def usable_share(visits: list[Visit]) -> float | None:
-    """The share of its CPUs a run uses where the CPU binds it, measured in the 1-CPU calibration (the CPU
-    binds there): its samples/s x its loader's and rank's CPU per sample over the one CPU less the outside
-    load its visits saw; what is missing is the launcher's, the scheduler's and the harness's own threads'.
-    The mean over its visits, at most 1; None without visits."""
+    """The share of its CPUs a run uses where the CPU binds it, measured in the 1-CPU calibration
+    (the CPU binds there): its samples/s x its loader's and rank's CPU per sample over the one CPU
+    less the outside load its visits saw; what is missing is the launcher's, the scheduler's and
+    the harness's own threads'. The mean over its visits, at most 1; None without visits."""
     used = []
     for v in visits:
         f = v.line.figures

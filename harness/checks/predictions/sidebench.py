@@ -1,12 +1,12 @@
 """The small measurements the prediction checks make besides their cells (calibration.py composes
-them): a disk's read rate and latency (cold, with the page cache dropped), the extra cost of a cold small
-file and of a storage's cold sample, the CPU cost of a reader's batches and of a decode, the CPU-cost factor
-when every core is busy, and the host's runnable tasks outside this process tree while a launch runs
-(OutsideRunnable).
+them): a disk's read rate and latency (cold, with the page cache dropped), the extra cost of a cold
+small file and of a storage's cold sample, the CPU cost of a reader's batches and of a decode, the
+CPU-cost factor when every core is busy, and the host's runnable tasks outside this process tree
+while a launch runs (OutsideRunnable).
 
-Each is timed with the CPU clock of the thread doing the work. What drops a file from the page cache and
-what decodes an image are given by the caller (`drop`, `decode`): it imports harness.measure.telemetry alone.
-"""
+Each is timed with the CPU clock of the thread doing the work. What drops a file from the page
+cache and what decodes an image are given by the caller (`drop`, `decode`): it imports
+harness.measure.telemetry alone. """
 from __future__ import annotations
 
 import os
@@ -30,8 +30,8 @@ Decode = Callable[[bytes], object]  # one JPEG decoded (and resized); picklable,
 
 
 def disk(files: list[Path], drop: Drop) -> dict:
-    """Read rate (MB/s, sequential, cold), latency per request (ms, 4 KiB random reads, cold) and the extra
-    CPU a cold byte costs over a warm one (s/byte), on the largest of `files`."""
+    """Read rate (MB/s, sequential, cold), latency per request (ms, 4 KiB random reads, cold) and
+    the extra CPU a cold byte costs over a warm one (s/byte), on the largest of `files`."""
     path = max(files, key=lambda p: p.stat().st_size)
     size = path.stat().st_size
     drop([path])
@@ -53,9 +53,9 @@ def disk(files: list[Path], drop: Drop) -> dict:
 
 
 def cold_files(files: list[Path], drop: Drop, suffixes: tuple[str, ...] = (".jpg", ".txt"), most: int = 200) -> dict:
-    """Small files read whole, cold then warm (the raw storage: a file per field of a sample; `suffixes`:
-    those the workload reads): the extra wall time and the extra CPU (the kernel's: the directory entry, the
-    inode, the pages) a cold file costs, per file."""
+    """Small files read whole, cold then warm (the raw storage: a file per field of a sample;
+    `suffixes`: those the workload reads): the extra wall time and the extra CPU (the kernel's: the
+    directory entry, the inode, the pages) a cold file costs, per file."""
     files = [f for f in files if f.suffix in suffixes and f.stat().st_size > 0]
     picked = files[:: max(1, len(files) // most)][:most]
     drop(picked)
@@ -87,10 +87,11 @@ def _sequential(path: Path) -> tuple[int, float, float]:
 
 def cold_read(open_reader: Callable[[], object], files: list[Path], drop: Drop, indices: list[int],
               batch: int) -> dict:
-    """A storage's reader over `indices` in their order (a shuffled sampler's) in batches, cold (its files
-    dropped from the page cache, the reader opened after) and then warm: the extra wall time and thread CPU
-    a cold sample costs. How many device requests a sample makes cold depends on the layout and the kernel's
-    readahead (a packed file's neighbours come in with a sample's pages): measured here, not assumed."""
+    """A storage's reader over `indices` in their order (a shuffled sampler's) in batches, cold
+    (its files dropped from the page cache, the reader opened after) and then warm: the extra wall
+    time and thread CPU a cold sample costs. How many device requests a sample makes cold depends
+    on the layout and the kernel's readahead (a packed file's neighbours come in with a sample's
+    pages): measured here, not assumed."""
     batches = _split(indices, batch)
     drop(files)
     reader = open_reader()
@@ -127,10 +128,11 @@ def read_cost(reader, indices: list[int], batch: int, rounds: int = 3) -> float:
 
 
 def decode_costs(decodes: dict, jpegs: list[bytes], rounds: int = 5) -> dict:
-    """CPU seconds per image of each of `decodes` (key -> a decode), the best of `rounds` passes. The
-    decodes take turns within each round (the order turned by one each round), so a spell of outside work
-    or a slower clock lands on every decode alike and the ratios the model takes stay true (measured one
-    after the other, simplejpeg once came out at 0.60 ms against PIL's 0.56; 0.43 and 0.53 measured again)."""
+    """CPU seconds per image of each of `decodes` (key -> a decode), the best of `rounds` passes.
+    The decodes take turns within each round (the order turned by one each round), so a spell of
+    outside work or a slower clock lands on every decode alike and the ratios the model takes stay
+    true (measured one after the other, simplejpeg once came out at 0.60 ms against PIL's 0.56;
+    0.43 and 0.53 measured again)."""
     keys = list(decodes)
     best = dict.fromkeys(keys, float("inf"))
     for r in range(rounds):
@@ -143,7 +145,8 @@ def decode_costs(decodes: dict, jpegs: list[bytes], rounds: int = 5) -> dict:
 
 
 def _decode_for(args: tuple[Decode, list[bytes], float]) -> float:
-    """In a process of its own: CPU seconds per image, decoding for about `seconds` of wall time."""
+    """In a process of its own: CPU seconds per image, decoding for about `seconds` of wall
+    time."""
     decode, jpegs, seconds = args
     done, start, cpu = 0, time.perf_counter(), time.thread_time()
     while time.perf_counter() - start < seconds:
@@ -154,8 +157,8 @@ def _decode_for(args: tuple[Decode, list[bytes], float]) -> float:
 
 
 def contention(decode: Decode, jpegs: list[bytes], cores: int, seconds: float = 3.0) -> dict:
-    """The factor a sample's CPU cost rises by when every core is busy: the decode loop in one process,
-    then in `cores` processes at once (same work, same clock)."""
+    """The factor a sample's CPU cost rises by when every core is busy: the decode loop in one
+    process, then in `cores` processes at once (same work, same clock)."""
     ctx = get_context("spawn")
     with ProcessPoolExecutor(max_workers=cores, mp_context=ctx) as pool:
         list(pool.map(_decode_for, [(decode, jpegs[:4], 0.2)] * cores))  # start every process first
@@ -187,9 +190,10 @@ def procs_running() -> int | None:
 
 
 class OutsideRunnable:
-    """Samples, every `interval` seconds in a thread, how many tasks of the host are runnable outside this
-    process's tree (/proc/stat procs_running less this tree's tasks in state R): the other busy processes
-    the run's processes share the cores with. `mean` after the with-block (None where /proc has no count)."""
+    """Samples, every `interval` seconds in a thread, how many tasks of the host are runnable
+    outside this process's tree (/proc/stat procs_running less this tree's tasks in state R): the
+    other busy processes the run's processes share the cores with. `mean` after the with-block
+    (None where /proc has no count)."""
 
     def __init__(self, interval: float = 0.1):
         self.interval, self.samples, self.total = interval, 0, 0.0

@@ -1,6 +1,6 @@
-"""The table --check-predictions prints (scoring.py builds its rows): each
-prediction with its interval, the absolute model beside it, the notes on the cases that miss, and the
-summaries over the scored cases; docs/prediction.md explains the columns."""
+"""The table --check-predictions prints (scoring.py builds its rows): each prediction with its
+interval, the absolute model beside it, the notes on the cases that miss, and the summaries over
+the scored cases; docs/prediction.md explains the columns."""
 from __future__ import annotations
 
 import statistics
@@ -12,8 +12,8 @@ from harness.measure import hostload
 
 
 def note(row: dict, calib_spread: float) -> str:
-    """Why a case misses (|error| > 15% on this host), from its figures: noise, or a cost the model held that
-    changed, or outside load that the absolute model does not take out."""
+    """Why a case misses (|error| > 15% on this host), from its figures: noise, or a cost the model
+    held that changed, or outside load that the absolute model does not take out."""
     if abs(row["error_shared_pct"] or 0) <= 15:
         return ""
     why = []
@@ -45,11 +45,12 @@ ABSOLUTE = "the absolute model (the whole allowance: what it predicts for anothe
 
 
 def table(rows: list[dict]) -> str:
-    """Every prediction (the calibrations first among them): the headline, the model on the CPUs the case's
-    visits had, then the absolute model (labelled) and the outside load each case saw; the flags, the notes on
-    the scored cases that miss, and the summaries over the scored cases: the headline's, the absolute model's,
-    and a predictor that answers the calibration's measured samples/s for every case (what the model must
-    beat); then the outside load the scored cases ran beside."""
+    """Every prediction (the calibrations first among them): the headline, the model on the CPUs
+    the case's visits had, then the absolute model (labelled) and the outside load each case saw;
+    the flags, the notes on the scored cases that miss, and the summaries over the scored cases:
+    the headline's, the absolute model's, and a predictor that answers the calibration's measured
+    samples/s for every case (what the model must beat); then the outside load the scored cases ran
+    beside."""
     lines = [f"{'configuration':<34} {'predicted':>9} {'measured':>9} {'error %':>8} {'90% interval':>13} "
              f"{'in':>3} {'absolute':>9} {'error %':>8} {'load %':>6} {'spread %':>8}  {'flag':<11} binds"]
     for r in rows:

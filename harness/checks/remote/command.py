@@ -3,8 +3,10 @@ measured (model.py: the cases, the model and the table; sweep.py: the measuring)
 a network namespace and a veth pair shaped with tc. docs/measurements/remote.md has a measured
 table.
 
-    sudo python run_bench.py check-remote                       # bandwidth 0 (calibration), 20, 10, 5 MB/s
-    sudo python run_bench.py check-remote --bandwidths 20 5 2 --seconds 8   # 2 MB/s: under the small cases' demand
+    # bandwidth 0 (calibration), 20, 10, 5 MB/s
+    sudo python run_bench.py check-remote
+    # 2 MB/s: under the small cases' demand
+    sudo python run_bench.py check-remote --bandwidths 20 5 2 --seconds 8
     sudo python run_bench.py check-remote --bandwidths 40 10 2.5 --seconds 10
 """
 from __future__ import annotations

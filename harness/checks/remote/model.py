@@ -4,9 +4,11 @@ process (no DataLoader: the model's one worker) in random batches of BATCH sampl
 requests in flight:
 
     webdataset  in_flight 1   one small range GET per sample: the store's own latency per request
-    parquet     in_flight 1   a row group (~1 MB) per request for a few of its rows: bandwidth-heavy
+    parquet     in_flight 1   a row group (~1 MB) per request for a few of its rows:
+                              bandwidth-heavy
     raw         in_flight 1   one GET per sample and field, one at a time: the latency bound
-    raw         in_flight 8   the same GETs, 8 at a time: the requests-in-flight term and the store's capacity
+    raw         in_flight 8   the same GETs, 8 at a time: the requests-in-flight term and
+                              the store's capacity
 
 The prediction is harness.analysis.checkcases' (its cost building and target, predict_case) with
 the storage's figures: a cold read costs io = bytes/sample / bandwidth + requests/sample x latency
@@ -16,12 +18,14 @@ the storage's figures: a cold read costs io = bytes/sample / bandwidth + request
 unshaped setting only (the calibration) and the store's own probe there, never from a shaped
 setting:
 
-    own time per sample   the reader's CPU per sample (time.process_time over the window: its client's work
-                          on each request included, which no request in flight hides: one process, one GIL)
-    latency               the small range GETs' wall time outside that CPU (webdataset, in_flight 1):
-                          (wall - CPU) / requests
-    store capacity        1 / the moto process's CPU per small GET (harness.lab.server.request_cost,
-                          run at the calibration): one CPU-bound process
+    own time per sample   the reader's CPU per sample (time.process_time over the window: its
+                          client's work on each request included, which no request in flight hides:
+                          one process, one GIL)
+    latency               the small range GETs' wall time outside that CPU (webdataset, in_flight
+                          1): (wall - CPU) / requests
+    store capacity        1 / the moto process's CPU per small GET
+                          (harness.lab.server.request_cost, run at the calibration): one CPU-bound
+                          process
     bytes, requests       per sample, each case's own
 
 "before" is the model as it was, with the inputs it had: own time (wall - wait) / samples, latency

@@ -1,7 +1,7 @@
-"""check-resume's loaders: each case's loader built as a run builds it (harness.train.pipeline, one rank,
-no training) or litdata's own StreamingDataLoader, restored the case's way from a state (none, the
-harness's position, the loader's own state_dict), read batch by batch and stopped for real. measuring.py
-runs the cases."""
+"""check-resume's loaders: each case's loader built as a run builds it (harness.train.pipeline, one
+rank, no training) or litdata's own StreamingDataLoader, restored the case's way from a state
+(none, the harness's position, the loader's own state_dict), read batch by batch and stopped for
+real. measuring.py runs the cases."""
 from __future__ import annotations
 
 import itertools

@@ -21,7 +21,8 @@ straggler) L1 > L0, each with W workers. The ranks step together, so a step take
 L1/W); rank 1 waits for its data (T - C), rank 0 gets its batch at once (r) and then waits for rank
 1 in the per-step agreement (T - C - r). With B samples per rank per step:
 
-    throughput = 2B / T   stall % = (r + T - C) / 2T   peer wait % = (T - C - r) / 2T   AU % = C / T
+    throughput = 2B / T          stall % = (r + T - C) / 2T
+    peer wait % = (T - C - r) / 2T   AU % = C / T
 
 It builds the scenario (config), the emulated device (device), the loop and its pipeline (train),
 the figures (results) and spawns the straggler's ranks on a free port (harness.run.launch).
