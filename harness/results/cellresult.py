@@ -30,6 +30,7 @@ class Figures(JsonRecord):
         "host_pss_peak_mb", "host_pss_total_mb", "host_rss_peak_mb", "device_peak_gb", "read_mb_s",
         "mean_batch", "max_batch")
 
+    # the window and its rate
     ranks: int | None = None
     window_steps: int | None = None
     window_s: float | None = None
@@ -40,6 +41,7 @@ class Figures(JsonRecord):
     step_p99_ms: float | None = None
     throughput_ci: list[float] | None = None  # [low, high] within the run (batch means)
     throughput_ci_label: str | None = None  # what the interval is: level, method, n
+    # the time split (the five parts of a rank's window) and the ranks' balance
     stall_mean_pct: float | None = None  # the five parts of a rank's window, mean over ranks; they sum to 100
     h2d_pct: float | None = None
     peer_wait_pct: float | None = None
@@ -49,6 +51,7 @@ class Figures(JsonRecord):
     step_imbalance: float | None = None
     window_imbalance: float | None = None
     cost_imbalance: float | None = None
+    # CPU and device costs per sample
     loader_cpu_s_per_sample: float | None = None
     rank_cpu_s_per_sample: float | None = None
     device_samples_per_s: float | None = None  # per rank, when never starved (modelled on an emulated device)
@@ -58,18 +61,22 @@ class Figures(JsonRecord):
     loader_vs_decode: float | None = None  # the loader's timed stages / its decode stage
     decode_vs_reference: float | None = None  # the decode stage per sample / the reference decode
     rank_vs_reference: float | None = None  # the rank's main thread's CPU per sample / the reference step
+    # a real GPU's own readings
     kernel_au_pct: float | None = None  # --profile on a GPU: kernels running over the profiled steps' span
     launch_ms_p50: float | None = None  # median host time per step from the agreement to the last launch
     imbalance: float | None = None  # schema 1 only: the window-total figure, now window_imbalance
+    # memory
     host_pss_peak_mb: float | None = None
     host_pss_total_mb: float | None = None
     host_rss_peak_mb: float | None = None
     device_peak_gb: float | None = None
+    # reads
     read_mb_s: float | None = None
     logical_read_mb: float | None = None
     disk_read_mb: float | None = None
     disk_read_mb_s: float | None = None
     read_amplification: float | None = None  # disk_read_mb / logical_read_mb (derived on read for older lines)
+    # batches, faults and overruns
     padding_waste_pct: float | None = None
     mean_batch: float | None = None
     max_batch: int | None = None
@@ -79,6 +86,7 @@ class Figures(JsonRecord):
     gpu_compute_au_pct: float | None = None  # schema 1 only: on CUDA, au_pct is now the CUDA-event time
     overrun_steps: int | None = None
     overrun_pct: float | None = None
+    # the visit and the host around it
     setup_s: float | None = None  # the visit's time outside its measured window (elapsed_s - window_s)
     window_share_pct: float | None = None  # the measured window / the visit's elapsed time, %
     other_cpu_pct: float | None = None  # CPU used on the host by processes outside the run, % of the host
