@@ -145,7 +145,7 @@ def today(out: Path, judged: list[dict], ab_runs: int = 6, baseline_repeats: int
     from harness.gates import ab
     from harness.gates import baseline as baseline_gate
     from harness.gates.inputs import run_as_baseline
-    from harness.results.baseline import Baseline, BaselineError, merge
+    from harness.results.baselinefile import Baseline, BaselineError, merge
 
     kinds = sorted({r["plant_ms"] for r in judged})
     dirs = {k: [Path(r["run_dir"]) for r in judged if r["plant_ms"] == k] for k in kinds}

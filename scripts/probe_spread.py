@@ -38,7 +38,7 @@ def one(scenario_name: str, baseline_path: str | None) -> dict:
 
     from harness.config import scenario
     from harness.gates import baseline as baseline_gate
-    from harness.results.baseline import Baseline, BaselineError, machine_of
+    from harness.results.baselinefile import Baseline, BaselineError, machine_of
     from harness.results.environment import Environment
     from harness.results.probeline import ProbeSeries
     from harness.run import probe

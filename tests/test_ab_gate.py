@@ -1,5 +1,5 @@
 """The A/B gate (harness.gates.ab_command over harness.gates.trees and harness.gates.ab) and
-scripts/ci_gate.sh: this commit against its parent, runs merged into one baseline a side (results.baseline.merge),
+scripts/ci_gate.sh: this commit against its parent, runs merged into one baseline a side (results.baselinefile.merge),
 exit 1 only on a significant regression, exit 0 marked NOT RUN when there is no parent or it cannot run the
 scenario, the parent's worktree removed on any exit."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from conftest import REPO
 
 from harness.gates import ab, ab_command, trees
 from harness.gates.inputs import run_as_baseline
-from harness.results.baseline import Baseline, BaselineError, machine_of, merge
+from harness.results.baselinefile import Baseline, BaselineError, machine_of, merge
 from harness.results.environment import Environment
 
 NOT_RUN = 5  # the gate's documented code for "measured nothing" (harness.errors.EXIT_NOT_RUN, docs/ci-gate.md)

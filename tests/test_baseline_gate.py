@@ -1,4 +1,4 @@
-"""harness.results.baseline and harness.gates.baseline: baselines on disk, verdicts and exit codes on planted
+"""harness.results.baselinefile and harness.gates.baseline: baselines on disk, verdicts and exit codes on planted
 changes, rendering."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from harness.gates import baseline as cmp
 from harness.gates.table import render as render_comparison
-from harness.results.baseline import Baseline, BaselineError
+from harness.results.baselinefile import Baseline, BaselineError
 from harness.results.cellresult import CellResult, Figures
 from harness.results.environment import Environment
 from harness.results.probeline import ProbeSeries

@@ -13,7 +13,7 @@ from conftest import REPO
 from harness.commands.bench import comparable_of
 from harness.config import scenario
 from harness.gates import baseline as baseline_gate
-from harness.results.baseline import Baseline, BaselineCell, BaselineError
+from harness.results.baselinefile import Baseline, BaselineCell, BaselineError
 from harness.results.probeline import ProbeSeries
 
 HERE = {"cpu_model": "AMD EPYC", "cpu_count": 2, "cpu_affinity": 2, "hostname": "vm", "memory_gb": 25.3}
@@ -62,7 +62,7 @@ def test_another_cpu_model_is_refused_in_one_line_whatever_its_probe():
 
 def here_baseline(tmp_path, **machine) -> str:
     """A baseline of the ci scenario with this machine's settings and `machine` keys over this machine's."""
-    from harness.results.baseline import machine_of
+    from harness.results.baselinefile import machine_of
     from harness.results.environment import Environment
 
     b = baseline(dict(machine_of(Environment.capture([], {})), **machine), LOWEST)

@@ -15,7 +15,7 @@ from harness.gates import table
 from harness.measure import reference
 from harness.measure.rankrecord import STAGES, RankRecord
 from harness.results import metrics
-from harness.results.baseline import Baseline, BaselineCell
+from harness.results.baselinefile import Baseline, BaselineCell
 from harness.train import measuredloop
 
 # a loader's CPU seconds per sample by stage, the rank's per sample, and the two references (s per piece)

@@ -18,7 +18,7 @@ from harness.data.decoders import decode_resize
 from harness.gates.baseline import _params_differ
 from harness.measure.rankrecord import RankRecord
 from harness.results import metrics
-from harness.results.baseline import BaselineCell
+from harness.results.baselinefile import BaselineCell
 from harness.train.devprep import DevicePrep
 from harness.train.torchdataset import Collate, SampleDataset
 from strategies import registry

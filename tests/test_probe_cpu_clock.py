@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.results.baseline import Baseline, merge
+from harness.results.baselinefile import Baseline, merge
 from harness.results.probeline import ProbeLine, ProbeSeries
 from harness.run import probe
 

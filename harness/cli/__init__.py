@@ -68,7 +68,7 @@ from harness.config.request import BenchRequest
 from harness.errors import EXIT_BASELINE, EXIT_USAGE, UsageError
 from harness.gates import ab_command, ci_command, compare_command, mainrun
 from harness.gates import history as history_gate
-from harness.results.baseline import BaselineError
+from harness.results.baselinefile import BaselineError
 from harness.results.rundir import ResultsError
 from harness.run import resume
 

@@ -47,7 +47,7 @@ from harness.errors import EXIT_OK, EXIT_USAGE
 from harness.gates import baseline as baseline_gate
 from harness.gates.inputs import merged
 from harness.results import stats
-from harness.results.baseline import Baseline, BaselineError
+from harness.results.baselinefile import Baseline, BaselineError
 
 EXACT_PAIRS = 16  # up to this many pairs every sign pattern is enumerated (65,536 at 16)
 SAMPLED_PATTERNS = 65_535  # beyond it: this many seeded random patterns, plus the observed one

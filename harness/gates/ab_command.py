@@ -27,7 +27,7 @@ from harness.errors import EXIT_BASELINE, EXIT_NOT_RUN, EXIT_OK, EXIT_REGRESSION
 from harness.gates import ab, table, trees
 from harness.gates import baseline as baseline_gate
 from harness.gates.trees import PARENT, PREFIX, Runner
-from harness.results.baseline import Baseline, BaselineError, machine_of
+from harness.results.baselinefile import Baseline, BaselineError, machine_of
 from harness.results.environment import Environment
 
 

@@ -1,7 +1,7 @@
 """The CI regression gate's judgement: compare this run's cells with a saved baseline, cell by cell
 (the comparison's table: harness.gates.table).
 
-The baseline and its file format: harness.results.baseline.
+The baseline and its file format: harness.results.baselinefile.
 
 Verdicts per cell (union of the baseline's and the run's cell ids):
 
@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from harness.results import stats
-from harness.results.baseline import MACHINE_KEYS, OPTIONAL_SAMPLES, REMEDY, Baseline, BaselineCell, BaselineError
+from harness.results.baselinefile import MACHINE_KEYS, OPTIONAL_SAMPLES, REMEDY, Baseline, BaselineCell, BaselineError
 from harness.results.probeline import ProbeSeries
 from strategies.registry import ADDED_AXES
 

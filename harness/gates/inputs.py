@@ -1,13 +1,13 @@
 """What the gates judge, read from run directories: one run directory as a Baseline
 (`run_as_baseline`, a one-line BaselineError, exit 3, when it is missing, incomplete or
 unreadable), and several runs of one tree merged into one Baseline (`merged`, the A/B gate's side:
-harness.results.baseline.merge)."""
+harness.results.baselinefile.merge)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from harness.results import rundir
-from harness.results.baseline import Baseline, BaselineError, merge
+from harness.results.baselinefile import Baseline, BaselineError, merge
 
 RUN_FILES = ("env.json", "probe.jsonl", "cells.jsonl")
 

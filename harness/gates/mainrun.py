@@ -13,7 +13,7 @@ from harness.errors import EXIT_OK
 from harness.gates import baseline as baseline_gate
 from harness.gates import table
 from harness.gates.inputs import run_as_baseline
-from harness.results.baseline import Baseline, machine_of
+from harness.results.baselinefile import Baseline, machine_of
 from harness.results.environment import Environment
 
 

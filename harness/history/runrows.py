@@ -4,7 +4,7 @@ reads a run directory (harness.results.rundir, every file upgraded on read), so 
 this harness reads can be added.
 
 The machine fingerprint is the machine the baseline gate checks
-(harness.results.baseline.machine_of, its MACHINE_KEYS: CPU model, CPU count, cores allowed) plus
+(harness.results.baselinefile.machine_of, its MACHINE_KEYS: CPU model, CPU count, cores allowed) plus
 the memory in whole GB, the GPUs' names and the torch version: runs of one fingerprint are the ones
 a history gate compares. The hostname is recorded, not part of it (CI machines of one kind get
 fresh hostnames). The settings hash is of env.json's `comparable` (what a baseline must share with
@@ -23,7 +23,7 @@ from harness.history.database import FIGURE_COLUMNS
 from harness.report import verdict
 from harness.report.effecttables import read_effects
 from harness.results import rundir
-from harness.results.baseline import MACHINE_KEYS, machine_of
+from harness.results.baselinefile import MACHINE_KEYS, machine_of
 from harness.results.cellresult import CellResult
 from harness.results.environment import Environment
 from harness.results.fileformat import ResultsError
