@@ -128,3 +128,21 @@ def test_two_responses_that_disagree_are_named():
             r.figures = r.figures.replace(throughput=r.figures.throughput * 1.3)
     lines = verdict.decision_lines(sequential.decide(loaded, IDS, sequential.Rule(cores=2.0)))
     assert any(x.startswith("  the two responses' intervals do not overlap for: storage=mmap") for x in lines)
+
+
+def test_a_look_with_too_few_residual_df_decides_nothing():
+    """4 cells, the outside load and two references as covariates: pass 2's fit keeps 1 residual df, pass 3's
+    4. A planted x1.07 with almost no noise is left open at pass 2 and decided at pass 3."""
+    rng = np.random.default_rng(7)
+    planted = visits(3, mmap_cpu=1.07, noise=0.001, load=20.0, seed=7)
+    for r in planted:
+        reference = {"version": 1, "readings": 2, "decode_s": 7e-4 * float(np.exp(rng.normal(0, 0.01))),
+                     "rank_s": 5e-4 * float(np.exp(rng.normal(0, 0.01)))}
+        r.ranks = [RankRecord(rank=0, reference=reference)]
+    order = {"storage": ["raw", "mmap"], "sampler": ["default", "balanced"]}
+    assert [sequential.look_df(planted, order, p, HOST_RATE) for p in (1, 2)] == [1, 4]
+    two = sequential.decide([r for r in planted if r.repeat <= 1], IDS, sequential.Rule(cores=2.0))
+    assert {x.word for x in two.levels} == {"open"}
+    (mmap,) = [x for x in sequential.decide(planted, IDS, sequential.Rule(cores=2.0)).levels
+               if x.effect.level == "mmap"]
+    assert mmap.word == "lower" and mmap.passes == 3

@@ -29,8 +29,7 @@ Throughput and HOST_RATE (1 / the loader's and rank's CPU s per sample: cores / 
 up to the constant cores) are fitted with covariates (`observations(..., adjust=True)`; what they
 are and what they bought: harness.analysis.covariates). A visit under extreme load leaves the fit.
 
-An Effect is one line of effects.jsonl; the file's format version is EFFECTS_VERSION
-(harness.results.fileformat reads and writes it: EFFECTS). """
+An Effect is one line of effects.jsonl, version EFFECTS_VERSION (results.fileformat: EFFECTS)."""
 from __future__ import annotations
 
 import itertools
@@ -183,18 +182,19 @@ def least_squares(x: np.ndarray, y: np.ndarray):
 
 
 def residual_sd(obs: list[Observation], order: dict[str, list[str]]) -> float | None:
-    """The sd per visit of the log figure after the main-effects fit (levels, passes, the covariate
-    when it varies): the noise a decision works against; None with no residual degrees of
-    freedom."""
+    """The sd per visit of the log figure after the main-effects fit; None with no residual df."""
+    resid, df = residual_fit(obs, order)
+    return math.sqrt(float(resid @ resid) / df) if df > 0 else None
+
+
+def residual_fit(obs: list[Observation], order: dict[str, list[str]]) -> tuple[np.ndarray, int]:
+    """The main-effects fit's residuals (log figure) and its residual degrees of freedom."""
     obs = [o for o in obs if o.value is not None and math.isfinite(o.value) and o.value > 0]
     order = observed_order(obs, order)
     if not obs or not order:
-        return None
-    x, _ = design_matrix(obs, order, [])
-    y = np.log([o.value for o in obs])
-    coef, _, df = least_squares(x, y)
-    resid = y - x @ coef
-    return math.sqrt(float(resid @ resid) / df) if df > 0 else None
+        return np.zeros(0), 0
+    coef, _, df = least_squares(x := design_matrix(obs, order, [])[0], y := np.log([o.value for o in obs]))
+    return y - x @ coef, df
 
 
 def _estimable(x: np.ndarray) -> np.ndarray:

@@ -16,7 +16,10 @@ rule).
   interval is the fit's t-interval at z_k's level. An effect is decided at the first look whose
   interval excludes x1 (higher / lower) or lies inside [1 / (1 + m), 1 + m] (no effect larger than
   m), and kept: the intervals cover the true effect at every look at once with probability 1 -
-  alpha, so a decision is wrong with at most alpha.
+  alpha, so a decision is wrong with at most alpha. A look whose fit keeps fewer than
+  MIN_LOOK_DF residual degrees of freedom decides nothing (its look still counts): there the
+  noise is estimated from one residual, and the t-interval's validity rests wholly on its being
+  normal (a planted x1.03 slowdown of 4 cells was called "higher" at pass 2 with 1 df).
 - **Family.** Default: alpha = 0.05 for each effect (each effect's decision is wrong in at most 5%
   of runs, whatever the looks). `family_alpha`: Bonferroni over the effects, so that any wrong
   decision among all of them happens in at most family_alpha of runs.
@@ -49,6 +52,7 @@ from harness.analysis.effects import (
     level_order,
     observations,
     pass_sizes,
+    residual_fit,
 )
 
 FIRST_LOOK = MIN_PASSES  # whole passes at the first look
@@ -58,6 +62,7 @@ POCOCK, OBRIEN_FLEMING = 0.5, 0.0  # Wang-Tsiatis shapes: z_k proportional to (I
 SHAPE = POCOCK  # decides earlier than O'Brien-Fleming; the last look's interval is wider
 DEVICE_BOUND_AU_PCT = 80.0  # a median AU at least this high: the device is what limits the run
 DECIDED = (HIGHER, LOWER, NO_EFFECT)
+MIN_LOOK_DF = 2  # a look's fit needs at least this many residual df to decide (see the docstring)
 
 
 @dataclass(frozen=True)
@@ -211,6 +216,12 @@ def fit_at(results: list, order: dict, upto: int, response: str, confidence: flo
     return [e for e in fitted if e.level != e.reference]
 
 
+def look_df(results: list, order: dict, upto: int, response: str) -> int:
+    """The residual df of fit_at's fit over the visits up to repeat `upto`."""
+    visits = [r for r in results if r.repeat <= upto]
+    return residual_fit(observations(visits, response, adjust=True), order)[1]
+
+
 def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> Decisions:
     """Replay the looks over the run's visits: each level decided at its first deciding look and
     kept."""
@@ -232,8 +243,10 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
         fitted = {(e.axis, e.level): e for e in fit_at(measured, order, upto, response, confidence)}
         beside = ({(e.axis, e.level): e for e in fit_at(measured, order, upto, other, confidence)}
                   if other else {})
+        enough = look_df(measured, order, upto, response) >= MIN_LOOK_DF
         for key, e in fitted.items():
             word = e.decision(rule.min_effect)
+            word = word if enough or word == IDENTICAL else OPEN
             d = Decision(e, word, passes, beside.get(key), z[k])
             last[key] = d
             if key not in kept and word in DECIDED + (IDENTICAL,):

@@ -4,9 +4,9 @@ reads a run directory (harness.results.rundir, every file upgraded on read), so 
 this harness reads can be added.
 
 The machine fingerprint is the machine the baseline gate checks
-(harness.results.baselinefile.machine_of, its MACHINE_KEYS: CPU model, CPU count, cores allowed) plus
-the memory in whole GB, the GPUs' names and the torch version: runs of one fingerprint are the ones
-a history gate compares. The hostname is recorded, not part of it (CI machines of one kind get
+(harness.results.baselinefile.machine_of, its MACHINE_KEYS: CPU model, CPU count, cores allowed)
+plus the memory in whole GB, the GPUs' names and the torch version: runs of one fingerprint are the
+ones a history gate compares. The hostname is recorded, not part of it (CI machines of one kind get
 fresh hostnames). The settings hash is of env.json's `comparable` (what a baseline must share with
 a run, harness.commands.bench.comparable_of).
 """
