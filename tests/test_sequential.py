@@ -140,7 +140,7 @@ def test_a_look_with_too_few_residual_df_decides_nothing():
                      "rank_s": 5e-4 * float(np.exp(rng.normal(0, 0.01)))}
         r.ranks = [RankRecord(rank=0, reference=reference)]
     order = {"storage": ["raw", "mmap"], "sampler": ["default", "balanced"]}
-    assert [sequential.look_df(planted, order, p, HOST_RATE) for p in (1, 2)] == [1, 4]
+    assert [sequential.fit_at(planted, order, p, HOST_RATE, 0.95)[1] for p in (1, 2)] == [1, 4]
     two = sequential.decide([r for r in planted if r.repeat <= 1], IDS, sequential.Rule(cores=2.0))
     assert {x.word for x in two.levels} == {"open"}
     (mmap,) = [x for x in sequential.decide(planted, IDS, sequential.Rule(cores=2.0)).levels

@@ -207,19 +207,13 @@ def whole_pass_ends(results: list) -> list[int]:
     return sorted(p for p, n in sizes.items() if n == most)
 
 
-def fit_at(results: list, order: dict, upto: int, response: str, confidence: float) -> list[Effect]:
+def fit_at(results: list, order: dict, upto: int, response: str,
+           confidence: float) -> tuple[list[Effect], int]:
     """The main effects of `response` over the visits up to repeat `upto`, adjusted for outside
-    load and references."""
-    visits = [r for r in results if r.repeat <= upto]
-    fitted = fit_effects(observations(visits, response, adjust=True), order, response, confidence,
-                         interactions=False)
-    return [e for e in fitted if e.level != e.reference]
-
-
-def look_df(results: list, order: dict, upto: int, response: str) -> int:
-    """The residual df of fit_at's fit over the visits up to repeat `upto`."""
-    visits = [r for r in results if r.repeat <= upto]
-    return residual_fit(observations(visits, response, adjust=True), order)[1]
+    load and references, and the fit's residual df (one set of observations for both)."""
+    obs = observations([r for r in results if r.repeat <= upto], response, adjust=True)
+    fitted = fit_effects(obs, order, response, confidence, interactions=False)
+    return [e for e in fitted if e.level != e.reference], residual_fit(obs, order)[1]
 
 
 def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> Decisions:
@@ -240,10 +234,11 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
     for k, passes in enumerate(looks):
         confidence = 1 - 2 * (1 - float(normal_cdf(z[k])))
         upto = ends[passes - 1]
-        fitted = {(e.axis, e.level): e for e in fit_at(measured, order, upto, response, confidence)}
-        beside = ({(e.axis, e.level): e for e in fit_at(measured, order, upto, other, confidence)}
+        effects, df = fit_at(measured, order, upto, response, confidence)
+        fitted = {(e.axis, e.level): e for e in effects}
+        beside = ({(e.axis, e.level): e for e in fit_at(measured, order, upto, other, confidence)[0]}
                   if other else {})
-        enough = look_df(measured, order, upto, response) >= MIN_LOOK_DF
+        enough = df >= MIN_LOOK_DF
         for key, e in fitted.items():
             word = e.decision(rule.min_effect)
             word = word if enough or word == IDENTICAL else OPEN
@@ -252,8 +247,9 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
             if key not in kept and word in DECIDED + (IDENTICAL,):
                 kept[key] = d
     if not looks and ends:  # before the first look: the one-pass fit at 95%, shown, deciding nothing
-        beside = ({(e.axis, e.level): e for e in fit_at(measured, order, ends[-1], other, 0.95)} if other else {})
-        for e in fit_at(measured, order, ends[-1], response, 0.95):
+        beside = ({(e.axis, e.level): e for e in fit_at(measured, order, ends[-1], other, 0.95)[0]}
+                  if other else {})
+        for e in fit_at(measured, order, ends[-1], response, 0.95)[0]:
             last[(e.axis, e.level)] = Decision(e, OPEN, len(ends), beside.get((e.axis, e.level)))
     out = []
     for axis, level in levels:
