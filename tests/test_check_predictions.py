@@ -236,3 +236,14 @@ def test_the_headline_is_the_model_on_the_cpus_the_visits_had_and_the_table_name
     assert rows[1]["note"] == ""  # within 15% on this host: no note, though the absolute model is 26.5% off
     quiet = predictiontable.table([_row("storage mmap", 2100, 2100, 2050, 0.5)])
     assert "(a quiet host: the two models agree)" in quiet
+
+
+def test_the_table_says_what_the_noise_alone_would_make_of_a_model_without_error():
+    """Beside the headline's median |error|, the median a perfect model would show from the visits' noise
+    (0.674 x the cases' noise sd, their median); no line where no row has an interval."""
+    rows = [_row("storage mmap", 2100, 2100, 2000, 0.5), _row("storage hdf5", 2100, 2100, 1900, 0.5)]
+    assert "noise alone" not in predictiontable.table(rows)
+    rows[0]["noise_pct"], rows[1]["noise_pct"] = 8.0, 12.0
+    line = next(x for x in predictiontable.table(rows).splitlines() if "noise alone" in x)
+    assert "a median |error| of about 6.7% for a model without error" in line  # 0.674 x 10
+    assert "the headline's is 7.8%" in line  # +5.0% and +10.5%

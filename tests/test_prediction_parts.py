@@ -173,6 +173,18 @@ def test_coverage_is_checked_both_ways_and_against_the_error_over_distinct_measu
     assert ": calibrated" in interval.coverage_line(_scored(9, half_pct=6.0, error_pct=2.0))  # 3x: in the slack
 
 
+def test_the_noise_floor_is_what_a_model_without_error_would_miss_by():
+    """The sd the interval is t times, and the median |error| a perfect model would show: 0.674 x the
+    median of the cases' noise sds, scored rows with an interval only."""
+    spread = _spread(costs=(1000.0, 1000.0 * math.exp(0.04)))
+    assert interval.noise_sd(spread) == pytest.approx(interval.half_width(spread) / 2.919986, rel=1e-5)
+    assert interval.noise_sd(spread) == pytest.approx(math.sqrt((0.04 / math.sqrt(2)) ** 2 / 2 + 0.05 ** 2 / 2))
+    rows = [{"scored": True, "noise_pct": sd} for sd in (4.0, 6.0, 100.0)]
+    rows += [{"scored": False, "noise_pct": 50.0}, {"scored": True, "noise_pct": None}]
+    assert interval.noise_floor_pct(rows) == pytest.approx(0.67449 * 6.0, rel=1e-4)
+    assert interval.noise_floor_pct([{"scored": True, "noise_pct": None}]) is None
+
+
 def test_the_one_cpu_calibrations_share_is_not_used_for_its_own_launch():
     model = scoring._Model(sc=None, bench=checkcases.Bench(read_s={}, decode_s={}, area={}), allowance=2,
                                      usable=0.9, ranks=None)

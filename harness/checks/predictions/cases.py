@@ -29,7 +29,8 @@ PREDICTIONS_HISTORY = {
        "`predicted_fitted`. Added within version 2: `outside_pct` (the outside load the case's visits saw, "
        "their mean); the check's headline became `predicted_shared` (issue 38), the keys kept their meaning; "
        "`interval` (the headline's 90% interval, [low, high], or null where no spread was measured) and "
-       "`inside` (the measurement fell in it); `flag` calibration also marks the case at one rank more (the "
+       "`inside` (the measurement fell in it), `noise_pct` (the sd of log(predicted / measured) the noise "
+       "alone makes, %, null where no interval is); `flag` calibration also marks the case at one rank more (the "
        "ranks' wait is measured in it)",
 }
 

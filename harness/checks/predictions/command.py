@@ -8,9 +8,12 @@ visits had (the allowance less the outside load measured in them: nothing fitted
 samples/s) and its 90% interval (interval.py), beside it the absolute model (the whole allowance:
 what it predicts for another machine, or this one quiet), then measures them: every configuration
 is a real run of the harness's cells (calibration.launch_group), visited in `rounds` interleaved
-passes, so drift of this shared machine falls on all of them. Beside the cells it measures what the
-predictions need (calibration.side_bench): the disk's cold read rate and latency, the CPU-cost
-factor with every core busy, and the read and decode stages' costs in the other configurations.
+passes, so drift of this shared machine falls on all of them (4 by default: on the 2-core
+development host one visit's samples/s scatters by about 9%, and with 2 visits a case and its
+calibration the noise alone made a median |error| of 7.4-7.8%, with 4 3.7%). Beside the cells it
+measures what the predictions need (calibration.side_bench): the disk's cold read rate and latency,
+the CPU-cost factor with every core busy, and the read and decode stages' costs in the other
+configurations.
 
 Writes predictions.jsonl (one line per prediction: config, source, predicted, predicted_shared, its
 interval, measured, the errors, flag, the visits' figures) and bench.json in its run directory, and
@@ -18,7 +21,7 @@ prints the table (table.py; scoring.py builds its rows). docs/measurements/predi
 measured one.
 
     python run_bench.py --scenario 4xV100 --check-predictions
-    python run_bench.py check-predictions --scenario 4xV100 [--rounds 2] [--steps 60]
+    python run_bench.py check-predictions --scenario 4xV100 [--rounds 4] [--steps 60]
     python run_bench.py check-predictions --analyse RUN_DIR
 
 harness.cli builds the Request from either command line; `main(request)` runs it.
@@ -65,7 +68,7 @@ class CheckPredictionsRequest:
     analyse: Path | None = None  # --analyse RUN_DIR: the table again from a check's run directory
     data_dir: Path = Path("data")
     out: Path = Path("results")
-    rounds: int = 2
+    rounds: int = 4  # interleaved passes over the cases (module docstring: why 4)
     steps: int = 60  # measured steps per cell of each launch (>= 10)
     cases: tuple[str, ...] = ()  # run only these cases (the calibration always runs); (): every case
     quiet: bool = False

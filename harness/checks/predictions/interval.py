@@ -39,6 +39,7 @@ COVERAGE_LOW, COVERAGE_HIGH = 0.75, 0.97
 # median half-width 2.44 times the median |error| (width_per_error); WIDTH_SLACK times that is "covered by
 # width" (the median of 14 errors is itself uncertain by about a quarter)
 WIDTH_SLACK = 1.5
+MEDIAN_PER_SD = statistics.NormalDist().inv_cdf(0.75)  # the median |x| of a normal x, in sd (0.674)
 MAD_EFFICIENCY = 0.37  # a median-based sd's variance is that of a plain sd over 37% as many df (normal)
 
 
@@ -84,20 +85,24 @@ def _logs(values) -> list[float]:
 def width_per_error(level: float = LEVEL) -> float:
     """A calibrated interval's median half-width over the median |error| (normal errors): z((1 +
     level) / 2) / z(0.75), 2.44 at 90%."""
-    z = statistics.NormalDist().inv_cdf
-    return z((1 + level) / 2) / z(0.75)
+    return statistics.NormalDist().inv_cdf((1 + level) / 2) / MEDIAN_PER_SD
 
 
 def _term(values: tuple[float, ...]) -> float:
     return log_sd(values) ** 2 / len(values) if len(values) > 1 else 0.0
 
 
+def noise_sd(spread: Spread) -> float:
+    """The sd of log(predicted / measured) that the noise alone makes (the three terms of the
+    module docstring, added in variance): what a model without error would still miss by."""
+    return math.sqrt(_term(spread.costs) + _term(spread.load) + spread.noise_sd ** 2 / max(1, spread.visits))
+
+
 def half_width(spread: Spread, level: float = LEVEL) -> float | None:
     """The interval's half-width in log samples/s; None where no spread was measured (no df)."""
     if spread.noise_df < 1:
         return None
-    var = _term(spread.costs) + _term(spread.load) + spread.noise_sd ** 2 / max(1, spread.visits)
-    return t_quantile(level, spread.noise_df) * math.sqrt(var)
+    return t_quantile(level, spread.noise_df) * noise_sd(spread)
 
 
 def interval(predicted: float, spread: Spread, level: float = LEVEL) -> tuple[float, float] | None:
@@ -135,6 +140,13 @@ def model_error_sd(rows: list[dict]) -> float | None:
             per_case.setdefault(r.get("case") or r["config"], []).append(error)
     errors = [statistics.mean(v) for v in per_case.values()]
     return math.sqrt(statistics.mean(e * e for e in errors)) if errors else None
+
+
+def noise_floor_pct(rows: list[dict]) -> float | None:
+    """The median |error| (%) a model without error would show over the scored rows: the median
+    of their noise sds (`noise_pct`, noise_sd in %) x MEDIAN_PER_SD; None where no row has one."""
+    sds = [r["noise_pct"] for r in rows if r.get("scored") and r.get("noise_pct") is not None]
+    return MEDIAN_PER_SD * statistics.median(sds) if sds else None
 
 
 def coverage_line(rows: list[dict], level: float = LEVEL) -> str | None:

@@ -115,8 +115,8 @@ def rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench
         got = _throughputs(visits)
         m = statistics.mean(got)
         noise = interval.robust_sd(_throughputs(v) for name, v in measured.items() if name != pair.case)
-        low_high = interval.interval(shared, _spread_of(model, calib, per_visit, source, case, cpus,
-                                                                  visits, noise))
+        spread = _spread_of(model, calib, per_visit, source, case, cpus, visits, noise)
+        low_high = interval.interval(shared, spread)
         flag = ("calibration" if pair.case == pair.source or pair.case in repeats
                 else "copy" if is_copy(x.samples_per_s, own) else "")
         rows.append({"config": pair.name, "case": pair.case, "source": pair.source, "settings": case.config(),
@@ -127,6 +127,7 @@ def rows(sc, all_cases: list[CheckCase], measured: dict[str, list[Visit]], bench
                      "binds": x.binds, "outside_pct": round(outside, 1),
                      "interval": [round(v, 1) for v in low_high] if low_high else None,
                      "inside": bool(low_high and low_high[0] <= m <= low_high[1]),
+                     "noise_pct": round(100 * interval.noise_sd(spread), 2) if low_high else None,
                      "visits": [_visit_row(g, v) for g, v in zip(got, visits)],
                      "spread_pct": round(_spread(got), 1) if m else None,
                      **_costs_seen(case_costs(calib, source, case, bench, model.ranks), visits)})

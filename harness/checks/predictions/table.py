@@ -49,8 +49,8 @@ def table(rows: list[dict]) -> str:
     the case's visits had, then the absolute model (labelled) and the outside load each case saw;
     the flags, the notes on the scored cases that miss, and the summaries over the scored cases:
     the headline's, the absolute model's, and a predictor that answers the calibration's measured
-    samples/s for every case (what the model must beat); then the outside load the scored cases ran
-    beside."""
+    samples/s for every case (what the model must beat); what the noise alone would make of a model
+    without error; then the outside load the scored cases ran beside."""
     lines = [f"{'configuration':<34} {'predicted':>9} {'measured':>9} {'error %':>8} {'90% interval':>13} "
              f"{'in':>3} {'absolute':>9} {'error %':>8} {'load %':>6} {'spread %':>8}  {'flag':<11} binds"]
     for r in rows:
@@ -75,6 +75,12 @@ def table(rows: list[dict]) -> str:
         lines.append(f"the model's own error here: RMS of log(predicted / measured) {sd:.1%} over "
                      f"{interval.distinct(scored)} distinct measurements (ROLL OUT's interval takes "
                      f"{MODEL_ERROR_SD:.0%}, measured so on a quiet host)")
+    floor = interval.noise_floor_pct(rows)
+    headline = summary([r["error_shared_pct"] for r in scored])["median_abs_error_pct"]
+    if floor is not None and headline is not None:
+        lines.append(f"what the visits' noise alone makes: a median |error| of about {floor:.1f}% for a model "
+                     f"without error (the cases' interval sd, their median x {interval.MEDIAN_PER_SD:.3f}); the "
+                     f"headline's is {headline:.1f}% (more visits: --rounds)")
     loads = [r.get("outside_pct") or 0.0 for r in scored]
     if loads:
         lines.append(f"outside load during the scored cases' visits (processes outside the run, % of the host's "
