@@ -106,3 +106,16 @@ def test_an_outlying_repeat_cannot_make_the_check_pass():
     assert state == check_capacity.INCONCLUSIVE and "differed by more than the check accepts" in line
     assert check_capacity.noise(calibrated([99.0, 95.0, 60.0], [98.5, 95.5, 61.0], repeats=(12.0, 1.0))) == \
         check_capacity.NOISE_LIMIT
+
+
+def test_a_difference_under_two_points_is_never_a_disagreement():
+    """Two pairs of repeats gave a noise sd of 0.1 points (2026-12-06): the model's 0.6-point miss of its own
+    1-rank calibration was then a DISAGREE. Under MIN_POINTS it is not; at 3 points it still is."""
+    near = calibrated([94.6, 79.4, 52.5], [94.0, 79.3, 52.5], repeats=(0.1, -0.2))
+    assert check_capacity.noise(near) < 0.2 and check_capacity.misses(near, check_capacity.noise(near)) == []
+    line, state = check_capacity.verdict(near)
+    assert state == check_capacity.AGREE and "within 2.0 points (noise sd 0.1; at least 2)" in line
+    off = calibrated([94.6, 79.4, 55.5], [94.0, 79.3, 52.5], repeats=(0.1, -0.2))
+    line, state = check_capacity.verdict(off)
+    assert state == check_capacity.DISAGREE and "at 4 rank(s) AU 55.5 predicted, 52.5 measured" in line
+    assert "at 1 rank(s)" not in line
