@@ -5,6 +5,7 @@ real. measuring.py runs the cases."""
 from __future__ import annotations
 
 import itertools
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +87,9 @@ class HarnessRun:
             if job.method == "state":
                 from torchdata.stateful_dataloader import StatefulDataLoader
 
-                loader = _like(loader, StatefulDataLoader, sampler)
+                with warnings.catch_warnings():  # its constructor calls torch.set_vital, deprecated in torch 2.13
+                    warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning)
+                    loader = _like(loader, StatefulDataLoader, sampler)
                 if state:
                     loader.load_state_dict(state)
             elif sampler is not self.pipe.batch_sampler:
