@@ -159,14 +159,19 @@ def _scored(inside: int, cases: int = 10, half_pct: float = 3.0, error_pct: floa
 
 
 def test_coverage_is_checked_both_ways_and_against_the_error_over_distinct_measurements():
-    rows = _scored(7)
+    rows = _scored(6)
     rows.append({"scored": False, "interval": [1, 2], "inside": False})  # a calibration: not counted
     rows.append({"scored": True, "config": "x", "interval": None, "inside": False})  # no interval: not counted
-    assert interval.coverage(rows) == (7, 10)
+    assert interval.coverage(rows) == (6, 10)
     line = interval.coverage_line(rows)
-    assert "7 of 10 scored cases (70%; 8 distinct measurements)" in line and ": too narrow" in line
-    assert ": calibrated" in interval.coverage_line(_scored(9))
-    assert ": too wide" in interval.coverage_line(_scored(10))  # every case inside is a fault too
+    assert "6 of 10 scored cases (60%; 8 distinct measurements)" in line and ": too narrow" in line
+    assert "(the rule: 7-10 of 10 inside, binomial 5% a side" in line  # P(X <= 6) = 1.3%, P(X <= 7) = 7.0%
+    assert ": calibrated" in interval.coverage_line(_scored(7)) and ": calibrated" in interval.coverage_line(_scored(9))
+    # every case inside: calibrated 90% intervals do that 0.9^10 = 35% of the time over 10, so only the width
+    # can show them too wide there; from 29 cases on the count can (0.9^30 = 4.2%)
+    assert ": calibrated" in interval.coverage_line(_scored(10))
+    assert ": too wide" in interval.coverage_line(_scored(30, cases=30))
+    assert interval.coverage_range(18) == (14, 18)
     wide = interval.coverage_line(_scored(9, half_pct=10.0, error_pct=2.0))
     assert "half-width 10.0% against a median |error| of 2.0% (5.0x; calibrated normal errors give 2.44x)" in wide
     assert ": covered by width: over 3.7x the error" in wide

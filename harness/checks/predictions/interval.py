@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from harness.analysis.predictioninterval import LEVEL, log_sd
 from harness.results.stats import t_quantile
 
-# a check's coverage is calibrated between these (about the 5th and 99th percentiles of the share inside
-# at 90% nominal over 17 cases)
-COVERAGE_LOW, COVERAGE_HIGH = 0.75, 0.97
+# the count inside is judged by a binomial test at the level, each side at this: fixed shares (75%-97% before)
+# called every case inside "too wide", which calibrated 90% intervals give 0.9^14 = 23% of the time over 14
+# measurements; at fewer than 29 cases the count cannot show intervals too wide, only their width can
+COVERAGE_ALPHA = 0.05
 # the median of a normal error's size is 0.674 sd, a 90% half-width 1.645 sd: calibrated intervals have a
 # median half-width 2.44 times the median |error| (width_per_error); WIDTH_SLACK times that is "covered by
 # width" (the median of 14 errors is itself uncertain by about a quarter)
@@ -149,23 +150,37 @@ def noise_floor_pct(rows: list[dict]) -> float | None:
     return MEDIAN_PER_SD * statistics.median(sds) if sds else None
 
 
+def binomial_tails(k: int, n: int, p: float) -> tuple[float, float]:
+    """P(X <= k) and P(X >= k) for X ~ Binomial(n, p)."""
+    pmf = [math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(n + 1)]
+    return sum(pmf[: k + 1]), sum(pmf[k:])
+
+
+def coverage_range(n: int, level: float = LEVEL) -> tuple[int, int]:
+    """The counts inside, of n, that the binomial test at COVERAGE_ALPHA a side accepts."""
+    ok = [k for k in range(n + 1) if min(binomial_tails(k, n, level)) >= COVERAGE_ALPHA]
+    return (ok[0], ok[-1]) if ok else (n, n)
+
+
 def coverage_line(rows: list[dict], level: float = LEVEL) -> str | None:
     """One line: the share of the scored cases measured inside their stated interval, checked both
-    ways (below COVERAGE_LOW too narrow, above COVERAGE_HIGH too wide) and the median half-width
-    against the median error (a calibrated interval's is width_per_error times it; over WIDTH_SLACK
-    times that is covered by width), over the distinct measurements behind the cases."""
+    ways (a binomial test at the level, COVERAGE_ALPHA a side: too few inside is too narrow, too
+    many too wide) and the median half-width against the median error (a calibrated interval's is
+    width_per_error times it; over WIDTH_SLACK times that is covered by width), over the distinct
+    measurements behind the cases."""
     inside, stated = coverage(rows)
     if not stated:
         return None
     share = inside / stated
+    low, high = coverage_range(stated, level)
     with_interval = [r for r in rows if r.get("scored") and r.get("interval")]
     half = statistics.median(half_width_pct(r) for r in with_interval)
     error = statistics.median(abs(r["error_shared_pct"]) for r in with_interval)
     calibrated = width_per_error(level)
     ratio = half / error if error else math.inf
-    if share < COVERAGE_LOW:
+    if inside < low:
         verdict = "too narrow: the intervals miss the model's own errors"
-    elif share > COVERAGE_HIGH:
+    elif inside > high:
         verdict = "too wide"
     elif ratio > WIDTH_SLACK * calibrated:
         verdict = f"covered by width: over {WIDTH_SLACK * calibrated:.1f}x the error"
@@ -174,4 +189,5 @@ def coverage_line(rows: list[dict], level: float = LEVEL) -> str | None:
     return (f"measured inside the stated {level:.0%} intervals: {inside} of {stated} scored cases ({share:.0%}; "
             f"{distinct(with_interval)} distinct measurements), median half-width {half:.1f}% against a median "
             f"|error| of {error:.1f}% ({ratio:.1f}x; calibrated normal errors give {calibrated:.2f}x): {verdict} "
-            f"(calibrated: {COVERAGE_LOW:.0%}-{COVERAGE_HIGH:.0%} inside, at most {WIDTH_SLACK * calibrated:.1f}x)")
+            f"(the rule: {low}-{high} of {stated} inside, binomial {COVERAGE_ALPHA:.0%} a side; at most "
+            f"{WIDTH_SLACK * calibrated:.1f}x)")
