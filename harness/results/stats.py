@@ -53,6 +53,12 @@ def cv(xs: Sequence[float]) -> float:
     return sd / abs(mean)
 
 
+def binomial_tails(k: int, n: int, p: float) -> tuple[float, float]:
+    """P(X <= k) and P(X >= k) for X ~ Binomial(n, p)."""
+    pmf = [math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(n + 1)]
+    return sum(pmf[: k + 1]), sum(pmf[k:])
+
+
 def _binom_half_cdf(k: int, n: int) -> float:
     """P(B <= k) for B ~ Binomial(n, 1/2), exactly (integer arithmetic, one rounding)."""
     if k < 0:

@@ -30,7 +30,7 @@ import statistics
 from dataclasses import dataclass
 
 from harness.analysis.predictioninterval import LEVEL, log_sd
-from harness.results.stats import t_quantile
+from harness.results.stats import binomial_tails, t_quantile
 
 # the count inside is judged by a binomial test at the level, each side at this: fixed shares (75%-97% before)
 # called every case inside "too wide", which calibrated 90% intervals give 0.9^14 = 23% of the time over 14
@@ -148,12 +148,6 @@ def noise_floor_pct(rows: list[dict]) -> float | None:
     of their noise sds (`noise_pct`, noise_sd in %) x MEDIAN_PER_SD; None where no row has one."""
     sds = [r["noise_pct"] for r in rows if r.get("scored") and r.get("noise_pct") is not None]
     return MEDIAN_PER_SD * statistics.median(sds) if sds else None
-
-
-def binomial_tails(k: int, n: int, p: float) -> tuple[float, float]:
-    """P(X <= k) and P(X >= k) for X ~ Binomial(n, p)."""
-    pmf = [math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(n + 1)]
-    return sum(pmf[: k + 1]), sum(pmf[k:])
 
 
 def coverage_range(n: int, level: float = LEVEL) -> tuple[int, int]:
