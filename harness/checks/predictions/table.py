@@ -61,9 +61,10 @@ def table(rows: list[dict]) -> str:
                      f"{r['binds']}")
     lines += [f"  {r['config']}: {r['note']}" for r in rows if r.get("note")]
     scored = [r for r in rows if r["scored"]]
+    summaries = {key: summary([r[key] for r in scored]) for key in ("error_shared_pct", "error_pct", "null_error_pct")}
     for key, what in (("error_shared_pct", HEADLINE), ("error_pct", ABSOLUTE),
                       ("null_error_pct", "a predictor that answers the calibration's measured samples/s")):
-        s = summary([r[key] for r in scored])
+        s = summaries[key]
         if s["cases"]:
             lines.append(f"{what}: median |error| {s['median_abs_error_pct']:.1f}%, max "
                          f"{s['max_abs_error_pct']:.1f}%, {s['within_15']} of {s['cases']} within 15%")
@@ -76,7 +77,7 @@ def table(rows: list[dict]) -> str:
                      f"{interval.distinct(scored)} distinct measurements (ROLL OUT's interval takes "
                      f"{MODEL_ERROR_SD:.0%}, measured so on a quiet host)")
     floor = interval.noise_floor_pct(rows)
-    headline = summary([r["error_shared_pct"] for r in scored])["median_abs_error_pct"]
+    headline = summaries["error_shared_pct"]["median_abs_error_pct"]
     if floor is not None and headline is not None:
         lines.append(f"what the visits' noise alone makes: a median |error| of about {floor:.1f}% for a model "
                      f"without error (the cases' interval sd, their median x {interval.MEDIAN_PER_SD:.3f}); the "
