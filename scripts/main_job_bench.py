@@ -49,12 +49,13 @@ def figures(run_dir: Path) -> dict:
     """What the run directory says (through the results and analysis wings): passes, decisions as the
     first screen makes them, the time to the last decision, window share, both responses' residual sd."""
     from harness.analysis.effects import HOST_RATE, THROUGHPUT, level_order, observations, residual_sd
-    from harness.analysis.sequential import Rule, decide, whole_pass_ends
+    from harness.analysis.sequential import decide, whole_pass_ends
+    from harness.report.report import rule_of
     from harness.results import rundir
 
     env = rundir.read_env(run_dir)
     results = [r for r in rundir.read_results(run_dir) if r.measured]
-    d = decide(results, env.cell_ids, Rule(env.min_effect or 0.05, env.family_alpha, env.run_cpus))
+    d = decide(results, env.cell_ids, rule_of(env))
     ends = whole_pass_ends(results)
     last = max((x.passes for x in d.levels if x.decided), default=None)
     decided_at = (sum(r.elapsed_s or 0.0 for r in results if r.repeat <= ends[last - 1])

@@ -53,6 +53,23 @@ def test_looks_are_passes_2_to_5_and_a_longer_run_takes_its_last_at_its_end():
     assert sequential.looks_left(4) == 1 and sequential.looks_left(5) == 0
 
 
+def test_a_budget_plans_its_looks_over_the_passes_it_fits():
+    """Planned once from the first whole pass (4 visits of 4 s: 16 s a pass): a budget of 180 s fits 11
+    passes, and the four looks spread from pass 2 to 11; where 5 or fewer fit, one look a pass."""
+    first = visits(1)
+    assert sequential.planned_passes(first, [0], 180.0) == 11
+    assert sequential.planned_passes(first, [0], None) is None and sequential.planned_passes([], [], 180.0) is None
+    assert sequential.planned_passes(first, [0], 20.0) == sequential.FIRST_LOOK  # never before the first look
+    assert sequential.schedule(11) == [2, 5, 8, 11] and sequential.schedule(6) == [2, 3, 5, 6]
+    assert sequential.schedule(4) == [2, 3, 4] and sequential.schedule(None) == [2, 3, 4, 5]
+    assert sequential.look_passes(9, 11) == [2, 5, 8] and sequential.looks_left(9, 11) == 1
+    run = visits(11, mmap_cpu=1.0, noise=0.05, seed=2)
+    planned = sequential.decide(run, IDS, sequential.Rule(cores=2.0, budget_s=180.0))
+    assert (planned.plan, planned.looks, planned.looks_planned, planned.looks_left) == (11, 4, 4, 0)
+    assert sequential.decide(run[:16], IDS, sequential.Rule(cores=2.0, budget_s=180.0)).looks_left == 3
+    assert sequential.decide(run, IDS, sequential.Rule(cores=2.0)).plan is None  # --repeats: passes 2, 3, 4, 11
+
+
 def test_the_response_is_the_host_rate_where_the_cpu_binds_and_samples_s_elsewhere():
     assert sequential.response_of(visits(2), cores=2.0) == HOST_RATE  # 3 cores x 4 ranks > 2 cores
     assert sequential.response_of(visits(2), cores=64.0) == THROUGHPUT  # enough cores: not CPU-bound

@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.analysis.covariates import extreme
-from harness.analysis.effects import MIN_EFFECT
-from harness.analysis.sequential import Decisions, Rule, decide, looks_left
+from harness.analysis.sequential import Rule, decide
 from harness.analysis.ties import leader_and_tied, settled
 from harness.results.cellresult import CellResult
 from harness.results.repeats import merge_repeats
+
+PLAIN = Rule()  # the default rule: 5% each, samples/s, no budget's plan
 
 
 @dataclass(frozen=True)
@@ -35,17 +36,11 @@ class OpenQuestions:
         return not self.effects
 
 
-def decisions(results: list[CellResult], cell_ids: list[str], min_effect: float = MIN_EFFECT,
-              family_alpha: float | None = None, cores: float | None = None) -> Decisions:
-    return decide([r for r in results if r.measured], cell_ids, Rule(min_effect, family_alpha, cores))
-
-
-def open_questions(results: list[CellResult], cell_ids: list[str], min_effect: float = MIN_EFFECT,
-                   family_alpha: float | None = None, cores: float | None = None) -> OpenQuestions:
+def open_questions(results: list[CellResult], cell_ids: list[str], rule: Rule = PLAIN) -> OpenQuestions:
     measured = [r for r in results if r.measured]
-    d = decisions(measured, cell_ids, min_effect, family_alpha, cores)
+    d = decide(measured, cell_ids, rule)
     open_effects = [f"{x.effect.axis}={x.effect.level}" for x in d.open]
-    return OpenQuestions(open_effects, unsettled_ties(measured, min_effect), looks_left(d.passes))
+    return OpenQuestions(open_effects, unsettled_ties(measured, rule.min_effect), d.looks_left)
 
 
 def unsettled_ties(measured: list[CellResult], min_effect: float) -> list[str]:
@@ -67,22 +62,21 @@ def _pass_seconds(results: list[CellResult], cells: int) -> float:
 
 
 def next_pass(results: list[CellResult], cell_ids: list[str], seconds_left: float,
-              min_effect: float = MIN_EFFECT, family_alpha: float | None = None,
-              cores: float | None = None) -> list[int]:
+              rule: Rule = PLAIN) -> list[int]:
     """The indices (into cell_ids) the next pass visits: every cell while an effect is open and a
     look is left; [] when every effect is decided, no look is left, or the pass does not fit."""
-    questions = open_questions(results, cell_ids, min_effect, family_alpha, cores)
+    questions = open_questions(results, cell_ids, rule)
     if questions.decided or not questions.looks_left:
         return []
     return list(range(len(cell_ids))) if _pass_seconds(results, len(cell_ids)) <= seconds_left else []
 
 
 def ending(results: list[CellResult], cell_ids: list[str], seconds_left: float, passes: int,
-           min_effect: float = MIN_EFFECT, family_alpha: float | None = None,
-           cores: float | None = None) -> str:
+           rule: Rule = PLAIN) -> str:
     """Why a budget's run ends (next_pass said []): decided, no look left, or the pass that did not
     fit; and the fastest set, reported, not waited for."""
-    questions = open_questions(results, cell_ids, min_effect, family_alpha, cores)
+    questions = open_questions(results, cell_ids, rule)
+    min_effect = rule.min_effect
     head = f"budget: the run ends after {passes} pass(es): "
     tied = (f"; the fastest set: {len(questions.tied) - 1} cell(s) tied with the leader and not within "
             f"{min_effect:.0%} of it (reported, not waited for)" if questions.tied else

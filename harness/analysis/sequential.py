@@ -8,8 +8,17 @@ rule).
   path) samples/s is the response. The response is chosen once, at the first look, and kept. Both
   are fitted (harness.analysis.effects, with the visit's `log(1 - other_cpu_pct / 100)` and its
   ranks' reference timings as covariates) and shown side by side.
-- **Looks.** After whole passes FIRST_LOOK, FIRST_LOOK + 1, ... : at most MAX_LOOKS looks (a run
-  with more whole passes takes its last look at its end). A budget stops at its last look.
+- **Looks.** At most MAX_LOOKS looks, after whole passes. A budgeted run plans them once its
+  first whole pass is timed (`planned_passes`: the passes its budget fits at that pass's cost)
+  and spreads them evenly from pass FIRST_LOOK to the last pass that fits, so a small matrix
+  whose budget fits 11 passes looks after passes 2, 5, 8 and 11 and its last look holds all the
+  budget's information (with looks after passes 2 to 5 only, a 4-cell matrix on the 2-core host
+  stopped after 5 passes, 101-134 s of a 300 s budget); where FIRST_LOOK + MAX_LOOKS - 1 passes
+  or fewer fit, one look per pass. The plan rests on the pass's time, never on its effects, so
+  the boundaries' error rate holds; a run that stops before its plan's last look (the passes took
+  longer) has only lost power. Without a budget (--repeats N): after passes FIRST_LOOK,
+  FIRST_LOOK + 1, ..., the last at the run's end when it ran longer. A budget stops at its last
+  look.
 - **Boundaries.** Repeated confidence intervals (Jennison and Turnbull): at look k the interval is
   the fit's at the two-sided level of the boundary z_k, with P(some |Z_k| > z_k) = alpha over the
   planned looks (Wang-Tsiatis shape: POCOCK 0.5, a constant z; OBRIEN_FLEMING 0, wide early). Each
@@ -56,7 +65,7 @@ from harness.analysis.effects import (
 )
 
 FIRST_LOOK = MIN_PASSES  # whole passes at the first look
-MAX_LOOKS = 4  # looks at passes 2, 3, 4, 5: a budget run stops at the fourth
+MAX_LOOKS = 4  # without a budget's plan at passes 2, 3, 4, 5; a budget run stops at its plan's last
 ALPHA = 0.05  # each effect's error rate over all its looks, when no family_alpha is asked
 POCOCK, OBRIEN_FLEMING = 0.5, 0.0  # Wang-Tsiatis shapes: z_k proportional to (I_k / I_K) ** (shape - 1/2)
 SHAPE = POCOCK  # decides earlier than O'Brien-Fleming; the last look's interval is wider
@@ -68,11 +77,13 @@ MIN_LOOK_DF = 2  # a look's fit needs at least this many residual df to decide (
 @dataclass(frozen=True)
 class Rule:
     """What the decisions take: the smallest effect that matters, the family's alpha (None: ALPHA
-    per effect) and the run's cores (None: unknown, so samples/s is the response)."""
+    per effect), the run's cores (None: unknown, so samples/s is the response) and its budget
+    (None: a run of planned passes, its looks after passes FIRST_LOOK, FIRST_LOOK + 1, ...)."""
 
     min_effect: float = MIN_EFFECT
     family_alpha: float | None = None
     cores: float | None = None
+    budget_s: float | None = None  # a budgeted run's seconds: its looks are spread over the passes that fit
 
     def alpha_each(self, effects: int) -> float:
         return self.family_alpha / max(effects, 1) if self.family_alpha else ALPHA
@@ -121,25 +132,49 @@ def boundaries(info: tuple[float, ...], alpha: float, shape: float = SHAPE) -> t
     return tuple(high * s for s in scale)
 
 
-def look_passes(passes: int) -> list[int]:
+def planned_passes(results: list, ends: list[int], budget_s: float | None) -> int | None:
+    """The whole passes a budget fits, planned once from its first whole pass: budget_s over the
+    pass's cost (its visits' median elapsed_s times their count: the run's first visit, which
+    starts the ranks, does not set it); at least FIRST_LOOK. None without a budget or before the
+    first whole pass."""
+    first = [r.elapsed_s for r in results if ends and r.repeat <= ends[0] and r.elapsed_s]
+    if not budget_s or not first:
+        return None
+    return max(FIRST_LOOK, int(budget_s // (statistics.median(first) * len(first))))
+
+
+def schedule(plan: int | None = None) -> list[int]:
+    """The planned looks' whole passes: without a plan FIRST_LOOK, FIRST_LOOK + 1, ... (MAX_LOOKS
+    of them); with one (a budget's passes), MAX_LOOKS at most, spread evenly from FIRST_LOOK to the
+    plan's last pass (one a pass where that many do not fit)."""
+    if plan is None:
+        return list(range(FIRST_LOOK, FIRST_LOOK + MAX_LOOKS))
+    last = max(plan, FIRST_LOOK)
+    if last - FIRST_LOOK < MAX_LOOKS:
+        return list(range(FIRST_LOOK, last + 1))
+    step = (last - FIRST_LOOK) / (MAX_LOOKS - 1)
+    return sorted({FIRST_LOOK + round(k * step) for k in range(MAX_LOOKS)})
+
+
+def look_passes(passes: int, plan: int | None = None) -> list[int]:
     """The whole-pass counts at which looks are taken in a run of `passes` whole passes."""
-    planned = list(range(FIRST_LOOK, FIRST_LOOK + MAX_LOOKS))
+    planned = schedule(plan)
     taken = [p for p in planned if p <= passes]
     if passes > planned[-1]:  # more passes than planned looks (--repeats N): the last look at its end
         taken[-1] = passes
     return taken
 
 
-def planned_info(passes: int) -> tuple[float, ...]:
+def planned_info(passes: int, plan: int | None = None) -> tuple[float, ...]:
     """Every planned look's information (whole passes), the last at the run's end when it ran
     longer."""
-    planned = list(range(FIRST_LOOK, FIRST_LOOK + MAX_LOOKS))
+    planned = schedule(plan)
     planned[-1] = max(planned[-1], passes)
     return tuple(float(p) for p in planned)
 
 
-def looks_left(passes: int) -> int:
-    return sum(p > passes for p in range(FIRST_LOOK, FIRST_LOOK + MAX_LOOKS))
+def looks_left(passes: int, plan: int | None = None) -> int:
+    return sum(p > passes for p in schedule(plan))
 
 
 def cpu_binds(cells: list, cores: float | None) -> bool:
@@ -193,6 +228,15 @@ class Decisions:
     passes: int  # whole passes so far
     looks: int  # looks taken
     rule: Rule
+    plan: int | None = None  # the whole passes the budget fits (planned_passes); None: no budget's plan
+
+    @property
+    def looks_planned(self) -> int:
+        return len(schedule(self.plan))
+
+    @property
+    def looks_left(self) -> int:
+        return looks_left(self.passes, self.plan)
 
     @property
     def open(self) -> list[Decision]:
@@ -222,12 +266,13 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
     measured = [r for r in results if r.measured]
     order = level_order(measured, cell_ids)
     ends = whole_pass_ends(measured)
-    looks = look_passes(len(ends))
+    plan = planned_passes(measured, ends, rule.budget_s)
+    looks = look_passes(len(ends), plan)
     first = [r for r in measured if ends and r.repeat <= ends[min(FIRST_LOOK, len(ends)) - 1]]
     response = response_of(first, rule.cores)
     other = THROUGHPUT if response == HOST_RATE else None
     levels = [(a, lv) for a, lvs in order.items() for lv in lvs[1:]]
-    info = planned_info(len(ends))
+    info = planned_info(len(ends), plan)
     z = boundaries(info, rule.alpha_each(len(levels)))
     kept: dict[tuple, Decision] = {}
     last: dict[tuple, Decision] = {}
@@ -258,4 +303,4 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
             ref = order[axis][0]
             d = Decision(Effect(response, axis, level, ref, 1.0, 0.0, math.inf, 0), OPEN, None)
         out.append(d)
-    return Decisions(response, out, len(ends), len(looks), rule)
+    return Decisions(response, out, len(ends), len(looks), rule, plan)

@@ -103,9 +103,9 @@ def add_run_options(p: argparse.ArgumentParser) -> None:
                            "recorded seed; fixed: the matrix's order every time")
     gate.add_argument("--budget", type=duration, metavar="DURATION", default=None,
                       help="after the planned repeats, keep visiting while an effect is still open and the "
-                           "stopping rule has a look left (at most 4 looks, passes 2 to 5), until this much time "
-                           "(e.g. 300, 90s, 10m, 1h) has passed (default: the scenario's [run] budget_s, e.g. "
-                           "4xV100's; none with --repeats)")
+                           "stopping rule has a look left (at most 4, spread from pass 2 to the last pass that "
+                           "fits), until this much time (e.g. 300, 90s, 10m, 1h) has passed (default: the "
+                           "scenario's [run] budget_s, e.g. 4xV100's; none with --repeats)")
     gate.add_argument("--family-alpha", type=alpha, default=None, metavar="ALPHA",
                       help="the effects' decisions: a wrong one among all of them in at most ALPHA of runs "
                            "(Bonferroni over the effects); default: each effect's decision wrong in at most 5%% "

@@ -268,9 +268,11 @@ def min_effect_of(env: Environment | None) -> float:
 
 
 def rule_of(env: Environment | None) -> sequential.Rule:
-    """The run's decision rule as env.json records it: --min-effect, --family-alpha and the run's
-    CPUs."""
-    return sequential.Rule(min_effect_of(env), env.family_alpha if env else None, env.run_cpus if env else None)
+    """The run's decision rule as env.json records it: --min-effect, --family-alpha, the run's CPUs
+    and its budget (the looks' plan)."""
+    if env is None:
+        return sequential.Rule(min_effect_of(env))
+    return sequential.Rule(min_effect_of(env), env.family_alpha, env.run_cpus, env.budget_s or None)
 
 
 def decision_words(decided: sequential.Decisions | None) -> dict[tuple[str, str], str] | None:

@@ -27,7 +27,7 @@ from harness.analysis.effects import (
     Effect,
 )
 from harness.analysis.loaddependence import LoadDependence
-from harness.analysis.sequential import ALPHA, DEVICE_BOUND_AU_PCT, MAX_LOOKS, Decision, Decisions, Rule, cpu_binds
+from harness.analysis.sequential import ALPHA, DEVICE_BOUND_AU_PCT, Decision, Decisions, Rule, cpu_binds
 from harness.analysis.ties import leader_and_tied
 from harness.report.effecttables import verdict_word
 from harness.report.ordercost import TOLERANCE, cost_text, order_costs
@@ -128,7 +128,7 @@ def decision_lines(decisions: Decisions) -> list[str]:
            else "the host's CPU does not bind")
     lines = [f"EFFECTS decided on the {RESPONSE_WORDS[d.response]} ({why}), adjusted for outside load and "
              f"the host's speed (reference work timed in each visit); ratio against the axis's first level, "
-             f"repeated intervals over {d.looks} of {MAX_LOOKS} looks "
+             f"repeated intervals over {d.looks} of {d.looks_planned} looks "
              f"({guarantee(d.rule, len(d.levels))}):"]
     lines += [decision_line(x, d.response, m) for x in d.levels]
     apart = [x for x in d.levels if x.disagrees]

@@ -150,12 +150,13 @@ class Environment:
     resumed: list[str] | None = None  # UTC times of each --resume
     min_effect: float | None = None  # --min-effect: the smallest effect that matters, for the run's decisions
     family_alpha: float | None = None  # --family-alpha: the effects' decisions' error rate all together
+    budget_s: float | None = None  # the budget the run's looks were planned for (0: none; None: not recorded)
     order_tolerance: float | None = None  # --order-tolerance: how much less random than a shuffle an order may be
     extra: dict = field(default_factory=dict)  # keys this harness does not know, kept as they were
 
     NON_NEGATIVE: ClassVar[tuple[str, ...]] = (  # checked on read (jsonrecord.check_shape)
         "cpu_count", "cpu_affinity", "cpu_allowance", "memory_gb", "read_ahead_kb", "repeats", "dataset_gb",
-        "min_effect", "order_tolerance")
+        "min_effect", "order_tolerance", "budget_s")
 
     @property
     def run_cpus(self) -> float | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 from harness.analysis import budget
+from harness.analysis.sequential import Rule
 from harness.config.launchconfig import LaunchConfig, visit_order
 from harness.config.matrix import Cell
 from harness.data.materialise import verify_dir
@@ -113,11 +114,11 @@ def next_pass(config: LaunchConfig, began: float) -> tuple[int, list[int]]:
     repeat = max([config.request.repeats, *(r.repeat + 1 for r in results)])
     cell_ids = [c.id for c in config.cells]
     left = config.budget_s - (time.time() - began)
-    picked = budget.next_pass(results, cell_ids, left, gate.min_effect, gate.family_alpha, config.run_cpus)
+    rule = Rule(gate.min_effect, gate.family_alpha, config.run_cpus, config.budget_s)
+    picked = budget.next_pass(results, cell_ids, left, rule)
     state = budgetstate.BudgetState(config.budget_s, round(time.time() - began, 3))
     if not picked:
-        print(budget.ending(results, cell_ids, left, repeat, gate.min_effect, gate.family_alpha,
-                            config.run_cpus), file=sys.stderr, flush=True)
+        print(budget.ending(results, cell_ids, left, repeat, rule), file=sys.stderr, flush=True)
         budgetstate.write(config.run_dir, dataclasses.replace(state, ended=True))
         return repeat, []
     todo = [picked[j] for j in visit_order(len(picked), repeat, config.request.order, config.request.order_seed)]

@@ -156,7 +156,8 @@ def open_run_dir(request: BenchRequest, sc, device: str, comparable: dict, n_cel
                                   cache_state=request.cache_state, repeats=request.repeats, settings=settings,
                                   argv=argv, imported=datasetup.import_env(sc),  # an imported source's scan
                                   min_effect=request.gate.min_effect, order_tolerance=request.order_tolerance,
-                                  family_alpha=request.gate.family_alpha)
+                                  family_alpha=request.gate.family_alpha,
+                                  budget_s=request.settled_budget_s(sc.budget_s))
     env.write(run_dir)
     note = "real GPUs" if device == "cuda" else f"EMULATED {sc.accelerator.name} (no such GPUs here)"
     print(f"{sc.name}: {n_cells} cells x {request.repeats} repeats x {sc.world_size} ranks on {note}; "
