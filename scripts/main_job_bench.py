@@ -55,7 +55,7 @@ def figures(run_dir: Path) -> dict:
 
     env = rundir.read_env(run_dir)
     results = [r for r in rundir.read_results(run_dir) if r.measured]
-    d = decide(results, env.cell_ids, rule_of(env))
+    d = decide(results, env.cell_ids, rule_of(env, run_dir))
     ends = whole_pass_ends(results)
     last = max((x.passes for x in d.levels if x.decided), default=None)
     decided_at = (sum(r.elapsed_s or 0.0 for r in results if r.repeat <= ends[last - 1])

@@ -70,6 +70,28 @@ def test_a_budget_plans_its_looks_over_the_passes_it_fits():
     assert sequential.decide(run, IDS, sequential.Rule(cores=2.0)).plan is None  # --repeats: passes 2, 3, 4, 11
 
 
+def test_the_plan_counts_the_first_passs_start_up_once():
+    """The run's first visit starts the ranks (20 s here, 4 s after): the first pass took 32 s, the rest of a
+    180 s budget fits 9 more passes of 16 s, so 10 are planned (11 would need 192 s)."""
+    first = visits(1)
+    first[0] = dataclasses.replace(first[0], elapsed_s=20.0)
+    assert sequential.planned_passes(first, [0], 180.0) == 10
+
+
+def test_a_budget_that_ends_before_its_plans_last_look_takes_it_at_its_end():
+    """Planned for 11 passes (looks after 2, 5, 8, 11), the passes took longer and the budget ended after 9:
+    the looks the run took stay (their decisions were kept as it went) and the last is after pass 9, at the
+    last look's boundary; while the run goes on, no look at pass 9."""
+    run = visits(9, mmap_cpu=1.0, noise=0.05, seed=2)
+    going = sequential.decide(run, IDS, sequential.Rule(cores=2.0, budget_s=180.0))
+    ended = sequential.decide(run, IDS, sequential.Rule(cores=2.0, budget_s=180.0, ended=True))
+    assert sequential.look_passes(9, 11, ended=True) == [2, 5, 8, 9]
+    assert sequential.look_passes(8, 11, ended=True) == [2, 5, 8]
+    assert (going.looks, ended.looks) == (3, 4)
+    assert {x.passes for x in going.levels if not x.decided} <= {8}
+    assert {x.passes for x in ended.levels if not x.decided} <= {9} and ended.levels[0].z == going.levels[0].z
+
+
 def test_the_response_is_the_host_rate_where_the_cpu_binds_and_samples_s_elsewhere():
     assert sequential.response_of(visits(2), cores=2.0) == HOST_RATE  # 3 cores x 4 ranks > 2 cores
     assert sequential.response_of(visits(2), cores=64.0) == THROUGHPUT  # enough cores: not CPU-bound
@@ -163,3 +185,16 @@ def test_a_look_with_too_few_residual_df_decides_nothing():
     (mmap,) = [x for x in sequential.decide(planted, IDS, sequential.Rule(cores=2.0)).levels
                if x.effect.level == "mmap"]
     assert mmap.word == "lower" and mmap.passes == 3
+
+
+def test_the_report_takes_the_rule_with_the_budgets_plan_and_end_from_the_run_directory(tmp_path):
+    from harness.report.report import rule_of
+    from harness.results.environment import Environment
+    from harness.run import budgetstate
+
+    env = Environment(min_effect=0.05, cpu_allowance=2.0, budget_s=300.0)
+    budgetstate.write(tmp_path, budgetstate.BudgetState(300.0, 120.0))
+    assert rule_of(env, tmp_path) == sequential.Rule(0.05, None, 2.0, 300.0, False)
+    budgetstate.write(tmp_path, budgetstate.BudgetState(300.0, 290.0, ended=True))
+    assert rule_of(env, tmp_path).ended and rule_of(env).ended is False
+    assert rule_of(dataclasses.replace(env, budget_s=0.0)).budget_s is None  # a run without a budget: no plan

@@ -13,7 +13,7 @@ effect and has no error rate of its own.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.analysis.covariates import extreme
 from harness.analysis.sequential import Rule, decide
@@ -75,7 +75,7 @@ def ending(results: list[CellResult], cell_ids: list[str], seconds_left: float, 
            rule: Rule = PLAIN) -> str:
     """Why a budget's run ends (next_pass said []): decided, no look left, or the pass that did not
     fit; and the fastest set, reported, not waited for."""
-    questions = open_questions(results, cell_ids, rule)
+    questions = open_questions(results, cell_ids, replace(rule, ended=True))  # as the report will say it
     min_effect = rule.min_effect
     head = f"budget: the run ends after {passes} pass(es): "
     tied = (f"; the fastest set: {len(questions.tied) - 1} cell(s) tied with the leader and not within "

@@ -16,7 +16,8 @@ rule).
   stopped after 5 passes, 101-134 s of a 300 s budget); where FIRST_LOOK + MAX_LOOKS - 1 passes
   or fewer fit, one look per pass. The plan rests on the pass's time, never on its effects, so
   the boundaries' error rate holds; a run that stops before its plan's last look (the passes took
-  longer) has only lost power. Without a budget (--repeats N): after passes FIRST_LOOK,
+  longer) has only lost power, and when the budget ends with a look left (`Rule.ended`) its
+  last look is taken at the run's end. Without a budget (--repeats N): after passes FIRST_LOOK,
   FIRST_LOOK + 1, ..., the last at the run's end when it ran longer. A budget stops at its last
   look.
 - **Boundaries.** Repeated confidence intervals (Jennison and Turnbull): at look k the interval is
@@ -84,6 +85,7 @@ class Rule:
     family_alpha: float | None = None
     cores: float | None = None
     budget_s: float | None = None  # a budgeted run's seconds: its looks are spread over the passes that fit
+    ended: bool = False  # the budget has ended: a look its plan had left is taken at the run's end
 
     def alpha_each(self, effects: int) -> float:
         return self.family_alpha / max(effects, 1) if self.family_alpha else ALPHA
@@ -133,14 +135,15 @@ def boundaries(info: tuple[float, ...], alpha: float, shape: float = SHAPE) -> t
 
 
 def planned_passes(results: list, ends: list[int], budget_s: float | None) -> int | None:
-    """The whole passes a budget fits, planned once from its first whole pass: budget_s over the
-    pass's cost (its visits' median elapsed_s times their count: the run's first visit, which
-    starts the ranks, does not set it); at least FIRST_LOOK. None without a budget or before the
-    first whole pass."""
+    """The whole passes a budget fits, planned once from its first whole pass: that pass as it
+    went (with the run's start-up in its first visit), then as many more as the rest of the budget
+    fits at a pass's steady cost (its visits' median elapsed_s times their count); at least
+    FIRST_LOOK. None without a budget or before the first whole pass."""
     first = [r.elapsed_s for r in results if ends and r.repeat <= ends[0] and r.elapsed_s]
     if not budget_s or not first:
         return None
-    return max(FIRST_LOOK, int(budget_s // (statistics.median(first) * len(first))))
+    steady = statistics.median(first) * len(first)
+    return max(FIRST_LOOK, 1 + int(max(0.0, budget_s - sum(first)) // steady))
 
 
 def schedule(plan: int | None = None) -> list[int]:
@@ -156,12 +159,17 @@ def schedule(plan: int | None = None) -> list[int]:
     return sorted({FIRST_LOOK + round(k * step) for k in range(MAX_LOOKS)})
 
 
-def look_passes(passes: int, plan: int | None = None) -> list[int]:
-    """The whole-pass counts at which looks are taken in a run of `passes` whole passes."""
+def look_passes(passes: int, plan: int | None = None, ended: bool = False) -> list[int]:
+    """The whole-pass counts at which looks are taken in a run of `passes` whole passes; `ended`:
+    the budget ended before its plan's last look (its passes took longer than planned), so the
+    last look is at the run's end, at the last planned look's boundary (the rule's error rate
+    holds: that look has less information than planned, never more)."""
     planned = schedule(plan)
     taken = [p for p in planned if p <= passes]
     if passes > planned[-1]:  # more passes than planned looks (--repeats N): the last look at its end
         taken[-1] = passes
+    elif ended and passes >= FIRST_LOOK and taken[-1:] != [passes]:  # fewer than planned[-1]: a look left
+        taken.append(passes)
     return taken
 
 
@@ -267,7 +275,7 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
     order = level_order(measured, cell_ids)
     ends = whole_pass_ends(measured)
     plan = planned_passes(measured, ends, rule.budget_s)
-    looks = look_passes(len(ends), plan)
+    looks = look_passes(len(ends), plan, rule.ended)
     first = [r for r in measured if ends and r.repeat <= ends[min(FIRST_LOOK, len(ends)) - 1]]
     response = response_of(first, rule.cores)
     other = THROUGHPUT if response == HOST_RATE else None
@@ -277,7 +285,8 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
     kept: dict[tuple, Decision] = {}
     last: dict[tuple, Decision] = {}
     for k, passes in enumerate(looks):
-        confidence = 1 - 2 * (1 - float(normal_cdf(z[k])))
+        zk = z[-1] if k == len(looks) - 1 and rule.ended else z[k]  # an ended budget's last look: the last's
+        confidence = 1 - 2 * (1 - float(normal_cdf(zk)))
         upto = ends[passes - 1]
         effects, df = fit_at(measured, order, upto, response, confidence)
         fitted = {(e.axis, e.level): e for e in effects}
@@ -287,7 +296,7 @@ def decide(results: list, cell_ids: list[str] | None, rule: Rule = Rule()) -> De
         for key, e in fitted.items():
             word = e.decision(rule.min_effect)
             word = word if enough or word == IDENTICAL else OPEN
-            d = Decision(e, word, passes, beside.get(key), z[k])
+            d = Decision(e, word, passes, beside.get(key), zk)
             last[key] = d
             if key not in kept and word in DECIDED + (IDENTICAL,):
                 kept[key] = d

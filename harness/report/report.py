@@ -48,6 +48,7 @@ from harness.results.environment import Environment
 from harness.results.probeline import ProbeSeries
 from harness.results.repeats import CellSummary, merge_repeats
 from harness.results.vsprobe import relative_to_probe
+from harness.run import budgetstate
 
 REPORT_TITLE = "Data-loading benchmark report"
 ARTICLES_TITLE = "The articles' tables, measured"
@@ -267,12 +268,15 @@ def min_effect_of(env: Environment | None) -> float:
     return (env.min_effect if env else None) or MIN_EFFECT
 
 
-def rule_of(env: Environment | None) -> sequential.Rule:
+def rule_of(env: Environment | None, run_dir: Path | None = None) -> sequential.Rule:
     """The run's decision rule as env.json records it: --min-effect, --family-alpha, the run's CPUs
-    and its budget (the looks' plan)."""
+    and its budget (the looks' plan); with `run_dir`, whether its budget ended (budget.json: a
+    look its plan had left is taken at its end)."""
     if env is None:
         return sequential.Rule(min_effect_of(env))
-    return sequential.Rule(min_effect_of(env), env.family_alpha, env.run_cpus, env.budget_s or None)
+    state = budgetstate.read(run_dir) if run_dir is not None else None
+    return sequential.Rule(min_effect_of(env), env.family_alpha, env.run_cpus, env.budget_s or None,
+                           bool(state and state.ended))
 
 
 def decision_words(decided: sequential.Decisions | None) -> dict[tuple[str, str], str] | None:
@@ -301,14 +305,16 @@ def plotted_decisions(decided: sequential.Decisions | None):
 
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
-           what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None) -> str:
+           what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None,
+           rule: sequential.Rule | None = None) -> str:
     """The whole report: the answer first (verdict, effects), the header once, the run's tables,
-    then the articles' tables. "text" or "markdown"."""
+    then the articles' tables. "text" or "markdown". `rule`: the decisions' (default: env.json's,
+    rule_of)."""
     cells, cells_1x = merge_repeats(in_matrix_order(results, env)), merge_repeats(results_1x or [])
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
     m = min_effect_of(env)
-    decided = sequential.decide(results, env.cell_ids if env else None, rule_of(env)) if cells else None
+    decided = sequential.decide(results, env.cell_ids if env else None, rule or rule_of(env)) if cells else None
     if cells and fitted is not None:
         leader, tied = leader_and_tied(cells)
         tolerance = ordercost.tolerance_of(env)
@@ -360,12 +366,13 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
     fitted = effecttables.run_effects(results, env.cell_ids if env else None)
     effecttables.write_effects(run_dir, fitted)
     safewrite.write_text(run_dir / "summary.csv", summary_frame(results).to_csv(index=False), run_dir)
+    rule = rule_of(env, run_dir)
     safewrite.write_text(run_dir / "report.md", render(results, env, probe, results_1x, "markdown", what_if_cores,
-                                                       fitted, target), run_dir)
+                                                       fitted, target, rule), run_dir)
     safewrite.make_dir(run_dir / "plots", run_dir)
     plots.write_plots(results, run_dir / "plots")
-    decided = sequential.decide(results, env.cell_ids if env else None, rule_of(env)) if results else None
+    decided = sequential.decide(results, env.cell_ids if env else None, rule) if results else None
     effecttables.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=min_effect_of(env),
                               passes=whole_passes(results), decided=plotted_decisions(decided))
     stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
-    return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target)
+    return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target, rule)
