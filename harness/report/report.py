@@ -306,15 +306,16 @@ def plotted_decisions(decided: sequential.Decisions | None):
 def render(results: list[CellResult], env: Environment | None = None, probe: ProbeSeries | None = None,
            results_1x: list[CellResult] | None = None, fmt: str = "text",
            what_if_cores: float | None = None, fitted: list[Effect] | None = None, target=None,
-           rule: sequential.Rule | None = None) -> str:
+           decided: sequential.Decisions | None = None) -> str:
     """The whole report: the answer first (verdict, effects), the header once, the run's tables,
-    then the articles' tables. "text" or "markdown". `rule`: the decisions' (default: env.json's,
-    rule_of)."""
+    then the articles' tables. "text" or "markdown". `decided`: the stopping rule's decisions
+    (default: replayed with env.json's rule, rule_of)."""
     cells, cells_1x = merge_repeats(in_matrix_order(results, env)), merge_repeats(results_1x or [])
     markdown = fmt == "markdown"
     parts = ([f"# {REPORT_TITLE}", ""] if markdown else [])
     m = min_effect_of(env)
-    decided = sequential.decide(results, env.cell_ids if env else None, rule or rule_of(env)) if cells else None
+    if decided is None and cells:
+        decided = sequential.decide(results, env.cell_ids if env else None, rule_of(env))
     if cells and fitted is not None:
         leader, tied = leader_and_tied(cells)
         tolerance = ordercost.tolerance_of(env)
@@ -366,13 +367,12 @@ def write_all(run_dir: Path, results: list[CellResult], env: Environment | None 
     fitted = effecttables.run_effects(results, env.cell_ids if env else None)
     effecttables.write_effects(run_dir, fitted)
     safewrite.write_text(run_dir / "summary.csv", summary_frame(results).to_csv(index=False), run_dir)
-    rule = rule_of(env, run_dir)
+    decided = sequential.decide(results, env.cell_ids if env else None, rule_of(env, run_dir)) if results else None
     safewrite.write_text(run_dir / "report.md", render(results, env, probe, results_1x, "markdown", what_if_cores,
-                                                       fitted, target, rule), run_dir)
+                                                       fitted, target, decided), run_dir)
     safewrite.make_dir(run_dir / "plots", run_dir)
     plots.write_plots(results, run_dir / "plots")
-    decided = sequential.decide(results, env.cell_ids if env else None, rule) if results else None
     effecttables.effects_plot(fitted, run_dir / "plots" / "effects.png", min_effect=min_effect_of(env),
                               passes=whole_passes(results), decided=plotted_decisions(decided))
     stagetable.stage_plot(results, run_dir / "plots" / "stages.png")
-    return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target, rule)
+    return render(results, env, probe, results_1x, "text", what_if_cores, fitted, target, decided)
